@@ -1,0 +1,69 @@
+# Sluice: `make run` starts the pipeline on this machine, `make test` runs every
+# test. Both install what they need first (see `deps`).
+
+GO      ?= go
+SUDO    := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.sluice/*' 2>/dev/null)
+
+# Tests that start real servers run packages one at a time on this 2-core
+# machine; raise it on a bigger one.
+TEST_P  ?= 2
+TEST_TIMEOUT ?= 15m
+
+.PHONY: all build run test deps redis consul modules vet race fuzz bench bench-gate loadtest-gate clean
+
+all: build
+
+build: bin/sluice
+
+bin/sluice: $(GOFILES) go.mod go.sum
+	$(GO) build -o $@ ./cmd/sluice
+
+## deps: everything the tests and `sluice dev` need besides Go.
+deps: redis consul modules
+
+# redis-server from Debian's package, when missing.
+redis:
+	@command -v redis-server >/dev/null 2>&1 || { \
+		echo "redis-server not found: installing it with apt"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
+	}
+	@redis-server --version
+
+# The Consul agent, built from its Go module at the version pinned in
+# tools/go.mod (v1.15.4, MPL-2.0) into bin/consul.
+consul: bin/consul
+
+bin/consul: tools/go.mod tools/go.sum
+	@echo "building the Consul agent (pinned in tools/go.mod) into bin/consul; the first build takes a few minutes"
+	cd tools && $(GO) build -o ../bin/consul github.com/hashicorp/consul
+	@./bin/consul version | head -1
+
+modules:
+	$(GO) mod download
+
+## run: the whole pipeline on embedded defaults (sluice dev).
+run: deps build
+	./bin/sluice dev
+
+## test: vet, then every test against real Redis, Consul and Kafka (kfake).
+test: deps
+	$(GO) vet ./...
+	$(GO) test -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...
+
+race: deps
+	$(GO) test -count=1 -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...
+
+## fuzz: a short run of each decoder fuzz target (FUZZTIME=10m for longer).
+FUZZTIME ?= 30s
+fuzz:
+	$(GO) test ./internal/job -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/job -run '^$$' -fuzz '^FuzzStream$$' -fuzztime $(FUZZTIME)
+
+## bench: Go benchmarks (numbers go to BENCHMARKS.md with the command).
+bench: deps
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf bin .sluice
