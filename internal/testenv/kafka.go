@@ -1,0 +1,229 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/sluicehq/sluice/internal/stack"
+)
+
+// KafkaOption configures Kafka and StartKafka.
+type KafkaOption func(*kafkaOpts)
+
+type kafkaOpts struct {
+	brokers int
+	topics  map[string]int32
+	dataDir string
+}
+
+// Brokers sets the number of brokers, overriding the default of 1. Docker
+// mode runs a single broker and fails for more.
+func Brokers(n int) KafkaOption { return func(o *kafkaOpts) { o.brokers = n } }
+
+// Topic creates a topic with the given partition count at start, and again
+// after a Restart if it is missing.
+func Topic(name string, partitions int32) KafkaOption {
+	return func(o *kafkaOpts) {
+		if o.topics == nil {
+			o.topics = make(map[string]int32)
+		}
+		o.topics[name] = partitions
+	}
+}
+
+// DataDir persists the cluster's state in dir (usually t.TempDir()), which
+// Restart needs. The caller owns dir. Docker mode ignores it: the container
+// keeps its own data across Restart.
+func DataDir(dir string) KafkaOption { return func(o *kafkaOpts) { o.dataDir = dir } }
+
+// kafkaBackend is what runs the cluster: kfake in process or a container.
+type kafkaBackend interface {
+	brokers() []string
+	cluster() *kfake.Cluster // nil in docker mode
+	createTopic(ctx context.Context, name string, partitions int32) error
+	restart(context.Context) error
+	stop(context.Context) error
+	start(context.Context) error
+	close() error
+}
+
+// KafkaCluster is a Kafka cluster for tests: in process mode a kfake cluster,
+// which also offers fault injection through Cluster.
+type KafkaCluster struct {
+	f  failer
+	be kafkaBackend
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Kafka starts a Kafka cluster for the test; t.Cleanup closes it. Topics are
+// never created on the fly: create them with Topic or CreateTopic.
+func Kafka(t testing.TB, opts ...KafkaOption) *KafkaCluster {
+	t.Helper()
+	k, err := startKafka(t, opts)
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := k.Close(); err != nil {
+			t.Errorf("testenv: closing kafka: %v", err)
+		}
+	})
+	return k
+}
+
+// StartKafka is Kafka for TestMain: the caller must call Close.
+func StartKafka(opts ...KafkaOption) (*KafkaCluster, error) {
+	return startKafka(nil, opts)
+}
+
+func startKafka(tb testing.TB, opts []KafkaOption) (*KafkaCluster, error) {
+	o := kafkaOpts{brokers: 1}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	m, err := mode()
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := startCtx()
+	defer cancel()
+	var be kafkaBackend
+	if m == modeDocker {
+		be, err = startKafkaDocker(ctx, o)
+	} else {
+		be, err = startKafkaProcess(ctx, o)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &KafkaCluster{f: failer{tb}, be: be}, nil
+}
+
+type kafkaProcess struct {
+	k       *stack.Kafka
+	dataDir string
+}
+
+func startKafkaProcess(ctx context.Context, o kafkaOpts) (*kafkaProcess, error) {
+	// kfake binds port 0 itself, so there is no free port race here.
+	k, err := stack.StartKafka(ctx, stack.KafkaConfig{
+		Brokers: o.brokers,
+		Topics:  o.topics,
+		DataDir: o.dataDir,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &kafkaProcess{k: k, dataDir: o.dataDir}, nil
+}
+
+func (p *kafkaProcess) brokers() []string       { return p.k.Brokers() }
+func (p *kafkaProcess) cluster() *kfake.Cluster { return p.k.Cluster() }
+func (p *kafkaProcess) close() error            { p.k.Close(); return nil }
+func (p *kafkaProcess) restart(ctx context.Context) error {
+	if p.dataDir == "" {
+		return errors.New("kafka Restart needs the cluster's state on disk: start it with testenv.DataDir(t.TempDir())")
+	}
+	return p.k.Restart(ctx)
+}
+func (p *kafkaProcess) stop(context.Context) error { p.k.Close(); return nil }
+func (p *kafkaProcess) start(ctx context.Context) error {
+	if p.dataDir == "" {
+		return errors.New("kafka Start needs the cluster's state on disk: start it with testenv.DataDir(t.TempDir())")
+	}
+	return p.k.Start(ctx)
+}
+func (p *kafkaProcess) createTopic(ctx context.Context, name string, partitions int32) error {
+	return p.k.CreateTopic(ctx, name, partitions)
+}
+
+// Brokers returns the seed brokers' "host:port" addresses; they stay the same
+// across Restart.
+func (k *KafkaCluster) Brokers() []string { return k.be.brokers() }
+
+// Cluster returns the kfake cluster for fault injection (MoveTopicPartition,
+// RemoveNode, Control, ...), or nil in docker mode, where real Kafka has no
+// such hooks. Restart replaces the cluster: call Cluster again afterwards.
+func (k *KafkaCluster) Cluster() *kfake.Cluster { return k.be.cluster() }
+
+// kfake returns the kfake cluster, failing if there is none.
+func (k *KafkaCluster) kfake(what string) *kfake.Cluster {
+	c := k.be.cluster()
+	if c == nil {
+		k.f.fatalf("testenv: KafkaCluster.%s needs the in-process kfake cluster, but %s=%s runs real Kafka, which has no fault injection; run this test with the process test bed", what, EnvMode, modeDocker)
+	}
+	return c
+}
+
+// MoveTopicPartition makes node the leader of the partition, as a partition
+// reassignment would. Process mode only.
+func (k *KafkaCluster) MoveTopicPartition(topic string, partition, node int32) {
+	if err := k.kfake("MoveTopicPartition").MoveTopicPartition(topic, partition, node); err != nil {
+		k.f.fatalf("testenv: moving %s/%d to node %d: %v", topic, partition, node, err)
+	}
+}
+
+// RemoveNode takes a broker out of the cluster: it stops accepting
+// connections and its partitions get new leaders. Process mode only.
+func (k *KafkaCluster) RemoveNode(node int32) {
+	if err := k.kfake("RemoveNode").RemoveNode(node); err != nil {
+		k.f.fatalf("testenv: removing node %d: %v", node, err)
+	}
+}
+
+// CreateTopic creates a topic with the given number of partitions.
+func (k *KafkaCluster) CreateTopic(name string, partitions int32) {
+	ctx, cancel := startCtx()
+	defer cancel()
+	if err := k.be.createTopic(ctx, name, partitions); err != nil {
+		k.f.fatalf("testenv: %v", err)
+	}
+}
+
+// Restart stops the cluster and starts it again on the same ports. In process
+// mode it needs DataDir, and reloads the topics, records and committed
+// offsets from there.
+func (k *KafkaCluster) Restart() {
+	ctx, cancel := startCtx()
+	defer cancel()
+	if err := k.be.restart(ctx); err != nil {
+		k.f.fatalf("testenv: restarting kafka: %v", err)
+	}
+}
+
+// Stop takes the cluster down until Start: clients see connections refused,
+// as in a Kafka outage. In process mode Start needs DataDir.
+func (k *KafkaCluster) Stop() {
+	ctx, cancel := startCtx()
+	defer cancel()
+	if err := k.be.stop(ctx); err != nil {
+		k.f.fatalf("testenv: stopping kafka: %v", err)
+	}
+}
+
+// Start starts a stopped cluster again on the same ports.
+func (k *KafkaCluster) Start() {
+	ctx, cancel := startCtx()
+	defer cancel()
+	if err := k.be.start(ctx); err != nil {
+		k.f.fatalf("testenv: starting kafka: %v", err)
+	}
+}
+
+// Close shuts the cluster down. Kafka calls it in t.Cleanup; it is safe to
+// call more than once.
+func (k *KafkaCluster) Close() error {
+	k.closeOnce.Do(func() {
+		if err := k.be.close(); err != nil {
+			k.closeErr = fmt.Errorf("kafka: %w", err)
+		}
+	})
+	return k.closeErr
+}
