@@ -1,0 +1,120 @@
+// Package kafka holds sluice's Kafka conventions on top of sarama: client
+// configuration (no topic auto-creation, Java-compatible murmur2 keys), a
+// producer pair for the two acks levels, and a cached catalogue of topics.
+package kafka
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
+
+	"github.com/IBM/sarama"
+
+	"github.com/sluicehq/sluice/internal/cli"
+)
+
+// Config is what every part needs to reach Kafka.
+type Config struct {
+	Brokers     cli.ListFlag
+	ClientID    string
+	Version     string // Kafka protocol version to speak, e.g. "3.6.0"
+	Compression string // none, gzip, snappy, lz4, zstd
+}
+
+// Register adds the Kafka flags to fs.
+func (c *Config) Register(fs *flag.FlagSet, clientID string) {
+	c.Brokers = cli.ListFlag{"127.0.0.1:9092"}
+	fs.Var(&c.Brokers, "kafka-brokers", "Kafka bootstrap brokers, comma-separated host:port")
+	fs.StringVar(&c.ClientID, "kafka-client-id", clientID, "Kafka client id (shows in broker logs and quotas)")
+	fs.StringVar(&c.Version, "kafka-version", "3.6.0", "Kafka protocol version to speak (the oldest broker's version)")
+	fs.StringVar(&c.Compression, "kafka-compression", "none", "produce compression: none, gzip, snappy, lz4, zstd")
+}
+
+// Sarama returns the base sarama configuration every sluice client uses.
+// Topics are never created as a side effect of a request: a typo in a URL
+// must be a 404, not a new topic.
+func (c *Config) Sarama() (*sarama.Config, error) {
+	if len(c.Brokers) == 0 {
+		return nil, errors.New("no Kafka brokers: set --kafka-brokers")
+	}
+	sc := sarama.NewConfig()
+	sc.ClientID = c.ClientID
+	v, err := sarama.ParseKafkaVersion(c.Version)
+	if err != nil {
+		return nil, fmt.Errorf("--kafka-version %q: %v", c.Version, err)
+	}
+	sc.Version = v
+	sc.Metadata.AllowAutoTopicCreation = false
+	if err := sc.Producer.Compression.UnmarshalText([]byte(c.Compression)); err != nil {
+		return nil, fmt.Errorf("--kafka-compression %q: %v", c.Compression, err)
+	}
+	return sc, nil
+}
+
+// Acks is how many replicas must hold a message before a produce succeeds.
+type Acks int
+
+const (
+	// AcksLeader waits for the partition leader only: lowest latency, the
+	// gate's default (as Slack's Kafkagate).
+	AcksLeader Acks = iota
+	// AcksAll waits for every in-sync replica, through an idempotent producer.
+	AcksAll
+)
+
+func (a Acks) String() string {
+	if a == AcksAll {
+		return "all"
+	}
+	return "leader"
+}
+
+// ParseAcks reads "leader" (also "1" or "") and "all" (also "-1").
+func ParseAcks(s string) (Acks, error) {
+	switch strings.ToLower(s) {
+	case "", "leader", "1":
+		return AcksLeader, nil
+	case "all", "-1":
+		return AcksAll, nil
+	}
+	return 0, fmt.Errorf("acks %q: want leader or all", s)
+}
+
+// Unavailable reports whether err means Kafka could not be reached or could
+// not take the write now: the client should retry later (HTTP 503).
+func Unavailable(err error) bool {
+	var kerr sarama.KError
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case sarama.ErrLeaderNotAvailable, sarama.ErrNotLeaderForPartition, sarama.ErrBrokerNotAvailable,
+			sarama.ErrRequestTimedOut, sarama.ErrNotEnoughReplicas, sarama.ErrNotEnoughReplicasAfterAppend,
+			sarama.ErrNetworkException, sarama.ErrKafkaStorageError, sarama.ErrNotController:
+			return true
+		}
+		return false
+	}
+	// A broker that goes away mid-request shows as a bare EOF or reset.
+	var nerr net.Error
+	return errors.Is(err, sarama.ErrOutOfBrokers) || errors.Is(err, sarama.ErrNotConnected) ||
+		errors.Is(err, sarama.ErrClosedClient) || errors.Is(err, sarama.ErrShuttingDown) ||
+		errors.Is(err, sarama.ErrControllerNotAvailable) || errors.As(err, &nerr) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
+}
+
+// TooLarge reports whether err means the message exceeds a size limit.
+func TooLarge(err error) bool {
+	var cerr sarama.ConfigurationError
+	return errors.Is(err, sarama.ErrMessageSizeTooLarge) ||
+		(errors.As(err, &cerr) && strings.Contains(string(cerr), "larger than configured"))
+}
+
+// UnknownTopic reports whether err means the topic or partition does not
+// exist.
+func UnknownTopic(err error) bool {
+	return errors.Is(err, sarama.ErrUnknownTopicOrPartition) || errors.Is(err, sarama.ErrInvalidPartition)
+}

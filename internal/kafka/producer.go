@@ -1,0 +1,227 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+
+	"github.com/IBM/sarama"
+)
+
+// Message is one record to produce.
+type Message struct {
+	Topic string
+	// Key routes the record (murmur2, as the Java client) unless Partition
+	// is set.
+	Key   []byte
+	Value []byte
+	// Partition, when >= 0, names the partition explicitly (Kafkagate
+	// semantics: canaries must reach each partition). -1 routes by Key.
+	Partition int32
+}
+
+// Result is the outcome of producing one Message.
+type Result struct {
+	Partition int32
+	Offset    int64
+	Err       error
+}
+
+// Producer writes to Kafka at either acks level. One sarama client has one
+// acks level, so it holds two: a leader-acks producer and an all-replicas
+// idempotent one, created on first use.
+type Producer struct {
+	cfg    *sarama.Config
+	addrs  []string
+	log    *slog.Logger
+	leader sarama.AsyncProducer
+	client sarama.Client // the leader producer's client, shared with Catalog
+
+	allOnce sync.Once
+	all     sarama.AsyncProducer
+	allErr  error
+
+	wg sync.WaitGroup
+}
+
+// ProducerOptions tune a Producer beyond Config.
+type ProducerOptions struct {
+	// MaxMessageBytes is the largest record accepted (the envelope, not
+	// just the payload).
+	MaxMessageBytes int
+}
+
+// NewProducer connects to Kafka. It fails when no broker answers.
+func NewProducer(c *Config, opts ProducerOptions, log *slog.Logger) (*Producer, error) {
+	base, err := c.Sarama()
+	if err != nil {
+		return nil, err
+	}
+	base.Producer.Return.Successes = true
+	base.Producer.Return.Errors = true
+	base.Producer.Partitioner = newPartitioner
+	if opts.MaxMessageBytes > 0 {
+		base.Producer.MaxMessageBytes = opts.MaxMessageBytes
+	}
+	leaderCfg := *base
+	leaderCfg.Producer.RequiredAcks = sarama.WaitForLocal
+	client, err := sarama.NewClient(c.Brokers, &leaderCfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to Kafka %v: %w", []string(c.Brokers), err)
+	}
+	leader, err := sarama.NewAsyncProducerFromClient(client)
+	if err != nil {
+		client.Close()
+		return nil, err
+	}
+	p := &Producer{cfg: base, addrs: c.Brokers, log: log, leader: leader, client: client}
+	p.dispatch(leader)
+	return p, nil
+}
+
+// Client is the producer's sarama client, for metadata.
+func (p *Producer) Client() sarama.Client { return p.client }
+
+// allProducer returns the all-replicas producer, creating it on first use.
+// It is idempotent: a retried batch is not written twice.
+func (p *Producer) allProducer() (sarama.AsyncProducer, error) {
+	p.allOnce.Do(func() {
+		cfg := *p.cfg
+		cfg.Producer.RequiredAcks = sarama.WaitForAll
+		cfg.Producer.Idempotent = true
+		cfg.Net.MaxOpenRequests = 1 // sarama requires it for idempotence
+		if cfg.Producer.Retry.Max < 1 {
+			cfg.Producer.Retry.Max = 1
+		}
+		ap, err := sarama.NewAsyncProducer(p.addrs, &cfg)
+		if err != nil {
+			p.allErr = fmt.Errorf("connect the acks=all producer: %w", err)
+			return
+		}
+		p.all = ap
+		p.dispatch(ap)
+	})
+	return p.all, p.allErr
+}
+
+// pending tracks one Produce call; each message's Metadata points at its
+// slot, and the dispatch goroutines fill results as acks arrive.
+type pending struct {
+	results   []Result
+	remaining atomic.Int32
+	done      chan struct{}
+}
+
+type slot struct {
+	p        *pending
+	i        int
+	explicit int32 // partition named by the caller, or -1
+}
+
+func (s *slot) finish(partition int32, offset int64, err error) {
+	s.p.results[s.i] = Result{Partition: partition, Offset: offset, Err: err}
+	if s.p.remaining.Add(-1) == 0 {
+		close(s.p.done)
+	}
+}
+
+func (p *Producer) dispatch(ap sarama.AsyncProducer) {
+	p.wg.Add(2)
+	go func() {
+		defer p.wg.Done()
+		for m := range ap.Successes() {
+			m.Metadata.(*slot).finish(m.Partition, m.Offset, nil)
+		}
+	}()
+	go func() {
+		defer p.wg.Done()
+		for e := range ap.Errors() {
+			e.Msg.Metadata.(*slot).finish(e.Msg.Partition, -1, e.Err)
+		}
+	}()
+}
+
+// Produce writes msgs and waits until Kafka acknowledged each, or ctx ends.
+// Per-message failures are in the results; the error is ctx's when it ended
+// first, in which case the messages may still be written later.
+func (p *Producer) Produce(ctx context.Context, acks Acks, msgs []Message) ([]Result, error) {
+	ap := p.leader
+	if acks == AcksAll {
+		var err error
+		if ap, err = p.allProducer(); err != nil {
+			return nil, err
+		}
+	}
+	pend := &pending{results: make([]Result, len(msgs)), done: make(chan struct{})}
+	if len(msgs) == 0 {
+		return pend.results, nil
+	}
+	pend.remaining.Store(int32(len(msgs)))
+	slots := make([]slot, len(msgs))
+	pms := make([]sarama.ProducerMessage, len(msgs))
+	for i := range msgs {
+		slots[i] = slot{p: pend, i: i, explicit: msgs[i].Partition}
+		pm := &pms[i]
+		pm.Topic = msgs[i].Topic
+		pm.Value = sarama.ByteEncoder(msgs[i].Value)
+		if msgs[i].Key != nil {
+			pm.Key = sarama.ByteEncoder(msgs[i].Key)
+		}
+		pm.Metadata = &slots[i]
+		select {
+		case ap.Input() <- pm:
+		case <-ctx.Done():
+			// Messages not handed over will never be acked: finish them
+			// so the dispatchers' count stays right, and give up.
+			for k := i; k < len(msgs); k++ {
+				slots[k].finish(-1, -1, ctx.Err())
+			}
+			return nil, ctx.Err()
+		}
+	}
+	select {
+	case <-pend.done:
+		return pend.results, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close flushes what is buffered and closes both producers and the client.
+func (p *Producer) Close() error {
+	errs := []error{p.leader.Close()}
+	if p.all != nil {
+		errs = append(errs, p.all.Close())
+	}
+	p.wg.Wait()
+	if !p.client.Closed() {
+		errs = append(errs, p.client.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// partitioner routes a message to the partition its caller named, else by
+// murmur2 of its key as the Java client's default partitioner does, so that
+// producers in any language agree on where a group lives.
+type partitioner struct{ murmur2 sarama.Partitioner }
+
+func newPartitioner(topic string) sarama.Partitioner {
+	return partitioner{murmur2: sarama.NewMurmur2Partitioner(topic)}
+}
+
+func (p partitioner) Partition(m *sarama.ProducerMessage, n int32) (int32, error) {
+	if s, ok := m.Metadata.(*slot); ok && s.explicit >= 0 {
+		if s.explicit >= n {
+			return -1, sarama.ErrInvalidPartition
+		}
+		return s.explicit, nil
+	}
+	return p.murmur2.Partition(m, n)
+}
+
+// RequiresConsistency makes sarama pick among all partitions, not only those
+// with a reachable leader: a key's partition must not move during an outage.
+func (p partitioner) RequiresConsistency() bool { return true }
