@@ -1,0 +1,134 @@
+package gate
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+)
+
+// Auth maps bearer tokens to the topics they may write. A token is kept only
+// as its SHA-256, so looking one up compares hashes, not secrets, and takes
+// the same time whatever the token.
+type Auth struct {
+	scopes map[[32]byte]scope
+}
+
+type scope struct {
+	name   string // shown in logs instead of the token
+	all    bool
+	topics map[string]bool
+}
+
+// Allows reports whether the scope may write topic.
+func (s scope) Allows(topic string) bool { return s.all || s.topics[topic] }
+
+// ParseTokens reads token definitions, one per line or separated by ';':
+//
+//	<token> <topic>[,<topic>...]   # or * for every topic
+//
+// Also accepted: <token>=<topics> and <token>:<topics>. Blank lines and lines
+// starting with # are ignored.
+func ParseTokens(r io.Reader, source string) (*Auth, error) {
+	a := &Auth{scopes: map[[32]byte]scope{}}
+	sc := bufio.NewScanner(r)
+	line := 0
+	for sc.Scan() {
+		line++
+		for _, def := range strings.Split(sc.Text(), ";") {
+			def = strings.TrimSpace(def)
+			if def == "" || strings.HasPrefix(def, "#") {
+				continue
+			}
+			tok, topics, ok := cutAny(def, " \t=:")
+			tok, topics = strings.TrimSpace(tok), strings.TrimSpace(topics)
+			if !ok || tok == "" || topics == "" {
+				return nil, fmt.Errorf("%s line %d: want \"<token> <topic>[,<topic>...]\" or \"<token> *\"", source, line)
+			}
+			if len(tok) < 16 {
+				return nil, fmt.Errorf("%s line %d: token shorter than 16 characters", source, line)
+			}
+			s := scope{name: fmt.Sprintf("%s:%d", source, line), topics: map[string]bool{}}
+			for _, t := range strings.Split(topics, ",") {
+				switch t = strings.TrimSpace(t); t {
+				case "":
+				case "*":
+					s.all = true
+				default:
+					s.topics[t] = true
+				}
+			}
+			h := sha256.Sum256([]byte(tok))
+			if _, dup := a.scopes[h]; dup {
+				return nil, fmt.Errorf("%s line %d: token defined twice", source, line)
+			}
+			a.scopes[h] = s
+		}
+	}
+	return a, sc.Err()
+}
+
+func cutAny(s, seps string) (before, after string, found bool) {
+	if i := strings.IndexAny(s, seps); i >= 0 {
+		return s[:i], s[i+1:], true
+	}
+	return s, "", false
+}
+
+// LoadAuth builds the token table from a file and an inline definition; both
+// may be empty, and an empty table means authentication is off.
+func LoadAuth(file, inline string) (*Auth, error) {
+	a := &Auth{scopes: map[[32]byte]scope{}}
+	if file != "" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, fmt.Errorf("--tokens-file: %w", err)
+		}
+		defer f.Close()
+		fa, err := ParseTokens(f, file)
+		if err != nil {
+			return nil, err
+		}
+		a = fa
+	}
+	if inline != "" {
+		ia, err := ParseTokens(strings.NewReader(inline), "--tokens")
+		if err != nil {
+			return nil, err
+		}
+		for h, s := range ia.scopes {
+			if _, dup := a.scopes[h]; dup {
+				return nil, fmt.Errorf("%s: token also defined in %s", s.name, file)
+			}
+			a.scopes[h] = s
+		}
+	}
+	return a, nil
+}
+
+// Enabled reports whether any token is configured.
+func (a *Auth) Enabled() bool { return len(a.scopes) > 0 }
+
+// Check authenticates r. It returns the caller's scope, or the HTTP status
+// (401 or 403) and the reason.
+func (a *Auth) Check(r *http.Request, topic string) (string, int, string) {
+	if !a.Enabled() {
+		return "", 0, ""
+	}
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || tok == "" {
+		return "", http.StatusUnauthorized, "missing bearer token: send Authorization: Bearer <token>"
+	}
+	s, ok := a.scopes[sha256.Sum256([]byte(strings.TrimSpace(tok)))]
+	if !ok {
+		return "", http.StatusUnauthorized, "unknown bearer token"
+	}
+	if !s.Allows(topic) {
+		return s.name, http.StatusForbidden, fmt.Sprintf("token may not write topic %q", topic)
+	}
+	return s.name, 0, ""
+}

@@ -1,0 +1,168 @@
+// Package gate is sluice's HTTP gateway (Slack's Kafkagate): it validates job
+// envelopes and writes them synchronously to Kafka, answering only once Kafka
+// acknowledged them. It keeps no state of its own, so any number of gates
+// can run side by side.
+package gate
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/ops"
+)
+
+// Config configures a gate. Register sets the defaults.
+type Config struct {
+	Listen          string
+	Kafka           kafka.Config
+	Topics          cli.ListFlag
+	TokensFile      string
+	Tokens          string
+	AllowNoAuth     bool
+	MaxBodyBytes    int64
+	MaxBatchBytes   int64
+	MaxBatchJobs    int
+	ProduceTimeout  time.Duration
+	RetryAfter      time.Duration
+	DrainTimeout    time.Duration
+	MetadataRefresh time.Duration
+	Logging         cli.Logging
+}
+
+func init() {
+	cli.Describe("gate", "The HTTP gate: validates job envelopes and writes them to Kafka, answering 202 once Kafka acknowledged.\n"+
+		"API: POST /v1/topics/{topic}/jobs, POST /v1/topics/{topic}/jobs:batch; ops: /healthz, /readyz, /metrics.\n"+
+		"Without --tokens or --tokens-file it refuses to start unless --allow-no-auth is given.")
+}
+
+// Register adds the gate's flags to fs with their defaults.
+func (c *Config) Register(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "listen", ":8080", "address to serve the enqueue API, /healthz, /readyz and /metrics on")
+	c.Kafka.Register(fs, "sluice-gate")
+	fs.Var(&c.Topics, "topics", "topics clients may write, comma-separated (empty: every existing topic but internal ones: *.dlq, *.retry, __*)")
+	fs.StringVar(&c.TokensFile, "tokens-file", "", "file of bearer tokens, one per line: \"<token> <topic>[,<topic>...]\" or \"<token> *\"")
+	fs.StringVar(&c.Tokens, "tokens", "", "bearer tokens inline, \"<token> <topics>\" separated by ';' (prefer the env variable or a file: flags show in ps)")
+	fs.BoolVar(&c.AllowNoAuth, "allow-no-auth", false, "serve without bearer tokens (development only)")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 1<<20, "largest single-job request body in bytes (413 above)")
+	fs.Int64Var(&c.MaxBatchBytes, "max-batch-bytes", 16<<20, "largest batch request body in bytes (413 above)")
+	fs.IntVar(&c.MaxBatchJobs, "max-batch-jobs", 1000, "most jobs in one batch request (413 above)")
+	cli.DurationVar(fs, &c.ProduceTimeout, "produce-timeout", 5*time.Second, "longest wait for Kafka's acknowledgement before answering 504")
+	cli.DurationVar(fs, &c.RetryAfter, "retry-after", time.Second, "Retry-After sent with 503 while Kafka is unreachable")
+	cli.DurationVar(fs, &c.DrainTimeout, "drain-timeout", 15*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
+	cli.DurationVar(fs, &c.MetadataRefresh, "metadata-refresh", 10*time.Second, "how often to re-read Kafka's topic list")
+	c.Logging.Register(fs)
+}
+
+// Gate serves the enqueue API.
+type Gate struct {
+	cfg      Config
+	log      *slog.Logger
+	producer *kafka.Producer
+	catalog  *kafka.Catalog
+	auth     *Auth
+	allowed  map[string]bool
+	metrics  *metrics
+	reg      *prometheus.Registry
+	now      func() time.Time
+	handler  http.Handler
+}
+
+// New connects to Kafka and returns a gate ready to serve. It fails when no
+// broker answers, or when the token configuration is invalid or missing
+// without AllowNoAuth.
+func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
+	auth, err := LoadAuth(cfg.TokensFile, cfg.Tokens)
+	if err != nil {
+		return nil, err
+	}
+	if !auth.Enabled() && !cfg.AllowNoAuth {
+		return nil, errors.New("no bearer tokens configured: set --tokens-file or SLUICE_GATE_TOKENS, or pass --allow-no-auth for development")
+	}
+	if cfg.MaxBodyBytes <= 0 || cfg.MaxBatchBytes <= 0 || cfg.MaxBatchJobs <= 0 {
+		return nil, errors.New("--max-body-bytes, --max-batch-bytes and --max-batch-jobs must be positive")
+	}
+	// The envelope adds the gate's fields (id, topic, enqueued_at) to the
+	// client's body; leave room for them under Kafka's record limit.
+	producer, err := kafka.NewProducer(&cfg.Kafka, kafka.ProducerOptions{MaxMessageBytes: int(cfg.MaxBodyBytes) + 4096}, log)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gate{
+		cfg:      cfg,
+		log:      log,
+		producer: producer,
+		auth:     auth,
+		allowed:  map[string]bool{},
+		reg:      ops.NewRegistry(),
+		now:      time.Now,
+	}
+	for _, t := range cfg.Topics {
+		g.allowed[t] = true
+	}
+	g.catalog = kafka.NewCatalog(ctx, producer.Client(), cfg.MetadataRefresh, log)
+	g.metrics = newMetrics(g.reg)
+	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/topics/{topic}/jobs", g.instrument("job", g.serveJob))
+	mux.HandleFunc("/v1/topics/{topic}/jobs:batch", g.instrument("batch", g.serveBatch))
+	ops.Mount(mux, g.reg, g.catalog.Ready)
+	g.handler = mux
+	if !auth.Enabled() {
+		log.Warn("authentication is off: any client may write any allowed topic (--allow-no-auth)")
+	}
+	return g, nil
+}
+
+// Handler is the gate's HTTP handler: the API plus /healthz, /readyz and
+// /metrics.
+func (g *Gate) Handler() http.Handler { return g.handler }
+
+// Registry holds the gate's metrics.
+func (g *Gate) Registry() *prometheus.Registry { return g.reg }
+
+// Serve serves on ln until ctx ends, then drains in-flight requests and
+// flushes the producer.
+func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go g.catalog.Run(cctx)
+	srv := &http.Server{
+		Handler:           g.handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       time.Minute,
+		WriteTimeout:      g.cfg.ProduceTimeout + time.Minute,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+	}
+	g.log.Info("gate serving", "addr", ln.Addr().String(), "brokers", strings.Join(g.cfg.Kafka.Brokers, ","))
+	err := ops.Serve(ctx, g.log, srv, ln, g.cfg.DrainTimeout)
+	if cerr := g.producer.Close(); cerr != nil && err == nil {
+		err = cerr
+	}
+	g.log.Info("gate stopped")
+	return err
+}
+
+// Run listens on cfg.Listen and serves until ctx ends.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("gate --listen %s: %w", cfg.Listen, err)
+	}
+	g, err := New(ctx, cfg, log)
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	return g.Serve(ctx, ln)
+}

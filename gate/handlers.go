@@ -1,0 +1,413 @@
+package gate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/kafka"
+)
+
+// statusClientGone is recorded (never sent) when the client hung up before
+// the answer, as nginx does.
+const statusClientGone = 499
+
+// exchange is one request and its answer; it remembers the status for
+// metrics.
+type exchange struct {
+	w      http.ResponseWriter
+	r      *http.Request
+	status int
+}
+
+func (g *Gate) instrument(route string, serve func(*exchange)) http.HandlerFunc {
+	duration := g.metrics.requestDuration.WithLabelValues(route)
+	return func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		g.metrics.inflight.Inc()
+		x := exchange{w: w, r: r}
+		serve(&x)
+		g.metrics.inflight.Dec()
+		g.metrics.request(route, x.status).Inc()
+		duration.Observe(time.Since(start).Seconds())
+	}
+}
+
+// errorBody is every error answer's shape. Position fields are set for
+// decode errors.
+type errorBody struct {
+	Error  string `json:"error"`
+	Field  string `json:"field,omitempty"`
+	Line   int    `json:"line,omitempty"`
+	Column int    `json:"column,omitempty"`
+	Offset *int64 `json:"offset,omitempty"`
+	// IDs are the jobs whose fate is unknown after a 504: resend them with
+	// the same ids and the relay will not queue them twice.
+	IDs []string `json:"ids,omitempty"`
+}
+
+func (x *exchange) json(status int, body any) {
+	b, err := json.Marshal(body)
+	if err != nil {
+		b = []byte(`{"error":"internal: encoding the answer failed"}`)
+		status = http.StatusInternalServerError
+	}
+	x.raw(status, append(b, '\n'))
+}
+
+func (x *exchange) raw(status int, body []byte) {
+	x.status = status
+	h := x.w.Header()
+	h["Content-Type"] = []string{"application/json"}
+	x.w.WriteHeader(status)
+	x.w.Write(body)
+}
+
+func (x *exchange) fail(status int, format string, args ...any) {
+	x.json(status, errorBody{Error: fmt.Sprintf(format, args...)})
+}
+
+// failDecode answers 400 with the decode error's position.
+func (x *exchange) failDecode(err error) {
+	x.json(http.StatusBadRequest, decodeErrorBody(err))
+}
+
+func decodeErrorBody(err error) errorBody {
+	body := errorBody{Error: err.Error()}
+	var de *job.DecodeError
+	var fe *job.FieldError
+	switch {
+	case errors.As(err, &de):
+		body.Field, body.Line, body.Column = de.Field, de.Line, de.Column
+		off := de.Offset
+		body.Offset = &off
+	case errors.As(err, &fe):
+		body.Field = fe.Field
+	}
+	return body
+}
+
+// internalTopic reports topics clients never write directly: the relay's
+// retry and dead-letter topics and Kafka's own.
+func internalTopic(t string) bool {
+	return strings.HasSuffix(t, ".dlq") || strings.HasSuffix(t, ".retry") || strings.HasPrefix(t, "__")
+}
+
+// admit runs the checks shared by both routes, in the order a client can fix
+// them: method, credentials, topic, Kafka, request options. It answers and
+// returns ok=false when one fails.
+func (g *Gate) admit(x *exchange, topic string) (acks kafka.Acks, partition int32, ok bool) {
+	if x.r.Method != http.MethodPost {
+		x.w.Header().Set("Allow", http.MethodPost)
+		x.fail(http.StatusMethodNotAllowed, "method %s not allowed: use POST", x.r.Method)
+		return
+	}
+	if _, status, reason := g.auth.Check(x.r, topic); status != 0 {
+		if status == http.StatusUnauthorized {
+			x.w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+		}
+		x.fail(status, "%s", reason)
+		return
+	}
+	if internalTopic(topic) {
+		x.fail(http.StatusForbidden, "topic %q is internal (retry, dead-letter or Kafka's own) and takes no jobs from clients", topic)
+		return
+	}
+	if len(g.allowed) > 0 && !g.allowed[topic] {
+		x.fail(http.StatusForbidden, "topic %q is not served by this gate (see --topics)", topic)
+		return
+	}
+	partitions, err := g.catalog.Partitions(x.r.Context(), topic)
+	switch {
+	case errors.Is(err, kafka.ErrUnknownTopic):
+		x.fail(http.StatusNotFound, "topic %q does not exist; topics are created by operators, never by requests", topic)
+		return
+	case err != nil:
+		g.unavailable(x, err)
+		return
+	}
+	q := x.r.URL.Query()
+	acksText := x.r.Header.Get("Sluice-Acks")
+	if v := q.Get("acks"); v != "" {
+		acksText = v
+	}
+	if acks, err = kafka.ParseAcks(acksText); err != nil {
+		x.fail(http.StatusBadRequest, "%v (Sluice-Acks header or ?acks=)", err)
+		return
+	}
+	partition = -1
+	if v, present := q["partition"]; present {
+		p, err := strconv.ParseInt(v[0], 10, 32)
+		if err != nil || p < 0 || int32(p) >= partitions {
+			x.fail(http.StatusBadRequest, "partition %q out of range: topic %q has partitions 0..%d", v[0], topic, partitions-1)
+			return
+		}
+		partition = int32(p)
+	}
+	return acks, partition, true
+}
+
+func (g *Gate) unavailable(x *exchange, err error) {
+	secs := max(int(g.cfg.RetryAfter.Round(time.Second)/time.Second), 1)
+	x.w.Header().Set("Retry-After", strconv.Itoa(secs))
+	x.fail(http.StatusServiceUnavailable, "Kafka is unavailable, retry later: %v", err)
+}
+
+// readBody reads the whole body up to limit bytes, answering 413 above it.
+func (x *exchange) readBody(limit int64) ([]byte, bool) {
+	if x.r.ContentLength > limit {
+		x.fail(http.StatusRequestEntityTooLarge, "body of %d bytes is over the limit of %d", x.r.ContentLength, limit)
+		return nil, false
+	}
+	size := 512
+	if x.r.ContentLength > 0 {
+		size = int(x.r.ContentLength) + 1 // +1 so ReadFrom sees EOF without growing
+	}
+	buf := bytes.NewBuffer(make([]byte, 0, size))
+	_, err := buf.ReadFrom(http.MaxBytesReader(x.w, x.r.Body, limit))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		x.fail(http.StatusRequestEntityTooLarge, "body is over the limit of %d bytes", limit)
+		return nil, false
+	case err != nil:
+		x.fail(http.StatusBadRequest, "reading the body: %v", err)
+		return nil, false
+	}
+	return buf.Bytes(), true
+}
+
+// produce writes msgs, timing the call. ctxErr is set when the deadline
+// passed or the client left before Kafka answered.
+func (g *Gate) produce(x *exchange, acks kafka.Acks, msgs []kafka.Message) (results []kafka.Result, ctxErr error) {
+	ctx, cancel := context.WithTimeout(x.r.Context(), g.cfg.ProduceTimeout)
+	defer cancel()
+	start := time.Now()
+	results, err := g.producer.Produce(ctx, acks, msgs)
+	g.produceObserver(acks).Observe(time.Since(start).Seconds())
+	if err != nil {
+		return nil, err
+	}
+	return results, nil
+}
+
+func (g *Gate) produceObserver(acks kafka.Acks) prometheus.Observer {
+	return g.metrics.produceDuration.WithLabelValues(acks.String())
+}
+
+// answerCtxErr answers a produce whose wait ended before Kafka did: 504 with
+// the ids to resend, or nothing when the client is gone.
+func (g *Gate) answerCtxErr(x *exchange, err error, ids []string) {
+	if x.r.Context().Err() != nil {
+		x.status = statusClientGone
+		g.log.Debug("client left before Kafka answered", "ids", len(ids))
+		return
+	}
+	g.log.Warn("produce deadline passed", "deadline", g.cfg.ProduceTimeout.String(), "jobs", len(ids), "err", err)
+	x.json(http.StatusGatewayTimeout, errorBody{
+		Error: fmt.Sprintf("Kafka did not acknowledge within %s; the jobs may or may not be stored: resend them with the same ids", g.cfg.ProduceTimeout),
+		IDs:   ids,
+	})
+}
+
+// produceStatus maps a per-message produce error to an HTTP status.
+func (g *Gate) produceStatus(err error) int {
+	switch {
+	case kafka.Unavailable(err):
+		g.catalog.MarkUnavailable(err)
+		return http.StatusServiceUnavailable
+	case kafka.TooLarge(err):
+		return http.StatusRequestEntityTooLarge
+	case kafka.UnknownTopic(err):
+		return http.StatusNotFound
+	}
+	return http.StatusBadGateway
+}
+
+func (g *Gate) serveJob(x *exchange) {
+	topic := x.r.PathValue("topic")
+	acks, partition, ok := g.admit(x, topic)
+	if !ok {
+		return
+	}
+	body, ok := x.readBody(g.cfg.MaxBodyBytes)
+	if !ok {
+		return
+	}
+	j, err := job.Decode(body)
+	if err != nil {
+		g.metrics.jobs.WithLabelValues(topic, "rejected").Inc()
+		x.failDecode(err)
+		return
+	}
+	now := g.now()
+	if err := j.Validate(topic, now); err != nil {
+		g.metrics.jobs.WithLabelValues(topic, "rejected").Inc()
+		x.failDecode(err)
+		return
+	}
+	j.Defaults(topic, now)
+	msg := kafka.Message{Topic: topic, Key: []byte(j.Group), Value: j.AppendJSON(make([]byte, 0, len(body)+192)), Partition: partition}
+	results, err := g.produce(x, acks, []kafka.Message{msg})
+	if err != nil {
+		g.answerCtxErr(x, err, []string{j.ID})
+		return
+	}
+	if perr := results[0].Err; perr != nil {
+		status := g.produceStatus(perr)
+		g.metrics.jobs.WithLabelValues(topic, "rejected").Inc()
+		if status == http.StatusServiceUnavailable {
+			g.unavailable(x, perr)
+			return
+		}
+		x.fail(status, "Kafka refused the job: %v", perr)
+		return
+	}
+	g.metrics.jobs.WithLabelValues(topic, "accepted").Inc()
+	out := make([]byte, 0, 128)
+	out = append(out, `{"id":`...)
+	out = job.AppendString(out, j.ID)
+	out = append(out, `,"topic":`...)
+	out = job.AppendString(out, topic)
+	out = append(out, `,"partition":`...)
+	out = strconv.AppendInt(out, int64(results[0].Partition), 10)
+	out = append(out, `,"offset":`...)
+	out = strconv.AppendInt(out, results[0].Offset, 10)
+	out = append(out, "}\n"...)
+	x.raw(http.StatusAccepted, out)
+}
+
+// batchResult is one item's outcome in a batch answer.
+type batchResult struct {
+	Index     int    `json:"index"`
+	Status    int    `json:"status"`
+	ID        string `json:"id,omitempty"`
+	Partition *int32 `json:"partition,omitempty"`
+	Offset    *int64 `json:"offset,omitempty"`
+	Error     string `json:"error,omitempty"`
+	Field     string `json:"field,omitempty"`
+}
+
+type batchBody struct {
+	Topic    string        `json:"topic"`
+	Accepted int           `json:"accepted"`
+	Rejected int           `json:"rejected"`
+	Results  []batchResult `json:"results"`
+}
+
+// serveBatch takes a JSON array or NDJSON of jobs and produces the valid ones
+// together. Invalid items are answered per item and do not stop the others;
+// a syntax error, which leaves the rest of the body unreadable, fails the
+// whole request. Status: 202 when every item was accepted, 207 when some
+// were, else the status shared by the failures (400 when they differ).
+func (g *Gate) serveBatch(x *exchange) {
+	topic := x.r.PathValue("topic")
+	acks, partition, ok := g.admit(x, topic)
+	if !ok {
+		return
+	}
+	body, ok := x.readBody(g.cfg.MaxBatchBytes)
+	if !ok {
+		return
+	}
+	now := g.now()
+	var (
+		results []batchResult
+		msgs    []kafka.Message
+		msgItem []int // msgs[k] is results[msgItem[k]]
+		ids     []string
+	)
+	stream := job.NewStream(bytes.NewReader(body), body)
+	for {
+		j, err := stream.Next()
+		if err == io.EOF {
+			break
+		}
+		if stream.Count() > g.cfg.MaxBatchJobs {
+			x.fail(http.StatusRequestEntityTooLarge, "batch has more than %d jobs (--max-batch-jobs); split it", g.cfg.MaxBatchJobs)
+			return
+		}
+		var itemErr *job.ItemError
+		if errors.As(err, &itemErr) {
+			results = append(results, rejectedItem(len(results), itemErr.Err))
+			continue
+		}
+		if err != nil {
+			x.failDecode(err)
+			return
+		}
+		if err := j.Validate(topic, now); err != nil {
+			results = append(results, rejectedItem(len(results), err))
+			continue
+		}
+		j.Defaults(topic, now)
+		msgItem = append(msgItem, len(results))
+		results = append(results, batchResult{Index: len(results), ID: j.ID})
+		ids = append(ids, j.ID)
+		msgs = append(msgs, kafka.Message{Topic: topic, Key: []byte(j.Group), Value: j.AppendJSON(nil), Partition: partition})
+	}
+	if len(results) == 0 {
+		x.fail(http.StatusBadRequest, "empty batch: send a JSON array of jobs or NDJSON")
+		return
+	}
+	g.metrics.batchSize.Observe(float64(len(results)))
+	if len(msgs) > 0 {
+		produced, err := g.produce(x, acks, msgs)
+		if err != nil {
+			g.answerCtxErr(x, err, ids)
+			return
+		}
+		for k, pr := range produced {
+			res := &results[msgItem[k]]
+			if pr.Err != nil {
+				res.Status, res.Error = g.produceStatus(pr.Err), "Kafka refused the job: "+pr.Err.Error()
+				continue
+			}
+			part, off := pr.Partition, pr.Offset
+			res.Status, res.Partition, res.Offset = http.StatusAccepted, &part, &off
+		}
+	}
+	out := batchBody{Topic: topic, Results: results}
+	failStatus := 0
+	for _, r := range results {
+		if r.Status == http.StatusAccepted {
+			out.Accepted++
+			continue
+		}
+		out.Rejected++
+		if failStatus == 0 {
+			failStatus = r.Status
+		} else if failStatus != r.Status {
+			failStatus = http.StatusBadRequest
+		}
+	}
+	g.metrics.jobs.WithLabelValues(topic, "accepted").Add(float64(out.Accepted))
+	g.metrics.jobs.WithLabelValues(topic, "rejected").Add(float64(out.Rejected))
+	status := http.StatusAccepted
+	switch {
+	case out.Rejected > 0 && out.Accepted > 0:
+		status = http.StatusMultiStatus
+	case out.Rejected > 0:
+		status = failStatus
+		if status == http.StatusServiceUnavailable {
+			secs := max(int(g.cfg.RetryAfter.Round(time.Second)/time.Second), 1)
+			x.w.Header().Set("Retry-After", strconv.Itoa(secs))
+		}
+	}
+	x.json(status, out)
+}
+
+func rejectedItem(index int, err error) batchResult {
+	eb := decodeErrorBody(err)
+	return batchResult{Index: index, Status: http.StatusBadRequest, Error: eb.Error, Field: eb.Field}
+}
