@@ -51,7 +51,7 @@ func Parse(fs *flag.FlagSet, part string, args []string) error {
 		for _, env := range []string{EnvName(part, f.Name), SharedEnvName(f.Name)} {
 			if v, ok := os.LookupEnv(env); ok {
 				if serr := fs.Set(f.Name, v); serr != nil {
-					err = fmt.Errorf("environment %s=%q: %v", env, v, serr)
+					err = &EnvError{Name: env, Value: v, Err: serr}
 				}
 				return
 			}
@@ -59,6 +59,14 @@ func Parse(fs *flag.FlagSet, part string, args []string) error {
 	})
 	return err
 }
+
+// EnvError is a bad value in a SLUICE_* environment variable.
+type EnvError struct {
+	Name, Value string
+	Err         error
+}
+
+func (e *EnvError) Error() string { return fmt.Sprintf("environment %s=%q: %v", e.Name, e.Value, e.Err) }
 
 // Usage writes the help for fs: every flag with its environment variable and
 // default.
@@ -74,7 +82,7 @@ func Usage(w io.Writer, fs *flag.FlagSet, part string) {
 	sort.Slice(flags, func(i, j int) bool { return flags[i].Name < flags[j].Name })
 	for _, f := range flags {
 		def := ""
-		if f.DefValue != "" {
+		if f.DefValue != "" && f.DefValue != "false" {
 			def = fmt.Sprintf(" (default %s)", f.DefValue)
 		}
 		fmt.Fprintf(tw, "  --%s\t%s\t%s%s\n", f.Name, EnvName(part, f.Name), f.Usage, def)

@@ -27,7 +27,9 @@ const consulMissing = "consul agent not found: run `make consul` (builds the pin
 
 // FindConsul returns the Consul agent binary to run: $SLUICE_CONSUL_BIN if
 // set, else bin/consul under the module root (found by walking up from the
-// working directory to the go.mod of ModulePath), else consul from PATH.
+// working directory to the go.mod of ModulePath), else a consul beside the
+// running executable (bin/sluice next to bin/consul, run from anywhere),
+// else consul from PATH.
 func FindConsul() (string, error) {
 	if bin := os.Getenv("SLUICE_CONSUL_BIN"); bin != "" {
 		path, err := exec.LookPath(bin)
@@ -39,6 +41,11 @@ func FindConsul() (string, error) {
 	if root, err := ModuleRoot(); err == nil {
 		bin := filepath.Join(root, "bin", "consul")
 		if path, err := exec.LookPath(bin); err == nil {
+			return path, nil
+		}
+	}
+	if exe, err := os.Executable(); err == nil {
+		if path, err := exec.LookPath(filepath.Join(filepath.Dir(exe), "consul")); err == nil {
 			return path, nil
 		}
 	}

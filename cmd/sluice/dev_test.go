@@ -1,0 +1,180 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/stack"
+)
+
+// devOnFreePorts is sluice dev's default configuration with every address
+// moved to a free port and the data in dir.
+func devOnFreePorts(t *testing.T, dir string) devConfig {
+	t.Helper()
+	var cfg devConfig
+	cfg.register(flag.NewFlagSet("dev", flag.ContinueOnError))
+	cfg.Dir = dir
+	for _, addr := range []*string{&cfg.GateAddr, &cfg.KafkaAddr, &cfg.RedisAddr, &cfg.ConsulAddr} {
+		port, err := stack.FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		*addr = "127.0.0.1:" + strconv.Itoa(port)
+	}
+	return cfg
+}
+
+type runningDev struct {
+	out    bytes.Buffer
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startDev(t *testing.T, cfg devConfig) *runningDev {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &runningDev{cancel: cancel, done: make(chan error, 1)}
+	ready := make(chan struct{})
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	go func() { d.done <- devStack(ctx, cfg, log, &d.out, func() { close(ready) }) }()
+	select {
+	case <-ready:
+	case err := <-d.done:
+		cancel()
+		t.Fatalf("sluice dev did not start: %v", err)
+	case <-time.After(2 * time.Minute):
+		cancel()
+		t.Fatal("sluice dev did not start within 2 minutes")
+	}
+	t.Cleanup(func() { d.stop(t) })
+	return d
+}
+
+func (d *runningDev) stop(t *testing.T) {
+	if d.cancel == nil {
+		return
+	}
+	d.cancel()
+	d.cancel = nil
+	if err := <-d.done; err != nil {
+		t.Errorf("sluice dev stopped with %v", err)
+	}
+}
+
+// curlFromBanner runs the curl example sluice dev printed, as an HTTP request.
+func curlFromBanner(t *testing.T, banner string) (status int, body []byte) {
+	t.Helper()
+	m := regexp.MustCompile(`(?s)curl -sS -X POST (\S+) -H '([^']+)' \\\s+-d '([^']+)'`).FindStringSubmatch(banner)
+	if m == nil {
+		t.Fatalf("no curl example in the banner:\n%s", banner)
+	}
+	req, _ := http.NewRequest(http.MethodPost, m[1], strings.NewReader(m[3]))
+	name, value, _ := strings.Cut(m[2], ": ")
+	req.Header.Set(name, value)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("the printed curl: %v", err)
+	}
+	defer resp.Body.Close()
+	body, _ = io.ReadAll(resp.Body)
+	return resp.StatusCode, body
+}
+
+func readBack(t *testing.T, broker, topic string, partition int32, offset int64) []byte {
+	t.Helper()
+	cfg := sarama.NewConfig()
+	c, err := sarama.NewConsumer([]string{broker}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pc, err := c.ConsumePartition(topic, partition, offset)
+	if err != nil {
+		t.Fatalf("consume %s/%d@%d: %v", topic, partition, offset, err)
+	}
+	defer pc.Close()
+	select {
+	case m := <-pc.Messages():
+		return m.Value
+	case err := <-pc.Errors():
+		t.Fatal(err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no record at %s/%d@%d", topic, partition, offset)
+	}
+	return nil
+}
+
+func TestDevRunsThePrintedCurlAndKeepsJobsAcrossRestarts(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), ".sluice")
+	cfg := devOnFreePorts(t, dir)
+	d := startDev(t, cfg)
+	banner := d.out.String()
+	for _, want := range []string{cfg.GateAddr, cfg.KafkaAddr, cfg.RedisAddr, cfg.ConsulAddr, "no authentication"} {
+		if !strings.Contains(banner, want) {
+			t.Fatalf("banner lacks %q:\n%s", want, banner)
+		}
+	}
+	status, body := curlFromBanner(t, banner)
+	if status != http.StatusAccepted {
+		t.Fatalf("printed curl: %d %s", status, body)
+	}
+	var partition int32
+	var offset int64
+	var id string
+	if _, err := fmt.Sscanf(string(body), `{"id":%q,"topic":"jobs","partition":%d,"offset":%d}`, &id, &partition, &offset); err != nil {
+		t.Fatalf("answer %s: %v", body, err)
+	}
+	wantPayload := []byte(`"payload":{"greeting":"<hi> & welcome"}`)
+	if v := readBack(t, cfg.KafkaAddr, "jobs", partition, offset); !bytes.Contains(v, wantPayload) {
+		t.Fatalf("record %s lacks %s", v, wantPayload)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
+	defer rdb.Close()
+	if err := rdb.Set(context.Background(), "survives", "yes", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+
+	d.stop(t)
+	for _, addr := range []string{cfg.GateAddr, cfg.KafkaAddr, cfg.RedisAddr, cfg.ConsulAddr} {
+		if err := stack.CheckAddrFree(addr, "after stop", "-"); err != nil {
+			t.Fatalf("still listening after sluice dev stopped: %v", err)
+		}
+	}
+
+	startDev(t, cfg)
+	if v := readBack(t, cfg.KafkaAddr, "jobs", partition, offset); !bytes.Contains(v, []byte(id)) || !bytes.Contains(v, wantPayload) {
+		t.Fatalf("after a restart the record is %s", v)
+	}
+	if v, err := rdb.Get(context.Background(), "survives").Result(); err != nil || v != "yes" {
+		t.Fatalf("Redis lost its data across a restart: %q %v", v, err)
+	}
+}
+
+func TestDevRefusesATakenPort(t *testing.T) {
+	cfg := devOnFreePorts(t, t.TempDir())
+	ln, err := net.Listen("tcp", cfg.RedisAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	err = devStack(context.Background(), cfg, slog.New(slog.DiscardHandler), io.Discard, nil)
+	if !errors.Is(err, stack.ErrAddrInUse) || !strings.Contains(err.Error(), "--redis-addr") {
+		t.Fatalf("devStack with the Redis port taken: %v", err)
+	}
+}

@@ -1,0 +1,120 @@
+// Command sluice runs any part of the sluice job pipeline, or all of them on
+// one machine with `sluice dev`.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+
+	"github.com/sluicehq/sluice/gate"
+	"github.com/sluicehq/sluice/internal/cli"
+)
+
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, stdout, stderr io.Writer) error
+}
+
+func commands() []command {
+	return []command{
+		{"dev", "run the whole pipeline on this machine: Kafka (kfake), Redis, Consul and every part", runDev},
+		{"gate", "the HTTP gate: validate jobs and write them to Kafka", runGate},
+		{"version", "print the version", runVersion},
+	}
+}
+
+func main() {
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// errUsage marks errors whose message is all the user needs (flag errors are
+// printed by the flag package itself).
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
+		usage(stdout)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, c := range commands() {
+		if c.name != args[0] {
+			continue
+		}
+		err := c.run(ctx, args[1:], stdout, stderr)
+		switch {
+		case err == nil || cli.IsHelp(err):
+			return 0
+		case errors.Is(err, errUsage):
+			return 2
+		}
+		fmt.Fprintf(stderr, "sluice %s: %v\n", c.name, err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n", args[0])
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: sluice <command> [flags]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Commands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run `sluice <command> --help` for its flags; every flag can also be set through")
+	fmt.Fprintln(w, "the environment as SLUICE_<COMMAND>_<FLAG> or SLUICE_<FLAG>.")
+}
+
+// parse parses a command's flags; a parse error has been printed already.
+func parse(fs *flag.FlagSet, part string, args []string, stdout io.Writer) error {
+	fs.SetOutput(stdout)
+	if err := cli.Parse(fs, part, args); err != nil {
+		var envErr *cli.EnvError
+		if cli.IsHelp(err) || errors.As(err, &envErr) {
+			// Help was asked for, or an environment variable was wrong
+			// (the flag package printed nothing about that).
+			return err
+		}
+		return errUsage // the flag package printed the error and usage
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	return nil
+}
+
+func runGate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("gate", flag.ContinueOnError)
+	var cfg gate.Config
+	cfg.Register(fs)
+	if err := parse(fs, "gate", args, stdout); err != nil {
+		return err
+	}
+	log, err := cfg.Logging.Logger(stderr)
+	if err != nil {
+		return err
+	}
+	ctx, stop := cli.SignalContext(ctx, log)
+	defer stop()
+	return gate.Run(ctx, cfg, log)
+}
+
+func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
+	v := "(devel)"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" {
+		v = bi.Main.Version
+	}
+	fmt.Fprintf(stdout, "sluice %s\n", v)
+	return nil
+}
