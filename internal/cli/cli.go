@@ -66,7 +66,9 @@ type EnvError struct {
 	Err         error
 }
 
-func (e *EnvError) Error() string { return fmt.Sprintf("environment %s=%q: %v", e.Name, e.Value, e.Err) }
+func (e *EnvError) Error() string {
+	return fmt.Sprintf("environment %s=%q: %v", e.Name, e.Value, e.Err)
+}
 
 // Usage writes the help for fs: every flag with its environment variable and
 // default.
