@@ -37,6 +37,7 @@ type Config struct {
 	RetryAfter      time.Duration
 	DrainTimeout    time.Duration
 	MetadataRefresh time.Duration
+	Pprof           bool
 	Logging         cli.Logging
 }
 
@@ -61,6 +62,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.RetryAfter, "retry-after", time.Second, "Retry-After sent with 503 while Kafka is unreachable")
 	cli.DurationVar(fs, &c.DrainTimeout, "drain-timeout", 15*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
 	cli.DurationVar(fs, &c.MetadataRefresh, "metadata-refresh", 10*time.Second, "how often to re-read Kafka's topic list")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiler under /debug/pprof/ (diagnosis only)")
 	c.Logging.Register(fs)
 }
 
@@ -116,6 +118,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 	mux.HandleFunc("/v1/topics/{topic}/jobs", g.instrument("job", g.serveJob))
 	mux.HandleFunc("/v1/topics/{topic}/jobs:batch", g.instrument("batch", g.serveBatch))
 	ops.Mount(mux, g.reg, g.catalog.Ready)
+	if cfg.Pprof {
+		ops.MountPprof(mux)
+	}
 	g.handler = mux
 	if !auth.Enabled() {
 		log.Warn("authentication is off: any client may write any allowed topic (--allow-no-auth)")

@@ -34,6 +34,7 @@ type devConfig struct {
 	Partitions     int
 	RedisMaxMemory string
 	StopTimeout    time.Duration
+	Pprof          bool
 	Logging        cli.Logging
 }
 
@@ -47,6 +48,7 @@ func (c *devConfig) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Partitions, "partitions", 8, "partitions of the job topic")
 	fs.StringVar(&c.RedisMaxMemory, "redis-maxmemory", "256mb", "Redis maxmemory (policy noeviction)")
 	cli.DurationVar(fs, &c.StopTimeout, "stop-timeout", 15*time.Second, "how long each part may take to stop")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiler under the gate's /debug/pprof/")
 	c.Logging.Register(fs)
 	fs.Lookup("log-format").DefValue = "text"
 	c.Logging.Format = "text"
@@ -155,6 +157,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	gcfg.Kafka.Brokers = []string{cfg.KafkaAddr}
 	gcfg.AllowNoAuth = true
 	gcfg.DrainTimeout = cfg.StopTimeout
+	gcfg.Pprof = cfg.Pprof
 	gateLn, err := net.Listen("tcp", cfg.GateAddr)
 	if err != nil {
 		return fmt.Errorf("gate: %w", err)
