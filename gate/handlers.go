@@ -12,8 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/kafka"
 )
@@ -38,7 +36,7 @@ func (g *Gate) instrument(route string, serve func(*exchange)) http.HandlerFunc 
 		x := exchange{w: w, r: r}
 		serve(&x)
 		g.metrics.inflight.Dec()
-		g.metrics.request(route, x.status).Inc()
+		g.metrics.requests.with(route, strconv.Itoa(x.status)).Inc()
 		duration.Observe(time.Since(start).Seconds())
 	}
 }
@@ -194,15 +192,11 @@ func (g *Gate) produce(x *exchange, acks kafka.Acks, msgs []kafka.Message) (resu
 	defer cancel()
 	start := time.Now()
 	results, err := g.producer.Produce(ctx, acks, msgs)
-	g.produceObserver(acks).Observe(time.Since(start).Seconds())
+	g.metrics.produceDuration.WithLabelValues(acks.String()).Observe(time.Since(start).Seconds())
 	if err != nil {
 		return nil, err
 	}
 	return results, nil
-}
-
-func (g *Gate) produceObserver(acks kafka.Acks) prometheus.Observer {
-	return g.metrics.produceDuration.WithLabelValues(acks.String())
 }
 
 // answerCtxErr answers a produce whose wait ended before Kafka did: 504 with
@@ -246,13 +240,13 @@ func (g *Gate) serveJob(x *exchange) {
 	}
 	j, err := job.Decode(body)
 	if err != nil {
-		g.metrics.jobs.WithLabelValues(topic, "rejected").Inc()
+		g.metrics.jobs.with(topic, "rejected").Inc()
 		x.failDecode(err)
 		return
 	}
 	now := g.now()
 	if err := j.Validate(topic, now); err != nil {
-		g.metrics.jobs.WithLabelValues(topic, "rejected").Inc()
+		g.metrics.jobs.with(topic, "rejected").Inc()
 		x.failDecode(err)
 		return
 	}
@@ -265,7 +259,7 @@ func (g *Gate) serveJob(x *exchange) {
 	}
 	if perr := results[0].Err; perr != nil {
 		status := g.produceStatus(perr)
-		g.metrics.jobs.WithLabelValues(topic, "rejected").Inc()
+		g.metrics.jobs.with(topic, "rejected").Inc()
 		if status == http.StatusServiceUnavailable {
 			g.unavailable(x, perr)
 			return
@@ -273,7 +267,7 @@ func (g *Gate) serveJob(x *exchange) {
 		x.fail(status, "Kafka refused the job: %v", perr)
 		return
 	}
-	g.metrics.jobs.WithLabelValues(topic, "accepted").Inc()
+	g.metrics.jobs.with(topic, "accepted").Inc()
 	out := make([]byte, 0, 128)
 	out = append(out, `{"id":`...)
 	out = job.AppendString(out, j.ID)
@@ -327,7 +321,7 @@ func (g *Gate) serveBatch(x *exchange) {
 		msgItem []int // msgs[k] is results[msgItem[k]]
 		ids     []string
 	)
-	stream := job.NewStream(bytes.NewReader(body), body)
+	stream := job.NewStream(body)
 	for {
 		j, err := stream.Next()
 		if err == io.EOF {
@@ -354,7 +348,7 @@ func (g *Gate) serveBatch(x *exchange) {
 		msgItem = append(msgItem, len(results))
 		results = append(results, batchResult{Index: len(results), ID: j.ID})
 		ids = append(ids, j.ID)
-		msgs = append(msgs, kafka.Message{Topic: topic, Key: []byte(j.Group), Value: j.AppendJSON(nil), Partition: partition})
+		msgs = append(msgs, kafka.Message{Topic: topic, Key: []byte(j.Group), Value: j.AppendJSON(make([]byte, 0, len(j.Payload)+256)), Partition: partition})
 	}
 	if len(results) == 0 {
 		x.fail(http.StatusBadRequest, "empty batch: send a JSON array of jobs or NDJSON")
@@ -391,8 +385,8 @@ func (g *Gate) serveBatch(x *exchange) {
 			failStatus = http.StatusBadRequest
 		}
 	}
-	g.metrics.jobs.WithLabelValues(topic, "accepted").Add(float64(out.Accepted))
-	g.metrics.jobs.WithLabelValues(topic, "rejected").Add(float64(out.Rejected))
+	g.metrics.jobs.with(topic, "accepted").Add(float64(out.Accepted))
+	g.metrics.jobs.with(topic, "rejected").Add(float64(out.Rejected))
 	status := http.StatusAccepted
 	switch {
 	case out.Rejected > 0 && out.Accepted > 0:
@@ -404,7 +398,50 @@ func (g *Gate) serveBatch(x *exchange) {
 			x.w.Header().Set("Retry-After", strconv.Itoa(secs))
 		}
 	}
-	x.json(status, out)
+	x.raw(status, out.appendJSON(make([]byte, 0, 64+len(results)*80)))
+}
+
+// appendJSON writes the batch answer by hand: for 100-job batches,
+// encoding/json's reflection was a tenth of the gate's CPU.
+func (b *batchBody) appendJSON(dst []byte) []byte {
+	dst = append(dst, `{"topic":`...)
+	dst = job.AppendString(dst, b.Topic)
+	dst = append(dst, `,"accepted":`...)
+	dst = strconv.AppendInt(dst, int64(b.Accepted), 10)
+	dst = append(dst, `,"rejected":`...)
+	dst = strconv.AppendInt(dst, int64(b.Rejected), 10)
+	dst = append(dst, `,"results":[`...)
+	for i, r := range b.Results {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = append(dst, `{"index":`...)
+		dst = strconv.AppendInt(dst, int64(r.Index), 10)
+		dst = append(dst, `,"status":`...)
+		dst = strconv.AppendInt(dst, int64(r.Status), 10)
+		if r.ID != "" {
+			dst = append(dst, `,"id":`...)
+			dst = job.AppendString(dst, r.ID)
+		}
+		if r.Partition != nil {
+			dst = append(dst, `,"partition":`...)
+			dst = strconv.AppendInt(dst, int64(*r.Partition), 10)
+		}
+		if r.Offset != nil {
+			dst = append(dst, `,"offset":`...)
+			dst = strconv.AppendInt(dst, *r.Offset, 10)
+		}
+		if r.Error != "" {
+			dst = append(dst, `,"error":`...)
+			dst = job.AppendString(dst, r.Error)
+		}
+		if r.Field != "" {
+			dst = append(dst, `,"field":`...)
+			dst = job.AppendString(dst, r.Field)
+		}
+		dst = append(dst, '}')
+	}
+	return append(dst, "]}\n"...)
 }
 
 func rejectedItem(index int, err error) batchResult {

@@ -1,30 +1,52 @@
 package gate
 
 import (
-	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 type metrics struct {
-	requests        *prometheus.CounterVec
+	requests        *counterCache
 	requestDuration *prometheus.HistogramVec
 	produceDuration *prometheus.HistogramVec
 	batchSize       prometheus.Histogram
 	inflight        prometheus.Gauge
-	jobs            *prometheus.CounterVec
+	jobs            *counterCache
+}
 
-	// Label lookups cost a hash and a lock; cache the few combinations.
-	mu       sync.RWMutex
-	counters map[[2]string]prometheus.Counter
+// counterCache remembers the children of a two-label CounterVec: a label
+// lookup costs a hash and a lock per request, and the combinations are few.
+type counterCache struct {
+	vec *prometheus.CounterVec
+	mu  sync.RWMutex
+	m   map[[2]string]prometheus.Counter
+}
+
+func newCounterCache(opts prometheus.CounterOpts, a, b string) *counterCache {
+	return &counterCache{vec: prometheus.NewCounterVec(opts, []string{a, b}), m: map[[2]string]prometheus.Counter{}}
+}
+
+func (c *counterCache) with(a, b string) prometheus.Counter {
+	key := [2]string{a, b}
+	c.mu.RLock()
+	ctr, ok := c.m[key]
+	c.mu.RUnlock()
+	if ok {
+		return ctr
+	}
+	ctr = c.vec.WithLabelValues(a, b)
+	c.mu.Lock()
+	c.m[key] = ctr
+	c.mu.Unlock()
+	return ctr
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
-		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+		requests: newCounterCache(prometheus.CounterOpts{
 			Name: "sluice_gate_requests_total", Help: "HTTP requests to the enqueue API by route and status code.",
-		}, []string{"route", "code"}),
+		}, "route", "code"),
 		requestDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sluice_gate_request_duration_seconds", Help: "Enqueue request latency, from first byte read to response written.",
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
@@ -40,26 +62,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_gate_inflight_requests", Help: "Enqueue requests being served now.",
 		}),
-		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+		jobs: newCounterCache(prometheus.CounterOpts{
 			Name: "sluice_gate_jobs_total", Help: "Jobs by topic and outcome: accepted (Kafka acknowledged) or rejected.",
-		}, []string{"topic", "outcome"}),
-		counters: map[[2]string]prometheus.Counter{},
+		}, "topic", "outcome"),
 	}
-	reg.MustRegister(m.requests, m.requestDuration, m.produceDuration, m.batchSize, m.inflight, m.jobs)
+	reg.MustRegister(m.requests.vec, m.requestDuration, m.produceDuration, m.batchSize, m.inflight, m.jobs.vec)
 	return m
-}
-
-func (m *metrics) request(route string, code int) prometheus.Counter {
-	key := [2]string{route, strconv.Itoa(code)}
-	m.mu.RLock()
-	c, ok := m.counters[key]
-	m.mu.RUnlock()
-	if ok {
-		return c
-	}
-	c = m.requests.WithLabelValues(key[0], key[1])
-	m.mu.Lock()
-	m.counters[key] = c
-	m.mu.Unlock()
-	return c
 }
