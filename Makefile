@@ -10,7 +10,7 @@ GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.slu
 TEST_P  ?= 2
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build run test deps redis consul modules vet race fuzz bench bench-gate loadtest-gate clean
+.PHONY: all build run test deps redis consul modules race fuzz bench bench-gate clean
 
 all: build
 
@@ -64,6 +64,11 @@ fuzz:
 ## bench: Go benchmarks (numbers go to BENCHMARKS.md with the command).
 bench: deps
 	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+## bench-gate: the gate against kfake under wrk, beside a bare Go handler.
+bench-gate: build
+	@command -v wrk >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq wrk >/dev/null; }
+	DURATION=$${DURATION:-20s} loadtest/gate-bench.sh
 
 clean:
 	rm -rf bin .sluice

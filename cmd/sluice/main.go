@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"runtime/debug"
 
@@ -25,11 +26,13 @@ func commands() []command {
 	return []command{
 		{"dev", "run the whole pipeline on this machine: Kafka (kfake), Redis, Consul and every part", runDev},
 		{"gate", "the HTTP gate: validate jobs and write them to Kafka", runGate},
+		{"loadtest", "load generators for benchmarks: gate, body, bare-server", runLoadtest},
 		{"version", "print the version", runVersion},
 	}
 }
 
 func main() {
+	cli.TuneGC()
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
@@ -109,6 +112,8 @@ func runGate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	defer stop()
 	return gate.Run(ctx, cfg, log)
 }
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 func runVersion(_ context.Context, _ []string, stdout, _ io.Writer) error {
 	v := "(devel)"
