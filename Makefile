@@ -10,7 +10,7 @@ GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.slu
 TEST_P  ?= 2
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build run test deps redis consul modules race fuzz bench bench-gate clean
+.PHONY: all build run test deps redis consul modules fuzz bench bench-gate clean
 
 all: build
 
@@ -47,12 +47,10 @@ modules:
 run: deps build
 	./bin/sluice dev
 
-## test: vet, then every test against real Redis, Consul and Kafka (kfake).
+## test: vet, then every test, with the race detector, against real Redis,
+## Consul and Kafka (kfake).
 test: deps
 	$(GO) vet ./...
-	$(GO) test -count=1 -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...
-
-race: deps
 	$(GO) test -count=1 -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...
 
 ## fuzz: a short run of each decoder fuzz target (FUZZTIME=10m for longer).

@@ -415,7 +415,7 @@ func TestUnknownTopicWithoutAllowList(t *testing.T) {
 	}
 	// A topic created after the gate started is found without a restart.
 	k.CreateTopic("fresh", 2)
-	waitFor(t, 10*time.Second, "the new topic to be served", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the new topic to be served", func() bool {
 		return post(t, g.url+"/v1/topics/fresh/jobs", `{"type":"t"}`).status == http.StatusAccepted
 	})
 }
@@ -466,7 +466,7 @@ func TestKafkaDownIs503AndRecovers(t *testing.T) {
 	if a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") != "2" {
 		t.Fatalf("Kafka down: %d Retry-After %q %s", a.status, a.header.Get("Retry-After"), a.body)
 	}
-	waitFor(t, 10*time.Second, "/readyz to fail", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "/readyz to fail", func() bool {
 		return do(t, "GET", g.url+"/readyz", nil).status == http.StatusServiceUnavailable
 	})
 	// Now known down: answered at once, not after a produce timeout.
@@ -477,7 +477,7 @@ func TestKafkaDownIs503AndRecovers(t *testing.T) {
 		t.Fatalf("a request while Kafka is known down took %s", time.Since(start))
 	}
 	k.Start()
-	waitFor(t, 30*time.Second, "the gate to accept again", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "the gate to accept again", func() bool {
 		return post(t, g.url+"/v1/topics/jobs/jobs", `{"type":"t"}`).status == http.StatusAccepted
 	})
 	if a := do(t, "GET", g.url+"/readyz", nil); a.status != 200 {
@@ -516,7 +516,7 @@ func TestProduceDeadlineIs504WithIDs(t *testing.T) {
 		t.Fatalf("held batch: %d %s", a.status, a.body)
 	}
 	release()
-	waitFor(t, 10*time.Second, "produce to work again", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "produce to work again", func() bool {
 		return post(t, g.url+"/v1/topics/jobs/jobs", `{"type":"t"}`).status == http.StatusAccepted
 	})
 }
@@ -527,7 +527,7 @@ func TestShutdownDrainsInFlightRequests(t *testing.T) {
 	release := holdProduce(k)
 	got := make(chan answer, 1)
 	go func() { got <- post(t, g.url+"/v1/topics/jobs/jobs", `{"type":"t"}`) }()
-	waitFor(t, 10*time.Second, "the request to be in flight", func() bool {
+	testenv.WaitFor(t, 10*time.Second, "the request to be in flight", func() bool {
 		return metricValue(t, g.gate, "sluice_gate_inflight_requests") == 1
 	})
 	g.stop()
