@@ -53,7 +53,9 @@ func TestHealthReadyMetricsAndDrain(t *testing.T) {
 	base := "http://" + ln.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() { served <- Serve(ctx, slog.New(slog.DiscardHandler), &http.Server{Handler: mux}, ln, 10*time.Second) }()
+	go func() {
+		served <- Serve(ctx, slog.New(slog.DiscardHandler), &http.Server{Handler: mux}, ln, 10*time.Second)
+	}()
 
 	if code, _ := get(t, base+"/healthz"); code != 200 {
 		t.Fatalf("/healthz %d", code)
