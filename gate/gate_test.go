@@ -33,7 +33,7 @@ type testGate struct {
 	done  chan error
 }
 
-func startGate(t *testing.T, k *testenv.KafkaCluster, mutate func(*gate.Config)) *testGate {
+func startGate(t testing.TB, k *testenv.KafkaCluster, mutate func(*gate.Config)) *testGate {
 	t.Helper()
 	var cfg gate.Config
 	fs := flagSet()
@@ -65,13 +65,20 @@ func startGate(t *testing.T, k *testenv.KafkaCluster, mutate func(*gate.Config))
 	return tg
 }
 
-func newKafka(t *testing.T, opts ...testenv.KafkaOption) *testenv.KafkaCluster {
+func newKafkaB(b *testing.B) *testenv.KafkaCluster { return newKafka(b) }
+
+func startGateB(b *testing.B, k *testenv.KafkaCluster) *gate.Gate {
+	b.Helper()
+	return startGate(b, k, nil).gate
+}
+
+func newKafka(t testing.TB, opts ...testenv.KafkaOption) *testenv.KafkaCluster {
 	return testenv.Kafka(t, append([]testenv.KafkaOption{
 		testenv.Topic("jobs", partitions), testenv.Topic("other", 1), testenv.Topic("jobs.dlq", 1),
 	}, opts...)...)
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Log(strings.TrimSpace(string(p)))
