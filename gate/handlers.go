@@ -156,9 +156,15 @@ func (g *Gate) admit(x *exchange, topic string) (acks kafka.Acks, partition int3
 }
 
 func (g *Gate) unavailable(x *exchange, err error) {
+	g.setRetryAfter(x)
+	x.fail(http.StatusServiceUnavailable, "Kafka is unavailable, retry later: %v", err)
+}
+
+// setRetryAfter tells a client turned away with 503 when to come back, in
+// whole seconds as HTTP wants.
+func (g *Gate) setRetryAfter(x *exchange) {
 	secs := max(int(g.cfg.RetryAfter.Round(time.Second)/time.Second), 1)
 	x.w.Header().Set("Retry-After", strconv.Itoa(secs))
-	x.fail(http.StatusServiceUnavailable, "Kafka is unavailable, retry later: %v", err)
 }
 
 // readBody reads the whole body up to limit bytes, answering 413 above it.
@@ -228,16 +234,30 @@ func (g *Gate) produceStatus(err error) int {
 	return http.StatusBadGateway
 }
 
+// request is what admitBody accepted.
+type request struct {
+	topic     string
+	acks      kafka.Acks
+	partition int32
+	body      []byte
+}
+
+// admitBody runs admit, then reads the body up to limit bytes.
+func (g *Gate) admitBody(x *exchange, limit int64) (req request, ok bool) {
+	req.topic = x.r.PathValue("topic")
+	if req.acks, req.partition, ok = g.admit(x, req.topic); !ok {
+		return req, false
+	}
+	req.body, ok = x.readBody(limit)
+	return req, ok
+}
+
 func (g *Gate) serveJob(x *exchange) {
-	topic := x.r.PathValue("topic")
-	acks, partition, ok := g.admit(x, topic)
+	req, ok := g.admitBody(x, g.cfg.MaxBodyBytes)
 	if !ok {
 		return
 	}
-	body, ok := x.readBody(g.cfg.MaxBodyBytes)
-	if !ok {
-		return
-	}
+	topic, acks, partition, body := req.topic, req.acks, req.partition, req.body
 	j, err := job.Decode(body)
 	if err != nil {
 		g.metrics.jobs.with(topic, "rejected").Inc()
@@ -305,15 +325,11 @@ type batchBody struct {
 // whole request. Status: 202 when every item was accepted, 207 when some
 // were, else the status shared by the failures (400 when they differ).
 func (g *Gate) serveBatch(x *exchange) {
-	topic := x.r.PathValue("topic")
-	acks, partition, ok := g.admit(x, topic)
+	req, ok := g.admitBody(x, g.cfg.MaxBatchBytes)
 	if !ok {
 		return
 	}
-	body, ok := x.readBody(g.cfg.MaxBatchBytes)
-	if !ok {
-		return
-	}
+	topic, acks, partition, body := req.topic, req.acks, req.partition, req.body
 	now := g.now()
 	var (
 		results []batchResult
@@ -394,8 +410,7 @@ func (g *Gate) serveBatch(x *exchange) {
 	case out.Rejected > 0:
 		status = failStatus
 		if status == http.StatusServiceUnavailable {
-			secs := max(int(g.cfg.RetryAfter.Round(time.Second)/time.Second), 1)
-			x.w.Header().Set("Retry-After", strconv.Itoa(secs))
+			g.setRetryAfter(x)
 		}
 	}
 	x.raw(status, out.appendJSON(make([]byte, 0, 64+len(results)*80)))

@@ -58,14 +58,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	var cfg devConfig
 	cfg.register(fs)
-	if err := parse(fs, "dev", args, stdout); err != nil {
-		return err
-	}
-	log, err := cfg.Logging.Logger(stderr)
+	ctx, log, stop, err := start(ctx, fs, "dev", &cfg.Logging, args, stdout, stderr)
 	if err != nil {
 		return err
 	}
-	ctx, stop := cli.SignalContext(ctx, log)
 	defer stop()
 	return devStack(ctx, cfg, log, stdout, nil)
 }

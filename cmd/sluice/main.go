@@ -97,18 +97,29 @@ func parse(fs *flag.FlagSet, part string, args []string, stdout io.Writer) error
 	return nil
 }
 
+// start parses a long-running command's flags (registered on fs by the
+// caller), builds its logger and returns a context that ends on SIGINT or
+// SIGTERM; call stop when done.
+func start(ctx context.Context, fs *flag.FlagSet, part string, logging *cli.Logging, args []string, stdout, stderr io.Writer) (_ context.Context, _ *slog.Logger, stop func(), err error) {
+	if err := parse(fs, part, args, stdout); err != nil {
+		return nil, nil, nil, err
+	}
+	log, err := logging.Logger(stderr)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, stop = cli.SignalContext(ctx, log)
+	return ctx, log, stop, nil
+}
+
 func runGate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gate", flag.ContinueOnError)
 	var cfg gate.Config
 	cfg.Register(fs)
-	if err := parse(fs, "gate", args, stdout); err != nil {
-		return err
-	}
-	log, err := cfg.Logging.Logger(stderr)
+	ctx, log, stop, err := start(ctx, fs, "gate", &cfg.Logging, args, stdout, stderr)
 	if err != nil {
 		return err
 	}
-	ctx, stop := cli.SignalContext(ctx, log)
 	defer stop()
 	return gate.Run(ctx, cfg, log)
 }
