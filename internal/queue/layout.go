@@ -1,0 +1,119 @@
+// Package queue is sluice's Redis side: the key layout of a partition, the
+// pool of Redis clients that serves the partitions, and the Lua scripts that
+// change a partition's state. Every state change is one script that names
+// all its keys in KEYS (never built from ARGV inside the script, so a
+// partition can move to a Redis Cluster slot of its own) and documents its
+// KEYS, ARGV and return values above it. docs/redis-layout.md describes the
+// layout for operators.
+package queue
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+)
+
+// Layout says how many partitions there are and which stage's keys to use.
+type Layout struct {
+	Stage      string
+	Partitions int
+}
+
+// Validate checks the layout.
+func (l Layout) Validate() error {
+	if l.Stage == "" || strings.ContainsAny(l.Stage, "{}: \t\n") {
+		return fmt.Errorf("stage %q: want a non-empty name without braces, colons or spaces", l.Stage)
+	}
+	if l.Partitions < 1 || l.Partitions > 4096 {
+		return fmt.Errorf("partitions %d: want 1..4096", l.Partitions)
+	}
+	return nil
+}
+
+// PartitionOf is the Redis partition of a group: fnv1a32(group) % N, so all
+// of a group's jobs share one partition's fair queue and counters.
+func (l Layout) PartitionOf(group string) int {
+	h := fnv.New32a()
+	h.Write([]byte(group))
+	return int(h.Sum32() % uint32(l.Partitions))
+}
+
+// Keys returns the key names of partition p.
+func (l Layout) Keys(p int) Keys {
+	// All of a partition's keys share the hash tag {stage:pN}, so one
+	// script can touch them together on a Redis Cluster too.
+	return Keys{prefix: "sluice:{" + l.Stage + ":p" + strconv.Itoa(p) + "}:"}
+}
+
+// Keys names the keys of one partition. See docs/redis-layout.md.
+type Keys struct{ prefix string }
+
+// Prefix is the partition's key prefix, "sluice:{<stage>:p<id>}:".
+func (k Keys) Prefix() string { return k.prefix }
+
+// Job is the job's hash: its envelope as relayed, state and attempts.
+func (k Keys) Job(id string) string { return k.prefix + "job:" + id }
+
+// Ready is the group's FIFO list of ready job ids.
+func (k Keys) Ready(group string) string { return k.prefix + "ready:" + group }
+
+// Group is the group's hash: counters, weight and virtual finish time.
+func (k Keys) Group(group string) string { return k.prefix + "group:" + group }
+
+// Groups is the sorted set of groups with ready jobs, by virtual time: the
+// partition's fair order.
+func (k Keys) Groups() string { return k.prefix + "groups" }
+
+// VirtualTime is the partition's virtual clock: the virtual time of the last
+// job served. A group that becomes active starts there, so it cannot claim
+// service for the time it was idle.
+func (k Keys) VirtualTime() string { return k.prefix + "vt" }
+
+// Delayed is the sorted set of job ids by due time (Unix ms).
+func (k Keys) Delayed() string { return k.prefix + "delayed" }
+
+// Inflight is the sorted set of leased job ids by lease deadline (Unix ms).
+func (k Keys) Inflight() string { return k.prefix + "inflight" }
+
+// Dead is the sorted set of dead job ids by time of death (Unix ms).
+func (k Keys) Dead() string { return k.prefix + "dead" }
+
+// Cmd is the partition's list of coordinator commands.
+func (k Keys) Cmd() string { return k.prefix + "cmd" }
+
+// Fence holds the newest relay lock token seen for topic; writes with an
+// older one are refused.
+func (k Keys) Fence(topic string) string { return k.prefix + "fence:" + topic }
+
+// Stats is the partition's hash of counters (relayed, deduped, fenced, ...).
+func (k Keys) Stats() string { return k.prefix + "stats" }
+
+// ParsePartitionAddrs reads "0=host:port,3=host:port": partitions that live
+// on a Redis of their own. The others use the default address.
+func ParsePartitionAddrs(s string, partitions int) (map[int]string, error) {
+	out := map[int]string{}
+	if strings.TrimSpace(s) == "" {
+		return out, nil
+	}
+	for _, def := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(def), "=")
+		p, err := strconv.Atoi(id)
+		if !ok || err != nil || addr == "" {
+			return nil, fmt.Errorf("partition address %q: want <partition>=<host:port>", def)
+		}
+		if p < 0 || p >= partitions {
+			return nil, fmt.Errorf("partition address %q: partition out of range 0..%d", def, partitions-1)
+		}
+		if _, dup := out[p]; dup {
+			return nil, fmt.Errorf("partition %d given twice", p)
+		}
+		out[p] = addr
+	}
+	return out, nil
+}
+
+// ErrFenced means a write carried a lock token older than the newest the
+// partition has seen: the writer was deposed.
+var ErrFenced = errors.New("fenced: a newer lock holder has written to this partition")

@@ -1,0 +1,132 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Pool holds the Redis clients of a layout's partitions: one per distinct
+// address, so partitions on the same Redis share connections and pipelines.
+type Pool struct {
+	layout   Layout
+	byPart   []*redis.Client
+	distinct []*redis.Client
+	addrs    []string // of distinct
+}
+
+// PoolConfig configures NewPool.
+type PoolConfig struct {
+	Layout Layout
+	// Addr is the Redis of every partition not in PartitionAddrs.
+	Addr string
+	// PartitionAddrs moves partitions to Redis servers of their own
+	// (physical partitioning); see ParsePartitionAddrs.
+	PartitionAddrs map[int]string
+	// Options, if set, adjusts each client's options (timeouts, pool size).
+	Options func(*redis.Options)
+}
+
+// NewPool creates the clients; it does not connect yet.
+func NewPool(cfg PoolConfig) (*Pool, error) {
+	if err := cfg.Layout.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Addr == "" {
+		return nil, errors.New("queue: no Redis address")
+	}
+	p := &Pool{layout: cfg.Layout, byPart: make([]*redis.Client, cfg.Layout.Partitions)}
+	clients := map[string]*redis.Client{}
+	for part := range p.byPart {
+		addr := cfg.Addr
+		if a, ok := cfg.PartitionAddrs[part]; ok {
+			addr = a
+		}
+		c, ok := clients[addr]
+		if !ok {
+			opts := &redis.Options{
+				Addr: addr,
+				// Retries are the caller's: a script retried by the
+				// client behind our back could run twice. (Ours are
+				// idempotent, but the caller must also see the
+				// failure to back off and log it.)
+				MaxRetries: -1,
+			}
+			if cfg.Options != nil {
+				cfg.Options(opts)
+			}
+			c = redis.NewClient(opts)
+			clients[addr] = c
+			p.distinct = append(p.distinct, c)
+			p.addrs = append(p.addrs, addr)
+		}
+		p.byPart[part] = c
+	}
+	return p, nil
+}
+
+// Layout is the pool's layout.
+func (p *Pool) Layout() Layout { return p.layout }
+
+// Client is the client of partition part.
+func (p *Pool) Client(part int) *redis.Client { return p.byPart[part] }
+
+// Servers are the distinct clients and their addresses.
+func (p *Pool) Servers() ([]*redis.Client, []string) { return p.distinct, p.addrs }
+
+// Close closes every client.
+func (p *Pool) Close() error {
+	var errs []error
+	for _, c := range p.distinct {
+		errs = append(errs, c.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// LoadScripts loads the scripts into every Redis, so pipelines can use
+// EVALSHA (inside a pipeline go-redis cannot fall back to EVAL by itself).
+// Callers also reload on NOSCRIPT: a restarted Redis has an empty cache.
+func (p *Pool) LoadScripts(ctx context.Context) error {
+	for i, c := range p.distinct {
+		for _, s := range scripts {
+			if err := s.Load(ctx, c).Err(); err != nil {
+				return fmt.Errorf("loading scripts into Redis %s: %w", p.addrs[i], err)
+			}
+		}
+	}
+	return nil
+}
+
+// scripts are every script the pool runs, for LoadScripts.
+var scripts []*redis.Script
+
+func newScript(src string) *redis.Script {
+	s := redis.NewScript(src)
+	scripts = append(scripts, s)
+	return s
+}
+
+func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
+
+// Transient reports whether err says Redis cannot serve now (down,
+// loading, out of memory, read-only replica, ...) rather than that a
+// particular command was wrong: the whole batch should be retried later.
+func Transient(err error) bool {
+	if err == nil {
+		return false
+	}
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return true // not a Redis reply: the connection failed
+	}
+	msg := rerr.Error()
+	for _, prefix := range []string{"OOM", "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOSCRIPT"} {
+		if strings.HasPrefix(msg, prefix) {
+			return true
+		}
+	}
+	return false
+}
