@@ -124,7 +124,7 @@ func (d *dockerContainer) exec(ctx context.Context, cmd ...string) (string, erro
 	return string(out), nil
 }
 
-func startRedisDocker(ctx context.Context, o redisOpts) (redisBackend, error) {
+func startRedisDocker(ctx context.Context, o redisOpts) (backend, error) {
 	return runFixedPort(ctx, redisImage, "6379", func(int) []testcontainers.ContainerCustomizer {
 		cmd := []string{"redis-server", "--save", "", "--maxmemory-policy", "noeviction"}
 		if o.aof {
@@ -145,7 +145,7 @@ func startRedisDocker(ctx context.Context, o redisOpts) (redisBackend, error) {
 	})
 }
 
-func startConsulDocker(ctx context.Context) (consulBackend, error) {
+func startConsulDocker(ctx context.Context) (backend, error) {
 	return runFixedPort(ctx, consulImage, "8500", func(int) []testcontainers.ContainerCustomizer {
 		return []testcontainers.ContainerCustomizer{
 			testcontainers.WithCmd("agent", "-dev", "-client", "0.0.0.0"),

@@ -67,15 +67,7 @@ type KafkaCluster struct {
 func Kafka(t testing.TB, opts ...KafkaOption) *KafkaCluster {
 	t.Helper()
 	k, err := startKafka(t, opts)
-	if err != nil {
-		t.Fatalf("testenv: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := k.Close(); err != nil {
-			t.Errorf("testenv: closing kafka: %v", err)
-		}
-	})
-	return k
+	return forTest(t, "kafka", k, err)
 }
 
 // StartKafka is Kafka for TestMain: the caller must call Close.
@@ -88,18 +80,10 @@ func startKafka(tb testing.TB, opts []KafkaOption) (*KafkaCluster, error) {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	m, err := mode()
-	if err != nil {
-		return nil, err
-	}
-	ctx, cancel := startCtx()
-	defer cancel()
-	var be kafkaBackend
-	if m == modeDocker {
-		be, err = startKafkaDocker(ctx, o)
-	} else {
-		be, err = startKafkaProcess(ctx, o)
-	}
+	be, err := startBackend(
+		func(ctx context.Context) (kafkaBackend, error) { return startKafkaProcess(ctx, o) },
+		func(ctx context.Context) (kafkaBackend, error) { return startKafkaDocker(ctx, o) },
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -111,7 +95,7 @@ type kafkaProcess struct {
 	dataDir string
 }
 
-func startKafkaProcess(ctx context.Context, o kafkaOpts) (*kafkaProcess, error) {
+func startKafkaProcess(ctx context.Context, o kafkaOpts) (kafkaBackend, error) {
 	// kfake binds port 0 itself, so there is no free port race here.
 	k, err := stack.StartKafka(ctx, stack.KafkaConfig{
 		Brokers: o.brokers,
@@ -190,32 +174,14 @@ func (k *KafkaCluster) CreateTopic(name string, partitions int32) {
 // Restart stops the cluster and starts it again on the same ports. In process
 // mode it needs DataDir, and reloads the topics, records and committed
 // offsets from there.
-func (k *KafkaCluster) Restart() {
-	ctx, cancel := startCtx()
-	defer cancel()
-	if err := k.be.restart(ctx); err != nil {
-		k.f.fatalf("testenv: restarting kafka: %v", err)
-	}
-}
+func (k *KafkaCluster) Restart() { k.f.do(startTimeout, "restarting kafka", k.be.restart) }
 
 // Stop takes the cluster down until Start: clients see connections refused,
 // as in a Kafka outage. In process mode Start needs DataDir.
-func (k *KafkaCluster) Stop() {
-	ctx, cancel := startCtx()
-	defer cancel()
-	if err := k.be.stop(ctx); err != nil {
-		k.f.fatalf("testenv: stopping kafka: %v", err)
-	}
-}
+func (k *KafkaCluster) Stop() { k.f.do(startTimeout, "stopping kafka", k.be.stop) }
 
 // Start starts a stopped cluster again on the same ports.
-func (k *KafkaCluster) Start() {
-	ctx, cancel := startCtx()
-	defer cancel()
-	if err := k.be.start(ctx); err != nil {
-		k.f.fatalf("testenv: starting kafka: %v", err)
-	}
-}
+func (k *KafkaCluster) Start() { k.f.do(startTimeout, "starting kafka", k.be.start) }
 
 // Close shuts the cluster down. Kafka calls it in t.Cleanup; it is safe to
 // call more than once.

@@ -70,6 +70,47 @@ func (f failer) fatalf(format string, args ...any) {
 	panic(fmt.Sprintf(format, args...))
 }
 
+// do runs op with a context that ends after timeout and fails with
+// "testenv: <what>: <error>" if op does.
+func (f failer) do(timeout time.Duration, what string, op func(context.Context) error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := op(ctx); err != nil {
+		f.fatalf("testenv: %s: %v", what, err)
+	}
+}
+
+// forTest is the body of Redis(t), Consul(t) and Kafka(t): it fails t if
+// starting c failed, and closes c in t.Cleanup.
+func forTest[C interface{ Close() error }](t testing.TB, name string, c C, err error) C {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("testenv: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Close(); err != nil {
+			t.Errorf("testenv: closing %s: %v", name, err)
+		}
+	})
+	return c
+}
+
+// startBackend starts a component's backend the way EnvMode chooses, with a
+// context bounded by startTimeout.
+func startBackend[B any](process, docker func(context.Context) (B, error)) (B, error) {
+	m, err := mode()
+	if err != nil {
+		var none B
+		return none, err
+	}
+	ctx, cancel := startCtx()
+	defer cancel()
+	if m == modeDocker {
+		return docker(ctx)
+	}
+	return process(ctx)
+}
+
 // withFreePort calls start with free ports until it does not fail with
 // stack.ErrAddrInUse: a port found free can be taken again before the child
 // binds it, and only the caller that chose the port can choose another.
