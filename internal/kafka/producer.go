@@ -21,6 +21,8 @@ type Message struct {
 	// Partition, when >= 0, names the partition explicitly (Kafkagate
 	// semantics: canaries must reach each partition). -1 routes by Key.
 	Partition int32
+	// Headers travel with the record (the relay's dead-letter reason).
+	Headers []sarama.RecordHeader
 }
 
 // Result is the outcome of producing one Message.
@@ -170,6 +172,7 @@ func (p *Producer) Produce(ctx context.Context, acks Acks, msgs []Message) ([]Re
 		if msgs[i].Key != nil {
 			pm.Key = sarama.ByteEncoder(msgs[i].Key)
 		}
+		pm.Headers = msgs[i].Headers
 		pm.Metadata = &slots[i]
 		select {
 		case ap.Input() <- pm:
