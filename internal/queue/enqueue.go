@@ -66,8 +66,8 @@ type Result struct {
 // KEYS[5+n+2g]            group:<group g>
 // ARGV[1] lock token   ARGV[2] now, Unix ms   ARGV[3] topic   ARGV[4] n   ARGV[5] m
 // ARGV[5+g]               name of group g
-// ARGV[5+m+6(i-1)+1..6]   job i: id, group index g, weight (>= 1),
-//                         due time Unix ms (0: now), group total (0: unknown), envelope
+// ARGV[5+m+6(i-1)+1..6]   job i: id, group index g, weight (>= 1), due time
+// Unix ms (0: now), group total (0: unknown), envelope
 // Returns -1 when fenced (nothing written), else n codes: 1 queued,
 // 2 delayed, 0 duplicate (nothing written), 3 refused (the group's keys hold
 // the wrong types; nothing written for it).
