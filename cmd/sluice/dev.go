@@ -13,9 +13,13 @@ import (
 	"strconv"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/gate"
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/stack"
+	"github.com/sluicehq/sluice/relay"
 )
 
 func init() {
@@ -25,17 +29,19 @@ func init() {
 }
 
 type devConfig struct {
-	Dir            string
-	GateAddr       string
-	KafkaAddr      string
-	RedisAddr      string
-	ConsulAddr     string
-	Topic          string
-	Partitions     int
-	RedisMaxMemory string
-	StopTimeout    time.Duration
-	Pprof          bool
-	Logging        cli.Logging
+	Dir             string
+	GateAddr        string
+	KafkaAddr       string
+	RedisAddr       string
+	ConsulAddr      string
+	RelayAddr       string
+	RedisPartitions int
+	Topic           string
+	Partitions      int
+	RedisMaxMemory  string
+	StopTimeout     time.Duration
+	Pprof           bool
+	Logging         cli.Logging
 }
 
 func (c *devConfig) register(fs *flag.FlagSet) {
@@ -44,6 +50,8 @@ func (c *devConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.KafkaAddr, "kafka-addr", "127.0.0.1:9092", "Kafka (kfake) broker address")
 	fs.StringVar(&c.RedisAddr, "redis-addr", "127.0.0.1:6390", "Redis address")
 	fs.StringVar(&c.ConsulAddr, "consul-addr", "127.0.0.1:8500", "Consul HTTP address")
+	fs.StringVar(&c.RelayAddr, "relay-addr", "127.0.0.1:8081", "relay's /healthz, /readyz and /metrics address")
+	fs.IntVar(&c.RedisPartitions, "redis-partitions", 8, "Redis partitions (queue pool size)")
 	fs.StringVar(&c.Topic, "topic", "jobs", "job topic to create (with its .retry and .dlq topics)")
 	fs.IntVar(&c.Partitions, "partitions", 8, "partitions of the job topic")
 	fs.StringVar(&c.RedisMaxMemory, "redis-maxmemory", "256mb", "Redis maxmemory (policy noeviction)")
@@ -76,6 +84,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 		{cfg.KafkaAddr, "kafka", "--kafka-addr"},
 		{cfg.RedisAddr, "redis", "--redis-addr"},
 		{cfg.ConsulAddr, "consul", "--consul-addr"},
+		{cfg.RelayAddr, "relay", "--relay-addr"},
 	} {
 		if err := stack.CheckAddrFree(p.addr, p.what, p.flag); err != nil {
 			return err
@@ -136,6 +145,9 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	}
 	stops = append(stops, redis.Stop)
 	log.Info("redis up", "addr", cfg.RedisAddr, "data", filepath.Join(dir, "redis"))
+	if err := clearDevFences(startCtx, cfg); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
 
 	consul, err := stack.StartConsul(startCtx, stack.ConsulConfig{HTTPAddr: cfg.ConsulAddr, Dir: filepath.Join(dir, "consul")})
 	if err != nil {
@@ -163,6 +175,41 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 		gateLn.Close()
 		return fmt.Errorf("gate: %w", err)
 	}
+	// The relay, in process: it holds the topic's lock in the dev Consul
+	// and moves jobs into the dev Redis.
+	var rcfg relay.Config
+	rfs := flag.NewFlagSet("relay", flag.ContinueOnError)
+	rcfg.Register(rfs)
+	rcfg.Topics = []string{cfg.Topic}
+	rcfg.Kafka.Brokers = []string{cfg.KafkaAddr}
+	rcfg.ConsulAddr = cfg.ConsulAddr
+	rcfg.RedisAddr = cfg.RedisAddr
+	rcfg.Partitions = cfg.RedisPartitions
+	rcfg.LockDelay = 0 // one relay: nobody to protect from a stale holder
+	relayLn, err := net.Listen("tcp", cfg.RelayAddr)
+	if err != nil {
+		gateLn.Close()
+		return fmt.Errorf("relay: %w", err)
+	}
+	rl, err := relay.New(startCtx, rcfg, log.With("part", "relay"))
+	if err != nil {
+		gateLn.Close()
+		relayLn.Close()
+		return fmt.Errorf("relay: %w", err)
+	}
+	relayCtx, stopRelay := context.WithCancel(context.Background())
+	relayDone := make(chan error, 1)
+	go func() { relayDone <- rl.Serve(relayCtx, relayLn) }()
+	stops = append(stops, func(sctx context.Context) error {
+		stopRelay()
+		select {
+		case err := <-relayDone:
+			return err
+		case <-sctx.Done():
+			return fmt.Errorf("relay did not stop in time: %w", sctx.Err())
+		}
+	})
+
 	gateCtx, stopGate := context.WithCancel(context.Background())
 	gateDone := make(chan error, 1)
 	go func() { gateDone <- g.Serve(gateCtx, gateLn) }()
@@ -188,11 +235,37 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	case err := <-gateDone:
 		gateDone <- err // for the stop function
 		return fmt.Errorf("gate stopped: %v", err)
+	case err := <-relayDone:
+		relayDone <- err
+		return fmt.Errorf("relay stopped: %v", err)
 	case <-redis.Exited():
 		return fmt.Errorf("redis-server exited unexpectedly; see %s", filepath.Join(dir, "redis", "redis.log"))
 	case <-consul.Exited():
 		return fmt.Errorf("consul exited unexpectedly; see %s", filepath.Join(dir, "consul", "consul.log"))
 	}
+}
+
+// clearDevFences removes the relay's fencing tokens left in Redis by an
+// earlier run. The dev Consul agent keeps no state, so its lock indexes
+// start over on every start while Redis (AOF) remembers the last run's
+// tokens, which would fence the new relay out. Here that is safe: the
+// agent was just started empty and this process runs the only relay.
+// Production Consul keeps its state, and its tokens only grow.
+func clearDevFences(ctx context.Context, cfg devConfig) error {
+	rdb := goredis.NewClient(&goredis.Options{Addr: cfg.RedisAddr})
+	defer rdb.Close()
+	layout := queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}
+	keys := make([]string, 0, cfg.RedisPartitions)
+	for p := range cfg.RedisPartitions {
+		keys = append(keys, layout.Keys(p).Fence(cfg.Topic))
+	}
+	// One DEL per key: a partition's keys hash to a slot of their own.
+	for _, k := range keys {
+		if err := rdb.Del(ctx, k).Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func printBanner(w io.Writer, cfg devConfig, dir string) {
@@ -205,13 +278,14 @@ sluice dev is running (data in %s). Ctrl-C stops everything; jobs survive a rest
   kafka    %s   topic %q with %d partitions, plus %s.retry and %s.dlq (kfake)
   redis    %s   (AOF on; maxmemory %s)
   consul   http://%s   (dev agent; KV starts empty on each start)
+  relay    http://%s/metrics   topic %q into %d Redis partitions (rate: sluice/dev/relay/%s/rate in Consul)
 
 Enqueue a job:
   curl -sS -X POST %s/v1/topics/%s/jobs -H 'Content-Type: application/json' \
     -d '{"type":"hello","payload":{"greeting":"<hi> & welcome"}}'
 
 `, dir, gateURL, gateURL, gateURL, gateURL, cfg.KafkaAddr, cfg.Topic, cfg.Partitions, cfg.Topic, cfg.Topic,
-		cfg.RedisAddr, cfg.RedisMaxMemory, cfg.ConsulAddr, gateURL, cfg.Topic)
+		cfg.RedisAddr, cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.Topic, cfg.RedisPartitions, cfg.Topic, gateURL, cfg.Topic)
 	if f, ok := w.(*os.File); ok {
 		f.Sync()
 	}

@@ -20,7 +20,9 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/stack"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // devOnFreePorts is sluice dev's default configuration with every address
@@ -30,7 +32,7 @@ func devOnFreePorts(t *testing.T, dir string) devConfig {
 	var cfg devConfig
 	cfg.register(flag.NewFlagSet("dev", flag.ContinueOnError))
 	cfg.Dir = dir
-	for _, addr := range []*string{&cfg.GateAddr, &cfg.KafkaAddr, &cfg.RedisAddr, &cfg.ConsulAddr} {
+	for _, addr := range []*string{&cfg.GateAddr, &cfg.KafkaAddr, &cfg.RedisAddr, &cfg.ConsulAddr, &cfg.RelayAddr} {
 		port, err := stack.FreePort()
 		if err != nil {
 			t.Fatal(err)
@@ -144,14 +146,24 @@ func TestDevRunsThePrintedCurlAndKeepsJobsAcrossRestarts(t *testing.T) {
 	if v := readBack(t, cfg.KafkaAddr, "jobs", partition, offset); !bytes.Contains(v, wantPayload) {
 		t.Fatalf("record %s lacks %s", v, wantPayload)
 	}
+	// The relay moves it into its Redis partition, byte for byte.
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
 	defer rdb.Close()
+	group := id // no group given: the job's id
+	jobKey := queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}.Keys(queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}.PartitionOf(group)).Job(id)
+	testenv.WaitFor(t, 30*time.Second, "the relay to move the job into Redis", func() bool {
+		n, _ := rdb.Exists(context.Background(), jobKey).Result()
+		return n == 1
+	})
+	if env, _ := rdb.HGet(context.Background(), jobKey, "env").Result(); !strings.Contains(env, string(wantPayload)) {
+		t.Fatalf("envelope in Redis %s lacks %s", env, wantPayload)
+	}
 	if err := rdb.Set(context.Background(), "survives", "yes", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 
 	d.stop(t)
-	for _, addr := range []string{cfg.GateAddr, cfg.KafkaAddr, cfg.RedisAddr, cfg.ConsulAddr} {
+	for _, addr := range []string{cfg.GateAddr, cfg.KafkaAddr, cfg.RedisAddr, cfg.ConsulAddr, cfg.RelayAddr} {
 		if err := stack.CheckAddrFree(addr, "after stop", "-"); err != nil {
 			t.Fatalf("still listening after sluice dev stopped: %v", err)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/gate"
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/relay"
 )
 
 type command struct {
@@ -26,6 +27,7 @@ func commands() []command {
 	return []command{
 		{"dev", "run the whole pipeline on this machine: Kafka (kfake), Redis, Consul and every part", runDev},
 		{"gate", "the HTTP gate: validate jobs and write them to Kafka", runGate},
+		{"relay", "the relay: move jobs from Kafka into partitioned Redis under a Consul lock", runRelay},
 		{"loadtest", "load generators for benchmarks: gate, body, bare-server", runLoadtest},
 		{"version", "print the version", runVersion},
 	}
@@ -122,6 +124,18 @@ func runGate(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	defer stop()
 	return gate.Run(ctx, cfg, log)
+}
+
+func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
+	var cfg relay.Config
+	cfg.Register(fs)
+	ctx, log, stop, err := start(ctx, fs, "relay", &cfg.Logging, args, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return relay.Run(ctx, cfg, log)
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -1,0 +1,71 @@
+package relay
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	jobs          *prometheus.CounterVec // topic, outcome
+	lag           *prometheus.GaugeVec   // topic, partition
+	rateWait      *prometheus.CounterVec // topic
+	ratePaused    *prometheus.GaugeVec   // topic
+	rateLimit     *prometheus.GaugeVec   // topic
+	memPaused     *prometheus.GaugeVec   // redis
+	memRatio      *prometheus.GaugeVec   // redis
+	lockHeld      *prometheus.GaugeVec   // topic
+	redisRetries  *prometheus.CounterVec // topic
+	batchSize     prometheus.Histogram   //
+	enqueueTime   prometheus.Histogram   //
+	lockAcquired  *prometheus.CounterVec // topic
+	consumeErrors *prometheus.CounterVec // topic
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_relay_jobs_total",
+			Help: "Jobs read from Kafka by topic and outcome: queued, delayed, duplicate (deduped by id), dead_lettered (poison, to <topic>.dlq), requeued (a job-specific Redis error, produced to Kafka again), fenced (refused: a newer lock holder wrote), shadowed (--shadow: read, not written).",
+		}, []string{"topic", "outcome"}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_relay_lag_messages", Help: "Messages in Kafka not yet relayed, by topic and partition (high watermark minus next offset).",
+		}, []string{"topic", "partition"}),
+		rateWait: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_relay_rate_wait_seconds_total", Help: "Time batches spent waiting for the topic's relay rate (including while paused).",
+		}, []string{"topic"}),
+		ratePaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_relay_rate_paused", Help: "1 while the topic's relay rate in Consul is \"paused\".",
+		}, []string{"topic"}),
+		rateLimit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_relay_rate_limit_jobs_per_second", Help: "The topic's relay rate in force; +Inf when unlimited, 0 when paused.",
+		}, []string{"topic"}),
+		memPaused: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_relay_memory_guard_paused", Help: "1 while the memory guard holds writes to this Redis back.",
+		}, []string{"redis"}),
+		memRatio: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_relay_redis_memory_ratio", Help: "used_memory / maxmemory of this Redis at the last sample.",
+		}, []string{"redis"}),
+		lockHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_relay_lock_held", Help: "1 while this relay holds the topic's Consul lock and relays it.",
+		}, []string{"topic"}),
+		lockAcquired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_relay_lock_acquisitions_total", Help: "Times this relay acquired the topic's lock.",
+		}, []string{"topic"}),
+		redisRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_relay_redis_retries_total", Help: "Batches retried because Redis could not serve (down, loading, out of memory).",
+		}, []string{"topic"}),
+		consumeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_relay_consume_errors_total", Help: "Errors reading from Kafka.",
+		}, []string{"topic"}),
+		batchSize: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_relay_batch_size_jobs", Help: "Jobs per relayed batch.",
+			Buckets: []float64{1, 8, 32, 128, 512, 1024, 4096},
+		}),
+		enqueueTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_relay_enqueue_duration_seconds", Help: "Time to enqueue one batch into Redis, retries included.",
+			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1, 5},
+		}),
+	}
+	reg.MustRegister(m.jobs, m.lag, m.rateWait, m.ratePaused, m.rateLimit, m.memPaused, m.memRatio,
+		m.lockHeld, m.lockAcquired, m.redisRetries, m.consumeErrors, m.batchSize, m.enqueueTime)
+	return m
+}

@@ -1,0 +1,477 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/consul"
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+var inf = math.Inf(1)
+
+// Headers the relay writes on records it produces.
+const (
+	HeaderReason      = "sluice-dlq-reason"     // why a record went to <topic>.dlq
+	HeaderSource      = "sluice-source"         // topic/partition/offset it was read at
+	HeaderRequeues    = "sluice-relay-requeues" // times the relay produced the job again
+	errLeaseLostText  = "the relay's lock lease is no longer valid"
+	maxRedisBackoff   = 5 * time.Second
+	firstRedisBackoff = 50 * time.Millisecond
+)
+
+var errLeaseLost = errors.New(errLeaseLostText)
+
+// relayTopic relays every partition of topic while lctx lives (the lease).
+func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lease, th *throttle, log *slog.Logger) error {
+	sc, err := r.saramaConfig()
+	if err != nil {
+		return err
+	}
+	client, err := sarama.NewClient(r.cfg.Kafka.Brokers, sc)
+	if err != nil {
+		return fmt.Errorf("kafka: %w", err)
+	}
+	defer client.Close()
+	parts, err := client.Partitions(topic)
+	if err != nil {
+		return fmt.Errorf("partitions of %s: %w", topic, err)
+	}
+	group := r.cfg.ConsumerGroup + "." + topic
+	committed, err := groupOffsets(client, group, topic, parts)
+	if err != nil {
+		return err
+	}
+	if committed == nil && !r.cfg.Shadow {
+		if err := seedGroup(client, group, topic, parts, log); err != nil {
+			return err
+		}
+	}
+	var om sarama.OffsetManager
+	if !r.cfg.Shadow {
+		if om, err = sarama.NewOffsetManagerFromClient(group, client); err != nil {
+			return fmt.Errorf("kafka offset manager: %w", err)
+		}
+	}
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return fmt.Errorf("kafka consumer: %w", err)
+	}
+	defer consumer.Close()
+
+	ctx, cancel := context.WithCancel(lctx)
+	defer cancel()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for _, p := range parts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if r.cfg.Shadow {
+				// A shadow reads along from where the live relay
+				// would go on, and never commits.
+				start := committed[p]
+				if start <= 0 {
+					start = sarama.OffsetOldest
+				}
+				err = r.relayPartition(ctx, topic, p, start, nil, lease, th, consumer, log.With("partition", p))
+			} else {
+				err = r.managedPartition(ctx, topic, p, om, lease, th, consumer, log.With("partition", p))
+			}
+			if err != nil && ctx.Err() == nil {
+				once.Do(func() { first = err; cancel() })
+			}
+		}()
+	}
+	// The committer: marks are set only after Redis accepted a job and all
+	// before it, so committing them is always safe while we hold the lock.
+	// After the lease is gone we commit nothing: the new holder owns the
+	// offsets now.
+	committerDone := make(chan struct{})
+	go func() {
+		defer close(committerDone)
+		t := time.NewTicker(r.cfg.CommitEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				if om != nil && lease.Valid() {
+					om.Commit()
+				}
+			}
+		}
+	}()
+	wg.Wait()
+	cancel()
+	<-committerDone
+	if om != nil && lease.Valid() {
+		om.Commit() // a graceful stop hands over with everything committed
+		om.Close()  // Close flushes marks too: only while they are still ours
+	}
+	if first == nil && lctx.Err() == nil {
+		first = errors.New("all partition consumers stopped")
+	}
+	return first
+}
+
+// groupOffsets reads the group's committed offsets by partition (-1: none),
+// or nil when the group does not exist.
+func groupOffsets(client sarama.Client, group, topic string, parts []int32) (map[int32]int64, error) {
+	broker, err := client.Coordinator(group)
+	if err != nil {
+		return nil, fmt.Errorf("coordinator of %s: %w", group, err)
+	}
+	fetch := &sarama.OffsetFetchRequest{Version: 2, ConsumerGroup: group}
+	for _, p := range parts {
+		fetch.AddPartition(topic, p)
+	}
+	resp, err := broker.FetchOffset(fetch)
+	if err != nil {
+		return nil, fmt.Errorf("offsets of %s: %w", group, err)
+	}
+	if resp.Err == sarama.ErrGroupIDNotFound {
+		return nil, nil
+	}
+	if resp.Err != sarama.ErrNoError {
+		return nil, fmt.Errorf("offsets of %s: %w", group, resp.Err)
+	}
+	out := make(map[int32]int64, len(parts))
+	for _, p := range parts {
+		out[p] = -1
+		if b := resp.GetBlock(topic, p); b != nil && b.Err == sarama.ErrNoError {
+			out[p] = b.Offset
+		}
+	}
+	return out, nil
+}
+
+// seedGroup makes sure the consumer group exists before sarama's offset
+// manager asks for its offsets. Kafka answers a group that never committed
+// with "no offset"; kfake (and some brokers) answer GROUP_ID_NOT_FOUND,
+// which the offset manager treats as fatal. Seeding the group with each
+// partition's oldest offset skips nothing: it is where a new group starts
+// anyway. Only the lock holder calls this, so nobody commits meanwhile.
+func seedGroup(client sarama.Client, group, topic string, parts []int32, log *slog.Logger) error {
+	broker, err := client.Coordinator(group)
+	if err != nil {
+		return fmt.Errorf("coordinator of %s: %w", group, err)
+	}
+	commit := &sarama.OffsetCommitRequest{Version: 2, ConsumerGroup: group, ConsumerGroupGeneration: -1, RetentionTime: -1}
+	for _, p := range parts {
+		oldest, err := client.GetOffset(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			return fmt.Errorf("oldest offset of %s/%d: %w", topic, p, err)
+		}
+		commit.AddBlock(topic, p, oldest, 0, "")
+	}
+	cresp, err := broker.CommitOffset(commit)
+	if err != nil {
+		return fmt.Errorf("seeding %s: %w", group, err)
+	}
+	for _, byPart := range cresp.Errors {
+		for p, kerr := range byPart {
+			if kerr != sarama.ErrNoError {
+				return fmt.Errorf("seeding %s at %s/%d: %w", group, topic, p, kerr)
+			}
+		}
+	}
+	log.Info("new consumer group: starting at the oldest offsets", "group", group)
+	return nil
+}
+
+// managedPartition relays one partition from its committed offset, marking
+// each batch's offsets once it is settled.
+func (r *Relay) managedPartition(ctx context.Context, topic string, partition int32, om sarama.OffsetManager,
+	lease *consul.Lease, th *throttle, consumer sarama.Consumer, log *slog.Logger) error {
+	pom, err := om.ManagePartition(topic, partition)
+	if err != nil {
+		return fmt.Errorf("offsets of %s/%d: %w", topic, partition, err)
+	}
+	defer pom.AsyncClose()
+	next, _ := pom.NextOffset()
+	return r.relayPartition(ctx, topic, partition, next, func(o int64) { pom.MarkOffset(o, "") }, lease, th, consumer, log)
+}
+
+// relayPartition moves one Kafka partition's messages into Redis in
+// batches from offset start until ctx ends, calling mark (if not nil) with
+// the next offset after each settled batch.
+func (r *Relay) relayPartition(ctx context.Context, topic string, partition int32, start int64, mark func(int64),
+	lease *consul.Lease, th *throttle, consumer sarama.Consumer, log *slog.Logger) error {
+	next := start
+	pc, err := consumer.ConsumePartition(topic, partition, next)
+	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
+		// The committed offset fell out of retention: relay what is left.
+		log.Warn("committed offset is gone from Kafka (retention); starting at the oldest", "offset", next)
+		pc, err = consumer.ConsumePartition(topic, partition, sarama.OffsetOldest)
+	}
+	if err != nil {
+		return fmt.Errorf("consume %s/%d at %d: %w", topic, partition, next, err)
+	}
+	defer pc.AsyncClose()
+	lag := r.m.lag.WithLabelValues(topic, strconv.Itoa(int(partition)))
+	batch := make([]*sarama.ConsumerMessage, 0, r.cfg.BatchSize)
+	for {
+		batch = batch[:0]
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-pc.Errors():
+			r.m.consumeErrors.WithLabelValues(topic).Inc()
+			log.Warn("reading from Kafka", "err", err)
+			continue
+		case m, ok := <-pc.Messages():
+			if !ok {
+				return fmt.Errorf("%s/%d: consumer closed", topic, partition)
+			}
+			batch = append(batch, m)
+		}
+	fill: // take what is already buffered, up to a batch
+		for len(batch) < r.cfg.BatchSize {
+			select {
+			case m := <-pc.Messages():
+				batch = append(batch, m)
+			default:
+				break fill
+			}
+		}
+		if err := r.relayBatch(ctx, topic, lease, th, batch, log); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		last := batch[len(batch)-1]
+		if mark != nil {
+			mark(last.Offset + 1)
+		}
+		lag.Set(float64(max(pc.HighWaterMarkOffset()-(last.Offset+1), 0)))
+	}
+}
+
+// relayBatch moves a batch into Redis, or to the DLQ or back to Kafka; when
+// it returns nil every message of the batch is settled and its offset may
+// be committed.
+func (r *Relay) relayBatch(ctx context.Context, topic string, lease *consul.Lease, th *throttle, batch []*sarama.ConsumerMessage, log *slog.Logger) error {
+	r.m.batchSize.Observe(float64(len(batch)))
+	waitStart := time.Now()
+	if err := th.Wait(ctx, len(batch)); err != nil {
+		return err
+	}
+	r.m.rateWait.WithLabelValues(topic).Add(time.Since(waitStart).Seconds())
+
+	now := r.now()
+	items := make([]queue.Item, 0, len(batch))
+	from := make([]*sarama.ConsumerMessage, 0, len(batch))
+	var poison []kafka.Message
+	for _, m := range batch {
+		it, reason := r.item(topic, m, now)
+		if reason != "" {
+			poison = append(poison, deadLetter(topic, m, reason))
+			continue
+		}
+		items = append(items, it)
+		from = append(from, m)
+	}
+	if r.cfg.Shadow {
+		r.m.jobs.WithLabelValues(topic, "shadowed").Add(float64(len(items)))
+		r.m.jobs.WithLabelValues(topic, "dead_lettered").Add(float64(len(poison)))
+		return nil
+	}
+	if len(poison) > 0 {
+		if err := r.produce(ctx, lease, poison, log); err != nil {
+			return err
+		}
+		r.m.jobs.WithLabelValues(topic, "dead_lettered").Add(float64(len(poison)))
+		log.Warn("poison messages sent to the DLQ", "count", len(poison), "dlq", topic+".dlq", "first_reason", string(poison[0].Headers[0].Value))
+	}
+	if len(items) == 0 {
+		return nil
+	}
+	results, err := r.enqueue(ctx, topic, lease, items, log)
+	if err != nil {
+		return err
+	}
+	var again []kafka.Message
+	counts := map[queue.Outcome]int{}
+	for i, res := range results {
+		counts[res.Outcome]++
+		switch res.Outcome {
+		case queue.Fenced:
+			return queue.ErrFenced
+		case queue.Failed:
+			again = append(again, r.requeue(topic, from[i], res.Err))
+		}
+	}
+	if len(again) > 0 {
+		if err := r.produce(ctx, lease, again, log); err != nil {
+			return err
+		}
+	}
+	for o, n := range counts {
+		name := o.String()
+		if o == queue.Failed {
+			name = "requeued"
+		}
+		r.m.jobs.WithLabelValues(topic, name).Add(float64(n))
+	}
+	return nil
+}
+
+// item turns a Kafka message into a queue item, or says why it is poison.
+func (r *Relay) item(topic string, m *sarama.ConsumerMessage, now time.Time) (queue.Item, string) {
+	j, err := job.Decode(m.Value)
+	if err != nil {
+		return queue.Item{}, "not a job envelope: " + err.Error()
+	}
+	if j.ID == "" {
+		// Written by another producer: an id from the record's place in
+		// Kafka is stable across redeliveries, so dedupe still holds.
+		j.ID = fmt.Sprintf("%s-%d-%d", topic, m.Partition, m.Offset)
+	}
+	if err := j.Validate(topic, now); err != nil {
+		return queue.Item{}, "invalid job envelope: " + err.Error()
+	}
+	if j.Group == "" {
+		j.Group = j.ID
+	}
+	return queue.Item{
+		ID: j.ID, Group: j.Group, Topic: topic, Weight: j.Priority + 1,
+		RunAt: j.RunAt, GroupTotal: j.GroupTotal, Envelope: m.Value,
+	}, ""
+}
+
+// enqueue writes items into Redis, waiting out the memory guard and
+// retrying while Redis cannot serve, logging state changes only.
+func (r *Relay) enqueue(ctx context.Context, topic string, lease *consul.Lease, items []queue.Item, log *slog.Logger) ([]queue.Result, error) {
+	start := time.Now()
+	defer func() { r.m.enqueueTime.Observe(time.Since(start).Seconds()) }()
+	backoff := firstRedisBackoff
+	failing := false
+	// Reserve each Redis's share of the batch with its memory guard, once.
+	bytes := map[*redis.Client]uint64{}
+	layout := r.pool.Layout()
+	for i := range items {
+		bytes[r.pool.Client(layout.PartitionOf(items[i].Group))] += uint64(len(items[i].Envelope) + jobFootprint)
+	}
+	for c, n := range bytes {
+		if err := r.guards[c].Reserve(ctx, n); err != nil {
+			return nil, err
+		}
+	}
+	for {
+		if !lease.Valid() {
+			return nil, errLeaseLost
+		}
+		results, err := r.pool.Enqueue(ctx, lease.Token(), items, r.now())
+		if err == nil {
+			if failing {
+				log.Info("Redis serves again; relaying resumed")
+			}
+			return results, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if !failing {
+			log.Warn("Redis cannot take the batch; retrying with backoff, nothing committed", "err", err)
+			failing = true
+		}
+		r.m.redisRetries.WithLabelValues(topic).Inc()
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(backoff*2, maxRedisBackoff)
+	}
+}
+
+// produce writes records to Kafka (all replicas), retrying until Kafka
+// takes them: a message is only settled, and its offset committed, once its
+// dead letter or requeued copy is durable.
+func (r *Relay) produce(ctx context.Context, lease *consul.Lease, msgs []kafka.Message, log *slog.Logger) error {
+	backoff := firstRedisBackoff
+	for {
+		if !lease.Valid() {
+			return errLeaseLost
+		}
+		results, err := r.producer.Produce(ctx, kafka.AcksAll, msgs)
+		if err != nil {
+			return err
+		}
+		var failed []kafka.Message
+		for i, res := range results {
+			if res.Err != nil {
+				failed = append(failed, msgs[i])
+			}
+		}
+		if len(failed) == 0 {
+			return nil
+		}
+		log.Warn("producing to Kafka failed; retrying", "count", len(failed), "err", results[0].Err)
+		msgs = failed
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(backoff*2, maxRedisBackoff)
+	}
+}
+
+// deadLetter is a poison message's record for <topic>.dlq: the original key
+// and bytes, the reason and where it came from in headers.
+func deadLetter(topic string, m *sarama.ConsumerMessage, reason string) kafka.Message {
+	headers := []sarama.RecordHeader{
+		{Key: []byte(HeaderReason), Value: []byte(reason)},
+		{Key: []byte(HeaderSource), Value: fmt.Appendf(nil, "%s/%d/%d", topic, m.Partition, m.Offset)},
+	}
+	for _, h := range m.Headers {
+		if h != nil && string(h.Key) != HeaderReason && string(h.Key) != HeaderSource {
+			headers = append(headers, *h)
+		}
+	}
+	return kafka.Message{Topic: topic + ".dlq", Key: m.Key, Value: m.Value, Partition: -1, Headers: headers}
+}
+
+// requeue is the record that puts a job Redis refused back on its topic, or
+// into the DLQ once it has been requeued MaxRequeues times.
+func (r *Relay) requeue(topic string, m *sarama.ConsumerMessage, cause error) kafka.Message {
+	n := 0
+	for _, h := range m.Headers {
+		if h != nil && string(h.Key) == HeaderRequeues {
+			n, _ = strconv.Atoi(string(h.Value))
+		}
+	}
+	if n >= r.cfg.MaxRequeues {
+		return deadLetter(topic, m, fmt.Sprintf("Redis refused the job %d times: %v", n+1, cause))
+	}
+	headers := []sarama.RecordHeader{{Key: []byte(HeaderRequeues), Value: []byte(strconv.Itoa(n + 1))}}
+	for _, h := range m.Headers {
+		if h != nil && string(h.Key) != HeaderRequeues {
+			headers = append(headers, *h)
+		}
+	}
+	return kafka.Message{Topic: topic, Key: m.Key, Value: m.Value, Partition: -1, Headers: headers}
+}
