@@ -530,3 +530,51 @@ func metricLabeled(t *testing.T, r *relay.Relay, name, label, value string) floa
 	}
 	return sum
 }
+
+func TestJobSpecificRedisErrorRequeuesThenDeadLetters(t *testing.T) {
+	b := newBed(t)
+	ctx := context.Background()
+	// The group's ready list key holds a string: Redis refuses its jobs,
+	// and only its jobs.
+	bad := b.layout.Keys(b.layout.PartitionOf("broken"))
+	b.redis.Client().Set(ctx, bad.Ready("broken"), "not a list", 0)
+	b.produceRaw(t, []kafka.Message{
+		{Topic: topic, Key: []byte("broken"), Value: envelope("victim", "broken"), Partition: 1},
+		{Topic: topic, Key: []byte("fine"), Value: envelope("ok1", "fine"), Partition: 1},
+	})
+	r := b.start(t, "r1", func(c *relay.Config) { c.MaxRequeues = 2 })
+	b.waitRelayed(t, 1, 30*time.Second)
+	consumer, err := sarama.NewConsumer(b.kafka.Brokers(), sarama.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer consumer.Close()
+	pc, err := consumer.ConsumePartition(topic+".dlq", 0, sarama.OffsetOldest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	select {
+	case m := <-pc.Messages():
+		var reason string
+		for _, h := range m.Headers {
+			if string(h.Key) == relay.HeaderReason {
+				reason = string(h.Value)
+			}
+		}
+		if !strings.Contains(reason, "3 times") || !strings.Contains(reason, "wrong type") || !strings.Contains(string(m.Value), `"id":"victim"`) {
+			t.Fatalf("dead letter %s with reason %q", m.Value, reason)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the refused job never reached the DLQ")
+	}
+	if n := metricLabeled(t, r.relay, "sluice_relay_jobs_total", "outcome", "requeued"); n != 2 {
+		t.Fatalf("requeued %v times, want 2", n)
+	}
+	if n := metricLabeled(t, r.relay, "sluice_relay_jobs_total", "outcome", "dead_lettered"); n != 1 {
+		t.Fatalf("dead-lettered %v, want 1", n)
+	}
+	if n, _ := b.redis.Client().Exists(ctx, bad.Job("victim")).Result(); n != 0 {
+		t.Fatal("a refused job left its hash behind")
+	}
+}

@@ -309,14 +309,21 @@ func (r *Relay) relayBatch(ctx context.Context, topic string, lease *consul.Leas
 		return err
 	}
 	var again []kafka.Message
-	counts := map[queue.Outcome]int{}
+	counts := map[string]int{}
 	for i, res := range results {
-		counts[res.Outcome]++
 		switch res.Outcome {
 		case queue.Fenced:
 			return queue.ErrFenced
 		case queue.Failed:
-			again = append(again, r.requeue(topic, from[i], res.Err))
+			msg := r.requeue(topic, from[i], res.Err)
+			again = append(again, msg)
+			if msg.Topic == topic {
+				counts["requeued"]++
+			} else {
+				counts["dead_lettered"]++
+			}
+		default:
+			counts[res.Outcome.String()]++
 		}
 	}
 	if len(again) > 0 {
@@ -324,12 +331,8 @@ func (r *Relay) relayBatch(ctx context.Context, topic string, lease *consul.Leas
 			return err
 		}
 	}
-	for o, n := range counts {
-		name := o.String()
-		if o == queue.Failed {
-			name = "requeued"
-		}
-		r.m.jobs.WithLabelValues(topic, name).Add(float64(n))
+	for outcome, n := range counts {
+		r.m.jobs.WithLabelValues(topic, outcome).Add(float64(n))
 	}
 	return nil
 }
