@@ -10,7 +10,7 @@ GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.slu
 TEST_P  ?= 2
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build run test deps redis consul modules fuzz bench bench-gate clean
+.PHONY: all build run test deps redis consul modules fuzz bench bench-gate bench-relay clean
 
 all: build
 
@@ -67,6 +67,10 @@ bench: deps
 bench-gate: build
 	@command -v wrk >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq wrk >/dev/null; }
 	DURATION=$${DURATION:-20s} loadtest/gate-bench.sh
+
+## bench-relay: the relay from kfake into Redis, beside redis-benchmark.
+bench-relay: deps
+	loadtest/relay-bench.sh
 
 clean:
 	rm -rf bin .sluice

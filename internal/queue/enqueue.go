@@ -69,8 +69,8 @@ type Result struct {
 // ARGV[5+m+6(i-1)+1..6]   job i: id, group index g, weight (>= 1), due time
 // Unix ms (0: now), group total (0: unknown), envelope
 // Returns -1 when fenced (nothing written), else n codes: 1 queued,
-// 2 delayed, 0 duplicate (nothing written), 3 refused (the group's keys hold
-// the wrong types; nothing written for it).
+// 2 delayed, 0 duplicate (nothing written), 3 refused (a key of the job or
+// its group holds the wrong type; nothing left written for it).
 //
 // The fence comes first: a deposed relay changes nothing, not even counters
 // of its own. Dedupe by the job hash: it lives until the job's result
@@ -87,66 +87,80 @@ if token > fence then
 end
 local now, n, m = ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5])
 local nowN = tonumber(now)
-local usable = {}
-for g = 1, m do
-  local rt = redis.call('TYPE', KEYS[5+n+2*g-1]).ok
-  local gt = redis.call('TYPE', KEYS[5+n+2*g]).ok
-  usable[g] = (rt == 'list' or rt == 'none') and (gt == 'hash' or gt == 'none')
-end
-local codes, ready, per = {}, {}, {}
+local function failed(r) return type(r) == 'table' and r.err end
+
+-- Jobs: dedupe and write in one command each. The env field exists for as
+-- long as the job's hash does.
+local codes, per = {}, {}
 local relayed, deduped = 0, 0
 for i = 1, n do
   local a = 5 + m + 6*(i-1)
-  local id, g = ARGV[a+1], tonumber(ARGV[a+2])
-  if not usable[g] then
+  local r = redis.pcall('HSETNX', KEYS[5+i], 'env', ARGV[a+6])
+  if failed(r) then
     codes[i] = 3
-  elseif redis.call('EXISTS', KEYS[5+i]) == 1 then
+  elseif r == 0 then
     codes[i] = 0
     deduped = deduped + 1
   else
+    local g = tonumber(ARGV[a+2])
     local c = per[g]
-    if not c then c = {relayed = 0, ready = 0, delayed = 0, weight = 0, total = 0}; per[g] = c end
-    c.relayed = c.relayed + 1
+    if not c then c = {jobs = {}, ready = {}, delayed = {}, weight = 1, total = 0}; per[g] = c end
+    c.jobs[#c.jobs+1] = i
     local w, total, due = tonumber(ARGV[a+3]), tonumber(ARGV[a+5]), tonumber(ARGV[a+4])
     if w > c.weight then c.weight = w end
     if total > 0 then c.total = total end
     if due > nowN then
-      redis.call('HSET', KEYS[5+i], 'env', ARGV[a+6], 'group', ARGV[5+g], 'state', 'delayed', 'relayed_ms', now)
-      redis.call('ZADD', KEYS[5], due, id)
-      c.delayed = c.delayed + 1
+      c.delayed[#c.delayed+1] = due
+      c.delayed[#c.delayed+1] = ARGV[a+1]
       codes[i] = 2
     else
-      redis.call('HSET', KEYS[5+i], 'env', ARGV[a+6], 'group', ARGV[5+g], 'state', 'ready', 'relayed_ms', now)
-      local ids = ready[g]
-      if not ids then ids = {}; ready[g] = ids end
-      ids[#ids+1] = id
-      c.ready = c.ready + 1
+      c.ready[#c.ready+1] = ARGV[a+1]
       codes[i] = 1
     end
     relayed = relayed + 1
   end
 end
+
+-- Groups: a handful of commands per group and batch. If Redis refuses one
+-- (a key of the wrong type), that group's jobs of this call are undone and
+-- refused, and the others go on.
 local vt
 for g, c in pairs(per) do
-  local rk, gk = KEYS[5+n+2*g-1], KEYS[5+n+2*g]
-  redis.call('HINCRBY', gk, 'relayed', c.relayed)
-  if redis.call('HSETNX', gk, 'first_ms', now) == 1 then
-    redis.call('HSET', gk, 'topic', ARGV[3])
+  local rk, gk, name = KEYS[5+n+2*g-1], KEYS[5+n+2*g], ARGV[5+g]
+  local count = redis.pcall('HINCRBY', gk, 'relayed', #c.jobs)
+  local ok = not failed(count)
+  if ok and #c.ready > 0 and failed(redis.pcall('RPUSH', rk, unpack(c.ready))) then
+    redis.call('HINCRBY', gk, 'relayed', -#c.jobs)
+    ok = false
   end
-  if c.total > 0 then redis.call('HSET', gk, 'total', c.total) end
-  if c.weight > tonumber(redis.call('HGET', gk, 'weight') or '0') then
-    redis.call('HSET', gk, 'weight', c.weight)
-  end
-  if c.delayed > 0 then redis.call('HINCRBY', gk, 'delayed', c.delayed) end
-  if c.ready > 0 then
-    redis.call('RPUSH', rk, unpack(ready[g]))
-    redis.call('HINCRBY', gk, 'ready', c.ready)
-    if not redis.call('ZSCORE', KEYS[3], ARGV[5+g]) then
+  if not ok then
+    for _, i in ipairs(c.jobs) do
+      redis.call('DEL', KEYS[5+i])
+      codes[i] = 3
+    end
+    relayed = relayed - #c.jobs
+  else
+    -- HINCRBY's answer says whether the group is new.
+    local fresh = (count == #c.jobs)
+    if fresh then
+      redis.call('HSET', gk, 'first_ms', now, 'topic', ARGV[3])
+    end
+    if c.total > 0 then redis.call('HSET', gk, 'total', c.total) end
+    -- Weight 1 is the default; read the stored one only to raise it.
+    if c.weight > 1 and (fresh or c.weight > tonumber(redis.call('HGET', gk, 'weight') or '1')) then
+      redis.call('HSET', gk, 'weight', c.weight)
+    end
+    if #c.delayed > 0 then
+      redis.call('ZADD', KEYS[5], unpack(c.delayed))
+      redis.call('HINCRBY', gk, 'delayed', #c.delayed / 2)
+    end
+    if #c.ready > 0 and (fresh or not redis.call('ZSCORE', KEYS[3], name)) then
       -- A group becoming active starts at the partition's virtual clock,
       -- or where its own last service ended if later: no credit for idling.
       if not vt then vt = tonumber(redis.call('GET', KEYS[4]) or '0') end
-      local vfinish = tonumber(redis.call('HGET', gk, 'vfinish') or '0')
-      redis.call('ZADD', KEYS[3], math.max(vt, vfinish), ARGV[5+g])
+      local start = vt
+      if not fresh then start = math.max(vt, tonumber(redis.call('HGET', gk, 'vfinish') or '0')) end
+      redis.call('ZADD', KEYS[3], start, name)
     end
   end
 end
