@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"flag"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -160,14 +159,5 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 
 // Run listens on cfg.Listen and serves until ctx ends.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("gate --listen %s: %w", cfg.Listen, err)
-	}
-	g, err := New(ctx, cfg, log)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	return g.Serve(ctx, ln)
+	return ops.ListenAndServe(ctx, "gate", cfg.Listen, func() (*Gate, error) { return New(ctx, cfg, log) })
 }

@@ -134,27 +134,7 @@ type accepted struct {
 // readRecord reads one record back with sarama, as the relay will.
 func readRecord(t *testing.T, k *testenv.KafkaCluster, topic string, partition int32, offset int64) *sarama.ConsumerMessage {
 	t.Helper()
-	cfg := sarama.NewConfig()
-	cfg.Metadata.AllowAutoTopicCreation = false
-	c, err := sarama.NewConsumer(k.Brokers(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	pc, err := c.ConsumePartition(topic, partition, offset)
-	if err != nil {
-		t.Fatalf("consume %s/%d@%d: %v", topic, partition, offset, err)
-	}
-	defer pc.Close()
-	select {
-	case m := <-pc.Messages():
-		return m
-	case err := <-pc.Errors():
-		t.Fatalf("consume %s/%d@%d: %v", topic, partition, offset, err)
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no record at %s/%d@%d after 10s", topic, partition, offset)
-	}
-	return nil
+	return testenv.ReadRecords(t, k.Brokers(), topic, partition, offset, 1)[0]
 }
 
 // javaPartition is where the Java client's default partitioner puts key,

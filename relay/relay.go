@@ -252,16 +252,7 @@ func (r *Relay) Serve(ctx context.Context, ln net.Listener) error {
 
 // Run listens on cfg.Listen and relays until ctx ends.
 func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		return fmt.Errorf("relay --listen %s: %w", cfg.Listen, err)
-	}
-	r, err := New(ctx, cfg, log)
-	if err != nil {
-		ln.Close()
-		return err
-	}
-	return r.Serve(ctx, ln)
+	return ops.ListenAndServe(ctx, "relay", cfg.Listen, func() (*Relay, error) { return New(ctx, cfg, log) })
 }
 
 // runTopic follows the topic's rate in Consul and relays the topic whenever

@@ -292,36 +292,13 @@ func TestPoisonGoesToTheDLQAndGoodJobsFlow(t *testing.T) {
 	if n, _ := b.redis.Client().Exists(context.Background(), k.Job("good1"), k.Job("good2"), k.Job(topic+"-0-5")).Result(); n != 3 {
 		t.Fatalf("good jobs in Redis: %d of 3", n)
 	}
-	consumer, err := sarama.NewConsumer(b.kafka.Brokers(), sarama.NewConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer consumer.Close()
-	pc, err := consumer.ConsumePartition(topic+".dlq", 0, sarama.OffsetOldest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
 	var reasons []string
-	for len(reasons) < 3 {
-		select {
-		case m := <-pc.Messages():
-			var reason, source string
-			for _, h := range m.Headers {
-				switch string(h.Key) {
-				case relay.HeaderReason:
-					reason = string(h.Value)
-				case relay.HeaderSource:
-					source = string(h.Value)
-				}
-			}
-			if reason == "" || !strings.HasPrefix(source, topic+"/0/") {
-				t.Fatalf("DLQ record without reason or source: %q %q", reason, source)
-			}
-			reasons = append(reasons, reason)
-		case <-time.After(10 * time.Second):
-			t.Fatalf("DLQ has %d records, want 3: %q", len(reasons), reasons)
+	for _, m := range testenv.ReadRecords(t, b.kafka.Brokers(), topic+".dlq", 0, sarama.OffsetOldest, 3) {
+		reason, source := header(m, relay.HeaderReason), header(m, relay.HeaderSource)
+		if reason == "" || !strings.HasPrefix(source, topic+"/0/") {
+			t.Fatalf("DLQ record without reason or source: %q %q", reason, source)
 		}
+		reasons = append(reasons, reason)
 	}
 	joined := strings.Join(reasons, "|")
 	for _, want := range []string{"unexpected end of input", `field "type"`, "invalid character 'o'"} {
@@ -544,29 +521,9 @@ func TestJobSpecificRedisErrorRequeuesThenDeadLetters(t *testing.T) {
 	})
 	r := b.start(t, "r1", func(c *relay.Config) { c.MaxRequeues = 2 })
 	b.waitRelayed(t, 1, 30*time.Second)
-	consumer, err := sarama.NewConsumer(b.kafka.Brokers(), sarama.NewConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer consumer.Close()
-	pc, err := consumer.ConsumePartition(topic+".dlq", 0, sarama.OffsetOldest)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pc.Close()
-	select {
-	case m := <-pc.Messages():
-		var reason string
-		for _, h := range m.Headers {
-			if string(h.Key) == relay.HeaderReason {
-				reason = string(h.Value)
-			}
-		}
-		if !strings.Contains(reason, "3 times") || !strings.Contains(reason, "wrong type") || !strings.Contains(string(m.Value), `"id":"victim"`) {
-			t.Fatalf("dead letter %s with reason %q", m.Value, reason)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("the refused job never reached the DLQ")
+	m := testenv.ReadRecords(t, b.kafka.Brokers(), topic+".dlq", 0, sarama.OffsetOldest, 1)[0]
+	if reason := header(m, relay.HeaderReason); !strings.Contains(reason, "3 times") || !strings.Contains(reason, "wrong type") || !strings.Contains(string(m.Value), `"id":"victim"`) {
+		t.Fatalf("dead letter %s with reason %q", m.Value, reason)
 	}
 	if n := metricLabeled(t, r.relay, "sluice_relay_jobs_total", "outcome", "requeued"); n != 2 {
 		t.Fatalf("requeued %v times, want 2", n)
@@ -577,4 +534,14 @@ func TestJobSpecificRedisErrorRequeuesThenDeadLetters(t *testing.T) {
 	if n, _ := b.redis.Client().Exists(ctx, bad.Job("victim")).Result(); n != 0 {
 		t.Fatal("a refused job left its hash behind")
 	}
+}
+
+// header is the value of a record's header, "" if absent.
+func header(m *sarama.ConsumerMessage, key string) string {
+	for _, h := range m.Headers {
+		if string(h.Key) == key {
+			return string(h.Value)
+		}
+	}
+	return ""
 }

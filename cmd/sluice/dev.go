@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/gate"
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/stack"
 	"github.com/sluicehq/sluice/relay"
@@ -197,31 +198,10 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 		relayLn.Close()
 		return fmt.Errorf("relay: %w", err)
 	}
-	relayCtx, stopRelay := context.WithCancel(context.Background())
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- rl.Serve(relayCtx, relayLn) }()
-	stops = append(stops, func(sctx context.Context) error {
-		stopRelay()
-		select {
-		case err := <-relayDone:
-			return err
-		case <-sctx.Done():
-			return fmt.Errorf("relay did not stop in time: %w", sctx.Err())
-		}
-	})
-
-	gateCtx, stopGate := context.WithCancel(context.Background())
-	gateDone := make(chan error, 1)
-	go func() { gateDone <- g.Serve(gateCtx, gateLn) }()
-	stops = append(stops, func(sctx context.Context) error {
-		stopGate()
-		select {
-		case err := <-gateDone:
-			return err
-		case <-sctx.Done():
-			return fmt.Errorf("gate did not stop in time: %w", sctx.Err())
-		}
-	})
+	relayDone, stopRelay := servePart("relay", rl, relayLn)
+	stops = append(stops, stopRelay)
+	gateDone, stopGate := servePart("gate", g, gateLn)
+	stops = append(stops, stopGate)
 	cancelStart()
 
 	printBanner(stdout, cfg, dir)
@@ -236,12 +216,31 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 		gateDone <- err // for the stop function
 		return fmt.Errorf("gate stopped: %v", err)
 	case err := <-relayDone:
-		relayDone <- err
+		relayDone <- err // for the stop function
 		return fmt.Errorf("relay stopped: %v", err)
 	case <-redis.Exited():
 		return fmt.Errorf("redis-server exited unexpectedly; see %s", filepath.Join(dir, "redis", "redis.log"))
 	case <-consul.Exited():
 		return fmt.Errorf("consul exited unexpectedly; see %s", filepath.Join(dir, "consul", "consul.log"))
+	}
+}
+
+// servePart runs an in-process part on its own context, so that parts stop
+// one by one in reverse order. done reports the part's end; stop ends it and
+// waits, up to the stop context.
+func servePart(name string, part ops.Server, ln net.Listener) (done chan error, stop func(context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done = make(chan error, 1)
+	go func() { done <- part.Serve(ctx, ln) }()
+	return done, func(sctx context.Context) error {
+		cancel()
+		select {
+		case err := <-done:
+			done <- err // for the select in devStack, if it comes later
+			return err
+		case <-sctx.Done():
+			return fmt.Errorf("%s did not stop in time: %w", name, sctx.Err())
+		}
 	}
 }
 

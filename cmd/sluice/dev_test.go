@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/queue"
@@ -100,26 +99,7 @@ func curlFromBanner(t *testing.T, banner string) (status int, body []byte) {
 
 func readBack(t *testing.T, broker, topic string, partition int32, offset int64) []byte {
 	t.Helper()
-	cfg := sarama.NewConfig()
-	c, err := sarama.NewConsumer([]string{broker}, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	pc, err := c.ConsumePartition(topic, partition, offset)
-	if err != nil {
-		t.Fatalf("consume %s/%d@%d: %v", topic, partition, offset, err)
-	}
-	defer pc.Close()
-	select {
-	case m := <-pc.Messages():
-		return m.Value
-	case err := <-pc.Errors():
-		t.Fatal(err)
-	case <-time.After(10 * time.Second):
-		t.Fatalf("no record at %s/%d@%d", topic, partition, offset)
-	}
-	return nil
+	return testenv.ReadRecords(t, []string{broker}, topic, partition, offset, 1)[0].Value
 }
 
 func TestDevRunsThePrintedCurlAndKeepsJobsAcrossRestarts(t *testing.T) {

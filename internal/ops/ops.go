@@ -6,6 +6,7 @@ package ops
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -59,6 +60,27 @@ func MountPprof(mux *http.ServeMux) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+}
+
+// Server is a part that serves on a listener until its context ends.
+type Server interface {
+	Serve(ctx context.Context, ln net.Listener) error
+}
+
+// ListenAndServe listens on addr first, so a taken port is reported before
+// anything connects to Kafka, Redis or Consul, then builds the part and
+// serves it until ctx ends.
+func ListenAndServe[S Server](ctx context.Context, part, addr string, build func() (S, error)) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("%s --listen %s: %w", part, addr, err)
+	}
+	s, err := build()
+	if err != nil {
+		ln.Close()
+		return err
+	}
+	return s.Serve(ctx, ln)
 }
 
 // Serve serves srv on ln until ctx ends, then stops accepting and waits up to
