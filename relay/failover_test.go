@@ -88,8 +88,10 @@ func TestKillNineTheHolderMidStream(t *testing.T) {
 	})
 	took := time.Since(killed)
 	t.Logf("failover after kill -9 took %s (TTL %s, lock-delay %s)", took.Round(100*time.Millisecond), ttl, lockDelay)
-	if took > 2*ttl+lockDelay+2*time.Second {
-		t.Fatalf("failover took %s, more than 2xTTL + lock-delay", took)
+	// Consul's session timer fires at up to 2xTTL after the last renew;
+	// allow the standby's retry wait and a loaded machine on top.
+	if took > 2*ttl+lockDelay+5*time.Second {
+		t.Fatalf("failover took %s, more than 2xTTL + lock-delay (+5s slack)", took)
 	}
 	b.waitRelayed(t, 4000, 60*time.Second)
 }
