@@ -77,6 +77,14 @@ func (k Keys) Delayed() string { return k.prefix + "delayed" }
 // Inflight is the sorted set of leased job ids by lease deadline (Unix ms).
 func (k Keys) Inflight() string { return k.prefix + "inflight" }
 
+// Attempts is the hash of claimed jobs' attempt counts (id -> n): kept
+// apart from the job hash so that a claim names all its keys up front.
+func (k Keys) Attempts() string { return k.prefix + "attempts" }
+
+// Leases is the hash of leased jobs' groups (id -> group), so that the
+// reaper knows which ready list an expired lease goes back to.
+func (k Keys) Leases() string { return k.prefix + "leases" }
+
 // Dead is the sorted set of dead job ids by time of death (Unix ms).
 func (k Keys) Dead() string { return k.prefix + "dead" }
 

@@ -1,0 +1,162 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Claimed is a job a worker holds a lease on.
+type Claimed struct {
+	ID      string
+	Group   string
+	Attempt int // 1 for the first execution
+}
+
+// claimScript leases up to K jobs of one partition in weighted fair order
+// among candidate groups the caller read from the groups zset (the two-phase
+// pattern of docs/redis-layout.md: every key is named in KEYS, and the
+// script re-checks each candidate).
+//
+// KEYS[1] groups    zset: active groups by virtual time
+// KEYS[2] vt        string: the partition's virtual clock
+// KEYS[3] inflight  zset: leased ids by lease deadline
+// KEYS[4] attempts  hash: id -> attempts so far
+// KEYS[5] leases    hash: id -> group
+// KEYS[5+2g-1]      ready:<candidate g>, g = 1..m
+// KEYS[5+2g]        group:<candidate g>
+// ARGV[1] K, most jobs to claim   ARGV[2] lease deadline, Unix ms   ARGV[3] m
+// ARGV[3+g]         name of candidate g
+// Returns a flat array: id, group, attempt for each claimed job, in the
+// order served. Candidates no longer active are skipped; a candidate whose
+// list ran dry leaves the fair order with its virtual finish recorded.
+var claimScript = newScript(`
+local K, deadline, m = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local cand = {}
+for g = 1, m do
+  local name = ARGV[3+g]
+  local score = redis.call('ZSCORE', KEYS[1], name)
+  if score then
+    local w = tonumber(redis.call('HGET', KEYS[5+2*g], 'weight') or '1')
+    if w < 1 then w = 1 end
+    cand[#cand+1] = {g = g, name = name, score = tonumber(score), w = w, served = false}
+  end
+end
+local out, served = {}, 0
+local vt = tonumber(redis.call('GET', KEYS[2]) or '0')
+local active = #cand
+while served < K and active > 0 do
+  -- The candidate with the lowest virtual time goes next: weighted fair
+  -- queueing, each job advancing its group by 1/weight.
+  local best
+  for _, c in ipairs(cand) do
+    if not c.empty and (not best or c.score < best.score) then best = c end
+  end
+  local id = redis.call('LPOP', KEYS[5+2*best.g-1])
+  if not id then
+    best.empty = true
+    active = active - 1
+  else
+    served = served + 1
+    if best.score > vt then vt = best.score end
+    best.score = best.score + 1 / best.w
+    best.served = true
+    local attempt = redis.call('HINCRBY', KEYS[4], id, 1)
+    redis.call('ZADD', KEYS[3], deadline, id)
+    redis.call('HSET', KEYS[5], id, best.name)
+    redis.call('HINCRBY', KEYS[5+2*best.g], 'running', 1)
+    out[#out+1] = id
+    out[#out+1] = best.name
+    out[#out+1] = attempt
+  end
+end
+for _, c in ipairs(cand) do
+  if c.empty or redis.call('LLEN', KEYS[5+2*c.g-1]) == 0 then
+    redis.call('ZREM', KEYS[1], c.name)
+    redis.call('HSET', KEYS[5+2*c.g], 'vfinish', c.score)
+  elseif c.served then
+    redis.call('ZADD', KEYS[1], 'XX', c.score, c.name)
+  end
+end
+if served > 0 then redis.call('SET', KEYS[2], vt) end
+return out
+`)
+
+// Claim leases up to max jobs of partition part in weighted fair order,
+// until leaseUntil. It reads the first candidates of the fair order, then
+// claims among them in one script: fair across those candidates, which are
+// the groups with the lowest virtual times.
+func (p *Pool) Claim(ctx context.Context, part, max int, leaseUntil time.Time) ([]Claimed, error) {
+	keys := p.layout.Keys(part)
+	c := p.byPart[part]
+	// As many candidates as jobs asked for: a job each at the least. More
+	// would cost reads without changing who is served this round.
+	names, err := c.ZRange(ctx, keys.Groups(), 0, int64(max-1)).Result()
+	if err != nil || len(names) == 0 {
+		return nil, err
+	}
+	ks := []string{keys.Groups(), keys.VirtualTime(), keys.Inflight(), keys.Attempts(), keys.Leases()}
+	args := []any{max, leaseUntil.UnixMilli(), len(names)}
+	for _, g := range names {
+		ks = append(ks, keys.Ready(g), keys.Group(g))
+		args = append(args, g)
+	}
+	res, err := runScript(ctx, c, claimScript, ks, args...)
+	if err != nil {
+		return nil, fmt.Errorf("claim on partition %d: %w", part, err)
+	}
+	flat, _ := res.([]any)
+	out := make([]Claimed, 0, len(flat)/3)
+	for i := 0; i+2 < len(flat); i += 3 {
+		id, _ := flat[i].(string)
+		group, _ := flat[i+1].(string)
+		n, _ := flat[i+2].(int64)
+		out = append(out, Claimed{ID: id, Group: group, Attempt: int(n)})
+	}
+	return out, nil
+}
+
+// runScript runs a script with EVALSHA, loading it first if Redis lost it.
+func runScript(ctx context.Context, c *redis.Client, s *redis.Script, keys []string, args ...any) (any, error) {
+	res, err := s.EvalSha(ctx, c, keys, args...).Result()
+	if isNoScript(err) {
+		res, err = s.Eval(ctx, c, keys, args...).Result()
+	}
+	if err == redis.Nil {
+		return nil, nil
+	}
+	return res, err
+}
+
+// Envelope reads a job's envelope.
+func (p *Pool) Envelope(ctx context.Context, part int, id string) ([]byte, error) {
+	b, err := p.byPart[part].HGet(ctx, p.layout.Keys(part).Job(id), "env").Bytes()
+	if err == redis.Nil {
+		return nil, fmt.Errorf("job %s: no envelope in partition %d", id, part)
+	}
+	return b, err
+}
+
+// Extend moves the lease of a claimed job to until. It reports false when
+// the job is no longer leased (the reaper took it back): the caller must
+// stop, its result would not count.
+func (p *Pool) Extend(ctx context.Context, part int, id string, until time.Time) (bool, error) {
+	// XX: only a job still in flight; CH: count the changed deadline.
+	n, err := p.byPart[part].ZAddArgs(ctx, p.layout.Keys(part).Inflight(), redis.ZAddArgs{
+		XX: true, Ch: true, Members: []redis.Z{{Score: float64(until.UnixMilli()), Member: id}},
+	}).Result()
+	if err != nil {
+		return false, err
+	}
+	if n == 1 {
+		return true, nil
+	}
+	// Unchanged deadline (same millisecond) or gone: ask.
+	_, err = p.byPart[part].ZScore(ctx, p.layout.Keys(part).Inflight(), id).Result()
+	if err == redis.Nil {
+		return false, nil
+	}
+	return err == nil, err
+}

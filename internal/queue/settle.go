@@ -1,0 +1,209 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ackScript records a claimed job's success.
+//
+// KEYS[1] inflight  KEYS[2] attempts  KEYS[3] leases  KEYS[4] job:<id>
+// KEYS[5] group:<group>  KEYS[6] stats
+// ARGV[1] id  ARGV[2] result (may be empty)  ARGV[3] now, Unix ms
+// ARGV[4] seconds to keep the job (its result, and the relay's dedupe)
+// Returns 1, or 0 when the job was no longer leased (its lease expired and
+// the reaper took it back): nothing is counted twice.
+var ackScript = newScript(`
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+local attempts = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('HSET', KEYS[4], 'state', 'done', 'done_ms', ARGV[3], 'attempts', attempts)
+if ARGV[2] ~= '' then redis.call('HSET', KEYS[4], 'result', ARGV[2]) end
+redis.call('EXPIRE', KEYS[4], ARGV[4])
+redis.call('HINCRBY', KEYS[5], 'running', -1)
+redis.call('HINCRBY', KEYS[5], 'done', 1)
+redis.call('HINCRBY', KEYS[6], 'done', 1)
+return 1
+`)
+
+// Ack records the success of a claimed job and keeps it (with its result)
+// for keep. It reports false when the lease had already expired.
+func (p *Pool) Ack(ctx context.Context, part int, job Claimed, result []byte, now time.Time, keep time.Duration) (bool, error) {
+	k := p.layout.Keys(part)
+	res, err := runScript(ctx, p.byPart[part], ackScript,
+		[]string{k.Inflight(), k.Attempts(), k.Leases(), k.Job(job.ID), k.Group(job.Group), k.Stats()},
+		job.ID, result, now.UnixMilli(), max(int64(keep/time.Second), 1))
+	if err != nil {
+		return false, fmt.Errorf("ack %s: %w", job.ID, err)
+	}
+	return res == int64(1), nil
+}
+
+// failScript records a failed attempt: the job waits in delayed until its
+// next try, or, after its last attempt, goes to the dead set with its last
+// error, attempts and times.
+//
+// KEYS[1] inflight  KEYS[2] attempts  KEYS[3] leases  KEYS[4] job:<id>
+// KEYS[5] group:<group>  KEYS[6] delayed  KEYS[7] dead  KEYS[8] stats
+// ARGV[1] id  ARGV[2] error  ARGV[3] next try, Unix ms (0: dead)
+// ARGV[4] now, Unix ms  ARGV[5] most dead jobs kept  ARGV[6] seconds to keep a dead job
+// Returns 1 retrying, 2 dead, 0 when the job was no longer leased.
+var failScript = newScript(`
+if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HDEL', KEYS[3], ARGV[1])
+redis.call('HINCRBY', KEYS[5], 'running', -1)
+redis.call('HSET', KEYS[4], 'last_error', ARGV[2], 'failed_ms', ARGV[4])
+if tonumber(ARGV[3]) > 0 then
+  redis.call('ZADD', KEYS[6], ARGV[3], ARGV[1])
+  redis.call('HSET', KEYS[4], 'state', 'delayed')
+  redis.call('HINCRBY', KEYS[5], 'delayed', 1)
+  redis.call('HINCRBY', KEYS[8], 'retried', 1)
+  return 1
+end
+local attempts = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
+redis.call('HDEL', KEYS[2], ARGV[1])
+redis.call('HSET', KEYS[4], 'state', 'dead', 'dead_ms', ARGV[4], 'attempts', attempts)
+redis.call('EXPIRE', KEYS[4], ARGV[6])
+redis.call('ZADD', KEYS[7], ARGV[4], ARGV[1])
+-- Capped: the oldest dead ids go first (their hashes expire by themselves).
+local over = redis.call('ZCARD', KEYS[7]) - tonumber(ARGV[5])
+if over > 0 then redis.call('ZPOPMIN', KEYS[7], over) end
+redis.call('HINCRBY', KEYS[5], 'dead', 1)
+redis.call('HINCRBY', KEYS[8], 'dead', 1)
+return 2
+`)
+
+// Outcome of Fail.
+const (
+	FailLost     = 0 // the lease had expired; nothing recorded
+	FailRetrying = 1
+	FailDead     = 2
+)
+
+// DeadLimits bound the dead set: at most Max ids, each kept for Keep.
+type DeadLimits struct {
+	Max  int
+	Keep time.Duration
+}
+
+// Fail records a failed attempt of a claimed job: retried at nextTry, or
+// dead when nextTry is zero.
+func (p *Pool) Fail(ctx context.Context, part int, job Claimed, cause string, nextTry, now time.Time, dead DeadLimits) (int, error) {
+	k := p.layout.Keys(part)
+	next := int64(0)
+	if !nextTry.IsZero() {
+		next = nextTry.UnixMilli()
+	}
+	res, err := runScript(ctx, p.byPart[part], failScript,
+		[]string{k.Inflight(), k.Attempts(), k.Leases(), k.Job(job.ID), k.Group(job.Group), k.Delayed(), k.Dead(), k.Stats()},
+		job.ID, cause, next, now.UnixMilli(), dead.Max, max(int64(dead.Keep/time.Second), 1))
+	if err != nil {
+		return FailLost, fmt.Errorf("fail %s: %w", job.ID, err)
+	}
+	n, _ := res.(int64)
+	return int(n), nil
+}
+
+// returnScript puts jobs back into their groups' ready lists, at the front
+// (they were first in line already): expired leases (the reaper) and due
+// delayed jobs (the promoter). Candidates come from a read of the source
+// set; each is checked again here.
+//
+// KEYS[1] source    zset: inflight (reaper) or delayed (promoter)
+// KEYS[2] groups    KEYS[3] vt   KEYS[4] leases
+// KEYS[4+2i-1]      ready:<group of candidate i>, i = 1..n
+// KEYS[4+2i]        group:<group of candidate i>
+// ARGV[1] now, Unix ms   ARGV[2] n   ARGV[3] counter to decrement: running or delayed
+// ARGV[3+2i-1]      id of candidate i   ARGV[3+2i] its group
+// Returns how many went back.
+var returnScript = newScript(`
+local now, n, counter = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local moved, vt = 0
+for i = 1, n do
+  local id, group = ARGV[3+2*i-1], ARGV[3+2*i]
+  local due = redis.call('ZSCORE', KEYS[1], id)
+  if due and tonumber(due) <= now then
+    redis.call('ZREM', KEYS[1], id)
+    redis.call('HDEL', KEYS[4], id)
+    redis.call('LPUSH', KEYS[4+2*i-1], id)
+    redis.call('HINCRBY', KEYS[4+2*i], counter, -1)
+    if not redis.call('ZSCORE', KEYS[2], group) then
+      if not vt then vt = tonumber(redis.call('GET', KEYS[3]) or '0') end
+      local vfinish = tonumber(redis.call('HGET', KEYS[4+2*i], 'vfinish') or '0')
+      redis.call('ZADD', KEYS[2], math.max(vt, vfinish), group)
+    end
+    moved = moved + 1
+  end
+end
+return moved
+`)
+
+// Reap returns expired leases of partition part to their ready lists, up to
+// max at a time. Their attempts stay counted. It returns how many.
+func (p *Pool) Reap(ctx context.Context, part, max int, now time.Time) (int, error) {
+	k := p.layout.Keys(part)
+	c := p.byPart[part]
+	ids, err := c.ZRangeByScore(ctx, k.Inflight(), dueBy(now, max)).Result()
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	groups, err := c.HMGet(ctx, k.Leases(), ids...).Result()
+	if err != nil {
+		return 0, err
+	}
+	return p.returnJobs(ctx, part, k.Inflight(), "running", ids, func(i int) string { s, _ := groups[i].(string); return s }, now)
+}
+
+// Promote moves delayed jobs of partition part that are due into their
+// ready lists, up to max at a time; groupOf reads a job's group (from its
+// envelope). It returns how many.
+func (p *Pool) Promote(ctx context.Context, part, max int, now time.Time, groupOf func(id string) (string, error)) (int, error) {
+	k := p.layout.Keys(part)
+	ids, err := p.byPart[part].ZRangeByScore(ctx, k.Delayed(), dueBy(now, max)).Result()
+	if err != nil || len(ids) == 0 {
+		return 0, err
+	}
+	groups := make([]string, len(ids))
+	for i, id := range ids {
+		if groups[i], err = groupOf(id); err != nil {
+			return 0, err
+		}
+	}
+	return p.returnJobs(ctx, part, k.Delayed(), "delayed", ids, func(i int) string { return groups[i] }, now)
+}
+
+// dueBy selects up to max members scored at or before now.
+func dueBy(now time.Time, max int) *redis.ZRangeBy {
+	return &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(max)}
+}
+
+func (p *Pool) returnJobs(ctx context.Context, part int, source, counter string, ids []string, groupAt func(int) string, now time.Time) (int, error) {
+	k := p.layout.Keys(part)
+	ks := []string{source, k.Groups(), k.VirtualTime(), k.Leases()}
+	args := []any{now.UnixMilli(), 0, counter}
+	n := 0
+	for i, id := range ids {
+		g := groupAt(i)
+		if g == "" {
+			continue // settled meanwhile: its lease entry is gone
+		}
+		ks = append(ks, k.Ready(g), k.Group(g))
+		args = append(args, id, g)
+		n++
+	}
+	args[1] = n
+	if n == 0 {
+		return 0, nil
+	}
+	res, err := runScript(ctx, p.byPart[part], returnScript, ks, args...)
+	if err != nil {
+		return 0, fmt.Errorf("returning jobs to ready on partition %d: %w", part, err)
+	}
+	moved, _ := res.(int64)
+	return int(moved), nil
+}

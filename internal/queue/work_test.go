@@ -1,0 +1,207 @@
+package queue
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// onePartition is a pool with a single partition, so every group shares it.
+func onePartition(t *testing.T) (*Pool, *testenv.RedisServer) {
+	r := testenv.Redis(t)
+	return newPool(t, 1, r.Addr(), nil), r
+}
+
+func enqueueGroup(t *testing.T, p *Pool, group string, n, weight int) {
+	t.Helper()
+	items := make([]Item, n)
+	for i := range items {
+		items[i] = item(group+"-"+strconv.Itoa(i), group)
+		items[i].Weight = weight
+	}
+	for len(items) > 0 {
+		chunk := items[:min(len(items), 1000)]
+		items = items[len(chunk):]
+		if _, err := p.Enqueue(context.Background(), 1, chunk, now); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A 10,000-job group enqueued first and 20 groups of 10 after it: every
+// small group completes while most of the big one still waits, and the
+// big one keeps moving.
+func TestClaimIsFairAcrossGroups(t *testing.T) {
+	p, _ := onePartition(t)
+	ctx := context.Background()
+	enqueueGroup(t, p, "big", 10000, 1)
+	// The big group runs alone for a while: its virtual time moves on, and
+	// groups arriving later must enter at that time, not behind it.
+	for range 10 {
+		jobs, err := p.Claim(ctx, 0, 10, now.Add(time.Minute))
+		if err != nil || len(jobs) != 10 {
+			t.Fatalf("claim: %v %v", jobs, err)
+		}
+		for _, j := range jobs {
+			p.Ack(ctx, 0, j, nil, now, time.Hour)
+		}
+	}
+	for g := range 20 {
+		enqueueGroup(t, p, "small"+strconv.Itoa(g), 10, 1)
+	}
+	claimed, big := 0, 0
+	left := map[string]int{}
+	for g := range 20 {
+		left["small"+strconv.Itoa(g)] = 10
+	}
+	for len(left) > 0 {
+		jobs, err := p.Claim(ctx, 0, 16, now.Add(time.Minute))
+		if err != nil || len(jobs) == 0 {
+			t.Fatalf("claim: %v %v", jobs, err)
+		}
+		for _, j := range jobs {
+			claimed++
+			if j.Group == "big" {
+				big++
+			} else if left[j.Group]--; left[j.Group] == 0 {
+				delete(left, j.Group)
+			}
+			if ok, err := p.Ack(ctx, 0, j, nil, now, time.Hour); !ok || err != nil {
+				t.Fatalf("ack %v: %v %v", j, ok, err)
+			}
+		}
+	}
+	// Fair shares: 21 groups, each small group's 10 jobs take 10 rounds.
+	if claimed > 260 || big < 5 {
+		t.Fatalf("the 200 small jobs took %d claims (%d from the big group): not fair", claimed, big)
+	}
+	t.Logf("200 small jobs done after %d claims, %d of them from the 10,000-job group", claimed, big)
+}
+
+func TestClaimHonoursWeights(t *testing.T) {
+	p, _ := onePartition(t)
+	ctx := context.Background()
+	enqueueGroup(t, p, "low", 500, 1)
+	enqueueGroup(t, p, "high", 500, 4)
+	count := map[string]int{}
+	for range 10 {
+		jobs, err := p.Claim(ctx, 0, 10, now.Add(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			count[j.Group]++
+		}
+	}
+	if count["high"] < 75 || count["high"] > 85 {
+		t.Fatalf("weight 4 against 1 got %v of 100", count)
+	}
+}
+
+func TestAckCountsOnceAndKeepsTheResult(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	enqueueGroup(t, p, "g", 1, 1)
+	jobs, err := p.Claim(ctx, 0, 5, now.Add(time.Minute))
+	if err != nil || len(jobs) != 1 || jobs[0].Attempt != 1 || jobs[0].ID != "g-0" {
+		t.Fatalf("claim: %+v %v", jobs, err)
+	}
+	if env, err := p.Envelope(ctx, 0, jobs[0].ID); err != nil || len(env) == 0 {
+		t.Fatalf("envelope: %q %v", env, err)
+	}
+	if ok, err := p.Ack(ctx, 0, jobs[0], []byte(`{"sent":true}`), now, time.Hour); !ok || err != nil {
+		t.Fatalf("ack: %v %v", ok, err)
+	}
+	if ok, _ := p.Ack(ctx, 0, jobs[0], nil, now, time.Hour); ok {
+		t.Fatal("a second ack counted")
+	}
+	k := p.Layout().Keys(0)
+	h, _ := r.Client().HGetAll(ctx, k.Job("g-0")).Result()
+	if h["state"] != "done" || h["result"] != `{"sent":true}` || h["attempts"] != "1" || h["env"] == "" {
+		t.Fatalf("job after ack: %v", h)
+	}
+	if ttl, _ := r.Client().TTL(ctx, k.Job("g-0")).Result(); ttl <= 0 || ttl > time.Hour {
+		t.Fatalf("job kept for %v", ttl)
+	}
+	g, _ := r.Client().HGetAll(ctx, k.Group("g")).Result()
+	if g["running"] != "0" || g["done"] != "1" {
+		t.Fatalf("group after ack: %v", g)
+	}
+	// The relay still dedupes it: its env field is there.
+	if res, err := p.Enqueue(ctx, 1, []Item{item("g-0", "g")}, now); err != nil || res[0].Outcome != Duplicate {
+		t.Fatalf("redelivery of a done job: %v %v", res, err)
+	}
+}
+
+func TestReapReturnsExpiredLeasesWithTheAttemptCounted(t *testing.T) {
+	p, _ := onePartition(t)
+	ctx := context.Background()
+	enqueueGroup(t, p, "g", 2, 1)
+	jobs, _ := p.Claim(ctx, 0, 1, now.Add(time.Second))
+	if ok, err := p.Extend(ctx, 0, jobs[0].ID, now.Add(2*time.Second)); !ok || err != nil {
+		t.Fatalf("extend a live lease: %v %v", ok, err)
+	}
+	if n, err := p.Reap(ctx, 0, 100, now.Add(time.Second)); n != 0 || err != nil {
+		t.Fatalf("reaped an extended lease: %d %v", n, err)
+	}
+	if n, err := p.Reap(ctx, 0, 100, now.Add(3*time.Second)); n != 1 || err != nil {
+		t.Fatalf("reap: %d %v", n, err)
+	}
+	if ok, _ := p.Extend(ctx, 0, jobs[0].ID, now.Add(time.Minute)); ok {
+		t.Fatal("extended a reaped lease")
+	}
+	if ok, _ := p.Ack(ctx, 0, jobs[0], nil, now, time.Hour); ok {
+		t.Fatal("acked a reaped lease")
+	}
+	// Back at the front of its group, attempt counted.
+	again, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
+	if len(again) != 1 || again[0].ID != jobs[0].ID || again[0].Attempt != 2 {
+		t.Fatalf("after reaping: %+v", again)
+	}
+}
+
+func TestFailRetriesThenDies(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	enqueueGroup(t, p, "g", 3, 1)
+	limits := DeadLimits{Max: 2, Keep: time.Hour}
+	groupOf := func(string) (string, error) { return "g", nil }
+	jobs, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
+	if res, err := p.Fail(ctx, 0, jobs[0], "timeout", now.Add(time.Second), now, limits); res != FailRetrying || err != nil {
+		t.Fatalf("fail with a retry: %d %v", res, err)
+	}
+	if n, _ := p.Promote(ctx, 0, 100, now, groupOf); n != 0 {
+		t.Fatal("promoted a job before its time")
+	}
+	if n, err := p.Promote(ctx, 0, 100, now.Add(time.Second), groupOf); n != 1 || err != nil {
+		t.Fatalf("promote: %d %v", n, err)
+	}
+	again, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
+	if len(again) != 1 || again[0].ID != jobs[0].ID || again[0].Attempt != 2 {
+		t.Fatalf("after the retry: %+v", again)
+	}
+	if res, _ := p.Fail(ctx, 0, again[0], "still broken", time.Time{}, now, limits); res != FailDead {
+		t.Fatalf("last attempt: %d", res)
+	}
+	k := p.Layout().Keys(0)
+	h, _ := r.Client().HGetAll(ctx, k.Job(jobs[0].ID)).Result()
+	if h["state"] != "dead" || h["last_error"] != "still broken" || h["attempts"] != "2" || h["dead_ms"] == "" {
+		t.Fatalf("dead job: %v", h)
+	}
+	// The dead set is capped: the oldest goes first.
+	for range 2 {
+		js, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
+		p.Fail(ctx, 0, js[0], "x", time.Time{}, now.Add(time.Second), limits)
+	}
+	dead, _ := r.Client().ZRange(ctx, k.Dead(), 0, -1).Result()
+	if len(dead) != 2 || dead[0] == jobs[0].ID || dead[1] == jobs[0].ID {
+		t.Fatalf("dead set %v, want the 2 newest", dead)
+	}
+	g, _ := r.Client().HGetAll(ctx, k.Group("g")).Result()
+	if g["dead"] != "3" || g["running"] != "0" || g["delayed"] != "0" {
+		t.Fatalf("group counters %v", g)
+	}
+}
