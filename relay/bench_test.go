@@ -3,7 +3,6 @@ package relay_test
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,7 +25,7 @@ func BenchmarkRelayUnthrottled(b *testing.B) {
 	bed.waitCount(b, b.N, 10*time.Minute)
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
-	b.ReportMetric(bed.scriptMicros(b)/float64(b.N), "redis-µs/job")
+	b.ReportMetric(bed.redis.CommandMicros(b, "evalsha")/float64(b.N), "redis-µs/job")
 }
 
 // BenchmarkRelayHoldsRate: the relay rate set in Consul to 20,000 jobs/s
@@ -59,28 +58,6 @@ func BenchmarkRelayHoldsRate(b *testing.B) {
 // newBenchBed is newBed for benchmarks, with 8 Kafka and Redis partitions.
 func newBenchBed(b *testing.B) *bed {
 	return newBedTB(b, 8)
-}
-
-// scriptMicros is Redis's own time in EVALSHA (INFO commandstats): divided
-// by the jobs, the floor under the relay's cost per job, since Redis runs
-// scripts on one core.
-func (bd *bed) scriptMicros(b *testing.B) float64 {
-	info, err := bd.redis.Client().Info(context.Background(), "commandstats").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_evalsha:") {
-			continue
-		}
-		for _, kv := range strings.Split(strings.TrimSpace(strings.TrimPrefix(line, "cmdstat_evalsha:")), ",") {
-			if v, ok := strings.CutPrefix(kv, "usec="); ok {
-				f, _ := strconv.ParseFloat(v, 64)
-				return f
-			}
-		}
-	}
-	return 0
 }
 
 func (bd *bed) relayedTotal(b *testing.B) int {

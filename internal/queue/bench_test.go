@@ -3,12 +3,25 @@ package queue
 import (
 	"context"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/testenv"
 )
+
+// benchPool is a one-partition pool on a fresh Redis, scripts loaded.
+func benchPool(b *testing.B) (*Pool, *testenv.RedisServer) {
+	r := testenv.Redis(b)
+	p, err := NewPool(PoolConfig{Layout: Layout{Stage: "bench", Partitions: 1}, Addr: r.Addr()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { p.Close() })
+	if err := p.LoadScripts(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return p, r
+}
 
 // BenchmarkEnqueueScript: batches of 256 jobs into one partition, spread
 // over few or many groups, reporting Redis's own time per job (INFO
@@ -18,16 +31,8 @@ import (
 func BenchmarkEnqueueScript(b *testing.B) {
 	for _, groups := range []int{1, 16, 256} {
 		b.Run("groups="+strconv.Itoa(groups), func(b *testing.B) {
-			r := testenv.Redis(b)
-			p, err := NewPool(PoolConfig{Layout: Layout{Stage: "bench", Partitions: 1}, Addr: r.Addr()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer p.Close()
+			p, r := benchPool(b)
 			ctx := context.Background()
-			if err := p.LoadScripts(ctx); err != nil {
-				b.Fatal(err)
-			}
 			env := []byte(`{"id":"01J0000000000000000000000A","topic":"jobs","type":"email.send","group":"g","payload":{"to":"a@b.test","subject":"Hello <there>","body":"0123456789012345678901234567890123456789012345678901234567890123456789"},"enqueued_at":"2026-11-21T12:00:00Z"}`)
 			items := make([]Item, 256)
 			r.Client().ConfigResetStat(ctx)
@@ -41,17 +46,7 @@ func BenchmarkEnqueueScript(b *testing.B) {
 				}
 			}
 			b.StopTimer()
-			info, _ := r.Client().Info(ctx, "commandstats").Result()
-			for _, line := range strings.Split(info, "\n") {
-				if rest, ok := strings.CutPrefix(line, "cmdstat_evalsha:"); ok {
-					for _, kv := range strings.Split(strings.TrimSpace(rest), ",") {
-						if v, ok := strings.CutPrefix(kv, "usec="); ok {
-							us, _ := strconv.ParseFloat(v, 64)
-							b.ReportMetric(us/float64(b.N), "redis-µs/job")
-						}
-					}
-				}
-			}
+			b.ReportMetric(r.CommandMicros(b, "evalsha")/float64(b.N), "redis-µs/job")
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 		})
 	}
@@ -66,16 +61,8 @@ func BenchmarkEnqueueScript(b *testing.B) {
 func BenchmarkClaimAck(b *testing.B) {
 	for _, batch := range []int{1, 64} {
 		b.Run("batch="+strconv.Itoa(batch), func(b *testing.B) {
-			r := testenv.Redis(b)
-			p, err := NewPool(PoolConfig{Layout: Layout{Stage: "bench", Partitions: 1}, Addr: r.Addr()})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer p.Close()
+			p, r := benchPool(b)
 			ctx := context.Background()
-			if err := p.LoadScripts(ctx); err != nil {
-				b.Fatal(err)
-			}
 			items := make([]Item, 0, 1000)
 			for i := 0; i < b.N; i++ {
 				items = append(items, Item{ID: "j" + strconv.Itoa(i), Group: "g" + strconv.Itoa(i%100), Topic: "jobs", Weight: 1, Envelope: []byte(`{"type":"noop"}`)})
