@@ -153,19 +153,8 @@ func TestLockAgentStopped(t *testing.T) {
 	ctx := testCtx(t)
 	cfg := LockConfig{Client: srv.Client(), Key: lockKey(t), TTL: testTTL, Margin: testMargin, RetryWait: 100 * time.Millisecond}
 
-	holdCtx, stopHold := context.WithCancel(ctx)
+	leases, causes, holdErr, stopHold := holdUntilLost(ctx, cfg)
 	defer stopHold()
-	leases := make(chan *Lease, 1)
-	causes := make(chan error, 1)
-	holdErr := make(chan error, 1)
-	go func() {
-		holdErr <- Hold(holdCtx, cfg, func(ctx context.Context, l *Lease) error {
-			leases <- l
-			<-ctx.Done()
-			causes <- context.Cause(ctx)
-			return nil
-		})
-	}()
 	l := receive(t, leases, 10*time.Second, "the lock")
 
 	srv.Stop()
@@ -193,19 +182,8 @@ func TestLockUnreachable(t *testing.T) {
 	ctx := testCtx(t)
 	cfg := LockConfig{Client: proxy.client(t), Key: lockKey(t), TTL: testTTL, Margin: testMargin, RetryWait: 100 * time.Millisecond}
 
-	holdCtx, stopHold := context.WithCancel(ctx)
+	leases, causes, holdErr, stopHold := holdUntilLost(ctx, cfg)
 	defer stopHold()
-	leases := make(chan *Lease, 1)
-	causes := make(chan error, 1)
-	holdErr := make(chan error, 1)
-	go func() {
-		holdErr <- Hold(holdCtx, cfg, func(ctx context.Context, l *Lease) error {
-			leases <- l
-			<-ctx.Done()
-			causes <- context.Cause(ctx)
-			return nil
-		})
-	}()
 	l := receive(t, leases, 10*time.Second, "the lock")
 
 	// Let renewals carry the lease first, so that it expires counting
@@ -417,4 +395,20 @@ func lastRenew(l *Lease) time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.lastRenew
+}
+
+// holdUntilLost runs Hold with an fn that reports each lease and, once its
+// context ends, the cause; stop ends Hold.
+func holdUntilLost(ctx context.Context, cfg LockConfig) (leases chan *Lease, causes, holdErr chan error, stop context.CancelFunc) {
+	holdCtx, stop := context.WithCancel(ctx)
+	leases, causes, holdErr = make(chan *Lease, 1), make(chan error, 1), make(chan error, 1)
+	go func() {
+		holdErr <- Hold(holdCtx, cfg, func(ctx context.Context, l *Lease) error {
+			leases <- l
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return nil
+		})
+	}()
+	return leases, causes, holdErr, stop
 }
