@@ -14,6 +14,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -306,6 +307,8 @@ func (r *Relay) runTopic(ctx context.Context, topic string) error {
 		return err
 	})
 }
+
+var inf = math.Inf(1)
 
 func (r *Relay) applyRate(topic string, th *throttle, rate Rate) {
 	th.Set(rate)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -19,19 +18,16 @@ import (
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
-var inf = math.Inf(1)
-
 // Headers the relay writes on records it produces.
 const (
 	HeaderReason      = "sluice-dlq-reason"     // why a record went to <topic>.dlq
 	HeaderSource      = "sluice-source"         // topic/partition/offset it was read at
 	HeaderRequeues    = "sluice-relay-requeues" // times the relay produced the job again
-	errLeaseLostText  = "the relay's lock lease is no longer valid"
 	maxRedisBackoff   = 5 * time.Second
 	firstRedisBackoff = 50 * time.Millisecond
 )
 
-var errLeaseLost = errors.New(errLeaseLostText)
+var errLeaseLost = errors.New("the relay's lock lease is no longer valid")
 
 // relayTopic relays every partition of topic while lctx lives (the lease).
 func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lease, th *throttle, log *slog.Logger) error {
@@ -99,9 +95,10 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 		}()
 	}
 	// The committer: marks are set only after Redis accepted a job and all
-	// before it, so committing them is always safe while we hold the lock.
-	// After the lease is gone we commit nothing: the new holder owns the
-	// offsets now.
+	// before it, so a commit never skips a job. While the lease is valid it
+	// commits every CommitEvery; after that the new holder owns the offsets
+	// and we stop committing (a late commit could only move them back,
+	// which costs redelivered, deduped jobs, never lost ones).
 	committerDone := make(chan struct{})
 	go func() {
 		defer close(committerDone)
@@ -121,9 +118,11 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 	wg.Wait()
 	cancel()
 	<-committerDone
-	if om != nil && lease.Valid() {
-		om.Commit() // a graceful stop hands over with everything committed
-		om.Close()  // Close flushes marks too: only while they are still ours
+	if om != nil {
+		if lease.Valid() {
+			om.Commit() // a graceful stop hands over with everything committed
+		}
+		om.Close() // always: its goroutines must not outlive the lease
 	}
 	if first == nil && lctx.Err() == nil {
 		first = errors.New("all partition consumers stopped")
