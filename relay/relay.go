@@ -154,11 +154,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Relay, error) {
 	servers, addrs := pool.Servers()
 	r.guards = map[*redis.Client]*memGuard{}
 	for i, c := range servers {
-		r.guards[c] = (newMemGuard(c, addrs[i], cfg.HighWatermark, cfg.LowWatermark, cfg.MemorySample, log,
+		r.guards[c] = newMemGuard(c, addrs[i], cfg.HighWatermark, cfg.LowWatermark, cfg.MemorySample, log,
 			func(addr string, paused bool, ratio float64) {
 				r.m.memPaused.WithLabelValues(addr).Set(b2f(paused))
 				r.m.memRatio.WithLabelValues(addr).Set(ratio)
-			}))
+			})
 	}
 	return r, nil
 }
