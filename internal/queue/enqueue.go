@@ -61,7 +61,7 @@ type Result struct {
 // KEYS[3] groups          zset: active groups by virtual time
 // KEYS[4] vt              string: the partition's virtual clock
 // KEYS[5] delayed         zset: job ids by due time
-// KEYS[5+i]               job:<id of job i>, i = 1..n
+// KEYS[6+i]               job:<id of job i>, i = 1..n
 // KEYS[5+n+2g-1]          ready:<group g>, g = 1..m
 // KEYS[5+n+2g]            group:<group g>
 // ARGV[1] lock token   ARGV[2] now, Unix ms   ARGV[3] topic   ARGV[4] n   ARGV[5] m
@@ -92,10 +92,10 @@ local function failed(r) return type(r) == 'table' and r.err end
 -- Jobs: dedupe and write in one command each. The env field exists for as
 -- long as the job's hash does.
 local codes, per = {}, {}
-local relayed, deduped = 0, 0
+local relayed, deduped, readyCount = 0, 0, 0
 for i = 1, n do
   local a = 5 + m + 6*(i-1)
-  local r = redis.pcall('HSETNX', KEYS[5+i], 'env', ARGV[a+6])
+  local r = redis.pcall('HSETNX', KEYS[6+i], 'env', ARGV[a+6])
   if failed(r) then
     codes[i] = 3
   elseif r == 0 then
@@ -115,6 +115,7 @@ for i = 1, n do
       codes[i] = 2
     else
       c.ready[#c.ready+1] = ARGV[a+1]
+      readyCount = readyCount + 1
       codes[i] = 1
     end
     relayed = relayed + 1
@@ -126,7 +127,7 @@ end
 -- refused, and the others go on.
 local vt
 for g, c in pairs(per) do
-  local rk, gk, name = KEYS[5+n+2*g-1], KEYS[5+n+2*g], ARGV[5+g]
+  local rk, gk, name = KEYS[6+n+2*g-1], KEYS[6+n+2*g], ARGV[5+g]
   local count = redis.pcall('HINCRBY', gk, 'relayed', #c.jobs)
   local ok = not failed(count)
   if ok and #c.ready > 0 and failed(redis.pcall('RPUSH', rk, unpack(c.ready))) then
@@ -135,7 +136,7 @@ for g, c in pairs(per) do
   end
   if not ok then
     for _, i in ipairs(c.jobs) do
-      redis.call('DEL', KEYS[5+i])
+      redis.call('DEL', KEYS[6+i])
       codes[i] = 3
     end
     relayed = relayed - #c.jobs
@@ -166,6 +167,12 @@ for g, c in pairs(per) do
 end
 if relayed > 0 then redis.call('HINCRBY', KEYS[2], 'relayed', relayed) end
 if deduped > 0 then redis.call('HINCRBY', KEYS[2], 'deduped', deduped) end
+if readyCount > 0 then
+  -- One token is enough: a consumer that finds more work than it can take
+  -- wakes the next one.
+  redis.call('RPUSH', KEYS[6], 1)
+  redis.call('LTRIM', KEYS[6], -1, -1)
+end
 return codes
 `)
 
@@ -308,8 +315,8 @@ func (p *Pool) enqueueArgs(cl call, items []Item, tok, nowMS string) ([]string, 
 	}
 	n, m := len(cl.items), len(groups)
 	topic := items[cl.items[0]].Topic
-	ks := make([]string, 0, 5+n+2*m)
-	ks = append(ks, keys.Fence(topic), keys.Stats(), keys.Groups(), keys.VirtualTime(), keys.Delayed())
+	ks := make([]string, 0, 6+n+2*m)
+	ks = append(ks, keys.Fence(topic), keys.Stats(), keys.Groups(), keys.VirtualTime(), keys.Delayed(), keys.Wake())
 	for _, i := range cl.items {
 		ks = append(ks, keys.Job(items[i].ID))
 	}

@@ -88,6 +88,10 @@ func (k Keys) Leases() string { return k.prefix + "leases" }
 // Dead is the sorted set of dead job ids by time of death (Unix ms).
 func (k Keys) Dead() string { return k.prefix + "dead" }
 
+// Wake is the partition's wake-up list: scripts that make jobs ready push
+// a token, and idle consumers block on it (BLPOP) instead of polling.
+func (k Keys) Wake() string { return k.prefix + "wake" }
+
 // Cmd is the partition's list of coordinator commands.
 func (k Keys) Cmd() string { return k.prefix + "cmd" }
 

@@ -110,35 +110,42 @@ func (p *Pool) Fail(ctx context.Context, part int, job Claimed, cause string, ne
 }
 
 // returnScript puts jobs back into their groups' ready lists, at the front
-// (they were first in line already): expired leases (the reaper) and due
-// delayed jobs (the promoter). Candidates come from a read of the source
-// set; each is checked again here.
+// (they were first in line already): expired leases (the reaper), due
+// delayed jobs (the promoter) and leases a stopping worker hands back.
+// Candidates come from a read of the source set; each is checked again here.
 //
-// KEYS[1] source    zset: inflight (reaper) or delayed (promoter)
-// KEYS[2] groups    KEYS[3] vt   KEYS[4] leases
-// KEYS[4+2i-1]      ready:<group of candidate i>, i = 1..n
-// KEYS[4+2i]        group:<group of candidate i>
-// ARGV[1] now, Unix ms   ARGV[2] n   ARGV[3] counter to decrement: running or delayed
-// ARGV[3+2i-1]      id of candidate i   ARGV[3+2i] its group
+// KEYS[1] source    zset: inflight (reaper, release) or delayed (promoter)
+// KEYS[2] groups    KEYS[3] vt   KEYS[4] leases   KEYS[5] attempts   KEYS[6] wake
+// KEYS[6+2i-1]      ready:<group of candidate i>, i = 1..n
+// KEYS[6+2i]        group:<group of candidate i>
+// ARGV[1] now, Unix ms: only members scored at or before it move
+// ARGV[2] n   ARGV[3] group counter to decrement: running or delayed
+// ARGV[4] 1 to take back the attempt (a release: the job did not fail), else 0
+// ARGV[4+2i-1]      id of candidate i   ARGV[4+2i] its group
 // Returns how many went back.
 var returnScript = newScript(`
-local now, n, counter = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local now, n, counter, uncount = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
 local moved, vt = 0
 for i = 1, n do
-  local id, group = ARGV[3+2*i-1], ARGV[3+2*i]
+  local id, group = ARGV[4+2*i-1], ARGV[4+2*i]
   local due = redis.call('ZSCORE', KEYS[1], id)
   if due and tonumber(due) <= now then
     redis.call('ZREM', KEYS[1], id)
     redis.call('HDEL', KEYS[4], id)
-    redis.call('LPUSH', KEYS[4+2*i-1], id)
-    redis.call('HINCRBY', KEYS[4+2*i], counter, -1)
+    if uncount then redis.call('HINCRBY', KEYS[5], id, -1) end
+    redis.call('LPUSH', KEYS[6+2*i-1], id)
+    redis.call('HINCRBY', KEYS[6+2*i], counter, -1)
     if not redis.call('ZSCORE', KEYS[2], group) then
       if not vt then vt = tonumber(redis.call('GET', KEYS[3]) or '0') end
-      local vfinish = tonumber(redis.call('HGET', KEYS[4+2*i], 'vfinish') or '0')
+      local vfinish = tonumber(redis.call('HGET', KEYS[6+2*i], 'vfinish') or '0')
       redis.call('ZADD', KEYS[2], math.max(vt, vfinish), group)
     end
     moved = moved + 1
   end
+end
+if moved > 0 then
+  redis.call('RPUSH', KEYS[6], 1)
+  redis.call('LTRIM', KEYS[6], -1, -1)
 end
 return moved
 `)
@@ -156,7 +163,19 @@ func (p *Pool) Reap(ctx context.Context, part, max int, now time.Time) (int, err
 	if err != nil {
 		return 0, err
 	}
-	return p.returnJobs(ctx, part, k.Inflight(), "running", ids, func(i int) string { s, _ := groups[i].(string); return s }, now)
+	return p.returnJobs(ctx, part, k.Inflight(), "running", false, ids, func(i int) string { s, _ := groups[i].(string); return s }, now)
+}
+
+// Release hands leased jobs back to the front of their ready lists without
+// counting the attempt: a stopping worker did not run them to the end.
+func (p *Pool) Release(ctx context.Context, part int, jobs []Claimed) (int, error) {
+	ids := make([]string, len(jobs))
+	for i, j := range jobs {
+		ids[i] = j.ID
+	}
+	// Every lease is due for a release, whatever its deadline.
+	forever := time.UnixMilli(1 << 52)
+	return p.returnJobs(ctx, part, p.layout.Keys(part).Inflight(), "running", true, ids, func(i int) string { return jobs[i].Group }, forever)
 }
 
 // Promote moves delayed jobs of partition part that are due into their
@@ -174,7 +193,7 @@ func (p *Pool) Promote(ctx context.Context, part, max int, now time.Time, groupO
 			return 0, err
 		}
 	}
-	return p.returnJobs(ctx, part, k.Delayed(), "delayed", ids, func(i int) string { return groups[i] }, now)
+	return p.returnJobs(ctx, part, k.Delayed(), "delayed", false, ids, func(i int) string { return groups[i] }, now)
 }
 
 // dueBy selects up to max members scored at or before now.
@@ -182,10 +201,14 @@ func dueBy(now time.Time, max int) *redis.ZRangeBy {
 	return &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(max)}
 }
 
-func (p *Pool) returnJobs(ctx context.Context, part int, source, counter string, ids []string, groupAt func(int) string, now time.Time) (int, error) {
+func (p *Pool) returnJobs(ctx context.Context, part int, source, counter string, uncount bool, ids []string, groupAt func(int) string, now time.Time) (int, error) {
 	k := p.layout.Keys(part)
-	ks := []string{source, k.Groups(), k.VirtualTime(), k.Leases()}
-	args := []any{now.UnixMilli(), 0, counter}
+	ks := []string{source, k.Groups(), k.VirtualTime(), k.Leases(), k.Attempts(), k.Wake()}
+	flag := 0
+	if uncount {
+		flag = 1
+	}
+	args := []any{now.UnixMilli(), 0, counter, flag}
 	n := 0
 	for i, id := range ids {
 		g := groupAt(i)

@@ -205,3 +205,25 @@ func TestFailRetriesThenDies(t *testing.T) {
 		t.Fatalf("group counters %v", g)
 	}
 }
+
+func TestReleaseUncountsAndWakeSignals(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	k := p.Layout().Keys(0)
+	enqueueGroup(t, p, "g", 2, 1)
+	if n, _ := r.Client().LLen(ctx, k.Wake()).Result(); n != 1 {
+		t.Fatalf("enqueue left %d wake tokens, want 1", n)
+	}
+	r.Client().Del(ctx, k.Wake())
+	jobs, _ := p.Claim(ctx, 0, 2, now.Add(time.Hour))
+	if n, err := p.Release(ctx, 0, jobs); n != 2 || err != nil {
+		t.Fatalf("release: %d %v", n, err)
+	}
+	if n, _ := r.Client().LLen(ctx, k.Wake()).Result(); n != 1 {
+		t.Fatal("a release did not wake a consumer")
+	}
+	again, _ := p.Claim(ctx, 0, 2, now.Add(time.Hour))
+	if len(again) != 2 || again[0].ID != jobs[0].ID || again[0].Attempt != 1 || again[1].Attempt != 1 {
+		t.Fatalf("after a release: %+v (the attempt must not count, the order must hold)", again)
+	}
+}
