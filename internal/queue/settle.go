@@ -126,7 +126,8 @@ func (p *Pool) Fail(ctx context.Context, part int, job Claimed, cause string, ne
 var returnScript = newScript(`
 local now, n, counter, uncount = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
 local moved, vt = 0
-for i = 1, n do
+-- Last candidate first: pushing each to the front keeps their order.
+for i = n, 1, -1 do
   local id, group = ARGV[4+2*i-1], ARGV[4+2*i]
   local due = redis.call('ZSCORE', KEYS[1], id)
   if due and tonumber(due) <= now then
