@@ -1,0 +1,436 @@
+// Package worker is sluice's job execution: one consumer per Redis
+// partition claims jobs in weighted fair order, runs them on a pool of
+// goroutines under a lease it extends while the handler runs, and settles
+// each: done, retried with backoff through the delayed set, or dead with its
+// last error. It is also the public handler API (Handler, Permanent,
+// RetryAfter) for programs that embed a worker.
+//
+// Issue 4 is in progress: resizing at run time, checkpoints, idempotency
+// keys and batched acks are still to come.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// Config configures a Worker.
+type Config struct {
+	Stage          string
+	RedisAddr      string
+	PartitionAddrs map[int]string
+	// Partitions is the layout's partition count; it must match the relay's.
+	Partitions int
+	// Serve lists the partitions this worker consumes; empty: all.
+	Serve []int
+	// Workers is the number of jobs run at once per partition.
+	Workers int
+	// Lease is how long a claimed job stays ours without a heartbeat; the
+	// heartbeat extends it every Lease/3 while the handler runs.
+	Lease time.Duration
+	// ClaimBatch is the most jobs claimed in one round trip.
+	ClaimBatch int
+	// MaxAttempts applies to jobs whose envelope says 0.
+	MaxAttempts int
+	// Timeout bounds one attempt of jobs whose envelope says 0.
+	Timeout time.Duration
+	// Backoff is the delay before the second attempt; each later one
+	// doubles it, up to MaxBackoff, with ±20% jitter.
+	Backoff, MaxBackoff time.Duration
+	// ResultTTL is how long a done job (and its result) is kept.
+	ResultTTL time.Duration
+	// Dead bounds the dead set.
+	Dead queue.DeadLimits
+	// Drain is how long running jobs may take to finish on shutdown; the
+	// rest go back to ready, not counted as failed.
+	Drain time.Duration
+	// Maintain is how often expired leases are reaped and due delayed jobs
+	// promoted.
+	Maintain time.Duration
+	// Now is the clock; default time.Now.
+	Now func() time.Time
+}
+
+// DefaultConfig returns the defaults documented in docs/worker.md.
+func DefaultConfig() Config {
+	return Config{
+		Stage: "dev", RedisAddr: "127.0.0.1:6379", Partitions: 8, Workers: 10,
+		Lease: 30 * time.Second, ClaimBatch: 32, MaxAttempts: 5, Timeout: time.Minute,
+		Backoff: time.Second, MaxBackoff: 16 * time.Second, ResultTTL: 24 * time.Hour,
+		Dead:  queue.DeadLimits{Max: 100000, Keep: 7 * 24 * time.Hour},
+		Drain: 30 * time.Second, Maintain: 500 * time.Millisecond,
+	}
+}
+
+// Worker runs handlers for the jobs of its partitions.
+type Worker struct {
+	cfg      Config
+	log      *slog.Logger
+	pool     *queue.Pool
+	m        *metrics
+	mu       sync.RWMutex
+	handlers map[string]Handler
+	fallback Handler
+	mws      []Middleware
+}
+
+// New creates a worker; call Handle for each job type, then Run.
+func New(cfg Config, log *slog.Logger) (*Worker, error) {
+	if cfg.Workers < 1 || cfg.ClaimBatch < 1 || cfg.Lease < time.Second || cfg.MaxAttempts < 1 {
+		return nil, errors.New("worker: workers, claim batch and max attempts must be positive, lease at least 1s")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	pool, err := queue.NewPool(queue.PoolConfig{
+		Layout: queue.Layout{Stage: cfg.Stage, Partitions: cfg.Partitions},
+		Addr:   cfg.RedisAddr, PartitionAddrs: cfg.PartitionAddrs,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.Serve) == 0 {
+		for p := range cfg.Partitions {
+			cfg.Serve = append(cfg.Serve, p)
+		}
+	}
+	for _, p := range cfg.Serve {
+		if p < 0 || p >= cfg.Partitions {
+			pool.Close()
+			return nil, fmt.Errorf("worker: partition %d out of range 0..%d", p, cfg.Partitions-1)
+		}
+	}
+	return &Worker{cfg: cfg, log: log, pool: pool, handlers: map[string]Handler{}, m: newMetrics()}, nil
+}
+
+// Handle registers the handler of a job type.
+func (w *Worker) Handle(jobType string, h Handler) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.handlers[jobType] = h
+}
+
+// HandleOther registers the handler of every type without one of its own.
+// Without it, such jobs go to the dead set: nothing could ever run them.
+func (w *Worker) HandleOther(h Handler) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.fallback = h
+}
+
+// Use adds middleware, applied to every handler, the first outermost.
+func (w *Worker) Use(mw ...Middleware) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.mws = append(w.mws, mw...)
+}
+
+func (w *Worker) handler(jobType string) Handler {
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	h, ok := w.handlers[jobType]
+	if !ok {
+		h = w.fallback
+	}
+	if h == nil {
+		return nil
+	}
+	for i := len(w.mws) - 1; i >= 0; i-- {
+		h = w.mws[i](h)
+	}
+	return h
+}
+
+// Run consumes the worker's partitions until ctx ends, then stops claiming,
+// lets running jobs finish for up to Drain and hands the rest back.
+func (w *Worker) Run(ctx context.Context) error {
+	defer w.pool.Close()
+	if err := w.pool.LoadScripts(ctx); err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	for _, p := range w.cfg.Serve {
+		wg.Add(2)
+		go func() { defer wg.Done(); w.consume(ctx, p) }()
+		go func() { defer wg.Done(); w.maintain(ctx, p) }()
+	}
+	wg.Wait()
+	return nil
+}
+
+// consume claims and runs one partition's jobs.
+func (w *Worker) consume(ctx context.Context, part int) {
+	log := w.log.With("partition", part)
+	w.m.workers.WithLabelValues(fmt.Sprint(part)).Set(float64(w.cfg.Workers))
+	// Running jobs outlive ctx by up to Drain; runCtx ends after that.
+	runCtx, stopRuns := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRuns()
+	slots := make(chan struct{}, w.cfg.Workers)
+	var running sync.WaitGroup
+	var (
+		mu       sync.Mutex
+		held     = map[string]queue.Claimed{}
+		draining bool
+	)
+	failing := false
+	for ctx.Err() == nil {
+		free := cap(slots) - len(slots)
+		if free == 0 {
+			// Wait for a slot; a finishing job frees one.
+			select {
+			case slots <- struct{}{}:
+				<-slots
+			case <-ctx.Done():
+			}
+			continue
+		}
+		jobs, err := w.pool.Claim(ctx, part, min(free, w.cfg.ClaimBatch), w.cfg.Now().Add(w.cfg.Lease))
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if !failing {
+				log.Warn("claiming from Redis failed; retrying", "err", err)
+				failing = true
+			}
+			w.waitForWork(ctx, part, time.Second)
+			continue
+		}
+		if failing {
+			log.Info("claiming from Redis works again")
+			failing = false
+		}
+		if len(jobs) == 0 {
+			w.waitForWork(ctx, part, time.Second)
+			continue
+		}
+		for _, c := range jobs {
+			slots <- struct{}{}
+			mu.Lock()
+			held[c.ID] = c
+			mu.Unlock()
+			running.Add(1)
+			go func() {
+				defer running.Done()
+				defer func() { <-slots }()
+				w.execute(runCtx, part, c, func() bool { mu.Lock(); defer mu.Unlock(); return draining }, log)
+				mu.Lock()
+				delete(held, c.ID)
+				mu.Unlock()
+			}()
+		}
+	}
+	// Shutdown: no more claims. Running jobs get Drain to finish.
+	done := make(chan struct{})
+	go func() { running.Wait(); close(done) }()
+	select {
+	case <-done:
+		return
+	case <-time.After(w.cfg.Drain):
+	}
+	mu.Lock()
+	draining = true
+	rest := make([]queue.Claimed, 0, len(held))
+	for _, c := range held {
+		rest = append(rest, c)
+	}
+	mu.Unlock()
+	stopRuns()
+	<-done
+	if len(rest) > 0 {
+		n, err := w.pool.Release(context.Background(), part, rest)
+		log.Info("drain deadline passed: jobs handed back to ready", "released", n, "err", err)
+		w.m.jobs.WithLabelValues("released").Add(float64(n))
+	}
+}
+
+// waitForWork blocks on the partition's wake list for up to max: enqueues,
+// retries coming due and released jobs push a token there.
+func (w *Worker) waitForWork(ctx context.Context, part int, max time.Duration) {
+	k := w.pool.Layout().Keys(part)
+	err := w.pool.Client(part).BLPop(ctx, max, k.Wake()).Err()
+	if err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil {
+		// Redis unreachable: do not spin.
+		t := time.NewTimer(max)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// maintain returns expired leases and promotes due retries, every Maintain.
+func (w *Worker) maintain(ctx context.Context, part int) {
+	t := time.NewTicker(w.cfg.Maintain)
+	defer t.Stop()
+	groupOf := func(id string) (string, error) {
+		env, err := w.pool.Envelope(ctx, part, id)
+		if err != nil {
+			return "", err
+		}
+		j, err := job.Decode(env)
+		if err != nil {
+			return "", err
+		}
+		if j.Group == "" {
+			return j.ID, nil
+		}
+		return j.Group, nil
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := w.cfg.Now()
+		if n, err := w.pool.Reap(ctx, part, 100, now); err == nil && n > 0 {
+			w.m.jobs.WithLabelValues("reaped").Add(float64(n))
+			w.log.Warn("expired leases returned to ready", "partition", part, "jobs", n)
+		}
+		w.pool.Promote(ctx, part, 500, now, groupOf)
+	}
+}
+
+// execute runs one claimed job and settles it.
+func (w *Worker) execute(ctx context.Context, part int, c queue.Claimed, draining func() bool, log *slog.Logger) {
+	start := w.cfg.Now()
+	env, err := w.pool.Envelope(ctx, part, c.ID)
+	if err != nil {
+		w.settle(ctx, part, c, nil, Permanent(err), 1, start, log)
+		return
+	}
+	j, err := job.Decode(env)
+	if err != nil {
+		w.settle(ctx, part, c, nil, Permanent(fmt.Errorf("envelope: %w", err)), 1, start, log)
+		return
+	}
+	maxAttempts := j.MaxAttempts
+	if maxAttempts <= 0 {
+		maxAttempts = w.cfg.MaxAttempts
+	}
+	h := w.handler(j.Type)
+	if h == nil {
+		w.settle(ctx, part, c, nil, Permanent(fmt.Errorf("no handler for job type %q", j.Type)), maxAttempts, start, log)
+		return
+	}
+	if !j.EnqueuedAt.IsZero() && c.Attempt == 1 {
+		w.m.queueWait.Observe(start.Sub(j.EnqueuedAt).Seconds())
+	}
+	timeout := time.Duration(j.Timeout)
+	if timeout <= 0 {
+		timeout = w.cfg.Timeout
+	}
+	jctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	lost := w.heartbeat(jctx, cancel, part, c.ID)
+	w.m.inflight.Inc()
+	result, herr := call(jctx, h, &Job{
+		ID: j.ID, Type: j.Type, Group: c.Group, Tenant: j.Tenant, Resource: j.Resource, Topic: j.Topic,
+		Payload: j.Payload, Attempt: c.Attempt, MaxAttempts: maxAttempts, EnqueuedAt: j.EnqueuedAt,
+	})
+	w.m.inflight.Dec()
+	cancel()
+	w.m.execution.Observe(w.cfg.Now().Sub(start).Seconds())
+	if <-lost {
+		// The reaper took the job back (we were too slow to extend): its
+		// next holder settles it.
+		w.m.jobs.WithLabelValues("lost").Inc()
+		log.Warn("lease lost while running; the job will run again", "job", c.ID)
+		return
+	}
+	if herr != nil && ctx.Err() != nil && draining() {
+		return // cut short by shutdown: handed back by Release, not failed
+	}
+	w.settle(context.WithoutCancel(ctx), part, c, result, herr, maxAttempts, start, log)
+}
+
+// heartbeat extends the lease every Lease/3 until ctx ends. The channel
+// reports, once, whether the lease was lost; a lost lease also cancels the
+// handler.
+func (w *Worker) heartbeat(ctx context.Context, cancel context.CancelFunc, part int, id string) <-chan bool {
+	lost := make(chan bool, 1)
+	go func() {
+		t := time.NewTicker(w.cfg.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				lost <- false
+				return
+			case <-t.C:
+				ok, err := w.pool.Extend(context.WithoutCancel(ctx), part, id, w.cfg.Now().Add(w.cfg.Lease))
+				if err == nil && !ok {
+					cancel()
+					lost <- true
+					return
+				}
+			}
+		}
+	}()
+	return lost
+}
+
+// call runs the handler; a panic is a failed attempt, not a crash.
+func call(ctx context.Context, h Handler, j *Job) (result []byte, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v\n%s", p, debug.Stack())
+		}
+	}()
+	return h.Handle(ctx, j)
+}
+
+// settle records the attempt's outcome.
+func (w *Worker) settle(ctx context.Context, part int, c queue.Claimed, result []byte, herr error, maxAttempts int, start time.Time, log *slog.Logger) {
+	now := w.cfg.Now()
+	if herr == nil {
+		if ok, err := w.pool.Ack(ctx, part, c, result, now, w.cfg.ResultTTL); err != nil || !ok {
+			log.Warn("ack failed; the lease will expire and the job run again", "job", c.ID, "err", err, "leased", ok)
+			return
+		}
+		w.m.jobs.WithLabelValues("done").Inc()
+		return
+	}
+	var next time.Time
+	if !IsPermanent(herr) && c.Attempt < maxAttempts {
+		delay, asked := RetryDelay(herr)
+		if !asked {
+			delay = w.backoff(c.Attempt)
+		}
+		next = now.Add(delay)
+	}
+	res, err := w.pool.Fail(ctx, part, c, herr.Error(), next, now, w.cfg.Dead)
+	switch {
+	case err != nil:
+		log.Warn("recording a failure failed; the lease will expire and the job run again", "job", c.ID, "err", err)
+	case res == queue.FailRetrying:
+		w.m.jobs.WithLabelValues("retried").Inc()
+	case res == queue.FailDead:
+		w.m.jobs.WithLabelValues("dead").Inc()
+		log.Warn("job dead", "job", c.ID, "attempts", c.Attempt, "err", herr)
+	}
+}
+
+// backoff is the delay after attempt n: Backoff × 2^(n-1), at most
+// MaxBackoff, ±20% jitter so that failing jobs do not return in lockstep.
+func (w *Worker) backoff(attempt int) time.Duration {
+	d := w.cfg.Backoff
+	for i := 1; i < attempt && d < w.cfg.MaxBackoff; i++ {
+		d *= 2
+	}
+	d = min(d, w.cfg.MaxBackoff)
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}

@@ -1,0 +1,252 @@
+package worker_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/worker"
+)
+
+type bed struct {
+	redis  *testenv.RedisServer
+	pool   *queue.Pool
+	layout queue.Layout
+}
+
+func newBed(t *testing.T) *bed {
+	t.Helper()
+	r := testenv.Redis(t)
+	layout := queue.Layout{Stage: "test", Partitions: 2}
+	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if err := p.LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return &bed{redis: r, pool: p, layout: layout}
+}
+
+// enqueue puts jobs in Redis as the relay would.
+func (b *bed) enqueue(t *testing.T, jobs ...job.Job) {
+	t.Helper()
+	items := make([]queue.Item, len(jobs))
+	for i := range jobs {
+		j := &jobs[i]
+		j.Topic = "jobs"
+		if j.Group == "" {
+			j.Group = j.ID
+		}
+		j.EnqueuedAt = time.Now()
+		items[i] = queue.Item{ID: j.ID, Group: j.Group, Topic: "jobs", Weight: 1, Envelope: j.AppendJSON(nil)}
+	}
+	if _, err := b.pool.Enqueue(context.Background(), 1, items, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (b *bed) jobHash(t *testing.T, id, group string) map[string]string {
+	t.Helper()
+	k := b.layout.Keys(b.layout.PartitionOf(group))
+	h, err := b.redis.Client().HGetAll(context.Background(), k.Job(id)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+func (b *bed) waitState(t *testing.T, id, group, state string) map[string]string {
+	t.Helper()
+	var h map[string]string
+	testenv.WaitFor(t, 15*time.Second, "job "+id+" to be "+state, func() bool {
+		h = b.jobHash(t, id, group)
+		return h["state"] == state
+	})
+	return h
+}
+
+func (b *bed) config(mutate func(*worker.Config)) worker.Config {
+	cfg := worker.DefaultConfig()
+	cfg.Stage, cfg.Partitions, cfg.RedisAddr = b.layout.Stage, b.layout.Partitions, b.redis.Addr()
+	cfg.Workers = 4
+	cfg.Backoff, cfg.MaxBackoff = 20*time.Millisecond, 100*time.Millisecond
+	cfg.Maintain = 20 * time.Millisecond
+	cfg.Lease = 3 * time.Second
+	cfg.Drain = 200 * time.Millisecond
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	return cfg
+}
+
+// start runs a worker with the handlers; stop ends it and waits.
+func (b *bed) start(t *testing.T, mutate func(*worker.Config), setup func(*worker.Worker)) (stop func()) {
+	t.Helper()
+	w, err := worker.New(b.config(mutate), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	setup(w)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- w.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func TestRunsJobsAndKeepsResults(t *testing.T) {
+	b := newBed(t)
+	b.start(t, nil, func(w *worker.Worker) {
+		w.Handle("echo", worker.HandlerFunc(func(_ context.Context, j *worker.Job) ([]byte, error) {
+			return append([]byte("got "), j.Payload...), nil
+		}))
+	})
+	for i := range 20 {
+		b.enqueue(t, job.Job{ID: "j" + strconv.Itoa(i), Type: "echo", Group: "g" + strconv.Itoa(i%3), Payload: []byte(`{"html":"<&>"}`)})
+	}
+	for i := range 20 {
+		h := b.waitState(t, "j"+strconv.Itoa(i), "g"+strconv.Itoa(i%3), "done")
+		if h["result"] != `got {"html":"<&>"}` || h["attempts"] != "1" {
+			t.Fatalf("job %d: %v", i, h)
+		}
+	}
+}
+
+func TestRetriesWithBackoffThenSucceeds(t *testing.T) {
+	b := newBed(t)
+	var calls atomic.Int32
+	b.start(t, nil, func(w *worker.Worker) {
+		w.Handle("flaky", worker.HandlerFunc(func(_ context.Context, j *worker.Job) ([]byte, error) {
+			calls.Add(1)
+			if j.Attempt < 3 {
+				return nil, errors.New("downstream 503")
+			}
+			return nil, nil
+		}))
+	})
+	b.enqueue(t, job.Job{ID: "f1", Type: "flaky"})
+	h := b.waitState(t, "f1", "f1", "done")
+	if h["attempts"] != "3" || calls.Load() != 3 {
+		t.Fatalf("after retries: %v, %d calls", h, calls.Load())
+	}
+}
+
+func TestPermanentPanicNoHandlerAndMaxAttempts(t *testing.T) {
+	b := newBed(t)
+	var panicked atomic.Bool
+	b.start(t, nil, func(w *worker.Worker) {
+		w.Handle("bad-input", worker.HandlerFunc(func(context.Context, *worker.Job) ([]byte, error) {
+			return nil, worker.Permanent(errors.New("invalid address"))
+		}))
+		w.Handle("always", worker.HandlerFunc(func(context.Context, *worker.Job) ([]byte, error) {
+			return nil, errors.New("still down")
+		}))
+		w.Handle("panics", worker.HandlerFunc(func(context.Context, *worker.Job) ([]byte, error) {
+			if panicked.CompareAndSwap(false, true) {
+				panic("boom")
+			}
+			return nil, nil
+		}))
+	})
+	b.enqueue(t,
+		job.Job{ID: "p1", Type: "bad-input"},
+		job.Job{ID: "a1", Type: "always", MaxAttempts: 3},
+		job.Job{ID: "x1", Type: "panics"},
+		job.Job{ID: "n1", Type: "nobody-handles-this"},
+	)
+	if h := b.waitState(t, "p1", "p1", "dead"); h["attempts"] != "1" || !strings.Contains(h["last_error"], "invalid address") {
+		t.Fatalf("permanent: %v", h)
+	}
+	if h := b.waitState(t, "a1", "a1", "dead"); h["attempts"] != "3" || h["last_error"] != "still down" {
+		t.Fatalf("max attempts: %v", h)
+	}
+	if h := b.waitState(t, "x1", "x1", "done"); h["attempts"] != "2" {
+		t.Fatalf("a panic must be a failed attempt, then a retry: %v", h)
+	}
+	if h := b.waitState(t, "n1", "n1", "dead"); !strings.Contains(h["last_error"], "no handler") {
+		t.Fatalf("no handler: %v", h)
+	}
+}
+
+func TestGracefulShutdownHandsBackWithoutFailing(t *testing.T) {
+	b := newBed(t)
+	started := make(chan struct{}, 1)
+	stop := b.start(t, nil, func(w *worker.Worker) {
+		w.Handle("slow", worker.HandlerFunc(func(ctx context.Context, _ *worker.Job) ([]byte, error) {
+			started <- struct{}{}
+			<-ctx.Done() // runs past the drain deadline
+			return nil, ctx.Err()
+		}))
+	})
+	b.enqueue(t, job.Job{ID: "s1", Type: "slow", Group: "g"})
+	<-started
+	stop()
+	k := b.layout.Keys(b.layout.PartitionOf("g"))
+	ctx := context.Background()
+	ids, _ := b.redis.Client().LRange(ctx, k.Ready("g"), 0, -1).Result()
+	attempts, _ := b.redis.Client().HGet(ctx, k.Attempts(), "s1").Result()
+	if len(ids) != 1 || ids[0] != "s1" || attempts != "0" {
+		t.Fatalf("after shutdown: ready %v, attempts %q; want the job back in ready, attempt not counted", ids, attempts)
+	}
+	if h := b.jobHash(t, "s1", "g"); h["state"] == "dead" || h["last_error"] != "" {
+		t.Fatalf("a shutdown counted as a failure: %v", h)
+	}
+}
+
+func TestAnExpiredLeaseRunsAgain(t *testing.T) {
+	b := newBed(t)
+	b.enqueue(t, job.Job{ID: "orphan", Type: "ok", Group: "g"})
+	// A worker that claimed it and died: the lease is never extended.
+	part := b.layout.PartitionOf("g")
+	if jobs, err := b.pool.Claim(context.Background(), part, 1, time.Now().Add(200*time.Millisecond)); err != nil || len(jobs) != 1 {
+		t.Fatalf("claim: %v %v", jobs, err)
+	}
+	b.start(t, nil, func(w *worker.Worker) { w.Handle("ok", worker.Noop) })
+	if h := b.waitState(t, "orphan", "g", "done"); h["attempts"] != "2" {
+		t.Fatalf("after the lease expired: %v", h)
+	}
+}
+
+func TestIdleWorkerStartsNewWorkWithinMilliseconds(t *testing.T) {
+	b := newBed(t)
+	started := make(chan time.Time, 1)
+	b.start(t, nil, func(w *worker.Worker) {
+		w.Handle("t", worker.HandlerFunc(func(context.Context, *worker.Job) ([]byte, error) {
+			started <- time.Now()
+			return nil, nil
+		}))
+	})
+	time.Sleep(300 * time.Millisecond) // let the consumers go idle: this is the state measured
+	at := time.Now()
+	b.enqueue(t, job.Job{ID: "w1", Type: "t"})
+	select {
+	case s := <-started:
+		if d := s.Sub(at); d > 250*time.Millisecond {
+			t.Fatalf("an idle worker started new work after %s", d)
+		} else {
+			t.Logf("idle worker started new work %s after the enqueue", d)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the job never started")
+	}
+}
