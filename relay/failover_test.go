@@ -41,7 +41,7 @@ func TestKillNineTheHolderMidStream(t *testing.T) {
 	for i := range 2 {
 		cmd := exec.Command(bin, "relay",
 			"--listen", "127.0.0.1:0", "--stage", b.layout.Stage, "--topics", topic,
-			"--partitions", strconv.Itoa(b.layout.Partitions),
+			"--redis-partitions", strconv.Itoa(b.layout.Partitions),
 			"--kafka-brokers", strings.Join(b.kafka.Brokers(), ","),
 			"--consul-addr", b.consul.Addr(), "--redis-addr", b.redis.Addr(),
 			"--lock-ttl", ttl.String(), "--lock-delay", lockDelay.String(),

@@ -75,7 +75,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ConsulAddr, "consul-addr", "127.0.0.1:8500", "Consul HTTP address")
 	fs.StringVar(&c.RedisAddr, "redis-addr", "127.0.0.1:6379", "Redis address of every partition not in --redis-partition-addrs")
 	fs.StringVar(&c.PartitionAddrs, "redis-partition-addrs", "", "partitions on Redis servers of their own: \"0=host:port,3=host:port\"")
-	fs.IntVar(&c.Partitions, "partitions", 8, "Redis partitions (queue pool size N: partition = fnv1a32(group) % N); every part must agree")
+	fs.IntVar(&c.Partitions, "redis-partitions", 8, "Redis partitions (queue pool size N: partition = fnv1a32(group) % N); every part must agree")
 	cli.DurationVar(fs, &c.LockTTL, "lock-ttl", 10*time.Second, "TTL of the relay's Consul session (Consul's minimum is 10s): a dead holder is replaced after TTL (up to 2x: Consul's timer) + lock-delay")
 	cli.DurationVar(fs, &c.LockDelay, "lock-delay", 5*time.Second, "Consul lock-delay after a holder's session expires; 0 for none")
 	fs.IntVar(&c.BatchSize, "batch-size", 1024, "most jobs per Redis pipeline and per rate-limit wait")

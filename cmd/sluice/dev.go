@@ -25,7 +25,7 @@ import (
 
 func init() {
 	cli.Describe("dev", "Runs the whole pipeline on this machine with embedded defaults: Kafka in-process (kfake, persisted under --dir),\n"+
-		"a redis-server child with AOF, a Consul dev agent child, and the gate without authentication.\n"+
+		"a redis-server child with AOF, a Consul dev agent child, the gate without authentication, a relay and a worker.\n"+
 		"Ctrl-C or SIGTERM stops everything; jobs survive a restart.")
 }
 
@@ -36,6 +36,7 @@ type devConfig struct {
 	RedisAddr       string
 	ConsulAddr      string
 	RelayAddr       string
+	WorkerAddr      string
 	RedisPartitions int
 	Topic           string
 	Partitions      int
@@ -52,6 +53,7 @@ func (c *devConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.RedisAddr, "redis-addr", "127.0.0.1:6390", "Redis address")
 	fs.StringVar(&c.ConsulAddr, "consul-addr", "127.0.0.1:8500", "Consul HTTP address")
 	fs.StringVar(&c.RelayAddr, "relay-addr", "127.0.0.1:8081", "relay's /healthz, /readyz and /metrics address")
+	fs.StringVar(&c.WorkerAddr, "worker-addr", "127.0.0.1:8082", "worker's /healthz, /readyz and /metrics address")
 	fs.IntVar(&c.RedisPartitions, "redis-partitions", 8, "Redis partitions (queue pool size)")
 	fs.StringVar(&c.Topic, "topic", "jobs", "job topic to create (with its .retry and .dlq topics)")
 	fs.IntVar(&c.Partitions, "partitions", 8, "partitions of the job topic")
@@ -86,6 +88,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 		{cfg.RedisAddr, "redis", "--redis-addr"},
 		{cfg.ConsulAddr, "consul", "--consul-addr"},
 		{cfg.RelayAddr, "relay", "--relay-addr"},
+		{cfg.WorkerAddr, "worker", "--worker-addr"},
 	} {
 		if err := stack.CheckAddrFree(p.addr, p.what, p.flag); err != nil {
 			return err
@@ -200,6 +203,28 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	}
 	relayDone, stopRelay := servePart("relay", rl, relayLn)
 	stops = append(stops, stopRelay)
+
+	// The worker, in process: every job type runs the noop handler, type
+	// "sleep" sleeps for its payload's {"ms": N}.
+	var wf workerFlags
+	wf.register(flag.NewFlagSet("worker", flag.ContinueOnError))
+	wf.cfg.RedisAddr = cfg.RedisAddr
+	wf.cfg.Partitions = cfg.RedisPartitions
+	wf.cfg.Drain = cfg.StopTimeout
+	wf.handle, wf.other = "sleep=sleep", "noop"
+	workerLn, err := net.Listen("tcp", cfg.WorkerAddr)
+	if err != nil {
+		gateLn.Close()
+		return fmt.Errorf("worker: %w", err)
+	}
+	wk, err := wf.build(log.With("part", "worker"))
+	if err != nil {
+		gateLn.Close()
+		workerLn.Close()
+		return fmt.Errorf("worker: %w", err)
+	}
+	workerDone, stopWorker := servePart("worker", wk, workerLn)
+	stops = append(stops, stopWorker)
 	gateDone, stopGate := servePart("gate", g, gateLn)
 	stops = append(stops, stopGate)
 	cancelStart()
@@ -218,6 +243,9 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	case err := <-relayDone:
 		relayDone <- err // for the stop function
 		return fmt.Errorf("relay stopped: %v", err)
+	case err := <-workerDone:
+		workerDone <- err // for the stop function
+		return fmt.Errorf("worker stopped: %v", err)
 	case <-redis.Exited():
 		return fmt.Errorf("redis-server exited unexpectedly; see %s", filepath.Join(dir, "redis", "redis.log"))
 	case <-consul.Exited():
@@ -278,13 +306,14 @@ sluice dev is running (data in %s). Ctrl-C stops everything; jobs survive a rest
   redis    %s   (AOF on; maxmemory %s)
   consul   http://%s   (dev agent; KV starts empty on each start)
   relay    http://%s/metrics   topic %q into %d Redis partitions (rate: sluice/dev/relay/%s/rate in Consul)
+  worker   http://%s/metrics   every job type runs "noop"; type "sleep" sleeps {"ms": N}
 
 Enqueue a job:
   curl -sS -X POST %s/v1/topics/%s/jobs -H 'Content-Type: application/json' \
     -d '{"type":"hello","payload":{"greeting":"<hi> & welcome"}}'
 
 `, dir, gateURL, gateURL, gateURL, gateURL, cfg.KafkaAddr, cfg.Topic, cfg.Partitions, cfg.Topic, cfg.Topic,
-		cfg.RedisAddr, cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.Topic, cfg.RedisPartitions, cfg.Topic, gateURL, cfg.Topic)
+		cfg.RedisAddr, cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.Topic, cfg.RedisPartitions, cfg.Topic, cfg.WorkerAddr, gateURL, cfg.Topic)
 	if f, ok := w.(*os.File); ok {
 		f.Sync()
 	}

@@ -31,7 +31,7 @@ func devOnFreePorts(t *testing.T, dir string) devConfig {
 	var cfg devConfig
 	cfg.register(flag.NewFlagSet("dev", flag.ContinueOnError))
 	cfg.Dir = dir
-	for _, addr := range []*string{&cfg.GateAddr, &cfg.KafkaAddr, &cfg.RedisAddr, &cfg.ConsulAddr, &cfg.RelayAddr} {
+	for _, addr := range []*string{&cfg.GateAddr, &cfg.KafkaAddr, &cfg.RedisAddr, &cfg.ConsulAddr, &cfg.RelayAddr, &cfg.WorkerAddr} {
 		port, err := stack.FreePort()
 		if err != nil {
 			t.Fatal(err)
@@ -131,9 +131,10 @@ func TestDevRunsThePrintedCurlAndKeepsJobsAcrossRestarts(t *testing.T) {
 	defer rdb.Close()
 	group := id // no group given: the job's id
 	jobKey := queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}.Keys(queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}.PartitionOf(group)).Job(id)
-	testenv.WaitFor(t, 30*time.Second, "the relay to move the job into Redis", func() bool {
-		n, _ := rdb.Exists(context.Background(), jobKey).Result()
-		return n == 1
+	// And the worker runs it (noop): the whole path, gate to done.
+	testenv.WaitFor(t, 30*time.Second, "the job to be relayed and run", func() bool {
+		state, _ := rdb.HGet(context.Background(), jobKey, "state").Result()
+		return state == "done"
 	})
 	if env, _ := rdb.HGet(context.Background(), jobKey, "env").Result(); !strings.Contains(env, string(wantPayload)) {
 		t.Fatalf("envelope in Redis %s lacks %s", env, wantPayload)
@@ -143,7 +144,7 @@ func TestDevRunsThePrintedCurlAndKeepsJobsAcrossRestarts(t *testing.T) {
 	}
 
 	d.stop(t)
-	for _, addr := range []string{cfg.GateAddr, cfg.KafkaAddr, cfg.RedisAddr, cfg.ConsulAddr, cfg.RelayAddr} {
+	for _, addr := range []string{cfg.GateAddr, cfg.KafkaAddr, cfg.RedisAddr, cfg.ConsulAddr, cfg.RelayAddr, cfg.WorkerAddr} {
 		if err := stack.CheckAddrFree(addr, "after stop", "-"); err != nil {
 			t.Fatalf("still listening after sluice dev stopped: %v", err)
 		}

@@ -28,6 +28,7 @@ func commands() []command {
 		{"dev", "run the whole pipeline on this machine: Kafka (kfake), Redis, Consul and every part", runDev},
 		{"gate", "the HTTP gate: validate jobs and write them to Kafka", runGate},
 		{"relay", "the relay: move jobs from Kafka into partitioned Redis under a Consul lock", runRelay},
+		{"worker", "the worker: run jobs from Redis partitions in fair order (built-in handlers)", runWorker},
 		{"loadtest", "load generators for benchmarks: gate, body, bare-server", runLoadtest},
 		{"version", "print the version", runVersion},
 	}

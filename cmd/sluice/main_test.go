@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 )
@@ -29,5 +32,29 @@ func TestCommandLine(t *testing.T) {
 	errOut.Reset()
 	if code := run(context.Background(), []string{"gate"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "SLUICE_GATE_MAX_BATCH_JOBS") {
 		t.Fatalf("bad environment value: exit %d, %q", code, errOut.String())
+	}
+}
+
+func TestWorkerFlags(t *testing.T) {
+	for in, want := range map[string]string{"": "[]", "0-3": "[0 1 2 3]", "1,5-6,1": "[1 5 6]"} {
+		got, err := parsePartitionList(in, 8)
+		if err != nil || fmt.Sprint(got) != want && !(want == "[]" && got == nil) {
+			t.Errorf("parsePartitionList(%q) = %v %v, want %s", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"8", "3-1", "x", "-1"} {
+		if _, err := parsePartitionList(bad, 8); err == nil {
+			t.Errorf("parsePartitionList(%q) accepted", bad)
+		}
+	}
+	var f workerFlags
+	f.register(flag.NewFlagSet("worker", flag.ContinueOnError))
+	for _, bad := range []struct{ handle, http, other string }{
+		{handle: "a=unknown"}, {handle: "noequals"}, {http: "a=ftp://x"}, {other: "http"},
+	} {
+		f.handle, f.http, f.other = bad.handle, bad.http, bad.other
+		if _, err := f.build(slog.New(slog.DiscardHandler)); err == nil {
+			t.Errorf("worker flags %+v accepted", bad)
+		}
 	}
 }

@@ -1,0 +1,38 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/ops"
+)
+
+// Serve runs the worker until ctx ends, serving /healthz, /readyz (every
+// Redis answers) and /metrics on ln.
+func (w *Worker) Serve(ctx context.Context, ln net.Listener) error {
+	mux := http.NewServeMux()
+	ops.Mount(mux, w.m.reg, w.ready)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	opsDone := make(chan error, 1)
+	go func() { opsDone <- ops.Serve(ctx, w.log, srv, ln, time.Second) }()
+	w.log.Info("worker running", "partitions", fmt.Sprint(w.cfg.Serve), "workers", w.cfg.Workers, "stage", w.cfg.Stage)
+	err := w.Run(ctx)
+	if oerr := <-opsDone; err == nil {
+		err = oerr
+	}
+	w.log.Info("worker stopped")
+	return err
+}
+
+func (w *Worker) ready(ctx context.Context) error {
+	servers, addrs := w.pool.Servers()
+	for i, c := range servers {
+		if err := c.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("Redis %s: %v", addrs[i], err)
+		}
+	}
+	return nil
+}
