@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,6 +51,9 @@ type Config struct {
 	Backoff, MaxBackoff time.Duration
 	// ResultTTL is how long a done job (and its result) is kept.
 	ResultTTL time.Duration
+	// IdempotencyTTL is how long a completed idempotency key keeps other
+	// jobs with the key from running.
+	IdempotencyTTL time.Duration
 	// Dead bounds the dead set.
 	Dead queue.DeadLimits
 	// Drain is how long running jobs may take to finish on shutdown; the
@@ -67,7 +71,7 @@ func DefaultConfig() Config {
 	return Config{
 		Stage: "dev", RedisAddr: "127.0.0.1:6379", Partitions: 8, Workers: 10,
 		Lease: 30 * time.Second, ClaimBatch: 32, MaxAttempts: 5, Timeout: time.Minute,
-		Backoff: time.Second, MaxBackoff: 16 * time.Second, ResultTTL: 24 * time.Hour,
+		Backoff: time.Second, MaxBackoff: 16 * time.Second, ResultTTL: 24 * time.Hour, IdempotencyTTL: 24 * time.Hour,
 		Dead:  queue.DeadLimits{Max: 100000, Keep: 7 * 24 * time.Hour},
 		Drain: 30 * time.Second, Maintain: 500 * time.Millisecond,
 	}
@@ -333,6 +337,28 @@ func (w *Worker) execute(ctx context.Context, part int, c queue.Claimed, drainin
 	if timeout <= 0 {
 		timeout = w.cfg.Timeout
 	}
+	if key := j.IdempotencyKey; key != "" {
+		mark, err := w.pool.IdempotencyBegin(ctx, key, c.ID, timeout+w.cfg.Lease)
+		switch {
+		case err != nil:
+			w.settle(ctx, part, c, nil, err, maxAttempts, start, log)
+			return
+		case strings.HasPrefix(mark, "done:"):
+			// A job with this key completed within its TTL: done
+			// without running again.
+			w.m.jobs.WithLabelValues("idempotent_skip").Inc()
+			w.settle(ctx, part, c, []byte(`{"skipped":"idempotency key completed by job `+strings.TrimPrefix(mark, "done:")+`"}`), nil, maxAttempts, start, log)
+			return
+		case mark != "":
+			// Another job with the key runs now: look again after a
+			// lease, without spending an attempt on waiting.
+			if _, err := w.pool.Defer(context.WithoutCancel(ctx), part, c, w.cfg.Now().Add(w.cfg.Lease)); err != nil {
+				log.Warn("deferring a job behind its idempotency key failed; its lease will expire", "job", c.ID, "err", err)
+			}
+			w.m.jobs.WithLabelValues("idempotent_wait").Inc()
+			return
+		}
+	}
 	jctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	lost := w.heartbeat(jctx, cancel, part, c.ID)
@@ -350,6 +376,11 @@ func (w *Worker) execute(ctx context.Context, part int, c queue.Claimed, drainin
 		w.m.jobs.WithLabelValues("lost").Inc()
 		log.Warn("lease lost while running; the job will run again", "job", c.ID)
 		return
+	}
+	if key := j.IdempotencyKey; key != "" {
+		if err := w.pool.IdempotencyEnd(context.WithoutCancel(ctx), key, c.ID, herr == nil, w.cfg.IdempotencyTTL); err != nil {
+			log.Warn("recording the idempotency key failed", "job", c.ID, "key", key, "err", err)
+		}
 	}
 	if herr != nil && ctx.Err() != nil && draining() {
 		return // cut short by shutdown: handed back by Release, not failed

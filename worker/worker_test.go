@@ -296,3 +296,41 @@ func TestRedisRestartDuringExecutionLosesNothing(t *testing.T) {
 		t.Fatalf("%d of 100 jobs ran", len(runs))
 	}
 }
+
+func TestIdempotencyKeys(t *testing.T) {
+	b := newBed(t)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	b.start(t, func(c *worker.Config) { c.Lease = time.Second }, func(w *worker.Worker) {
+		w.Handle("send", worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+			mu.Lock()
+			runs[j.ID]++
+			mu.Unlock()
+			time.Sleep(100 * time.Millisecond) // the work; another job with the key arrives meanwhile
+			if strings.HasPrefix(j.ID, "fails") {
+				return nil, worker.Permanent(errors.New("bad"))
+			}
+			return []byte("sent"), nil
+		}))
+	})
+	// Two jobs with one key at once, a third after: one execution.
+	b.enqueue(t, job.Job{ID: "a", Type: "send", IdempotencyKey: "order-1"}, job.Job{ID: "b", Type: "send", IdempotencyKey: "order-1"})
+	b.waitState(t, "a", "a", "done")
+	b.waitState(t, "b", "b", "done")
+	b.enqueue(t, job.Job{ID: "c", Type: "send", IdempotencyKey: "order-1"})
+	if h := b.waitState(t, "c", "c", "done"); !strings.Contains(h["result"], "skipped") {
+		t.Fatalf("a job with a completed key ran: %v", h)
+	}
+	mu.Lock()
+	if n := runs["a"] + runs["b"] + runs["c"]; n != 1 {
+		t.Fatalf("one idempotency key ran %d times: %v", n, runs)
+	}
+	mu.Unlock()
+	// A failure frees the key for the next job.
+	b.enqueue(t, job.Job{ID: "fails1", Type: "send", IdempotencyKey: "order-2"})
+	b.waitState(t, "fails1", "fails1", "dead")
+	b.enqueue(t, job.Job{ID: "d", Type: "send", IdempotencyKey: "order-2"})
+	if h := b.waitState(t, "d", "d", "done"); h["result"] != "sent" {
+		t.Fatalf("after a failed run the key stayed taken: %v", h)
+	}
+}

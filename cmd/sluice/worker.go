@@ -51,6 +51,7 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.Backoff, "backoff", c.Backoff, "delay before the second attempt; doubles per attempt, with ±20% jitter")
 	cli.DurationVar(fs, &c.MaxBackoff, "max-backoff", c.MaxBackoff, "longest delay between attempts")
 	cli.DurationVar(fs, &c.ResultTTL, "result-ttl", c.ResultTTL, "how long a done job and its result are kept")
+	cli.DurationVar(fs, &c.IdempotencyTTL, "idempotency-ttl", c.IdempotencyTTL, "how long a completed idempotency key keeps other jobs with it from running")
 	fs.IntVar(&c.Dead.Max, "dead-max", c.Dead.Max, "most jobs kept in a partition's dead set (oldest go first)")
 	cli.DurationVar(fs, &c.Dead.Keep, "dead-ttl", c.Dead.Keep, "how long a dead job is kept")
 	cli.DurationVar(fs, &c.Drain, "drain-timeout", c.Drain, "on SIGTERM, how long running jobs may take; the rest go back to ready")

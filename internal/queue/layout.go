@@ -88,6 +88,12 @@ func (k Keys) Leases() string { return k.prefix + "leases" }
 // Dead is the sorted set of dead job ids by time of death (Unix ms).
 func (k Keys) Dead() string { return k.prefix + "dead" }
 
+// Idempotency is the marker of an idempotency key: "running:<job id>"
+// while a job with that key runs, "done:<job id>" for the key's TTL after
+// one succeeded. It lives in the partition PartitionOf(key) picks, whatever
+// the jobs' groups.
+func (k Keys) Idempotency(key string) string { return k.prefix + "idem:" + key }
+
 // Wake is the partition's wake-up list: scripts that make jobs ready push
 // a token, and idle consumers block on it (BLPOP) instead of polling.
 func (k Keys) Wake() string { return k.prefix + "wake" }

@@ -52,11 +52,18 @@ func (p *Pool) Ack(ctx context.Context, part int, job Claimed, result []byte, no
 // KEYS[5] group:<group>  KEYS[6] delayed  KEYS[7] dead  KEYS[8] stats
 // ARGV[1] id  ARGV[2] error  ARGV[3] next try, Unix ms (0: dead)
 // ARGV[4] now, Unix ms  ARGV[5] most dead jobs kept  ARGV[6] seconds to keep a dead job
+// ARGV[7] 1 for a deferral: not a failure, the attempt is taken back
 // Returns 1 retrying, 2 dead, 0 when the job was no longer leased.
 var failScript = newScript(`
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HINCRBY', KEYS[5], 'running', -1)
+if ARGV[7] == '1' then
+  redis.call('HINCRBY', KEYS[2], ARGV[1], -1)
+  redis.call('ZADD', KEYS[6], ARGV[3], ARGV[1])
+  redis.call('HINCRBY', KEYS[5], 'delayed', 1)
+  return 1
+end
 redis.call('HSET', KEYS[4], 'last_error', ARGV[2], 'failed_ms', ARGV[4])
 if tonumber(ARGV[3]) > 0 then
   redis.call('ZADD', KEYS[6], ARGV[3], ARGV[1])
@@ -94,14 +101,30 @@ type DeadLimits struct {
 // Fail records a failed attempt of a claimed job: retried at nextTry, or
 // dead when nextTry is zero.
 func (p *Pool) Fail(ctx context.Context, part int, job Claimed, cause string, nextTry, now time.Time, dead DeadLimits) (int, error) {
-	k := p.layout.Keys(part)
 	next := int64(0)
 	if !nextTry.IsZero() {
 		next = nextTry.UnixMilli()
 	}
+	return p.fail(ctx, part, job, cause, next, now, dead, false)
+}
+
+// Defer puts a claimed job in delayed until at without counting the attempt:
+// it could not run yet (another job holds its idempotency key), which is
+// not a failure. It reports false when the lease was already lost.
+func (p *Pool) Defer(ctx context.Context, part int, job Claimed, at time.Time) (bool, error) {
+	res, err := p.fail(ctx, part, job, "", at.UnixMilli(), at, DeadLimits{}, true)
+	return res == FailRetrying, err
+}
+
+func (p *Pool) fail(ctx context.Context, part int, job Claimed, cause string, next int64, now time.Time, dead DeadLimits, deferral bool) (int, error) {
+	k := p.layout.Keys(part)
+	flag := 0
+	if deferral {
+		flag = 1
+	}
 	res, err := runScript(ctx, p.byPart[part], failScript,
 		[]string{k.Inflight(), k.Attempts(), k.Leases(), k.Job(job.ID), k.Group(job.Group), k.Delayed(), k.Dead(), k.Stats()},
-		job.ID, cause, next, now.UnixMilli(), dead.Max, max(int64(dead.Keep/time.Second), 1))
+		job.ID, cause, next, now.UnixMilli(), dead.Max, max(int64(dead.Keep/time.Second), 1), flag)
 	if err != nil {
 		return FailLost, fmt.Errorf("fail %s: %w", job.ID, err)
 	}

@@ -1,0 +1,70 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// idemBeginScript marks an idempotency key as running for a job, unless a
+// job with the key ran to completion within the TTL or runs now.
+//
+// KEYS[1] idem:<key>
+// ARGV[1] "running:<id>"   ARGV[2] how long the mark holds, ms
+// Returns "" when the caller may run (marked, or already ours: a retry),
+// else the mark in force: "done:<id>" or "running:<other id>".
+var idemBeginScript = newScript(`
+local v = redis.call('GET', KEYS[1])
+if not v or v == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+  return ''
+end
+return v
+`)
+
+// idemEndScript ends a job's run of an idempotency key: on success the
+// mark becomes "done:<id>" for the TTL; on failure it is removed, so the
+// next try (or another job with the key) may run. Only the job's own mark
+// is touched.
+//
+// KEYS[1] idem:<key>
+// ARGV[1] "running:<id>"   ARGV[2] "done:<id>", or "" after a failure   ARGV[3] TTL, ms
+// Returns 1 when the mark was the job's, else 0.
+var idemEndScript = newScript(`
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '' then
+  redis.call('DEL', KEYS[1])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+end
+return 1
+`)
+
+func (p *Pool) idemKey(key string) (string, int) {
+	part := p.layout.PartitionOf(key)
+	return p.layout.Keys(part).Idempotency(key), part
+}
+
+// IdempotencyBegin claims key for job id for up to hold. It returns "" when
+// the job may run, else the mark in force ("done:<id>" or "running:<id>").
+func (p *Pool) IdempotencyBegin(ctx context.Context, key, id string, hold time.Duration) (string, error) {
+	k, part := p.idemKey(key)
+	res, err := runScript(ctx, p.byPart[part], idemBeginScript, []string{k}, "running:"+id, hold.Milliseconds())
+	if err != nil {
+		return "", fmt.Errorf("idempotency key %q: %w", key, err)
+	}
+	s, _ := res.(string)
+	return s, nil
+}
+
+// IdempotencyEnd records the end of job id's run of key: done (kept for
+// ttl) or failed (the key is free again).
+func (p *Pool) IdempotencyEnd(ctx context.Context, key, id string, succeeded bool, ttl time.Duration) error {
+	k, part := p.idemKey(key)
+	done := ""
+	if succeeded {
+		done = "done:" + id
+	}
+	_, err := runScript(ctx, p.byPart[part], idemEndScript, []string{k}, "running:"+id, done, ttl.Milliseconds())
+	return err
+}
