@@ -2,32 +2,14 @@ package relay_test
 
 import (
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice/internal/stack"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
-
-// buildSluice builds the binary the failover test runs as real processes.
-func buildSluice(t *testing.T) string {
-	t.Helper()
-	root, err := stack.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "sluice")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
-	cmd.Dir = root
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./cmd/sluice: %v\n%s", err, out)
-	}
-	return bin
-}
 
 // TestKillNineTheHolderMidStream runs two relay processes on one topic,
 // kills the holder with SIGKILL while jobs flow, and checks that the other
@@ -35,7 +17,7 @@ func buildSluice(t *testing.T) string {
 // and that every job ends up in Redis exactly once.
 func TestKillNineTheHolderMidStream(t *testing.T) {
 	b := newBed(t)
-	bin := buildSluice(t)
+	bin := testenv.BuildSluice(t)
 	const ttl, lockDelay = 10 * time.Second, time.Second
 	procs := map[int]*exec.Cmd{}
 	for i := range 2 {

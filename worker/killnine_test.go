@@ -3,7 +3,6 @@ package worker_test
 import (
 	"context"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -11,7 +10,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/job"
-	"github.com/sluicehq/sluice/internal/stack"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -30,16 +28,7 @@ func (w logWriter) Write(p []byte) (int, error) {
 // completes, with both attempts counted.
 func TestKillNineMidJobRunsItAgain(t *testing.T) {
 	b := newBed(t)
-	root, err := stack.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "sluice")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/sluice")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := testenv.BuildSluice(t)
 	startWorker := func(name string) *exec.Cmd {
 		cmd := exec.Command(bin, "worker", "--listen", "127.0.0.1:0", "--stage", b.layout.Stage,
 			"--redis-addr", b.redis.Addr(), "--redis-partitions", strconv.Itoa(b.layout.Partitions),
