@@ -87,6 +87,7 @@ type Worker struct {
 	handlers map[string]Handler
 	fallback Handler
 	mws      []Middleware
+	pools    map[int]*slots // by partition
 }
 
 // New creates a worker; call Handle for each job type, then Run.
@@ -115,7 +116,11 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 			return nil, fmt.Errorf("worker: partition %d out of range 0..%d", p, cfg.Partitions-1)
 		}
 	}
-	return &Worker{cfg: cfg, log: log, pool: pool, handlers: map[string]Handler{}, m: newMetrics()}, nil
+	w := &Worker{cfg: cfg, log: log, pool: pool, handlers: map[string]Handler{}, m: newMetrics(), pools: map[int]*slots{}}
+	for _, p := range cfg.Serve {
+		w.pools[p] = newSlots(cfg.Workers)
+	}
+	return w, nil
 }
 
 // Handle registers the handler of a job type.
@@ -165,6 +170,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	for _, p := range w.cfg.Serve {
+		// A restarted worker resumes the count the coordinator chose.
+		w.mu.RLock()
+		s := w.pools[p]
+		w.mu.RUnlock()
+		s.resize(w.checkpointed(ctx, p, s.size()))
 		wg.Add(2)
 		go func() { defer wg.Done(); w.consume(ctx, p) }()
 		go func() { defer wg.Done(); w.maintain(ctx, p) }()
@@ -176,11 +186,13 @@ func (w *Worker) Run(ctx context.Context) error {
 // consume claims and runs one partition's jobs.
 func (w *Worker) consume(ctx context.Context, part int) {
 	log := w.log.With("partition", part)
-	w.m.workers.WithLabelValues(fmt.Sprint(part)).Set(float64(w.cfg.Workers))
+	w.mu.RLock()
+	slots := w.pools[part]
+	w.mu.RUnlock()
+	w.m.workers.WithLabelValues(fmt.Sprint(part)).Set(float64(slots.size()))
 	// Running jobs outlive ctx by up to Drain; runCtx ends after that.
 	runCtx, stopRuns := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRuns()
-	slots := make(chan struct{}, w.cfg.Workers)
 	var running sync.WaitGroup
 	var (
 		mu       sync.Mutex
@@ -189,12 +201,11 @@ func (w *Worker) consume(ctx context.Context, part int) {
 	)
 	failing := false
 	for ctx.Err() == nil {
-		free := cap(slots) - len(slots)
+		free, changed := slots.free()
 		if free == 0 {
-			// Wait for a slot; a finishing job frees one.
+			// Wait for a slot: a finishing job or a resize frees one.
 			select {
-			case slots <- struct{}{}:
-				<-slots
+			case <-changed:
 			case <-ctx.Done():
 			}
 			continue
@@ -220,14 +231,14 @@ func (w *Worker) consume(ctx context.Context, part int) {
 			continue
 		}
 		for _, c := range jobs {
-			slots <- struct{}{}
+			slots.take()
 			mu.Lock()
 			held[c.ID] = c
 			mu.Unlock()
 			running.Add(1)
 			go func() {
 				defer running.Done()
-				defer func() { <-slots }()
+				defer slots.release()
 				w.execute(runCtx, part, c, func() bool { mu.Lock(); defer mu.Unlock(); return draining }, log)
 				mu.Lock()
 				delete(held, c.ID)
@@ -259,11 +270,16 @@ func (w *Worker) consume(ctx context.Context, part int) {
 	}
 }
 
-// waitForWork blocks on the partition's wake list for up to max: enqueues,
-// retries coming due and released jobs push a token there.
+// waitForWork blocks on the partition's command and wake lists for up to
+// max: enqueues, retries coming due and released jobs push a wake token,
+// the coordinator pushes commands. A command is applied here.
 func (w *Worker) waitForWork(ctx context.Context, part int, max time.Duration) {
 	k := w.pool.Layout().Keys(part)
-	err := w.pool.Client(part).BLPop(ctx, max, k.Wake()).Err()
+	kv, err := w.pool.Client(part).BLPop(ctx, max, k.Cmd(), k.Wake()).Result()
+	if err == nil && len(kv) == 2 && kv[0] == k.Cmd() {
+		w.apply(ctx, part, kv[1])
+		return
+	}
 	if err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil {
 		// Redis unreachable: do not spin.
 		t := time.NewTimer(max)
@@ -275,7 +291,8 @@ func (w *Worker) waitForWork(ctx context.Context, part int, max time.Duration) {
 	}
 }
 
-// maintain returns expired leases and promotes due retries, every Maintain.
+// maintain returns expired leases, promotes due retries and applies
+// coordinator commands, every Maintain.
 func (w *Worker) maintain(ctx context.Context, part int) {
 	t := time.NewTicker(w.cfg.Maintain)
 	defer t.Stop()
@@ -298,6 +315,15 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		}
+		// Commands, also under load, when the consumer never waits on
+		// its lists: applied within a maintenance tick.
+		for range 10 {
+			raw, err := w.pool.Client(part).LPop(ctx, w.pool.Layout().Keys(part).Cmd()).Result()
+			if err != nil {
+				break
+			}
+			w.apply(ctx, part, raw)
 		}
 		now := w.cfg.Now()
 		if n, err := w.pool.Reap(ctx, part, 100, now); err == nil && n > 0 {

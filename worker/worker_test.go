@@ -334,3 +334,55 @@ func TestIdempotencyKeys(t *testing.T) {
 		t.Fatalf("after a failed run the key stayed taken: %v", h)
 	}
 }
+
+// The coordinator's command resizes a partition's pool at run time; the
+// count is checkpointed and a restarted worker resumes it.
+func TestResizeByCommandIsCheckpointedAndRestored(t *testing.T) {
+	b := newBed(t)
+	var running, peak atomic.Int32
+	release := make(chan struct{})
+	handler := worker.HandlerFunc(func(ctx context.Context, _ *worker.Job) ([]byte, error) {
+		n := running.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		defer running.Add(-1)
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	})
+	var w *worker.Worker
+	stop := b.start(t, func(c *worker.Config) { c.Workers = 2; c.Serve = []int{0, 1} }, func(wk *worker.Worker) {
+		w = wk
+		wk.Handle("hold", handler)
+	})
+	part := b.layout.PartitionOf("g")
+	for i := range 10 {
+		b.enqueue(t, job.Job{ID: "h" + strconv.Itoa(i), Type: "hold", Group: "g"})
+	}
+	testenv.WaitFor(t, 10*time.Second, "2 jobs running", func() bool { return running.Load() == 2 })
+	cmd := `{"type":"SCALE_UP","partition":` + strconv.Itoa(part) + `,"targetWorkers":5,"reason":"PWQD threshold exceeded for 3 consecutive cycles"}`
+	if err := b.redis.Client().RPush(context.Background(), b.layout.Keys(part).Cmd(), cmd).Err(); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 10*time.Second, "5 jobs running after SCALE_UP", func() bool { return running.Load() == 5 })
+	if w.Workers(part) != 5 || peak.Load() != 5 {
+		t.Fatalf("after SCALE_UP: pool %d, peak %d", w.Workers(part), peak.Load())
+	}
+	close(release)
+	stop()
+	// A new worker resumes the checkpointed count.
+	b.start(t, func(c *worker.Config) { c.Workers = 2 }, func(wk *worker.Worker) {
+		w = wk
+		wk.Handle("hold", handler)
+	})
+	testenv.WaitFor(t, 10*time.Second, "the restarted worker to resume 5", func() bool { return w.Workers(part) == 5 })
+	if err := w.SetWorkers(context.Background(), part, 0); err == nil {
+		t.Fatal("SetWorkers(0) accepted")
+	}
+}

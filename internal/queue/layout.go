@@ -98,6 +98,10 @@ func (k Keys) Idempotency(key string) string { return k.prefix + "idem:" + key }
 // a token, and idle consumers block on it (BLPOP) instead of polling.
 func (k Keys) Wake() string { return k.prefix + "wake" }
 
+// WorkerCount is the checkpoint of the partition's worker count, restored
+// when a worker starts.
+func (k Keys) WorkerCount() string { return k.prefix + "workers" }
+
 // Cmd is the partition's list of coordinator commands.
 func (k Keys) Cmd() string { return k.prefix + "cmd" }
 
