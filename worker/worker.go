@@ -194,6 +194,16 @@ func (w *Worker) consume(ctx context.Context, part int) {
 	runCtx, stopRuns := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopRuns()
 	var running sync.WaitGroup
+	acks := make(chan ackRequest)
+	ackerDone := make(chan struct{})
+	go func() { defer close(ackerDone); w.acker(part, acks) }()
+	defer func() { close(acks); <-ackerDone }()
+	ack := func(d queue.Done) (bool, error) {
+		reply := make(chan ackReply, 1)
+		acks <- ackRequest{done: d, reply: reply}
+		r := <-reply
+		return r.ok, r.err
+	}
 	var (
 		mu       sync.Mutex
 		held     = map[string]queue.Claimed{}
@@ -230,7 +240,14 @@ func (w *Worker) consume(ctx context.Context, part int) {
 			w.waitForWork(ctx, part, time.Second)
 			continue
 		}
-		for _, c := range jobs {
+		envs, err := w.pool.Envelopes(ctx, part, jobs)
+		if err != nil {
+			// Leave them leased: the reaper hands them back.
+			log.Warn("reading claimed envelopes failed", "jobs", len(jobs), "err", err)
+			continue
+		}
+		for i, c := range jobs {
+			env := envs[i]
 			slots.take()
 			mu.Lock()
 			held[c.ID] = c
@@ -239,7 +256,7 @@ func (w *Worker) consume(ctx context.Context, part int) {
 			go func() {
 				defer running.Done()
 				defer slots.release()
-				w.execute(runCtx, part, c, func() bool { mu.Lock(); defer mu.Unlock(); return draining }, log)
+				w.execute(runCtx, part, c, env, func() bool { mu.Lock(); defer mu.Unlock(); return draining }, ack, log)
 				mu.Lock()
 				delete(held, c.ID)
 				mu.Unlock()
@@ -335,16 +352,15 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 }
 
 // execute runs one claimed job and settles it.
-func (w *Worker) execute(ctx context.Context, part int, c queue.Claimed, draining func() bool, log *slog.Logger) {
+func (w *Worker) execute(ctx context.Context, part int, c queue.Claimed, env []byte, draining func() bool, ack ackFunc, log *slog.Logger) {
 	start := w.cfg.Now()
-	env, err := w.pool.Envelope(ctx, part, c.ID)
-	if err != nil {
-		w.settle(ctx, part, c, nil, Permanent(err), 1, start, log)
+	if env == nil {
+		w.settle(ctx, part, c, nil, Permanent(fmt.Errorf("job %s has no envelope in Redis", c.ID)), 1, ack, log)
 		return
 	}
 	j, err := job.Decode(env)
 	if err != nil {
-		w.settle(ctx, part, c, nil, Permanent(fmt.Errorf("envelope: %w", err)), 1, start, log)
+		w.settle(ctx, part, c, nil, Permanent(fmt.Errorf("envelope: %w", err)), 1, ack, log)
 		return
 	}
 	maxAttempts := j.MaxAttempts
@@ -353,7 +369,7 @@ func (w *Worker) execute(ctx context.Context, part int, c queue.Claimed, drainin
 	}
 	h := w.handler(j.Type)
 	if h == nil {
-		w.settle(ctx, part, c, nil, Permanent(fmt.Errorf("no handler for job type %q", j.Type)), maxAttempts, start, log)
+		w.settle(ctx, part, c, nil, Permanent(fmt.Errorf("no handler for job type %q", j.Type)), maxAttempts, ack, log)
 		return
 	}
 	if !j.EnqueuedAt.IsZero() && c.Attempt == 1 {
@@ -367,13 +383,13 @@ func (w *Worker) execute(ctx context.Context, part int, c queue.Claimed, drainin
 		mark, err := w.pool.IdempotencyBegin(ctx, key, c.ID, timeout+w.cfg.Lease)
 		switch {
 		case err != nil:
-			w.settle(ctx, part, c, nil, err, maxAttempts, start, log)
+			w.settle(ctx, part, c, nil, err, maxAttempts, ack, log)
 			return
 		case strings.HasPrefix(mark, "done:"):
 			// A job with this key completed within its TTL: done
 			// without running again.
 			w.m.jobs.WithLabelValues("idempotent_skip").Inc()
-			w.settle(ctx, part, c, []byte(`{"skipped":"idempotency key completed by job `+strings.TrimPrefix(mark, "done:")+`"}`), nil, maxAttempts, start, log)
+			w.settle(ctx, part, c, []byte(`{"skipped":"idempotency key completed by job `+strings.TrimPrefix(mark, "done:")+`"}`), nil, maxAttempts, ack, log)
 			return
 		case mark != "":
 			// Another job with the key runs now: look again after a
@@ -411,7 +427,7 @@ func (w *Worker) execute(ctx context.Context, part int, c queue.Claimed, drainin
 	if herr != nil && ctx.Err() != nil && draining() {
 		return // cut short by shutdown: handed back by Release, not failed
 	}
-	w.settle(context.WithoutCancel(ctx), part, c, result, herr, maxAttempts, start, log)
+	w.settle(context.WithoutCancel(ctx), part, c, result, herr, maxAttempts, ack, log)
 }
 
 // heartbeat extends the lease every Lease/3 until ctx ends. The channel
@@ -451,10 +467,10 @@ func call(ctx context.Context, h Handler, j *Job) (result []byte, err error) {
 }
 
 // settle records the attempt's outcome.
-func (w *Worker) settle(ctx context.Context, part int, c queue.Claimed, result []byte, herr error, maxAttempts int, start time.Time, log *slog.Logger) {
+func (w *Worker) settle(ctx context.Context, part int, c queue.Claimed, result []byte, herr error, maxAttempts int, ack ackFunc, log *slog.Logger) {
 	now := w.cfg.Now()
 	if herr == nil {
-		if ok, err := w.pool.Ack(ctx, part, c, result, now, w.cfg.ResultTTL); err != nil || !ok {
+		if ok, err := ack(queue.Done{Job: c, Result: result}); err != nil || !ok {
 			log.Warn("ack failed; the lease will expire and the job run again", "job", c.ID, "err", err, "leased", ok)
 			return
 		}
@@ -478,6 +494,55 @@ func (w *Worker) settle(ctx context.Context, part int, c queue.Claimed, result [
 	case res == queue.FailDead:
 		w.m.jobs.WithLabelValues("dead").Inc()
 		log.Warn("job dead", "job", c.ID, "attempts", c.Attempt, "err", herr)
+	}
+}
+
+// ackFunc records a success through the partition's acker.
+type ackFunc func(queue.Done) (bool, error)
+
+type ackRequest struct {
+	done  queue.Done
+	reply chan ackReply
+}
+
+type ackReply struct {
+	ok  bool
+	err error
+}
+
+// maxAckBatch bounds the acks sent in one round trip.
+const maxAckBatch = 128
+
+// acker sends a partition's acks to Redis: it takes one, adds whatever
+// else is waiting, and sends them in one pipeline. Under load acks batch by
+// themselves; when idle, one goes out at once.
+func (w *Worker) acker(part int, in <-chan ackRequest) {
+	for first := range in {
+		batch := []ackRequest{first}
+	more:
+		for len(batch) < maxAckBatch {
+			select {
+			case r, ok := <-in:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		done := make([]queue.Done, len(batch))
+		for i, r := range batch {
+			done[i] = r.done
+		}
+		ok, err := w.pool.AckMany(context.Background(), part, done, w.cfg.Now(), w.cfg.ResultTTL)
+		for i, r := range batch {
+			if err != nil {
+				r.reply <- ackReply{err: err}
+			} else {
+				r.reply <- ackReply{ok: ok[i]}
+			}
+		}
 	}
 }
 

@@ -130,6 +130,25 @@ func runScript(ctx context.Context, c *redis.Client, s *redis.Script, keys []str
 	return res, err
 }
 
+// Envelopes reads the envelopes of claimed jobs in one round trip; a job
+// without one (its hash expired or was removed) gets nil.
+func (p *Pool) Envelopes(ctx context.Context, part int, jobs []Claimed) ([][]byte, error) {
+	k := p.layout.Keys(part)
+	pipe := p.byPart[part].Pipeline()
+	cmds := make([]*redis.StringCmd, len(jobs))
+	for i, j := range jobs {
+		cmds[i] = pipe.HGet(ctx, k.Job(j.ID), "env")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, err
+	}
+	out := make([][]byte, len(jobs))
+	for i, c := range cmds {
+		out[i], _ = c.Bytes()
+	}
+	return out, nil
+}
+
 // Envelope reads a job's envelope.
 func (p *Pool) Envelope(ctx context.Context, part int, id string) ([]byte, error) {
 	b, err := p.byPart[part].HGet(ctx, p.layout.Keys(part).Job(id), "env").Bytes()

@@ -31,17 +31,65 @@ redis.call('HINCRBY', KEYS[6], 'done', 1)
 return 1
 `)
 
+// Done is one success for AckMany.
+type Done struct {
+	Job    Claimed
+	Result []byte
+}
+
 // Ack records the success of a claimed job and keeps it (with its result)
 // for keep. It reports false when the lease had already expired.
 func (p *Pool) Ack(ctx context.Context, part int, job Claimed, result []byte, now time.Time, keep time.Duration) (bool, error) {
-	k := p.layout.Keys(part)
-	res, err := runScript(ctx, p.byPart[part], ackScript,
-		[]string{k.Inflight(), k.Attempts(), k.Leases(), k.Job(job.ID), k.Group(job.Group), k.Stats()},
-		job.ID, result, now.UnixMilli(), max(int64(keep/time.Second), 1))
+	ok, err := p.AckMany(ctx, part, []Done{{Job: job, Result: result}}, now, keep)
 	if err != nil {
-		return false, fmt.Errorf("ack %s: %w", job.ID, err)
+		return false, err
 	}
-	return res == int64(1), nil
+	return ok[0], nil
+}
+
+// AckMany records several successes in one round trip (a pipeline of
+// ackScript calls); ok[i] is false where the lease had already expired.
+func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time, keep time.Duration) (ok []bool, err error) {
+	k := p.layout.Keys(part)
+	c := p.byPart[part]
+	ok = make([]bool, len(done))
+	pending := make([]int, len(done))
+	for i := range pending {
+		pending[i] = i
+	}
+	keepSecs := max(int64(keep/time.Second), 1)
+	for attempt := 0; len(pending) > 0; attempt++ {
+		pipe := c.Pipeline()
+		cmds := make([]*redis.Cmd, len(pending))
+		for n, i := range pending {
+			d := &done[i]
+			cmds[n] = ackScript.EvalSha(ctx, pipe,
+				[]string{k.Inflight(), k.Attempts(), k.Leases(), k.Job(d.Job.ID), k.Group(d.Job.Group), k.Stats()},
+				d.Job.ID, d.Result, now.UnixMilli(), keepSecs)
+		}
+		_, _ = pipe.Exec(ctx) // each command carries its own error
+		var again []int
+		for n, cmd := range cmds {
+			switch v, err := cmd.Result(); {
+			case isNoScript(err):
+				again = append(again, pending[n])
+			case err != nil:
+				return nil, fmt.Errorf("ack %s: %w", done[pending[n]].Job.ID, err)
+			default:
+				ok[pending[n]] = v == int64(1)
+			}
+		}
+		if len(again) > 0 {
+			if attempt > 0 {
+				return nil, fmt.Errorf("ack: script still missing after loading it")
+			}
+			if err := ackScript.Load(ctx, c).Err(); err != nil {
+				return nil, fmt.Errorf("ack: reloading the script: %w", err)
+			}
+		}
+		pending = again
+	}
+	return ok, nil
 }
 
 // failScript records a failed attempt: the job waits in delayed until its
