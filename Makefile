@@ -10,7 +10,7 @@ GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.slu
 TEST_P  ?= 2
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build run test deps redis consul modules fuzz bench bench-gate bench-relay clean
+.PHONY: all build run test deps redis consul modules fuzz bench bench-gate bench-relay bench-asynq clean
 
 all: build
 
@@ -71,6 +71,11 @@ bench-gate: build
 ## bench-relay: the relay from kfake into Redis, beside redis-benchmark.
 bench-relay: deps
 	loadtest/relay-bench.sh
+
+## bench-asynq: sluice's worker beside asynq v0.26.0 on one Redis (a module
+## of its own: asynq is no dependency of sluice).
+bench-asynq: deps
+	cd loadtest/asynqbench && $(GO) test -run '^$$' -bench . -benchtime 1x
 
 clean:
 	rm -rf bin .sluice

@@ -1,0 +1,145 @@
+// Package asynqbench measures sluice's worker against asynq v0.26.0 side by
+// side: one Redis, the same number of no-op jobs, the same total
+// concurrency, one run. It is a module of its own so that asynq never
+// becomes a dependency of sluice. Run:
+//
+//	cd loadtest/asynqbench && go test -run '^$' -bench . -benchtime 1x
+package asynqbench
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hibiken/asynq"
+
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/worker"
+)
+
+const (
+	jobs        = 50000
+	concurrency = 64 // in total, for both
+)
+
+func BenchmarkNoopSluiceVsAsynq(b *testing.B) {
+	r := testenv.Redis(b)
+	ctx := context.Background()
+	pingStart := time.Now()
+	for range 1000 {
+		r.Client().Ping(ctx)
+	}
+	ping := float64(time.Since(pingStart).Microseconds()) / 1000
+
+	asynqRate := runAsynq(b, r.Addr())
+	r.Client().FlushAll(ctx)
+	sluiceRate := runSluice(b, r)
+
+	b.ReportMetric(sluiceRate, "sluice-jobs/s")
+	b.ReportMetric(asynqRate, "asynq-jobs/s")
+	b.ReportMetric(sluiceRate/asynqRate, "x-asynq")
+	b.ReportMetric(ping, "ping-µs")
+}
+
+// runAsynq enqueues the jobs with asynq's client, then times its server
+// until every one ran.
+func runAsynq(b *testing.B, addr string) float64 {
+	opt := asynq.RedisClientOpt{Addr: addr}
+	client := asynq.NewClient(opt)
+	defer client.Close()
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < jobs; i += 16 {
+				if _, err := client.Enqueue(asynq.NewTask("noop", nil), asynq.MaxRetry(5)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var ran atomic.Int64
+	done := make(chan struct{})
+	mux := asynq.NewServeMux()
+	mux.HandleFunc("noop", func(context.Context, *asynq.Task) error {
+		if ran.Add(1) == jobs {
+			close(done)
+		}
+		return nil
+	})
+	srv := asynq.NewServer(opt, asynq.Config{Concurrency: concurrency, LogLevel: asynq.ErrorLevel})
+	start := time.Now()
+	if err := srv.Start(mux); err != nil {
+		b.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Minute):
+		b.Fatalf("asynq ran %d of %d", ran.Load(), jobs)
+	}
+	elapsed := time.Since(start)
+	srv.Shutdown()
+	return jobs / elapsed.Seconds()
+}
+
+// runSluice enqueues the jobs as the relay would, then times one worker
+// (8 partitions x 8 = 64 at once) until every one is done.
+func runSluice(b *testing.B, r *testenv.RedisServer) float64 {
+	ctx := context.Background()
+	layout := queue.Layout{Stage: "bench", Partitions: 8}
+	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	p.LoadScripts(ctx)
+	items := make([]queue.Item, 0, 1000)
+	for i := range jobs {
+		id, g := "j"+strconv.Itoa(i), "g"+strconv.Itoa(i%100)
+		env := (&job.Job{ID: id, Type: "noop", Group: g, Topic: "jobs"}).AppendJSON(nil)
+		items = append(items, queue.Item{ID: id, Group: g, Topic: "jobs", Weight: 1, Envelope: env})
+		if len(items) == cap(items) || i == jobs-1 {
+			if _, err := p.Enqueue(ctx, 1, items, time.Now()); err != nil {
+				b.Fatal(err)
+			}
+			items = items[:0]
+		}
+	}
+	cfg := worker.DefaultConfig()
+	cfg.Stage, cfg.Partitions, cfg.RedisAddr = layout.Stage, layout.Partitions, r.Addr()
+	cfg.Workers, cfg.ClaimBatch = concurrency/layout.Partitions, 64
+	w, err := worker.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ran atomic.Int64
+	w.HandleOther(worker.HandlerFunc(func(context.Context, *worker.Job) ([]byte, error) {
+		ran.Add(1)
+		return nil, nil
+	}))
+	runCtx, stop := context.WithCancel(ctx)
+	finished := make(chan error, 1)
+	start := time.Now()
+	go func() { finished <- w.Run(runCtx) }()
+	testenv.WaitFor(b, 10*time.Minute, "every sluice job done", func() bool {
+		total := 0
+		for part := range layout.Partitions {
+			n, _ := r.Client().HGet(ctx, layout.Keys(part).Stats(), "done").Int()
+			total += n
+		}
+		return total >= jobs
+	})
+	elapsed := time.Since(start)
+	stop()
+	<-finished
+	return jobs / elapsed.Seconds()
+}
