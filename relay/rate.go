@@ -122,17 +122,17 @@ func (t *throttle) Current() Rate {
 
 // Wait blocks until n jobs may go: while paused, then for tokens. A batch
 // larger than the burst takes its tokens in burst-sized steps, so any burst
-// works with any batch size and the long-run rate stays exact.
+// works with any batch size and the long-run rate stays exact. A pause that
+// arrives while a batch waits for tokens holds it too: the gate is checked
+// again once the tokens are there.
 func (t *throttle) Wait(ctx context.Context, n int) error {
 	for n > 0 {
-		t.mu.Lock()
-		resumed, lim, burst := t.resumed, t.limiter, t.limiter.Burst()
-		t.mu.Unlock()
-		select {
-		case <-resumed:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := t.waitResumed(ctx); err != nil {
+			return err
 		}
+		t.mu.Lock()
+		lim, burst := t.limiter, t.limiter.Burst()
+		t.mu.Unlock()
 		step := n
 		if lim.Limit() != rate.Inf && step > burst {
 			step = max(burst, 1)
@@ -146,5 +146,17 @@ func (t *throttle) Wait(ctx context.Context, n int) error {
 		}
 		n -= step
 	}
-	return nil
+	return t.waitResumed(ctx)
+}
+
+func (t *throttle) waitResumed(ctx context.Context) error {
+	t.mu.Lock()
+	resumed := t.resumed
+	t.mu.Unlock()
+	select {
+	case <-resumed:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -331,7 +331,7 @@ func TestTwoRelaysOneHolderAndGracefulHandOver(t *testing.T) {
 
 func TestADeposedRelayWritesNothing(t *testing.T) {
 	b := newBed(t)
-	r1 := b.start(t, "r1", nil)
+	b.start(t, "r1", nil)
 	b.produce(t, 0, 10)
 	b.waitRelayed(t, 10, 30*time.Second)
 	// A newer holder has written somewhere: raise every fence.
@@ -351,7 +351,6 @@ func TestADeposedRelayWritesNothing(t *testing.T) {
 	if jobs, _, _ := b.counts(t); jobs != 10 {
 		t.Fatalf("a fenced relay wrote: %d jobs", jobs)
 	}
-	_ = r1
 }
 
 func TestRateFromConsulAppliesLive(t *testing.T) {
@@ -362,7 +361,15 @@ func TestRateFromConsulAppliesLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.produce(t, 0, 3000)
-	b.start(t, "r1", func(c *relay.Config) { c.BatchSize = 16 })
+	r := b.start(t, "r1", func(c *relay.Config) { c.BatchSize = 16 })
+	// inForce waits (at most a second, the issue's bound) until the relay
+	// reports the new value in force.
+	inForce := func(metric string, want float64) {
+		t.Helper()
+		testenv.WaitFor(t, time.Second, fmt.Sprintf("%s = %v within a second", metric, want), func() bool {
+			return metricLabeled(t, r.relay, metric, "topic", topic) == want
+		})
+	}
 	measure := func(d time.Duration) float64 {
 		_, _, before := b.counts(t)
 		start := time.Now()
@@ -377,14 +384,14 @@ func TestRateFromConsulAppliesLive(t *testing.T) {
 	if _, err := kv.Put(&consulapi.KVPair{Key: key, Value: []byte(`500`)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second) // "applied within a second"
+	inForce("sluice_relay_rate_limit_jobs_per_second", 500)
 	if got := measure(2 * time.Second); got < 450 || got > 550 {
 		t.Fatalf("rate %.0f/s after changing it to 500/s", got)
 	}
 	if _, err := kv.Put(&consulapi.KVPair{Key: key, Value: []byte(`paused`)}, nil); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(time.Second)
+	inForce("sluice_relay_rate_paused", 1)
 	if got := measure(time.Second); got > 20 { // a batch in hand may finish
 		t.Fatalf("rate %.0f/s while paused", got)
 	}
