@@ -191,18 +191,15 @@ func (x *exchange) readBody(limit int64) ([]byte, bool) {
 	return buf.Bytes(), true
 }
 
-// produce writes msgs, timing the call. ctxErr is set when the deadline
-// passed or the client left before Kafka answered.
-func (g *Gate) produce(x *exchange, acks kafka.Acks, msgs []kafka.Message) (results []kafka.Result, ctxErr error) {
+// produce writes msgs, timing the call. The error is the context's: the
+// deadline passed or the client left before Kafka answered.
+func (g *Gate) produce(x *exchange, acks kafka.Acks, msgs []kafka.Message) ([]kafka.Result, error) {
 	ctx, cancel := context.WithTimeout(x.r.Context(), g.cfg.ProduceTimeout)
 	defer cancel()
 	start := time.Now()
 	results, err := g.producer.Produce(ctx, acks, msgs)
 	g.metrics.produceDuration.WithLabelValues(acks.String()).Observe(time.Since(start).Seconds())
-	if err != nil {
-		return nil, err
-	}
-	return results, nil
+	return results, err
 }
 
 // answerCtxErr answers a produce whose wait ended before Kafka did: 504 with

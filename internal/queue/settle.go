@@ -227,7 +227,7 @@ return moved
 func (p *Pool) Reap(ctx context.Context, part, max int, now time.Time) (int, error) {
 	k := p.layout.Keys(part)
 	c := p.byPart[part]
-	ids, err := c.ZRangeByScore(ctx, k.Inflight(), dueBy(now, max)).Result()
+	ids, err := c.ZRangeArgs(ctx, dueBy(k.Inflight(), now, max)).Result()
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
@@ -255,7 +255,7 @@ func (p *Pool) Release(ctx context.Context, part int, jobs []Claimed) (int, erro
 // envelope). It returns how many.
 func (p *Pool) Promote(ctx context.Context, part, max int, now time.Time, groupOf func(id string) (string, error)) (int, error) {
 	k := p.layout.Keys(part)
-	ids, err := p.byPart[part].ZRangeByScore(ctx, k.Delayed(), dueBy(now, max)).Result()
+	ids, err := p.byPart[part].ZRangeArgs(ctx, dueBy(k.Delayed(), now, max)).Result()
 	if err != nil || len(ids) == 0 {
 		return 0, err
 	}
@@ -268,9 +268,9 @@ func (p *Pool) Promote(ctx context.Context, part, max int, now time.Time, groupO
 	return p.returnJobs(ctx, part, k.Delayed(), "delayed", false, ids, func(i int) string { return groups[i] }, now)
 }
 
-// dueBy selects up to max members scored at or before now.
-func dueBy(now time.Time, max int) *redis.ZRangeBy {
-	return &redis.ZRangeBy{Min: "-inf", Max: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(max)}
+// dueBy selects up to max members of key scored at or before now.
+func dueBy(key string, now time.Time, max int) redis.ZRangeArgs {
+	return redis.ZRangeArgs{Key: key, ByScore: true, Start: "-inf", Stop: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(max)}
 }
 
 func (p *Pool) returnJobs(ctx context.Context, part int, source, counter string, uncount bool, ids []string, groupAt func(int) string, now time.Time) (int, error) {
