@@ -32,6 +32,10 @@ type Claimed struct {
 // Returns a flat array: id, group, attempt for each claimed job, in the
 // order served. Candidates no longer active are skipped; a candidate whose
 // list ran dry leaves the fair order with its virtual finish recorded.
+//
+// The script decides the order on list lengths first, then pops each
+// group's share with one LPOP and writes the leases with one ZADD and one
+// HSET: per job, Redis runs one command (the attempt count) instead of five.
 var claimScript = newScript(`
 local K, deadline, m = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local cand = {}
@@ -41,46 +45,57 @@ for g = 1, m do
   if score then
     local w = tonumber(redis.call('HGET', KEYS[5+2*g], 'weight') or '1')
     if w < 1 then w = 1 end
-    cand[#cand+1] = {g = g, name = name, score = tonumber(score), w = w, served = false}
+    local left = redis.call('LLEN', KEYS[5+2*g-1])
+    cand[#cand+1] = {g = g, name = name, score = tonumber(score), w = w, left = left, take = 0}
   end
 end
-local out, served = {}, 0
+-- Weighted fair queueing on the counts: the candidate with the lowest
+-- virtual time goes next, each job advancing its group by 1/weight.
 local vt = tonumber(redis.call('GET', KEYS[2]) or '0')
-local active = #cand
-while served < K and active > 0 do
-  -- The candidate with the lowest virtual time goes next: weighted fair
-  -- queueing, each job advancing its group by 1/weight.
+local order = {}
+while #order < K do
   local best
   for _, c in ipairs(cand) do
-    if not c.empty and (not best or c.score < best.score) then best = c end
+    if c.take < c.left and (not best or c.score < best.score) then best = c end
   end
-  local id = redis.call('LPOP', KEYS[5+2*best.g-1])
-  if not id then
-    best.empty = true
-    active = active - 1
-  else
-    served = served + 1
-    if best.score > vt then vt = best.score end
-    best.score = best.score + 1 / best.w
-    best.served = true
-    local attempt = redis.call('HINCRBY', KEYS[4], id, 1)
-    redis.call('ZADD', KEYS[3], deadline, id)
-    redis.call('HSET', KEYS[5], id, best.name)
-    redis.call('HINCRBY', KEYS[5+2*best.g], 'running', 1)
-    out[#out+1] = id
-    out[#out+1] = best.name
-    out[#out+1] = attempt
-  end
+  if not best then break end
+  if best.score > vt then vt = best.score end
+  best.score = best.score + 1 / best.w
+  best.take = best.take + 1
+  order[#order+1] = best
 end
 for _, c in ipairs(cand) do
-  if c.empty or redis.call('LLEN', KEYS[5+2*c.g-1]) == 0 then
+  if c.take > 0 then
+    c.ids, c.next = redis.call('LPOP', KEYS[5+2*c.g-1], c.take), 1
+    redis.call('HINCRBY', KEYS[5+2*c.g], 'running', c.take)
+  end
+end
+local out, inflight, leases = {}, {}, {}
+for _, c in ipairs(order) do
+  local id = c.ids[c.next]
+  c.next = c.next + 1
+  local attempt = redis.call('HINCRBY', KEYS[4], id, 1)
+  inflight[#inflight+1] = deadline
+  inflight[#inflight+1] = id
+  leases[#leases+1] = id
+  leases[#leases+1] = c.name
+  out[#out+1] = id
+  out[#out+1] = c.name
+  out[#out+1] = attempt
+end
+for _, c in ipairs(cand) do
+  if c.take == c.left then
     redis.call('ZREM', KEYS[1], c.name)
     redis.call('HSET', KEYS[5+2*c.g], 'vfinish', c.score)
-  elseif c.served then
+  elseif c.take > 0 then
     redis.call('ZADD', KEYS[1], 'XX', c.score, c.name)
   end
 end
-if served > 0 then redis.call('SET', KEYS[2], vt) end
+if #order > 0 then
+  redis.call('ZADD', KEYS[3], unpack(inflight))
+  redis.call('HSET', KEYS[5], unpack(leases))
+  redis.call('SET', KEYS[2], vt)
+end
 return out
 `)
 
@@ -89,6 +104,7 @@ return out
 // claims among them in one script: fair across those candidates, which are
 // the groups with the lowest virtual times.
 func (p *Pool) Claim(ctx context.Context, part, max int, leaseUntil time.Time) ([]Claimed, error) {
+	max = min(max, MaxBatch)
 	keys := p.layout.Keys(part)
 	c := p.byPart[part]
 	// As many candidates as jobs asked for: a job each at the least. More
@@ -117,6 +133,11 @@ func (p *Pool) Claim(ctx context.Context, part, max int, leaseUntil time.Time) (
 	}
 	return out, nil
 }
+
+// MaxBatch bounds the jobs one script call claims or acks: the scripts
+// pass a batch to a single command with unpack, which Lua's stack limits
+// (to about 8,000 values).
+const MaxBatch = 1000
 
 // runScript runs a script with EVALSHA, loading it first if Redis lost it.
 func runScript(ctx context.Context, c *redis.Client, s *redis.Script, keys []string, args ...any) (any, error) {
@@ -158,24 +179,54 @@ func (p *Pool) Envelope(ctx context.Context, part int, id string) ([]byte, error
 	return b, err
 }
 
-// Extend moves the lease of a claimed job to until. It reports false when
-// the job is no longer leased (the reaper took it back): the caller must
-// stop, its result would not count.
-func (p *Pool) Extend(ctx context.Context, part int, id string, until time.Time) (bool, error) {
-	// XX: only a job still in flight; CH: count the changed deadline.
-	n, err := p.byPart[part].ZAddArgs(ctx, p.layout.Keys(part).Inflight(), redis.ZAddArgs{
-		XX: true, Ch: true, Members: []redis.Z{{Score: float64(until.UnixMilli()), Member: id}},
-	}).Result()
-	if err != nil {
-		return false, err
+// extendScript moves the leases of jobs still in flight to a new deadline
+// and reports which were lost.
+//
+// KEYS[1] inflight
+// ARGV[1] new deadline, Unix ms   ARGV[2..] ids
+// Returns an array with one entry per id: 1 extended, 0 no longer leased
+// (settled, or taken back by the reaper).
+var extendScript = newScript(`
+local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 2))
+local out, members = {}, {}
+for i = 1, #ARGV - 1 do
+  if scores[i] then
+    out[i] = 1
+    members[#members+1] = ARGV[1]
+    members[#members+1] = ARGV[i+1]
+  else
+    out[i] = 0
+  end
+end
+if #members > 0 then redis.call('ZADD', KEYS[1], 'XX', unpack(members)) end
+return out
+`)
+
+// Extend moves the leases of claimed jobs to until, in one call per
+// MaxBatch jobs. kept[i] is false where job i is no longer leased (the
+// reaper took it back, or it was settled): its holder must stop, its result
+// would not count.
+func (p *Pool) Extend(ctx context.Context, part int, ids []string, until time.Time) (kept []bool, err error) {
+	kept = make([]bool, 0, len(ids))
+	for len(ids) > 0 {
+		chunk := ids[:min(len(ids), MaxBatch)]
+		ids = ids[len(chunk):]
+		args := make([]any, 0, 1+len(chunk))
+		args = append(args, until.UnixMilli())
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		res, err := runScript(ctx, p.byPart[part], extendScript, []string{p.layout.Keys(part).Inflight()}, args...)
+		if err != nil {
+			return nil, fmt.Errorf("extending leases on partition %d: %w", part, err)
+		}
+		flat, _ := res.([]any)
+		if len(flat) != len(chunk) {
+			return nil, fmt.Errorf("extending leases on partition %d: %d answers for %d jobs", part, len(flat), len(chunk))
+		}
+		for _, v := range flat {
+			kept = append(kept, v == int64(1))
+		}
 	}
-	if n == 1 {
-		return true, nil
-	}
-	// Unchanged deadline (same millisecond) or gone: ask.
-	_, err = p.byPart[part].ZScore(ctx, p.layout.Keys(part).Inflight(), id).Result()
-	if err == redis.Nil {
-		return false, nil
-	}
-	return err == nil, err
+	return kept, nil
 }

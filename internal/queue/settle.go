@@ -9,26 +9,50 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ackScript records a claimed job's success.
+// ackScript records the success of n claimed jobs in one call: a script
+// call costs Redis far more than the commands inside it, so a batch of acks
+// shares one, and the group and stats counters move once per batch.
 //
-// KEYS[1] inflight  KEYS[2] attempts  KEYS[3] leases  KEYS[4] job:<id>
-// KEYS[5] group:<group>  KEYS[6] stats
-// ARGV[1] id  ARGV[2] result (may be empty)  ARGV[3] now, Unix ms
-// ARGV[4] seconds to keep the job (its result, and the relay's dedupe)
-// Returns 1, or 0 when the job was no longer leased (its lease expired and
-// the reaper took it back): nothing is counted twice.
+// KEYS[1] inflight  KEYS[2] attempts  KEYS[3] leases  KEYS[4] stats
+// KEYS[4+2i-1]      job:<id of job i>, i = 1..n
+// KEYS[4+2i]        group:<group of job i>
+// ARGV[1] now, Unix ms   ARGV[2] seconds to keep a job (its result, and the
+// relay's dedupe)   ARGV[3] n
+// ARGV[3+2i-1]      id of job i   ARGV[3+2i] its result (may be empty)
+// Returns an array of n: 1 where recorded, 0 where the job was no longer
+// leased (its lease expired and the reaper took it back), so nothing is
+// counted twice.
 var ackScript = newScript(`
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
-local attempts = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
-redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('HSET', KEYS[4], 'state', 'done', 'done_ms', ARGV[3], 'attempts', attempts)
-if ARGV[2] ~= '' then redis.call('HSET', KEYS[4], 'result', ARGV[2]) end
-redis.call('EXPIRE', KEYS[4], ARGV[4])
-redis.call('HINCRBY', KEYS[5], 'running', -1)
-redis.call('HINCRBY', KEYS[5], 'done', 1)
-redis.call('HINCRBY', KEYS[6], 'done', 1)
-return 1
+local now, keep, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local out, ids, idx, perGroup = {}, {}, {}, {}
+for i = 1, n do
+  out[i] = redis.call('ZREM', KEYS[1], ARGV[3+2*i-1])
+  if out[i] == 1 then
+    ids[#ids+1] = ARGV[3+2*i-1]
+    idx[#idx+1] = i
+    local g = KEYS[4+2*i]
+    perGroup[g] = (perGroup[g] or 0) + 1
+  end
+end
+if #ids == 0 then return out end
+local attempts = redis.call('HMGET', KEYS[2], unpack(ids))
+redis.call('HDEL', KEYS[2], unpack(ids))
+redis.call('HDEL', KEYS[3], unpack(ids))
+for j, i in ipairs(idx) do
+  local result = ARGV[3+2*i]
+  if result ~= '' then
+    redis.call('HSET', KEYS[4+2*i-1], 'state', 'done', 'done_ms', now, 'attempts', attempts[j] or '0', 'result', result)
+  else
+    redis.call('HSET', KEYS[4+2*i-1], 'state', 'done', 'done_ms', now, 'attempts', attempts[j] or '0')
+  end
+  redis.call('EXPIRE', KEYS[4+2*i-1], keep)
+end
+for g, count in pairs(perGroup) do
+  redis.call('HINCRBY', g, 'running', -count)
+  redis.call('HINCRBY', g, 'done', count)
+end
+redis.call('HINCRBY', KEYS[4], 'done', #ids)
+return out
 `)
 
 // Done is one success for AckMany.
@@ -47,47 +71,37 @@ func (p *Pool) Ack(ctx context.Context, part int, job Claimed, result []byte, no
 	return ok[0], nil
 }
 
-// AckMany records several successes in one round trip (a pipeline of
-// ackScript calls); ok[i] is false where the lease had already expired.
+// AckMany records several successes in one script call; ok[i] is false
+// where the lease had already expired.
 func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time, keep time.Duration) (ok []bool, err error) {
-	k := p.layout.Keys(part)
-	c := p.byPart[part]
-	ok = make([]bool, len(done))
-	pending := make([]int, len(done))
-	for i := range pending {
-		pending[i] = i
+	if len(done) > MaxBatch {
+		first, err := p.AckMany(ctx, part, done[:MaxBatch], now, keep)
+		if err != nil {
+			return nil, err
+		}
+		rest, err := p.AckMany(ctx, part, done[MaxBatch:], now, keep)
+		return append(first, rest...), err
 	}
-	keepSecs := max(int64(keep/time.Second), 1)
-	for attempt := 0; len(pending) > 0; attempt++ {
-		pipe := c.Pipeline()
-		cmds := make([]*redis.Cmd, len(pending))
-		for n, i := range pending {
-			d := &done[i]
-			cmds[n] = ackScript.EvalSha(ctx, pipe,
-				[]string{k.Inflight(), k.Attempts(), k.Leases(), k.Job(d.Job.ID), k.Group(d.Job.Group), k.Stats()},
-				d.Job.ID, d.Result, now.UnixMilli(), keepSecs)
-		}
-		_, _ = pipe.Exec(ctx) // each command carries its own error
-		var again []int
-		for n, cmd := range cmds {
-			switch v, err := cmd.Result(); {
-			case isNoScript(err):
-				again = append(again, pending[n])
-			case err != nil:
-				return nil, fmt.Errorf("ack %s: %w", done[pending[n]].Job.ID, err)
-			default:
-				ok[pending[n]] = v == int64(1)
-			}
-		}
-		if len(again) > 0 {
-			if attempt > 0 {
-				return nil, fmt.Errorf("ack: script still missing after loading it")
-			}
-			if err := ackScript.Load(ctx, c).Err(); err != nil {
-				return nil, fmt.Errorf("ack: reloading the script: %w", err)
-			}
-		}
-		pending = again
+	k := p.layout.Keys(part)
+	keys := make([]string, 0, 4+2*len(done))
+	keys = append(keys, k.Inflight(), k.Attempts(), k.Leases(), k.Stats())
+	args := make([]any, 0, 3+2*len(done))
+	args = append(args, now.UnixMilli(), max(int64(keep/time.Second), 1), len(done))
+	for _, d := range done {
+		keys = append(keys, k.Job(d.Job.ID), k.Group(d.Job.Group))
+		args = append(args, d.Job.ID, d.Result)
+	}
+	res, err := runScript(ctx, p.byPart[part], ackScript, keys, args...)
+	if err != nil {
+		return nil, fmt.Errorf("ack on partition %d: %w", part, err)
+	}
+	flat, _ := res.([]any)
+	if len(flat) != len(done) {
+		return nil, fmt.Errorf("ack on partition %d: %d answers for %d jobs", part, len(flat), len(done))
+	}
+	ok = make([]bool, len(done))
+	for i, v := range flat {
+		ok[i] = v == int64(1)
 	}
 	return ok, nil
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -136,13 +138,76 @@ func TestAckCountsOnceAndKeepsTheResult(t *testing.T) {
 	}
 }
 
+// One AckMany over two groups, with a job acked twice and one whose lease
+// was reaped: each counts once, per group and in the partition's stats.
+func TestAckManyCountsEachLeasedJobOncePerGroup(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	enqueueGroup(t, p, "a", 3, 1)
+	enqueueGroup(t, p, "b", 2, 1)
+	jobs, err := p.Claim(ctx, 0, 5, now.Add(time.Second))
+	if err != nil || len(jobs) != 5 {
+		t.Fatalf("claim: %+v %v", jobs, err)
+	}
+	var reaped Claimed
+	for _, j := range jobs {
+		if j.Group == "b" {
+			reaped = j
+		}
+	}
+	k := p.Layout().Keys(0)
+	// The reaper takes one lease back, as if it had expired.
+	r.Client().ZAdd(ctx, k.Inflight(), redis.Z{Score: 0, Member: reaped.ID})
+	if n, err := p.Reap(ctx, 0, 10, now); n != 1 || err != nil {
+		t.Fatalf("reap: %d %v", n, err)
+	}
+	done := []Done{}
+	for _, j := range jobs {
+		done = append(done, Done{Job: j, Result: []byte("r-" + j.ID)})
+	}
+	done = append(done, Done{Job: jobs[0]}) // the same job again
+	ok, err := p.AckMany(ctx, 0, done, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := 0
+	for i, d := range done {
+		want := d.Job.ID != reaped.ID && i < len(jobs)
+		if ok[i] != want {
+			t.Fatalf("ack %d (%s): %v, want %v", i, d.Job.ID, ok[i], want)
+		}
+		if ok[i] {
+			acked++
+			h, _ := r.Client().HGetAll(ctx, k.Job(d.Job.ID)).Result()
+			if h["state"] != "done" || h["result"] != "r-"+d.Job.ID || h["attempts"] != "1" {
+				t.Fatalf("job %s after ack: %v", d.Job.ID, h)
+			}
+		}
+	}
+	ga, _ := r.Client().HGetAll(ctx, k.Group("a")).Result()
+	gb, _ := r.Client().HGetAll(ctx, k.Group("b")).Result()
+	if ga["running"] != "0" || ga["done"] != "3" || gb["running"] != "0" || gb["done"] != "1" {
+		t.Fatalf("groups after acks: a %v, b %v", ga, gb)
+	}
+	if n, _ := r.Client().HGet(ctx, k.Stats(), "done").Int(); n != acked || acked != 4 {
+		t.Fatalf("stats count %d done, acked %d", n, acked)
+	}
+	if n, _ := r.Client().HLen(ctx, k.Leases()).Result(); n != 0 {
+		t.Fatalf("%d leases left", n)
+	}
+	if n, _ := r.Client().HLen(ctx, k.Attempts()).Result(); n != 1 {
+		t.Fatalf("%d attempt counters left, want the reaped job's", n)
+	}
+}
+
 func TestReapReturnsExpiredLeasesWithTheAttemptCounted(t *testing.T) {
 	p, _ := onePartition(t)
 	ctx := context.Background()
 	enqueueGroup(t, p, "g", 2, 1)
 	jobs, _ := p.Claim(ctx, 0, 1, now.Add(time.Second))
-	if ok, err := p.Extend(ctx, 0, jobs[0].ID, now.Add(2*time.Second)); !ok || err != nil {
-		t.Fatalf("extend a live lease: %v %v", ok, err)
+	// Extend tells a live lease from one that is gone, per id.
+	if kept, err := p.Extend(ctx, 0, []string{"no-such-job", jobs[0].ID}, now.Add(2*time.Second)); err != nil || len(kept) != 2 || kept[0] || !kept[1] {
+		t.Fatalf("extend a live lease: %v %v", kept, err)
 	}
 	if n, err := p.Reap(ctx, 0, 100, now.Add(time.Second)); n != 0 || err != nil {
 		t.Fatalf("reaped an extended lease: %d %v", n, err)
@@ -150,8 +215,11 @@ func TestReapReturnsExpiredLeasesWithTheAttemptCounted(t *testing.T) {
 	if n, err := p.Reap(ctx, 0, 100, now.Add(3*time.Second)); n != 1 || err != nil {
 		t.Fatalf("reap: %d %v", n, err)
 	}
-	if ok, _ := p.Extend(ctx, 0, jobs[0].ID, now.Add(time.Minute)); ok {
+	if kept, _ := p.Extend(ctx, 0, []string{jobs[0].ID}, now.Add(time.Minute)); len(kept) != 1 || kept[0] {
 		t.Fatal("extended a reaped lease")
+	}
+	if n, _ := p.Client(0).ZCard(ctx, p.Layout().Keys(0).Inflight()).Result(); n != 0 {
+		t.Fatalf("extending a reaped lease put it back in flight (%d)", n)
 	}
 	if ok, _ := p.Ack(ctx, 0, jobs[0], nil, now, time.Hour); ok {
 		t.Fatal("acked a reaped lease")
