@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"log/slog"
+	"os"
 	"strconv"
 	"testing"
 	"time"
@@ -13,13 +14,22 @@ import (
 	"github.com/sluicehq/sluice/worker"
 )
 
-// BenchmarkWorkerNoop: one worker process (8 partitions, 64 jobs at once
+// BenchmarkWorkerNoop: one worker process (8 partitions, 8 jobs at once
 // each) runs b.N no-op jobs already in Redis (100 groups); timed from the
-// worker's start until Redis counts every job done. Reports the PING round
-// trip of the same run: sequential Redis numbers on this VM follow it.
+// worker's start until Redis counts every job done. "prefetch=0" claims only
+// for free slots (small claims); "prefetch=64" is the default. Reports the
+// PING round trip of the same run and Redis's CPU per job: on this VM
+// round trips, not commands, decide what Redis spends.
+// SLUICE_BENCH_COMMANDSTATS=<file> writes Redis's INFO commandstats there.
 //
 //	go test ./worker -run '^$' -bench WorkerNoop -benchtime 100000x
 func BenchmarkWorkerNoop(b *testing.B) {
+	for _, prefetch := range []int{0, 64} {
+		b.Run("prefetch="+strconv.Itoa(prefetch), func(b *testing.B) { benchWorkerNoop(b, prefetch) })
+	}
+}
+
+func benchWorkerNoop(b *testing.B, prefetch int) {
 	r := testenv.Redis(b)
 	layout := queue.Layout{Stage: "bench", Partitions: 8}
 	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
@@ -41,6 +51,7 @@ func BenchmarkWorkerNoop(b *testing.B) {
 			items = items[:0]
 		}
 	}
+	r.Client().ConfigResetStat(ctx)
 	pingStart := time.Now()
 	for range 1000 {
 		r.Client().Ping(ctx)
@@ -49,12 +60,13 @@ func BenchmarkWorkerNoop(b *testing.B) {
 
 	cfg := worker.DefaultConfig()
 	cfg.Stage, cfg.Partitions, cfg.RedisAddr = layout.Stage, layout.Partitions, r.Addr()
-	cfg.Workers, cfg.ClaimBatch = 64, 64
+	cfg.Workers, cfg.Prefetch = 8, prefetch
 	w, err := worker.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}
 	w.HandleOther(worker.Noop)
+	redisCPU := r.CPUSeconds(b)
 	b.ResetTimer()
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -68,8 +80,13 @@ func BenchmarkWorkerNoop(b *testing.B) {
 		return total >= b.N
 	})
 	b.StopTimer()
+	if os.Getenv("SLUICE_BENCH_COMMANDSTATS") != "" {
+		info, _ := r.Client().Info(ctx, "commandstats").Result()
+		os.WriteFile(os.Getenv("SLUICE_BENCH_COMMANDSTATS"), []byte(info), 0o644)
+	}
 	stop()
 	<-done
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 	b.ReportMetric(ping, "ping-µs")
+	b.ReportMetric((r.CPUSeconds(b)-redisCPU)/float64(b.N)*1e6, "redis-cpu-µs/job")
 }

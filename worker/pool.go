@@ -47,6 +47,13 @@ func (s *slots) release() {
 	s.mu.Unlock()
 }
 
+// poke wakes whoever waits on free's channel: the room to claim grew.
+func (s *slots) poke() {
+	s.mu.Lock()
+	s.signal()
+	s.mu.Unlock()
+}
+
 func (s *slots) resize(n int) {
 	s.mu.Lock()
 	s.limit = n

@@ -386,3 +386,63 @@ func TestResizeByCommandIsCheckpointedAndRestored(t *testing.T) {
 		t.Fatal("SetWorkers(0) accepted")
 	}
 }
+
+// Prefetch follows the run time: fast jobs are claimed ahead of the free
+// slots, in batches; slow ones are not, so one process does not hoard
+// them out of the fair order.
+func TestPrefetchClaimsAheadOnlyForFastJobs(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		run      time.Duration
+		jobs     int
+		ahead    bool // some handler must see more leases than slots
+		maxLease int  // no handler may see more
+	}{
+		{name: "fast", run: 0, jobs: 300, ahead: true, maxLease: 4 + 64 + 32},
+		// 2 slots x 50 ms / 300 ms: nothing waits. A job whose ack is on
+		// its way may overlap the next claim: 2 x slots at most.
+		{name: "slow", run: 300 * time.Millisecond, jobs: 8, ahead: false, maxLease: 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b := newBed(t)
+			workers := 4
+			if tc.run > 0 {
+				workers = 2
+			}
+			part := b.layout.PartitionOf("g")
+			inflight := b.layout.Keys(part).Inflight()
+			var most atomic.Int64
+			b.start(t, func(c *worker.Config) {
+				c.Workers, c.Prefetch, c.PrefetchWait = workers, 64, 50*time.Millisecond
+			}, func(w *worker.Worker) {
+				w.Handle("work", worker.HandlerFunc(func(ctx context.Context, _ *worker.Job) ([]byte, error) {
+					n, err := b.redis.Client().ZCard(ctx, inflight).Result()
+					if err != nil {
+						return nil, err
+					}
+					for old := most.Load(); n > old && !most.CompareAndSwap(old, n); old = most.Load() {
+					}
+					time.Sleep(tc.run) // the job's work
+					return nil, nil
+				}))
+			})
+			jobs := make([]job.Job, tc.jobs)
+			for i := range jobs {
+				jobs[i] = job.Job{ID: "j" + strconv.Itoa(i), Type: "work", Group: "g"}
+			}
+			b.enqueue(t, jobs...)
+			testenv.WaitFor(t, 30*time.Second, "every job done", func() bool {
+				n, _ := b.redis.Client().HGet(context.Background(), b.layout.Keys(part).Stats(), "done").Int()
+				return n == tc.jobs
+			})
+			got := int(most.Load())
+			if tc.ahead && got <= workers {
+				t.Errorf("fast jobs: at most %d leases seen with %d slots; prefetch never claimed ahead", got, workers)
+			}
+			if got > tc.maxLease {
+				t.Errorf("%d leases held at once, want at most %d", got, tc.maxLease)
+			}
+			t.Logf("%s jobs: at most %d leases held with %d slots", tc.name, got, workers)
+		})
+	}
+}

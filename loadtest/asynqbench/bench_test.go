@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -37,20 +38,44 @@ func BenchmarkNoopSluiceVsAsynq(b *testing.B) {
 	}
 	ping := float64(time.Since(pingStart).Microseconds()) / 1000
 
-	asynqRate := runAsynq(b, r.Addr())
+	asynqRate, asynqCPU := runAsynq(b, r)
 	r.Client().FlushAll(ctx)
-	sluiceRate := runSluice(b, r)
+	sluiceRate, sluiceCPU := runSluice(b, r)
 
 	b.ReportMetric(sluiceRate, "sluice-jobs/s")
 	b.ReportMetric(asynqRate, "asynq-jobs/s")
 	b.ReportMetric(sluiceRate/asynqRate, "x-asynq")
 	b.ReportMetric(ping, "ping-µs")
+	b.ReportMetric(asynqCPU.redis, "asynq-redis-cpu-µs/job")
+	b.ReportMetric(sluiceCPU.redis, "sluice-redis-cpu-µs/job")
+	b.ReportMetric(asynqCPU.own, "asynq-go-cpu-µs/job")
+	b.ReportMetric(sluiceCPU.own, "sluice-go-cpu-µs/job")
+}
+
+// cpuPerJob is what one job of a timed run cost in CPU: Redis's and this
+// process's. On 2 shared cores, the rates follow these.
+type cpuPerJob struct{ redis, own float64 }
+
+// startCPU starts measuring; the function it returns ends it.
+func startCPU(b *testing.B, r *testenv.RedisServer) func() cpuPerJob {
+	redis0, own0 := r.CPUSeconds(b), processCPU()
+	return func() cpuPerJob {
+		return cpuPerJob{redis: (r.CPUSeconds(b) - redis0) / jobs * 1e6, own: (processCPU() - own0) / jobs * 1e6}
+	}
+}
+
+// processCPU is the CPU time this process has used, user plus system.
+// Enqueueing counts too: both systems enqueue before their timed run.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
 }
 
 // runAsynq enqueues the jobs with asynq's client, then times its server
 // until every one ran.
-func runAsynq(b *testing.B, addr string) float64 {
-	opt := asynq.RedisClientOpt{Addr: addr}
+func runAsynq(b *testing.B, r *testenv.RedisServer) (float64, cpuPerJob) {
+	opt := asynq.RedisClientOpt{Addr: r.Addr()}
 	client := asynq.NewClient(opt)
 	defer client.Close()
 	var wg sync.WaitGroup
@@ -77,6 +102,7 @@ func runAsynq(b *testing.B, addr string) float64 {
 		return nil
 	})
 	srv := asynq.NewServer(opt, asynq.Config{Concurrency: concurrency, LogLevel: asynq.ErrorLevel})
+	cpu := startCPU(b, r)
 	start := time.Now()
 	if err := srv.Start(mux); err != nil {
 		b.Fatal(err)
@@ -86,14 +112,14 @@ func runAsynq(b *testing.B, addr string) float64 {
 	case <-time.After(10 * time.Minute):
 		b.Fatalf("asynq ran %d of %d", ran.Load(), jobs)
 	}
-	elapsed := time.Since(start)
+	elapsed, used := time.Since(start), cpu()
 	srv.Shutdown()
-	return jobs / elapsed.Seconds()
+	return jobs / elapsed.Seconds(), used
 }
 
 // runSluice enqueues the jobs as the relay would, then times one worker
 // (8 partitions x 8 = 64 at once) until every one is done.
-func runSluice(b *testing.B, r *testenv.RedisServer) float64 {
+func runSluice(b *testing.B, r *testenv.RedisServer) (float64, cpuPerJob) {
 	ctx := context.Background()
 	layout := queue.Layout{Stage: "bench", Partitions: 8}
 	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
@@ -128,6 +154,7 @@ func runSluice(b *testing.B, r *testenv.RedisServer) float64 {
 	}))
 	runCtx, stop := context.WithCancel(ctx)
 	finished := make(chan error, 1)
+	cpu := startCPU(b, r)
 	start := time.Now()
 	go func() { finished <- w.Run(runCtx) }()
 	testenv.WaitFor(b, 10*time.Minute, "every sluice job done", func() bool {
@@ -138,8 +165,8 @@ func runSluice(b *testing.B, r *testenv.RedisServer) float64 {
 		}
 		return total >= jobs
 	})
-	elapsed := time.Since(start)
+	elapsed, used := time.Since(start), cpu()
 	stop()
 	<-finished
-	return jobs / elapsed.Seconds()
+	return jobs / elapsed.Seconds(), used
 }

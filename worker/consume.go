@@ -1,0 +1,519 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// consumer runs one partition's jobs. It claims in weighted fair order
+// ahead of its free slots (prefetch), so that claims are batches and a slot
+// that frees finds its next job already here; starts claimed jobs in the
+// order served as slots free; keeps every held lease alive with one call
+// per Lease/3; and sends acks in batches.
+//
+// Prefetch adapts to how long jobs run: a prefetched job should wait about
+// PrefetchWait for a slot, no more, so fast jobs are claimed in batches
+// while slow ones are not hoarded by one process, out of the fair order.
+type consumer struct {
+	w     *Worker
+	part  int
+	log   *slog.Logger
+	slots *slots
+	acks  chan ackRequest
+
+	mu       sync.Mutex
+	held     map[string]*heldJob // claimed, not yet settled: waiting, running or acking
+	waiting  []*heldJob          // claimed, not started, in the order served
+	acking   int                 // held jobs whose handler is done, their ack not yet answered
+	draining bool                // shutdown cut running jobs short
+	avgRun   time.Duration       // moving average of handler run times; 0 before the first
+}
+
+// heldJob is a job this consumer holds a lease on.
+type heldJob struct {
+	claimed queue.Claimed
+	env     []byte
+	cancel  context.CancelFunc // set while its handler runs; under consumer.mu
+	lost    bool               // the lease is gone (reaped); under consumer.mu
+	acking  bool               // handed to the acker, which forgets it; under consumer.mu
+}
+
+func (w *Worker) newConsumer(part int) *consumer {
+	w.mu.RLock()
+	s := w.pools[part]
+	w.mu.RUnlock()
+	return &consumer{
+		w: w, part: part, log: w.log.With("partition", part), slots: s,
+		acks: make(chan ackRequest, maxAckBatch), held: map[string]*heldJob{},
+	}
+}
+
+// run claims and runs the partition's jobs until ctx ends, then hands
+// waiting jobs back at once and gives running ones Drain to finish.
+func (c *consumer) run(ctx context.Context) {
+	w := c.w
+	w.m.workers.WithLabelValues(strconv.Itoa(c.part)).Set(float64(c.slots.size()))
+	// Running jobs outlive ctx by up to Drain: runCtx ends after that.
+	runCtx, stopRuns := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopRuns()
+	var running sync.WaitGroup
+	ackerDone := make(chan struct{})
+	go func() { defer close(ackerDone); c.acker() }()
+	defer func() { close(c.acks); <-ackerDone }()
+	// Leases stay alive while anything is held, shutdown included.
+	keepCtx, stopKeeping := context.WithCancel(context.WithoutCancel(ctx))
+	keeperDone := make(chan struct{})
+	go func() { defer close(keeperDone); c.keepLeases(keepCtx) }()
+	defer func() { stopKeeping(); <-keeperDone }()
+
+	failing := false
+	for ctx.Err() == nil {
+		c.startWaiting(runCtx, &running)
+		room, claimAt, changed := c.room()
+		if room < claimAt {
+			// Enough is held: wait until a job ends or the pool grows.
+			select {
+			case <-changed:
+			case <-ctx.Done():
+			}
+			continue
+		}
+		jobs, err := w.pool.Claim(ctx, c.part, min(room, w.cfg.ClaimBatch), w.cfg.Now().Add(w.cfg.Lease))
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			if !failing {
+				c.log.Warn("claiming from Redis failed; retrying", "err", err)
+				failing = true
+			}
+			c.waitForWork(ctx, time.Second)
+			continue
+		}
+		if failing {
+			c.log.Info("claiming from Redis works again")
+			failing = false
+		}
+		if len(jobs) == 0 {
+			if c.hasWaiting() {
+				// Nothing more in Redis, but claimed jobs wait for a slot.
+				select {
+				case <-changed:
+				case <-ctx.Done():
+				}
+			} else {
+				c.waitForWork(ctx, time.Second)
+			}
+			continue
+		}
+		envs, err := w.pool.Envelopes(ctx, c.part, jobs)
+		if err != nil {
+			// Leave them leased and not held: the reaper hands them back.
+			c.log.Warn("reading claimed envelopes failed", "jobs", len(jobs), "err", err)
+			continue
+		}
+		c.mu.Lock()
+		for i, j := range jobs {
+			h := &heldJob{claimed: j, env: envs[i]}
+			c.held[j.ID] = h
+			c.waiting = append(c.waiting, h)
+		}
+		c.mu.Unlock()
+	}
+	c.shutdown(runCtx, stopRuns, &running)
+}
+
+// prefetch is how many claimed jobs may wait for a slot now: as many as
+// the slots run within PrefetchWait at the average run time, at most
+// Prefetch. Under c.mu.
+func (c *consumer) prefetch(size int) int {
+	if c.avgRun <= 0 {
+		return 0 // no run time known yet: jobs may be slow
+	}
+	return int(min(int64(c.w.cfg.Prefetch), int64(size)*int64(c.w.cfg.PrefetchWait)/int64(c.avgRun)))
+}
+
+// room is how many more jobs the consumer may hold now, the room at which
+// it claims, and a channel closed when that may have changed (a job ended,
+// the pool was resized). With prefetch it claims when half the prefetch is
+// free, so that claims are batches while the other half keeps slots busy.
+func (c *consumer) room() (room, claimAt int, changed <-chan struct{}) {
+	_, changed = c.slots.free()
+	size := c.slots.size()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	pf := c.prefetch(size)
+	// A job waiting for its ack uses no slot: the next one may start.
+	room = size + pf - (len(c.held) - c.acking)
+	return room, max(1, min(c.w.cfg.ClaimBatch, pf/2)), changed
+}
+
+// ran records a handler's run time in the moving average.
+func (c *consumer) ran(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.avgRun <= 0 {
+		c.avgRun = max(d, 1)
+		return
+	}
+	c.avgRun += (d - c.avgRun) / 16
+	c.avgRun = max(c.avgRun, 1)
+}
+
+func (c *consumer) hasWaiting() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.waiting) > 0
+}
+
+// startWaiting starts waiting jobs while slots are free.
+func (c *consumer) startWaiting(runCtx context.Context, running *sync.WaitGroup) {
+	for {
+		free, _ := c.slots.free()
+		if free == 0 {
+			return
+		}
+		c.mu.Lock()
+		if len(c.waiting) == 0 {
+			c.mu.Unlock()
+			return
+		}
+		h := c.waiting[0]
+		c.waiting[0] = nil
+		c.waiting = c.waiting[1:]
+		c.mu.Unlock()
+		c.slots.take()
+		running.Add(1)
+		go func() {
+			defer running.Done()
+			defer c.slots.release() // after forgetting the job: room counts it gone
+			c.execute(runCtx, h)
+			c.mu.Lock()
+			if !h.acking {
+				delete(c.held, h.claimed.ID)
+			}
+			c.mu.Unlock()
+		}()
+	}
+}
+
+// shutdown hands waiting jobs back at once, lets running ones finish for up
+// to Drain, then cuts them short and hands them back, not counted as failed.
+func (c *consumer) shutdown(runCtx context.Context, stopRuns context.CancelFunc, running *sync.WaitGroup) {
+	w := c.w
+	c.mu.Lock()
+	waiting := make([]queue.Claimed, len(c.waiting))
+	for i, h := range c.waiting {
+		waiting[i] = h.claimed
+		delete(c.held, h.claimed.ID)
+	}
+	c.waiting = nil
+	c.mu.Unlock()
+	c.release(waiting, "claimed jobs not started handed back to ready")
+
+	done := make(chan struct{})
+	go func() { running.Wait(); close(done) }()
+	t := time.NewTimer(w.cfg.Drain)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	c.mu.Lock()
+	c.draining = true
+	rest := make([]queue.Claimed, 0, len(c.held))
+	for _, h := range c.held {
+		rest = append(rest, h.claimed)
+	}
+	c.mu.Unlock()
+	stopRuns()
+	<-done
+	c.release(rest, "drain deadline passed: jobs handed back to ready")
+}
+
+func (c *consumer) release(jobs []queue.Claimed, msg string) {
+	if len(jobs) == 0 {
+		return
+	}
+	n, err := c.w.pool.Release(context.Background(), c.part, jobs)
+	c.log.Info(msg, "released", n, "err", err)
+	c.w.m.jobs.WithLabelValues("released").Add(float64(n))
+}
+
+// keepLeases extends the lease of every held job, waiting or running, every
+// Lease/3 in one call. A job whose lease is gone (the reaper took it back
+// after Redis or this process stalled) is dropped if waiting and cancelled
+// if running: another holder settles it.
+func (c *consumer) keepLeases(ctx context.Context) {
+	w := c.w
+	t := time.NewTicker(w.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		ids := make([]string, 0, len(c.held))
+		for id := range c.held {
+			ids = append(ids, id)
+		}
+		c.mu.Unlock()
+		if len(ids) == 0 {
+			continue
+		}
+		kept, err := w.pool.Extend(ctx, c.part, ids, w.cfg.Now().Add(w.cfg.Lease))
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("extending leases failed; retrying at the next tick", "jobs", len(ids), "err", err)
+			}
+			continue
+		}
+		c.mu.Lock()
+		dropped := false
+		for i, id := range ids {
+			h, ok := c.held[id]
+			if kept[i] || !ok || h.lost {
+				continue
+			}
+			h.lost = true
+			if h.cancel != nil {
+				h.cancel()
+				continue
+			}
+			// Waiting: never started, and no longer ours.
+			delete(c.held, id)
+			for k, x := range c.waiting {
+				if x == h {
+					c.waiting = append(c.waiting[:k], c.waiting[k+1:]...)
+					break
+				}
+			}
+			dropped = true
+			w.m.jobs.WithLabelValues("lost").Inc()
+			c.log.Warn("lease lost before the job started; it will run elsewhere", "job", id)
+		}
+		c.mu.Unlock()
+		if dropped {
+			c.slots.poke() // room grew
+		}
+	}
+}
+
+// waitForWork blocks on the partition's command and wake lists for up to
+// max: enqueues, retries coming due and released jobs push a wake token,
+// the coordinator pushes commands. A command is applied here.
+func (c *consumer) waitForWork(ctx context.Context, max time.Duration) {
+	w := c.w
+	k := w.pool.Layout().Keys(c.part)
+	kv, err := w.pool.Client(c.part).BLPop(ctx, max, k.Cmd(), k.Wake()).Result()
+	if err == nil && len(kv) == 2 && kv[0] == k.Cmd() {
+		w.apply(ctx, c.part, kv[1])
+		return
+	}
+	if err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil {
+		// Redis unreachable: do not spin.
+		t := time.NewTimer(max)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
+// execute runs one claimed job and settles it.
+func (c *consumer) execute(ctx context.Context, h *heldJob) {
+	w, cl := c.w, h.claimed
+	start := w.cfg.Now()
+	if h.env == nil {
+		c.settle(ctx, h, nil, Permanent(fmt.Errorf("job %s has no envelope in Redis", cl.ID)), 1)
+		return
+	}
+	j, err := job.Decode(h.env)
+	if err != nil {
+		c.settle(ctx, h, nil, Permanent(fmt.Errorf("envelope: %w", err)), 1)
+		return
+	}
+	maxAttempts := j.MaxAttempts
+	if maxAttempts <= 0 {
+		maxAttempts = w.cfg.MaxAttempts
+	}
+	handler := w.handler(j.Type)
+	if handler == nil {
+		c.settle(ctx, h, nil, Permanent(fmt.Errorf("no handler for job type %q", j.Type)), maxAttempts)
+		return
+	}
+	if !j.EnqueuedAt.IsZero() && cl.Attempt == 1 {
+		w.m.queueWait.Observe(start.Sub(j.EnqueuedAt).Seconds())
+	}
+	timeout := time.Duration(j.Timeout)
+	if timeout <= 0 {
+		timeout = w.cfg.Timeout
+	}
+	if key := j.IdempotencyKey; key != "" {
+		mark, err := w.pool.IdempotencyBegin(ctx, key, cl.ID, timeout+w.cfg.Lease)
+		switch {
+		case err != nil:
+			c.settle(ctx, h, nil, err, maxAttempts)
+			return
+		case strings.HasPrefix(mark, "done:"):
+			// A job with this key completed within its TTL: done
+			// without running again.
+			w.m.jobs.WithLabelValues("idempotent_skip").Inc()
+			c.settle(ctx, h, []byte(`{"skipped":"idempotency key completed by job `+strings.TrimPrefix(mark, "done:")+`"}`), nil, maxAttempts)
+			return
+		case mark != "":
+			// Another job with the key runs now: look again after a
+			// lease, without spending an attempt on waiting.
+			if _, err := w.pool.Defer(context.WithoutCancel(ctx), c.part, cl, w.cfg.Now().Add(w.cfg.Lease)); err != nil {
+				c.log.Warn("deferring a job behind its idempotency key failed; its lease will expire", "job", cl.ID, "err", err)
+			}
+			w.m.jobs.WithLabelValues("idempotent_wait").Inc()
+			return
+		}
+	}
+	jctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	c.mu.Lock()
+	h.cancel = cancel
+	lostEarly := h.lost
+	c.mu.Unlock()
+	if lostEarly {
+		return // dropped by the lease keeper as this job started
+	}
+	w.m.inflight.Inc()
+	result, herr := call(jctx, handler, &Job{
+		ID: j.ID, Type: j.Type, Group: cl.Group, Tenant: j.Tenant, Resource: j.Resource, Topic: j.Topic,
+		Payload: j.Payload, Attempt: cl.Attempt, MaxAttempts: maxAttempts, EnqueuedAt: j.EnqueuedAt,
+	})
+	w.m.inflight.Dec()
+	cancel()
+	took := w.cfg.Now().Sub(start)
+	c.ran(took)
+	w.m.execution.Observe(took.Seconds())
+	c.mu.Lock()
+	lost, draining := h.lost, c.draining
+	c.mu.Unlock()
+	if lost {
+		// The reaper took the job back (we were too slow to extend): its
+		// next holder settles it.
+		w.m.jobs.WithLabelValues("lost").Inc()
+		c.log.Warn("lease lost while running; the job will run again", "job", cl.ID)
+		return
+	}
+	if key := j.IdempotencyKey; key != "" {
+		if err := w.pool.IdempotencyEnd(context.WithoutCancel(ctx), key, cl.ID, herr == nil, w.cfg.IdempotencyTTL); err != nil {
+			c.log.Warn("recording the idempotency key failed", "job", cl.ID, "key", key, "err", err)
+		}
+	}
+	if herr != nil && ctx.Err() != nil && draining {
+		return // cut short by shutdown: handed back by release, not failed
+	}
+	c.settle(context.WithoutCancel(ctx), h, result, herr, maxAttempts)
+}
+
+// settle records the attempt's outcome. A success goes to the acker, which
+// answers later: the slot is free for the next job meanwhile.
+func (c *consumer) settle(ctx context.Context, h *heldJob, result []byte, herr error, maxAttempts int) {
+	w, cl := c.w, h.claimed
+	now := w.cfg.Now()
+	if herr == nil {
+		c.mu.Lock()
+		h.acking = true
+		c.acking++
+		c.mu.Unlock()
+		c.acks <- ackRequest{job: h, result: result}
+		return
+	}
+	var next time.Time
+	if !IsPermanent(herr) && cl.Attempt < maxAttempts {
+		delay, asked := RetryDelay(herr)
+		if !asked {
+			delay = w.backoff(cl.Attempt)
+		}
+		next = now.Add(delay)
+	}
+	res, err := w.pool.Fail(ctx, c.part, cl, herr.Error(), next, now, w.cfg.Dead)
+	switch {
+	case err != nil:
+		c.log.Warn("recording a failure failed; the lease will expire and the job run again", "job", cl.ID, "err", err)
+	case res == queue.FailRetrying:
+		w.m.jobs.WithLabelValues("retried").Inc()
+	case res == queue.FailDead:
+		w.m.jobs.WithLabelValues("dead").Inc()
+		c.log.Warn("job dead", "job", cl.ID, "attempts", cl.Attempt, "err", herr)
+	}
+}
+
+// ackRequest is a success for the acker to record.
+type ackRequest struct {
+	job    *heldJob
+	result []byte
+}
+
+// maxAckBatch bounds the acks sent in one call.
+const maxAckBatch = 128
+
+// acker sends the partition's acks to Redis: it takes one, adds whatever
+// else is waiting, and sends them in one script call. Under load acks batch
+// by themselves; when idle, one goes out at once. It forgets each job once
+// Redis answered, and drains what is queued when the channel closes.
+func (c *consumer) acker() {
+	w := c.w
+	for first := range c.acks {
+		batch := []ackRequest{first}
+	more:
+		for len(batch) < maxAckBatch {
+			select {
+			case r, ok := <-c.acks:
+				if !ok {
+					break more
+				}
+				batch = append(batch, r)
+			default:
+				break more
+			}
+		}
+		done := make([]queue.Done, len(batch))
+		for i, r := range batch {
+			done[i] = queue.Done{Job: r.job.claimed, Result: r.result}
+		}
+		ok, err := w.pool.AckMany(context.Background(), c.part, done, w.cfg.Now(), w.cfg.ResultTTL)
+		acked := 0
+		if err != nil {
+			c.log.Warn("acks failed; their leases will expire and the jobs run again", "jobs", len(batch), "err", err)
+		}
+		for i, r := range batch {
+			switch {
+			case err != nil:
+			case ok[i]:
+				acked++
+			default:
+				w.m.jobs.WithLabelValues("lost").Inc()
+				c.log.Warn("lease lost before the ack; the job runs again", "job", r.job.claimed.ID)
+			}
+		}
+		w.m.jobs.WithLabelValues("done").Add(float64(acked))
+		c.mu.Lock()
+		for _, r := range batch {
+			delete(c.held, r.job.claimed.ID)
+		}
+		c.acking -= len(batch)
+		c.mu.Unlock()
+		c.slots.poke() // room grew
+	}
+}
