@@ -486,33 +486,10 @@ func metric(t *testing.T, r *relay.Relay, name string) float64 {
 // metricLabeled sums a metric's values whose label has value (any when label is "").
 func metricLabeled(t *testing.T, r *relay.Relay, name, label, value string) float64 {
 	t.Helper()
-	mfs, err := r.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
+	if label == "" {
+		return testenv.Metric(t, r.Registry(), name)
 	}
-	var sum float64
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	metrics:
-		for _, m := range mf.GetMetric() {
-			if label != "" {
-				for _, l := range m.GetLabel() {
-					if l.GetName() == label && l.GetValue() != value {
-						continue metrics
-					}
-				}
-			}
-			switch {
-			case m.Gauge != nil:
-				sum += m.Gauge.GetValue()
-			case m.Counter != nil:
-				sum += m.Counter.GetValue()
-			}
-		}
-	}
-	return sum
+	return testenv.Metric(t, r.Registry(), name, label, value)
 }
 
 func TestJobSpecificRedisErrorRequeuesThenDeadLetters(t *testing.T) {

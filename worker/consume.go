@@ -47,6 +47,7 @@ type heldJob struct {
 	cancel  context.CancelFunc // set while its handler runs; under consumer.mu
 	lost    bool               // the lease is gone (reaped); under consumer.mu
 	acking  bool               // handed to the acker, which forgets it; under consumer.mu
+	jobType string             // once its envelope is read
 }
 
 func (w *Worker) newConsumer(part int) *consumer {
@@ -249,7 +250,7 @@ func (c *consumer) release(jobs []queue.Claimed, msg string) {
 	}
 	n, err := c.w.pool.Release(context.Background(), c.part, jobs)
 	c.log.Info(msg, "released", n, "err", err)
-	c.w.m.jobs.WithLabelValues("released").Add(float64(n))
+	c.w.count("released", "", n)
 }
 
 // keepLeases extends the lease of every held job, waiting or running, every
@@ -303,7 +304,7 @@ func (c *consumer) keepLeases(ctx context.Context) {
 				}
 			}
 			dropped = true
-			w.m.jobs.WithLabelValues("lost").Inc()
+			w.count("lost", h.jobType, 1)
 			c.log.Warn("lease lost before the job started; it will run elsewhere", "job", id)
 		}
 		c.mu.Unlock()
@@ -348,6 +349,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		c.settle(ctx, h, nil, Permanent(fmt.Errorf("envelope: %w", err)), 1)
 		return
 	}
+	h.jobType = j.Type // read by settle and the acker, after this
 	maxAttempts := j.MaxAttempts
 	if maxAttempts <= 0 {
 		maxAttempts = w.cfg.MaxAttempts
@@ -373,7 +375,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		case strings.HasPrefix(mark, "done:"):
 			// A job with this key completed within its TTL: done
 			// without running again.
-			w.m.jobs.WithLabelValues("idempotent_skip").Inc()
+			w.count("idempotent_skip", j.Type, 1)
 			c.settle(ctx, h, []byte(`{"skipped":"idempotency key completed by job `+strings.TrimPrefix(mark, "done:")+`"}`), nil, maxAttempts)
 			return
 		case mark != "":
@@ -382,7 +384,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 			if _, err := w.pool.Defer(context.WithoutCancel(ctx), c.part, cl, w.cfg.Now().Add(w.cfg.Lease)); err != nil {
 				c.log.Warn("deferring a job behind its idempotency key failed; its lease will expire", "job", cl.ID, "err", err)
 			}
-			w.m.jobs.WithLabelValues("idempotent_wait").Inc()
+			w.count("idempotent_wait", j.Type, 1)
 			return
 		}
 	}
@@ -404,14 +406,14 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	cancel()
 	took := w.cfg.Now().Sub(start)
 	c.ran(took)
-	w.m.execution.Observe(took.Seconds())
+	w.m.execution.WithLabelValues(w.typeLabel(j.Type)).Observe(took.Seconds())
 	c.mu.Lock()
 	lost, draining := h.lost, c.draining
 	c.mu.Unlock()
 	if lost {
 		// The reaper took the job back (we were too slow to extend): its
 		// next holder settles it.
-		w.m.jobs.WithLabelValues("lost").Inc()
+		w.count("lost", j.Type, 1)
 		c.log.Warn("lease lost while running; the job will run again", "job", cl.ID)
 		return
 	}
@@ -452,9 +454,9 @@ func (c *consumer) settle(ctx context.Context, h *heldJob, result []byte, herr e
 	case err != nil:
 		c.log.Warn("recording a failure failed; the lease will expire and the job run again", "job", cl.ID, "err", err)
 	case res == queue.FailRetrying:
-		w.m.jobs.WithLabelValues("retried").Inc()
+		w.count("retried", h.jobType, 1)
 	case res == queue.FailDead:
-		w.m.jobs.WithLabelValues("dead").Inc()
+		w.count("dead", h.jobType, 1)
 		c.log.Warn("job dead", "job", cl.ID, "attempts", cl.Attempt, "err", herr)
 	}
 }
@@ -493,7 +495,7 @@ func (c *consumer) acker() {
 			done[i] = queue.Done{Job: r.job.claimed, Result: r.result}
 		}
 		ok, err := w.pool.AckMany(context.Background(), c.part, done, w.cfg.Now(), w.cfg.ResultTTL)
-		acked := 0
+		acked := map[string]int{} // by job type
 		if err != nil {
 			c.log.Warn("acks failed; their leases will expire and the jobs run again", "jobs", len(batch), "err", err)
 		}
@@ -501,13 +503,15 @@ func (c *consumer) acker() {
 			switch {
 			case err != nil:
 			case ok[i]:
-				acked++
+				acked[r.job.jobType]++
 			default:
-				w.m.jobs.WithLabelValues("lost").Inc()
+				w.count("lost", r.job.jobType, 1)
 				c.log.Warn("lease lost before the ack; the job runs again", "job", r.job.claimed.ID)
 			}
 		}
-		w.m.jobs.WithLabelValues("done").Add(float64(acked))
+		for t, n := range acked {
+			w.count("done", t, n)
+		}
 		c.mu.Lock()
 		for _, r := range batch {
 			delete(c.held, r.job.claimed.ID)

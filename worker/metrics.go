@@ -8,8 +8,8 @@ import (
 
 type metrics struct {
 	reg       *prometheus.Registry
-	jobs      *prometheus.CounterVec // outcome
-	execution prometheus.Histogram
+	jobs      *prometheus.CounterVec   // outcome, type
+	execution *prometheus.HistogramVec // type
 	queueWait prometheus.Histogram
 	inflight  prometheus.Gauge
 	workers   *prometheus.GaugeVec // partition
@@ -21,11 +21,11 @@ func newMetrics() *metrics {
 		reg: ops.NewRegistry(),
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_worker_jobs_total",
-			Help: "Job attempts by outcome: done, retried, dead, lost (lease expired while running), reaped (expired leases returned), released (handed back on shutdown).",
-		}, []string{"outcome"}),
-		execution: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sluice_worker_execution_seconds", Help: "Time from claim to the handler's return, per attempt.", Buckets: buckets,
-		}),
+			Help: "Job attempts by outcome (done, retried, dead, lost: lease gone while held, reaped: expired leases returned, released: handed back on shutdown, idempotent_skip, idempotent_wait) and job type (types without a handler of their own: other; not known where the job was not read: unknown).",
+		}, []string{"outcome", "type"}),
+		execution: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sluice_worker_execution_seconds", Help: "Time from an attempt's start to the handler's return, by job type.", Buckets: buckets,
+		}, []string{"type"}),
 		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "sluice_worker_queue_wait_seconds", Help: "Time from the gate accepting a job to its first attempt starting.", Buckets: buckets,
 		}),
@@ -38,6 +38,25 @@ func newMetrics() *metrics {
 	}
 	m.reg.MustRegister(m.jobs, m.execution, m.queueWait, m.inflight, m.workers)
 	return m
+}
+
+// count adds n to the jobs counter of an outcome and job type.
+func (w *Worker) count(outcome, jobType string, n int) {
+	w.m.jobs.WithLabelValues(outcome, w.typeLabel(jobType)).Add(float64(n))
+}
+
+// typeLabel bounds the type label's values to the registered types: job
+// types come from clients, and each label value is a time series.
+func (w *Worker) typeLabel(jobType string) string {
+	if jobType == "" {
+		return "unknown"
+	}
+	w.mu.RLock()
+	defer w.mu.RUnlock()
+	if _, ok := w.handlers[jobType]; ok {
+		return jobType
+	}
+	return "other"
 }
 
 // Registry holds the worker's metrics.

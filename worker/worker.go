@@ -222,7 +222,7 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 		}
 		now := w.cfg.Now()
 		if n, err := w.pool.Reap(ctx, part, 100, now); err == nil && n > 0 {
-			w.m.jobs.WithLabelValues("reaped").Add(float64(n))
+			w.count("reaped", "", n)
 			w.log.Warn("expired leases returned to ready", "partition", part, "jobs", n)
 		}
 		w.pool.Promote(ctx, part, 500, now, groupOf)

@@ -154,7 +154,9 @@ func TestRetriesWithBackoffThenSucceeds(t *testing.T) {
 func TestPermanentPanicNoHandlerAndMaxAttempts(t *testing.T) {
 	b := newBed(t)
 	var panicked atomic.Bool
-	b.start(t, nil, func(w *worker.Worker) {
+	var w *worker.Worker
+	b.start(t, nil, func(started *worker.Worker) {
+		w = started
 		w.Handle("bad-input", worker.HandlerFunc(func(context.Context, *worker.Job) ([]byte, error) {
 			return nil, worker.Permanent(errors.New("invalid address"))
 		}))
@@ -185,6 +187,26 @@ func TestPermanentPanicNoHandlerAndMaxAttempts(t *testing.T) {
 	}
 	if h := b.waitState(t, "n1", "n1", "dead"); !strings.Contains(h["last_error"], "no handler") {
 		t.Fatalf("no handler: %v", h)
+	}
+	// Outcomes by job type; a type without a handler is "other", so that
+	// clients cannot mint time series.
+	const jobs = "sluice_worker_jobs_total"
+	for _, c := range []struct {
+		outcome, jobType string
+		want             float64
+	}{
+		{"dead", "bad-input", 1}, {"retried", "always", 2}, {"dead", "always", 1},
+		{"retried", "panics", 1}, {"done", "panics", 1}, {"dead", "other", 1},
+	} {
+		testenv.WaitFor(t, 5*time.Second, c.outcome+" "+c.jobType+" counted", func() bool {
+			return testenv.Metric(t, w.Registry(), jobs, "outcome", c.outcome, "type", c.jobType) == c.want
+		})
+	}
+	if n := testenv.Metric(t, w.Registry(), jobs, "type", "nobody-handles-this"); n != 0 {
+		t.Fatalf("an unregistered type got a series of its own (%v)", n)
+	}
+	if n := testenv.Metric(t, w.Registry(), "sluice_worker_execution_seconds", "type", "always"); n != 3 {
+		t.Fatalf("execution histogram counted %v runs of \"always\", want 3", n)
 	}
 }
 
@@ -445,4 +467,62 @@ func TestPrefetchClaimsAheadOnlyForFastJobs(t *testing.T) {
 			t.Logf("%s jobs: at most %d leases held with %d slots", tc.name, got, workers)
 		})
 	}
+}
+
+// The fairness scenario, end to end through a running worker: one
+// partition holds a 100,000-job group; 20 groups of 10 enqueued after it
+// has been running all complete while most of the big group still waits.
+func TestSmallGroupsFinishWhileAHugeGroupWaits(t *testing.T) {
+	b := newBed(t)
+	ctx := context.Background()
+	// Every group on one partition: names chosen by the layout's hash.
+	part := b.layout.PartitionOf("big")
+	var small []string
+	for i := 0; len(small) < 20; i++ {
+		if g := "small" + strconv.Itoa(i); b.layout.PartitionOf(g) == part {
+			small = append(small, g)
+		}
+	}
+	const bigJobs = 100000
+	items := make([]queue.Item, 0, 1000)
+	for i := range bigJobs {
+		id := "big-" + strconv.Itoa(i)
+		env := (&job.Job{ID: id, Type: "noop", Group: "big", Topic: "jobs"}).AppendJSON(nil)
+		items = append(items, queue.Item{ID: id, Group: "big", Topic: "jobs", Weight: 1, Envelope: env})
+		if len(items) == cap(items) {
+			if _, err := b.pool.Enqueue(ctx, 1, items, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			items = items[:0]
+		}
+	}
+	stats := b.layout.Keys(part).Stats()
+	done := func() int { n, _ := b.redis.Client().HGet(ctx, stats, "done").Int(); return n }
+	b.start(t, nil, func(w *worker.Worker) { w.Handle("noop", worker.Noop) })
+	// The big group runs alone first, so its virtual time moves ahead.
+	testenv.WaitFor(t, time.Minute, "the big group to be under way", func() bool { return done() >= 1000 })
+	var jobs []job.Job
+	for _, g := range small {
+		for i := range 10 {
+			jobs = append(jobs, job.Job{ID: g + "-" + strconv.Itoa(i), Type: "noop", Group: g})
+		}
+	}
+	b.enqueue(t, jobs...)
+	testenv.WaitFor(t, time.Minute, "every small group done", func() bool {
+		for _, g := range small {
+			n, _ := b.redis.Client().HGet(ctx, b.layout.Keys(part).Group(g), "done").Int()
+			if n != 10 {
+				return false
+			}
+		}
+		return true
+	})
+	bigDone, _ := b.redis.Client().HGet(ctx, b.layout.Keys(part).Group("big"), "done").Int()
+	if bigDone >= bigJobs/2 {
+		t.Fatalf("the small groups finished only after %d of the big group's %d jobs", bigDone, bigJobs)
+	}
+	if left, _ := b.redis.Client().LLen(ctx, b.layout.Keys(part).Ready("big")).Result(); left == 0 {
+		t.Fatal("the big group was drained")
+	}
+	t.Logf("20 small groups done while the big group had done %d of %d", bigDone, bigJobs)
 }
