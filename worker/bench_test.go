@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -89,4 +90,56 @@ func benchWorkerNoop(b *testing.B, prefetch int) {
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 	b.ReportMetric(ping, "ping-µs")
 	b.ReportMetric((r.CPUSeconds(b)-redisCPU)/float64(b.N)*1e6, "redis-cpu-µs/job")
+}
+
+// BenchmarkEnqueueToStart: a lightly loaded worker (one job in the system
+// at a time, default config) and the time from the relay's enqueue call to
+// the handler's start, as p50 and p99. The consumer is idle in BLPOP on
+// the partition's wake list when each job arrives.
+//
+//	go test ./worker -run '^$' -bench EnqueueToStart -benchtime 500x
+func BenchmarkEnqueueToStart(b *testing.B) {
+	r := testenv.Redis(b)
+	layout := queue.Layout{Stage: "bench", Partitions: 8}
+	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	p.LoadScripts(ctx)
+	cfg := worker.DefaultConfig()
+	cfg.Stage, cfg.Partitions, cfg.RedisAddr = layout.Stage, layout.Partitions, r.Addr()
+	w, err := worker.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	started := make(chan time.Time, 1)
+	w.HandleOther(worker.HandlerFunc(func(context.Context, *worker.Job) ([]byte, error) {
+		started <- time.Now()
+		return nil, nil
+	}))
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	took := make([]time.Duration, 0, b.N)
+	for i := 0; i < b.N; i++ {
+		id, g := "j"+strconv.Itoa(i), "g"+strconv.Itoa(i)
+		env := (&job.Job{ID: id, Type: "noop", Group: g, Topic: "jobs"}).AppendJSON(nil)
+		sent := time.Now()
+		if _, err := p.Enqueue(ctx, 1, []queue.Item{{ID: id, Group: g, Topic: "jobs", Weight: 1, Envelope: env}}, sent); err != nil {
+			b.Fatal(err)
+		}
+		select {
+		case at := <-started:
+			took = append(took, at.Sub(sent))
+		case <-time.After(10 * time.Second):
+			b.Fatalf("job %d never started", i)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(took)
+	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
 }
