@@ -43,8 +43,16 @@ for g = 1, m do
   local name = ARGV[3+g]
   local score = redis.call('ZSCORE', KEYS[1], name)
   if score then
-    local w = tonumber(redis.call('HGET', KEYS[5+2*g], 'weight') or '1')
-    if w < 1 then w = 1 end
+    local f = redis.call('HMGET', KEYS[5+2*g], 'weight', 'total', 'relayed', 'done', 'dead', 'cancelled')
+    local w = math.max(tonumber(f[1] or '1'), 1)
+    -- Shortest job first, by what is left: a group's weight is its
+    -- priority's, times 4 with at most 100 jobs left, times 2 with at most
+    -- 10,000. A small group and a big one's last stretch go fast; the
+    -- virtual clock still moves every active group, so none starves.
+    local size = tonumber(f[2] or '0')
+    if size <= 0 then size = tonumber(f[3] or '0') end
+    local remaining = size - tonumber(f[4] or '0') - tonumber(f[5] or '0') - tonumber(f[6] or '0')
+    if remaining <= 100 then w = w * 4 elseif remaining <= 10000 then w = w * 2 end
     local left = redis.call('LLEN', KEYS[5+2*g-1])
     cand[#cand+1] = {g = g, name = name, score = tonumber(score), w = w, left = left, take = 0}
   end

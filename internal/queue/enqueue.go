@@ -21,6 +21,11 @@ type Item struct {
 	RunAt time.Time
 	// GroupTotal is the bulk group's size when the envelope states it.
 	GroupTotal int64
+	// Close makes the item a bulk group's close instead of a job: it
+	// records GroupTotal and CallbackURL, and the group completes once
+	// that many of its jobs have ended. ID and Envelope are unused.
+	Close       bool
+	CallbackURL string
 	// Envelope is the job's JSON exactly as read from Kafka.
 	Envelope []byte
 }
@@ -39,10 +44,14 @@ const (
 	Duplicate
 	// Fenced: the token is older than one the partition has seen.
 	Fenced
+	// Dropped: the job's group was cancelled; nothing was written.
+	Dropped
+	// Closed: a bulk group's close was recorded.
+	Closed
 )
 
 func (o Outcome) String() string {
-	return [...]string{"failed", "queued", "delayed", "duplicate", "fenced"}[o]
+	return [...]string{"failed", "queued", "delayed", "duplicate", "fenced", "dropped", "closed"}[o]
 }
 
 // Result is one item's outcome.
@@ -61,21 +70,26 @@ type Result struct {
 // KEYS[3] groups          zset: active groups by virtual time
 // KEYS[4] vt              string: the partition's virtual clock
 // KEYS[5] delayed         zset: job ids by due time
-// KEYS[6+i]               job:<id of job i>, i = 1..n
-// KEYS[5+n+2g-1]          ready:<group g>, g = 1..m
-// KEYS[5+n+2g]            group:<group g>
+// KEYS[6] wake            list: wake-up token for idle consumers
+// KEYS[7] completed       list: bulk groups whose jobs have all ended
+// KEYS[7+i]               job:<id of item i>, i = 1..n (a close item's is unused)
+// KEYS[7+n+2g-1]          ready:<group g>, g = 1..m
+// KEYS[7+n+2g]            group:<group g>
 // ARGV[1] lock token   ARGV[2] now, Unix ms   ARGV[3] topic   ARGV[4] n   ARGV[5] m
 // ARGV[5+g]               name of group g
-// ARGV[5+m+6(i-1)+1..6]   job i: id, group index g, weight (>= 1), due time
-// Unix ms (0: now), group total (0: unknown), envelope
+// ARGV[5+m+6(i-1)+1..6]   item i: id, group index g, weight (>= 1), due time
+// Unix ms (0: now), group total (0: unknown), envelope. An item with an
+// empty id closes its bulk group instead: its total is the group's size and
+// its envelope field the callback URL (may be empty).
 // Returns -1 when fenced (nothing written), else n codes: 1 queued,
 // 2 delayed, 0 duplicate (nothing written), 3 refused (a key of the job or
-// its group holds the wrong type; nothing left written for it).
+// its group holds the wrong type; nothing left written for it), 4 dropped
+// (its group was cancelled), 5 closed (a close item, recorded).
 //
 // The fence comes first: a deposed relay changes nothing, not even counters
 // of its own. Dedupe by the job hash: it lives until the job's result
 // expires, which outlasts any relay's redelivery window.
-var enqueueScript = newScript(`
+var enqueueScript = newScript(luaGroupEnded + `
 local token = tonumber(ARGV[1])
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 if token < fence then
@@ -89,36 +103,56 @@ local now, n, m = ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5])
 local nowN = tonumber(now)
 local function failed(r) return type(r) == 'table' and r.err end
 
+-- A cancelled group takes no more jobs: they are counted, not written.
+local cancelled = {}
+for g = 1, m do
+  cancelled[g] = redis.pcall('HEXISTS', KEYS[7+n+2*g], 'cancelled_ms') == 1
+end
+
 -- Jobs: dedupe and write in one command each. The env field exists for as
 -- long as the job's hash does.
 local codes, per = {}, {}
 local relayed, deduped, readyCount = 0, 0, 0
+local function group(g)
+  local c = per[g]
+  if not c then c = {jobs = {}, ready = {}, delayed = {}, weight = 1, total = 0, dropped = 0}; per[g] = c end
+  return c
+end
 for i = 1, n do
   local a = 5 + m + 6*(i-1)
-  local r = redis.pcall('HSETNX', KEYS[6+i], 'env', ARGV[a+6])
-  if failed(r) then
-    codes[i] = 3
-  elseif r == 0 then
-    codes[i] = 0
-    deduped = deduped + 1
+  local g = tonumber(ARGV[a+2])
+  if ARGV[a+1] == '' then
+    local c = group(g)
+    c.close, c.total, c.callback = true, tonumber(ARGV[a+5]), ARGV[a+6]
+    codes[i] = 5
+  elseif cancelled[g] then
+    local c = group(g)
+    c.dropped = c.dropped + 1
+    codes[i] = 4
   else
-    local g = tonumber(ARGV[a+2])
-    local c = per[g]
-    if not c then c = {jobs = {}, ready = {}, delayed = {}, weight = 1, total = 0}; per[g] = c end
-    c.jobs[#c.jobs+1] = i
-    local w, total, due = tonumber(ARGV[a+3]), tonumber(ARGV[a+5]), tonumber(ARGV[a+4])
-    if w > c.weight then c.weight = w end
-    if total > 0 then c.total = total end
-    if due > nowN then
-      c.delayed[#c.delayed+1] = due
-      c.delayed[#c.delayed+1] = ARGV[a+1]
-      codes[i] = 2
+    local r = redis.pcall('HSETNX', KEYS[7+i], 'env', ARGV[a+6])
+    if failed(r) then
+      codes[i] = 3
+    elseif r == 0 then
+      codes[i] = 0
+      deduped = deduped + 1
     else
-      c.ready[#c.ready+1] = ARGV[a+1]
-      readyCount = readyCount + 1
-      codes[i] = 1
+      local c = group(g)
+      c.jobs[#c.jobs+1] = i
+      local w, total, due = tonumber(ARGV[a+3]), tonumber(ARGV[a+5]), tonumber(ARGV[a+4])
+      if w > c.weight then c.weight = w end
+      if total > 0 then c.total = total end
+      if due > nowN then
+        c.delayed[#c.delayed+1] = due
+        c.delayed[#c.delayed+1] = ARGV[a+1]
+        codes[i] = 2
+      else
+        c.ready[#c.ready+1] = ARGV[a+1]
+        readyCount = readyCount + 1
+        codes[i] = 1
+      end
+      relayed = relayed + 1
     end
-    relayed = relayed + 1
   end
 end
 
@@ -127,7 +161,7 @@ end
 -- refused, and the others go on.
 local vt
 for g, c in pairs(per) do
-  local rk, gk, name = KEYS[6+n+2*g-1], KEYS[6+n+2*g], ARGV[5+g]
+  local rk, gk, name = KEYS[7+n+2*g-1], KEYS[7+n+2*g], ARGV[5+g]
   local count = redis.pcall('HINCRBY', gk, 'relayed', #c.jobs)
   local ok = not failed(count)
   if ok and #c.ready > 0 and failed(redis.pcall('RPUSH', rk, unpack(c.ready))) then
@@ -136,7 +170,7 @@ for g, c in pairs(per) do
   end
   if not ok then
     for _, i in ipairs(c.jobs) do
-      redis.call('DEL', KEYS[6+i])
+      redis.call('DEL', KEYS[7+i])
       codes[i] = 3
     end
     relayed = relayed - #c.jobs
@@ -145,8 +179,11 @@ for g, c in pairs(per) do
     local fresh = (count == #c.jobs)
     if fresh then
       redis.call('HSET', gk, 'first_ms', now, 'topic', ARGV[3])
+    elseif #c.jobs > 0 then
+      redis.call('PERSIST', gk) -- it may have been idle, set to expire
     end
     if c.total > 0 then redis.call('HSET', gk, 'total', c.total) end
+    if c.dropped > 0 then redis.call('HINCRBY', gk, 'cancelled', c.dropped) end
     -- Weight 1 is the default; read the stored one only to raise it.
     if c.weight > 1 and (fresh or c.weight > tonumber(redis.call('HGET', gk, 'weight') or '1')) then
       redis.call('HSET', gk, 'weight', c.weight)
@@ -162,6 +199,14 @@ for g, c in pairs(per) do
       local start = vt
       if not fresh then start = math.max(vt, tonumber(redis.call('HGET', gk, 'vfinish') or '0')) end
       redis.call('ZADD', KEYS[3], start, name)
+    end
+    if c.close then
+      redis.call('HSET', gk, 'closed_ms', now)
+      if c.callback ~= '' then redis.call('HSET', gk, 'callback_url', c.callback) end
+    end
+    if c.close or c.dropped > 0 then
+      -- Its jobs may all have ended before the total arrived.
+      groupEnded(gk, name, KEYS[7], now, 86400)
     end
   end
 end
@@ -281,6 +326,10 @@ func (p *Pool) enqueueOn(ctx context.Context, c *redis.Client, token uint64, ite
 					results[i] = Result{Outcome: Delayed}
 				case codes[j] == 0:
 					results[i] = Result{Outcome: Duplicate}
+				case codes[j] == 4:
+					results[i] = Result{Outcome: Dropped}
+				case codes[j] == 5:
+					results[i] = Result{Outcome: Closed}
 				default:
 					results[i] = Result{Outcome: Failed, Err: fmt.Errorf("the keys of group %q hold values of the wrong type", items[i].Group)}
 				}
@@ -315,10 +364,10 @@ func (p *Pool) enqueueArgs(cl call, items []Item, tok, nowMS string) ([]string, 
 	}
 	n, m := len(cl.items), len(groups)
 	topic := items[cl.items[0]].Topic
-	ks := make([]string, 0, 6+n+2*m)
-	ks = append(ks, keys.Fence(topic), keys.Stats(), keys.Groups(), keys.VirtualTime(), keys.Delayed(), keys.Wake())
+	ks := make([]string, 0, 7+n+2*m)
+	ks = append(ks, keys.Fence(topic), keys.Stats(), keys.Groups(), keys.VirtualTime(), keys.Delayed(), keys.Wake(), keys.Completed())
 	for _, i := range cl.items {
-		ks = append(ks, keys.Job(items[i].ID))
+		ks = append(ks, keys.Job(items[i].ID)) // a close item's is unused
 	}
 	for _, g := range groups {
 		ks = append(ks, keys.Ready(g), keys.Group(g))
@@ -333,6 +382,10 @@ func (p *Pool) enqueueArgs(cl call, items []Item, tok, nowMS string) ([]string, 
 		due := int64(0)
 		if !it.RunAt.IsZero() {
 			due = it.RunAt.UnixMilli()
+		}
+		if it.Close {
+			args = append(args, "", groupIndex[it.Group], 1, 0, it.GroupTotal, it.CallbackURL)
+			continue
 		}
 		args = append(args, it.ID, groupIndex[it.Group], max(it.Weight, 1), due, it.GroupTotal, it.Envelope)
 	}

@@ -109,6 +109,15 @@ func (k Keys) Cmd() string { return k.prefix + "cmd" }
 // older one are refused.
 func (k Keys) Fence(topic string) string { return k.prefix + "fence:" + topic }
 
+// Completed is the partition's list of bulk groups whose every job has
+// ended: the group watcher takes them from here (see Completing).
+func (k Keys) Completed() string { return k.prefix + "completed" }
+
+// Completing is the partition's list of completed groups the watcher is
+// delivering: moved here from Completed, removed once delivered or given
+// up, so a watcher that dies mid-delivery leaves them for the next one.
+func (k Keys) Completing() string { return k.prefix + "completing" }
+
 // Stats is the partition's hash of counters (relayed, deduped, fenced, ...).
 func (k Keys) Stats() string { return k.prefix + "stats" }
 

@@ -11,27 +11,31 @@ import (
 
 // ackScript records the success of n claimed jobs in one call: a script
 // call costs Redis far more than the commands inside it, so a batch of acks
-// shares one, and the group and stats counters move once per batch.
+// shares one, and the group and stats counters move once per batch. A bulk
+// group whose last job this is goes on the completed list, once.
 //
 // KEYS[1] inflight  KEYS[2] attempts  KEYS[3] leases  KEYS[4] stats
-// KEYS[4+2i-1]      job:<id of job i>, i = 1..n
-// KEYS[4+2i]        group:<group of job i>
+// KEYS[5] completed
+// KEYS[5+2i-1]      job:<id of job i>, i = 1..n
+// KEYS[5+2i]        group:<group of job i>
 // ARGV[1] now, Unix ms   ARGV[2] seconds to keep a job (its result, and the
-// relay's dedupe)   ARGV[3] n
-// ARGV[3+2i-1]      id of job i   ARGV[3+2i] its result (may be empty)
+// relay's dedupe) and an ended group   ARGV[3] n
+// ARGV[3+3i-2]      id of job i   ARGV[3+3i-1] its result (may be empty)
+// ARGV[3+3i]        its group's name
 // Returns an array of n: 1 where recorded, 0 where the job was no longer
 // leased (its lease expired and the reaper took it back), so nothing is
 // counted twice.
-var ackScript = newScript(`
+var ackScript = newScript(luaGroupEnded + `
 local now, keep, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local out, ids, idx, perGroup = {}, {}, {}, {}
+local out, ids, idx, perGroup, names = {}, {}, {}, {}, {}
 for i = 1, n do
-  out[i] = redis.call('ZREM', KEYS[1], ARGV[3+2*i-1])
+  out[i] = redis.call('ZREM', KEYS[1], ARGV[3+3*i-2])
   if out[i] == 1 then
-    ids[#ids+1] = ARGV[3+2*i-1]
+    ids[#ids+1] = ARGV[3+3*i-2]
     idx[#idx+1] = i
-    local g = KEYS[4+2*i]
+    local g = KEYS[5+2*i]
     perGroup[g] = (perGroup[g] or 0) + 1
+    names[g] = ARGV[3+3*i]
   end
 end
 if #ids == 0 then return out end
@@ -39,17 +43,18 @@ local attempts = redis.call('HMGET', KEYS[2], unpack(ids))
 redis.call('HDEL', KEYS[2], unpack(ids))
 redis.call('HDEL', KEYS[3], unpack(ids))
 for j, i in ipairs(idx) do
-  local result = ARGV[3+2*i]
+  local result = ARGV[3+3*i-1]
   if result ~= '' then
-    redis.call('HSET', KEYS[4+2*i-1], 'state', 'done', 'done_ms', now, 'attempts', attempts[j] or '0', 'result', result)
+    redis.call('HSET', KEYS[5+2*i-1], 'state', 'done', 'done_ms', now, 'attempts', attempts[j] or '0', 'result', result)
   else
-    redis.call('HSET', KEYS[4+2*i-1], 'state', 'done', 'done_ms', now, 'attempts', attempts[j] or '0')
+    redis.call('HSET', KEYS[5+2*i-1], 'state', 'done', 'done_ms', now, 'attempts', attempts[j] or '0')
   end
-  redis.call('EXPIRE', KEYS[4+2*i-1], keep)
+  redis.call('EXPIRE', KEYS[5+2*i-1], keep)
 end
 for g, count in pairs(perGroup) do
   redis.call('HINCRBY', g, 'running', -count)
   redis.call('HINCRBY', g, 'done', count)
+  groupEnded(g, names[g], KEYS[5], now, keep)
 end
 redis.call('HINCRBY', KEYS[4], 'done', #ids)
 return out
@@ -83,13 +88,13 @@ func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time
 		return append(first, rest...), err
 	}
 	k := p.layout.Keys(part)
-	keys := make([]string, 0, 4+2*len(done))
-	keys = append(keys, k.Inflight(), k.Attempts(), k.Leases(), k.Stats())
-	args := make([]any, 0, 3+2*len(done))
+	keys := make([]string, 0, 5+2*len(done))
+	keys = append(keys, k.Inflight(), k.Attempts(), k.Leases(), k.Stats(), k.Completed())
+	args := make([]any, 0, 3+3*len(done))
 	args = append(args, now.UnixMilli(), max(int64(keep/time.Second), 1), len(done))
 	for _, d := range done {
 		keys = append(keys, k.Job(d.Job.ID), k.Group(d.Job.Group))
-		args = append(args, d.Job.ID, d.Result)
+		args = append(args, d.Job.ID, d.Result, d.Job.Group)
 	}
 	res, err := runScript(ctx, p.byPart[part], ackScript, keys, args...)
 	if err != nil {
@@ -108,15 +113,17 @@ func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time
 
 // failScript records a failed attempt: the job waits in delayed until its
 // next try, or, after its last attempt, goes to the dead set with its last
-// error, attempts and times.
+// error, attempts and times (and a bulk group it ends is completed).
 //
 // KEYS[1] inflight  KEYS[2] attempts  KEYS[3] leases  KEYS[4] job:<id>
 // KEYS[5] group:<group>  KEYS[6] delayed  KEYS[7] dead  KEYS[8] stats
+// KEYS[9] completed
 // ARGV[1] id  ARGV[2] error  ARGV[3] next try, Unix ms (0: dead)
 // ARGV[4] now, Unix ms  ARGV[5] most dead jobs kept  ARGV[6] seconds to keep a dead job
 // ARGV[7] 1 for a deferral: not a failure, the attempt is taken back
+// ARGV[8] the group's name
 // Returns 1 retrying, 2 dead, 0 when the job was no longer leased.
-var failScript = newScript(`
+var failScript = newScript(luaGroupEnded + `
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HINCRBY', KEYS[5], 'running', -1)
@@ -127,6 +134,7 @@ if ARGV[7] == '1' then
   return 1
 end
 redis.call('HSET', KEYS[4], 'last_error', ARGV[2], 'failed_ms', ARGV[4])
+redis.call('HINCRBY', KEYS[5], 'failed', 1)
 if tonumber(ARGV[3]) > 0 then
   redis.call('ZADD', KEYS[6], ARGV[3], ARGV[1])
   redis.call('HSET', KEYS[4], 'state', 'delayed')
@@ -144,6 +152,7 @@ local over = redis.call('ZCARD', KEYS[7]) - tonumber(ARGV[5])
 if over > 0 then redis.call('ZPOPMIN', KEYS[7], over) end
 redis.call('HINCRBY', KEYS[5], 'dead', 1)
 redis.call('HINCRBY', KEYS[8], 'dead', 1)
+groupEnded(KEYS[5], ARGV[8], KEYS[9], ARGV[4], ARGV[6])
 return 2
 `)
 
@@ -185,8 +194,8 @@ func (p *Pool) fail(ctx context.Context, part int, job Claimed, cause string, ne
 		flag = 1
 	}
 	res, err := runScript(ctx, p.byPart[part], failScript,
-		[]string{k.Inflight(), k.Attempts(), k.Leases(), k.Job(job.ID), k.Group(job.Group), k.Delayed(), k.Dead(), k.Stats()},
-		job.ID, cause, next, now.UnixMilli(), dead.Max, max(int64(dead.Keep/time.Second), 1), flag)
+		[]string{k.Inflight(), k.Attempts(), k.Leases(), k.Job(job.ID), k.Group(job.Group), k.Delayed(), k.Dead(), k.Stats(), k.Completed()},
+		job.ID, cause, next, now.UnixMilli(), dead.Max, max(int64(dead.Keep/time.Second), 1), flag, job.Group)
 	if err != nil {
 		return FailLost, fmt.Errorf("fail %s: %w", job.ID, err)
 	}
@@ -198,35 +207,49 @@ func (p *Pool) fail(ctx context.Context, part int, job Claimed, cause string, ne
 // (they were first in line already): expired leases (the reaper), due
 // delayed jobs (the promoter) and leases a stopping worker hands back.
 // Candidates come from a read of the source set; each is checked again here.
+// A job of a cancelled group is not put back: it is counted cancelled and
+// kept for keep seconds, and its group may complete.
 //
 // KEYS[1] source    zset: inflight (reaper, release) or delayed (promoter)
 // KEYS[2] groups    KEYS[3] vt   KEYS[4] leases   KEYS[5] attempts   KEYS[6] wake
-// KEYS[6+2i-1]      ready:<group of candidate i>, i = 1..n
-// KEYS[6+2i]        group:<group of candidate i>
+// KEYS[7] completed
+// KEYS[7+3i-2]      ready:<group of candidate i>, i = 1..n
+// KEYS[7+3i-1]      group:<group of candidate i>
+// KEYS[7+3i]        job:<candidate i>
 // ARGV[1] now, Unix ms: only members scored at or before it move
 // ARGV[2] n   ARGV[3] group counter to decrement: running or delayed
 // ARGV[4] 1 to take back the attempt (a release: the job did not fail), else 0
-// ARGV[4+2i-1]      id of candidate i   ARGV[4+2i] its group
+// ARGV[5] seconds to keep a cancelled job
+// ARGV[5+2i-1]      id of candidate i   ARGV[5+2i] its group
 // Returns how many went back.
-var returnScript = newScript(`
-local now, n, counter, uncount = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1'
+var returnScript = newScript(luaGroupEnded + `
+local now, n, counter, uncount, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1', ARGV[5]
 local moved, vt = 0
 -- Last candidate first: pushing each to the front keeps their order.
 for i = n, 1, -1 do
-  local id, group = ARGV[4+2*i-1], ARGV[4+2*i]
+  local id, group = ARGV[5+2*i-1], ARGV[5+2*i]
+  local rk, gk, jk = KEYS[7+3*i-2], KEYS[7+3*i-1], KEYS[7+3*i]
   local due = redis.call('ZSCORE', KEYS[1], id)
   if due and tonumber(due) <= now then
     redis.call('ZREM', KEYS[1], id)
     redis.call('HDEL', KEYS[4], id)
-    if uncount then redis.call('HINCRBY', KEYS[5], id, -1) end
-    redis.call('LPUSH', KEYS[6+2*i-1], id)
-    redis.call('HINCRBY', KEYS[6+2*i], counter, -1)
-    if not redis.call('ZSCORE', KEYS[2], group) then
-      if not vt then vt = tonumber(redis.call('GET', KEYS[3]) or '0') end
-      local vfinish = tonumber(redis.call('HGET', KEYS[6+2*i], 'vfinish') or '0')
-      redis.call('ZADD', KEYS[2], math.max(vt, vfinish), group)
+    redis.call('HINCRBY', gk, counter, -1)
+    if redis.call('HEXISTS', gk, 'cancelled_ms') == 1 then
+      redis.call('HDEL', KEYS[5], id)
+      redis.call('HSET', jk, 'state', 'cancelled')
+      redis.call('EXPIRE', jk, keep)
+      redis.call('HINCRBY', gk, 'cancelled', 1)
+      groupEnded(gk, group, KEYS[7], ARGV[1], keep)
+    else
+      if uncount then redis.call('HINCRBY', KEYS[5], id, -1) end
+      redis.call('LPUSH', rk, id)
+      if not redis.call('ZSCORE', KEYS[2], group) then
+        if not vt then vt = tonumber(redis.call('GET', KEYS[3]) or '0') end
+        local vfinish = tonumber(redis.call('HGET', gk, 'vfinish') or '0')
+        redis.call('ZADD', KEYS[2], math.max(vt, vfinish), group)
+      end
+      moved = moved + 1
     end
-    moved = moved + 1
   end
 end
 if moved > 0 then
@@ -289,19 +312,19 @@ func dueBy(key string, now time.Time, max int) redis.ZRangeArgs {
 
 func (p *Pool) returnJobs(ctx context.Context, part int, source, counter string, uncount bool, ids []string, groupAt func(int) string, now time.Time) (int, error) {
 	k := p.layout.Keys(part)
-	ks := []string{source, k.Groups(), k.VirtualTime(), k.Leases(), k.Attempts(), k.Wake()}
+	ks := []string{source, k.Groups(), k.VirtualTime(), k.Leases(), k.Attempts(), k.Wake(), k.Completed()}
 	flag := 0
 	if uncount {
 		flag = 1
 	}
-	args := []any{now.UnixMilli(), 0, counter, flag}
+	args := []any{now.UnixMilli(), 0, counter, flag, int64(cancelledKeep / time.Second)}
 	n := 0
 	for i, id := range ids {
 		g := groupAt(i)
 		if g == "" {
 			continue // settled meanwhile: its lease entry is gone
 		}
-		ks = append(ks, k.Ready(g), k.Group(g))
+		ks = append(ks, k.Ready(g), k.Group(g), k.Job(id))
 		args = append(args, id, g)
 		n++
 	}

@@ -1,0 +1,222 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// luaGroupEnded is shared by the scripts that end jobs (ack, dead, cancel,
+// close). A bulk group (one with a total) whose jobs have all ended goes on
+// the completed list exactly once: completed_ms is set with HSETNX, and
+// only the call that sets it pushes. A group without a total (single jobs,
+// or a bulk group not closed yet) is kept for keep seconds once nothing of
+// it is left, then expires: a group hash per single job must not pile up.
+// The enqueue script PERSISTs a group that gets new jobs.
+const luaGroupEnded = `
+local function groupEnded(gk, name, completedKey, now, keep)
+  local f = redis.call('HMGET', gk, 'total', 'relayed', 'done', 'dead', 'cancelled')
+  local ended = tonumber(f[3] or '0') + tonumber(f[4] or '0') + tonumber(f[5] or '0')
+  local total = tonumber(f[1] or '0')
+  if total > 0 then
+    if ended >= total and redis.call('HSETNX', gk, 'completed_ms', now) == 1 then
+      redis.call('RPUSH', completedKey, name)
+    end
+  elseif ended >= tonumber(f[2] or '0') then
+    redis.call('EXPIRE', gk, keep)
+  end
+end
+`
+
+// cancelledKeep is how long the hash of a job dropped by a cancel is kept,
+// so that its state reads "cancelled" for a while.
+const cancelledKeep = 24 * time.Hour
+
+// cancelScript cancels a group's ready jobs, a chunk at a time: the first
+// call marks the group cancelled and takes it out of the fair order (no
+// more claims; enqueue and return drop its jobs from then on), each call
+// removes the given ids from the ready list. Ids come from a read of the
+// list's head; each is removed only if still there.
+//
+// KEYS[1] group:<g>   KEYS[2] ready:<g>   KEYS[3] groups   KEYS[4] completed
+// KEYS[4+i] job:<id i>, i = 1..n
+// ARGV[1] now, Unix ms   ARGV[2] seconds to keep a cancelled job
+// ARGV[3] the group's name   ARGV[4] n   ARGV[4+i] id i
+// Returns how many jobs it removed.
+var cancelScript = newScript(luaGroupEnded + `
+local now, keep, name, n = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+redis.call('HSETNX', KEYS[1], 'cancelled_ms', now)
+redis.call('ZREM', KEYS[3], name)
+local removed = 0
+for i = 1, n do
+  if redis.call('LREM', KEYS[2], 1, ARGV[4+i]) == 1 then
+    redis.call('HSET', KEYS[4+i], 'state', 'cancelled')
+    redis.call('EXPIRE', KEYS[4+i], keep)
+    removed = removed + 1
+  end
+end
+if removed > 0 then redis.call('HINCRBY', KEYS[1], 'cancelled', removed) end
+groupEnded(KEYS[1], name, KEYS[4], now, keep)
+return removed
+`)
+
+// CancelGroup cancels what of a group has not run: its ready jobs now, its
+// delayed ones when they come due, and jobs still on their way from Kafka
+// when the relay brings them. Running jobs finish. It returns how many
+// ready jobs it removed.
+func (p *Pool) CancelGroup(ctx context.Context, group string, now time.Time) (int, error) {
+	part := p.layout.PartitionOf(group)
+	k, c := p.layout.Keys(part), p.byPart[part]
+	keep := int64(cancelledKeep / time.Second)
+	total := 0
+	for first := true; ; first = false {
+		var ids []string
+		if !first {
+			var err error
+			if ids, err = c.LRange(ctx, k.Ready(group), 0, 999).Result(); err != nil {
+				return total, err
+			}
+			if len(ids) == 0 {
+				return total, nil
+			}
+		}
+		keys := []string{k.Group(group), k.Ready(group), k.Groups(), k.Completed()}
+		args := []any{now.UnixMilli(), keep, group, len(ids)}
+		for _, id := range ids {
+			keys = append(keys, k.Job(id))
+			args = append(args, id)
+		}
+		res, err := runScript(ctx, c, cancelScript, keys, args...)
+		if err != nil {
+			return total, fmt.Errorf("cancelling group %s: %w", group, err)
+		}
+		n, _ := res.(int64)
+		total += int(n)
+	}
+}
+
+// GroupStatus is what Redis knows of a group, for GET /v1/groups/{id}.
+type GroupStatus struct {
+	Found bool
+	// Total is the bulk group's size, 0 until its close has been relayed.
+	Total                             int64
+	Relayed, Queued, Running, Delayed int64
+	Done, Failed, Dead, Cancelled     int64
+	FirstAt, ClosedAt, CancelledAt    time.Time
+	CompletedAt                       time.Time
+	CallbackURL, CallbackState        string
+	CallbackAttempts                  int64
+	CallbackError                     string
+}
+
+// GroupStatus reads a group's hash and the length of its ready list.
+func (p *Pool) GroupStatus(ctx context.Context, group string) (GroupStatus, error) {
+	part := p.layout.PartitionOf(group)
+	k, c := p.layout.Keys(part), p.byPart[part]
+	pipe := c.Pipeline()
+	h := pipe.HGetAll(ctx, k.Group(group))
+	ready := pipe.LLen(ctx, k.Ready(group))
+	if _, err := pipe.Exec(ctx); err != nil {
+		return GroupStatus{}, err
+	}
+	f := h.Val()
+	num := func(name string) int64 { n, _ := strconv.ParseInt(f[name], 10, 64); return n }
+	at := func(name string) time.Time {
+		if ms := num(name); ms > 0 {
+			return time.UnixMilli(ms)
+		}
+		return time.Time{}
+	}
+	st := GroupStatus{
+		Found: len(f) > 0, Total: num("total"), Relayed: num("relayed"), Running: num("running"),
+		Delayed: num("delayed"), Done: num("done"), Failed: num("failed"), Dead: num("dead"), Cancelled: num("cancelled"),
+		FirstAt: at("first_ms"), ClosedAt: at("closed_ms"), CancelledAt: at("cancelled_ms"), CompletedAt: at("completed_ms"),
+		CallbackURL: f["callback_url"], CallbackState: f["callback_state"], CallbackAttempts: num("callback_attempts"),
+		CallbackError: f["callback_error"],
+	}
+	st.Queued = ready.Val() + st.Delayed
+	return st, nil
+}
+
+// TakeCompleted moves the next completed group of partition part to the
+// completing list and returns it; "" when there is none. The caller
+// delivers it, then calls FinishCompleted.
+func (p *Pool) TakeCompleted(ctx context.Context, part int) (string, error) {
+	k := p.layout.Keys(part)
+	g, err := p.byPart[part].LMove(ctx, k.Completed(), k.Completing(), "LEFT", "RIGHT").Result()
+	if err == redis.Nil {
+		return "", nil
+	}
+	return g, err
+}
+
+// Completing lists the groups of partition part a watcher took and has not
+// finished: a new watcher delivers them first.
+func (p *Pool) Completing(ctx context.Context, part int) ([]string, error) {
+	return p.byPart[part].LRange(ctx, p.layout.Keys(part).Completing(), 0, -1).Result()
+}
+
+// SetGroupFields records fields on a group's hash (the watcher's callback
+// state and attempts).
+func (p *Pool) SetGroupFields(ctx context.Context, group string, fields map[string]any) error {
+	part := p.layout.PartitionOf(group)
+	return p.byPart[part].HSet(ctx, p.layout.Keys(part).Group(group), fields).Err()
+}
+
+// FinishCompleted records a completed group's final fields, keeps the group
+// (and so its status) for keep, and takes it off the completing list, in
+// one transaction.
+func (p *Pool) FinishCompleted(ctx context.Context, group string, fields map[string]any, keep time.Duration) error {
+	part := p.layout.PartitionOf(group)
+	k := p.layout.Keys(part)
+	_, err := p.byPart[part].TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+		pipe.HSet(ctx, k.Group(group), fields)
+		pipe.Expire(ctx, k.Group(group), keep)
+		pipe.LRem(ctx, k.Completing(), 1, group)
+		return nil
+	})
+	return err
+}
+
+// JobState is a job's state as its hash records it.
+type JobState struct {
+	ID, State string
+	Result    []byte
+	LastError string
+	Attempts  int
+}
+
+// JobStates reads the state of jobs of one group's partition in one round
+// trip; a job whose hash is gone has State "".
+func (p *Pool) JobStates(ctx context.Context, group string, ids []string) ([]JobState, error) {
+	part := p.layout.PartitionOf(group)
+	k := p.layout.Keys(part)
+	pipe := p.byPart[part].Pipeline()
+	cmds := make([]*redis.SliceCmd, len(ids))
+	for i, id := range ids {
+		cmds[i] = pipe.HMGet(ctx, k.Job(id), "state", "result", "last_error", "attempts")
+	}
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return nil, err
+	}
+	out := make([]JobState, len(ids))
+	for i, c := range cmds {
+		v := c.Val()
+		str := func(j int) string {
+			if j < len(v) {
+				s, _ := v[j].(string)
+				return s
+			}
+			return ""
+		}
+		n, _ := strconv.Atoi(str(3))
+		out[i] = JobState{ID: ids[i], State: str(0), LastError: str(2), Attempts: n}
+		if r := str(1); r != "" {
+			out[i].Result = []byte(r)
+		}
+	}
+	return out, nil
+}
