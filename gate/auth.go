@@ -112,20 +112,43 @@ func LoadAuth(file, inline string) (*Auth, error) {
 // Enabled reports whether any token is configured.
 func (a *Auth) Enabled() bool { return len(a.scopes) > 0 }
 
+// authenticate finds r's token's scope, or says why not (401).
+func (a *Auth) authenticate(r *http.Request) (scope, int, string) {
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	if !ok || tok == "" {
+		return scope{}, http.StatusUnauthorized, "missing bearer token: send Authorization: Bearer <token>"
+	}
+	s, ok := a.scopes[sha256.Sum256([]byte(strings.TrimSpace(tok)))]
+	if !ok {
+		return scope{}, http.StatusUnauthorized, "unknown bearer token"
+	}
+	return s, 0, ""
+}
+
+// Authenticate checks r's token before the topic is known: it returns a
+// function that reports whether the caller may use a topic, or the HTTP
+// status (401) and the reason.
+func (a *Auth) Authenticate(r *http.Request) (allows func(topic string) bool, status int, reason string) {
+	if !a.Enabled() {
+		return func(string) bool { return true }, 0, ""
+	}
+	s, status, reason := a.authenticate(r)
+	if status != 0 {
+		return nil, status, reason
+	}
+	return s.Allows, 0, ""
+}
+
 // Check authenticates r. It returns the caller's scope, or the HTTP status
 // (401 or 403) and the reason.
 func (a *Auth) Check(r *http.Request, topic string) (string, int, string) {
 	if !a.Enabled() {
 		return "", 0, ""
 	}
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	if !ok || tok == "" {
-		return "", http.StatusUnauthorized, "missing bearer token: send Authorization: Bearer <token>"
-	}
-	s, ok := a.scopes[sha256.Sum256([]byte(strings.TrimSpace(tok)))]
-	if !ok {
-		return "", http.StatusUnauthorized, "unknown bearer token"
+	s, status, reason := a.authenticate(r)
+	if status != 0 {
+		return "", status, reason
 	}
 	if !s.Allows(topic) {
 		return s.name, http.StatusForbidden, fmt.Sprintf("token may not write topic %q", topic)

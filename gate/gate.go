@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
@@ -19,19 +20,25 @@ import (
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/ops"
+	"github.com/sluicehq/sluice/internal/queue"
 )
 
 // Config configures a gate. Register sets the defaults.
 type Config struct {
-	Listen          string
-	Kafka           kafka.Config
-	Topics          cli.ListFlag
-	TokensFile      string
-	Tokens          string
-	AllowNoAuth     bool
-	MaxBodyBytes    int64
-	MaxBatchBytes   int64
-	MaxBatchJobs    int
+	Listen        string
+	Kafka         kafka.Config
+	Topics        cli.ListFlag
+	TokensFile    string
+	Tokens        string
+	AllowNoAuth   bool
+	MaxBodyBytes  int64
+	MaxBatchBytes int64
+	MaxBatchJobs  int
+	MaxGroupItems int
+	// Redis is where GET and DELETE /v1/groups/{id} read and cancel
+	// groups; without an address those routes answer 501.
+	Redis           queue.PoolConfig
+	partitionAddrs  string
 	ProduceTimeout  time.Duration
 	RetryAfter      time.Duration
 	DrainTimeout    time.Duration
@@ -42,7 +49,8 @@ type Config struct {
 
 func init() {
 	cli.Describe("gate", "The HTTP gate: validates job envelopes and writes them to Kafka, answering 202 once Kafka acknowledged.\n"+
-		"API: POST /v1/topics/{topic}/jobs, POST /v1/topics/{topic}/jobs:batch; ops: /healthz, /readyz, /metrics.\n"+
+		"API: POST /v1/topics/{topic}/jobs, POST /v1/topics/{topic}/jobs:batch, POST /v1/topics/{topic}/groups,\n"+
+		"GET and DELETE /v1/groups/{id} (with --redis-addr); ops: /healthz, /readyz, /metrics.\n"+
 		"Without --tokens or --tokens-file it refuses to start unless --allow-no-auth is given.")
 }
 
@@ -57,6 +65,11 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", 1<<20, "largest single-job request body in bytes (413 above)")
 	fs.Int64Var(&c.MaxBatchBytes, "max-batch-bytes", 16<<20, "largest batch request body in bytes (413 above)")
 	fs.IntVar(&c.MaxBatchJobs, "max-batch-jobs", 1000, "most jobs in one batch request (413 above)")
+	fs.IntVar(&c.MaxGroupItems, "max-group-items", 10_000_000, "most items in one bulk group (the submission is cancelled above)")
+	fs.StringVar(&c.Redis.Addr, "redis-addr", "", "Redis of the queue, for GET and DELETE /v1/groups/{id} (empty: those answer 501)")
+	fs.StringVar(&c.Redis.Layout.Stage, "stage", "dev", "stage name (as the relay's), for the group routes")
+	fs.IntVar(&c.Redis.Layout.Partitions, "redis-partitions", 8, "Redis partitions in the layout (as the relay's)")
+	fs.StringVar(&c.partitionAddrs, "redis-partition-addrs", "", "partitions on Redis servers of their own: \"0=host:port,3=host:port\"")
 	cli.DurationVar(fs, &c.ProduceTimeout, "produce-timeout", 5*time.Second, "longest wait for Kafka's acknowledgement before answering 504")
 	cli.DurationVar(fs, &c.RetryAfter, "retry-after", time.Second, "Retry-After sent with 503 while Kafka is unreachable")
 	cli.DurationVar(fs, &c.DrainTimeout, "drain-timeout", 15*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
@@ -77,6 +90,7 @@ type Gate struct {
 	reg      *prometheus.Registry
 	now      func() time.Time
 	handler  http.Handler
+	groups   *queue.Pool // nil without Config.Redis.Addr
 }
 
 // New connects to Kafka and returns a gate ready to serve. It fails when no
@@ -111,11 +125,25 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 	for _, t := range cfg.Topics {
 		g.allowed[t] = true
 	}
+	if cfg.Redis.Addr != "" {
+		if cfg.partitionAddrs != "" {
+			if cfg.Redis.PartitionAddrs, err = queue.ParsePartitionAddrs(cfg.partitionAddrs, cfg.Redis.Layout.Partitions); err != nil {
+				producer.Close()
+				return nil, fmt.Errorf("--redis-partition-addrs: %w", err)
+			}
+		}
+		if g.groups, err = queue.NewPool(cfg.Redis); err != nil {
+			producer.Close()
+			return nil, err
+		}
+	}
 	g.catalog = kafka.NewCatalog(ctx, producer.Client(), cfg.MetadataRefresh, log)
 	g.metrics = newMetrics(g.reg)
 	mux := http.NewServeMux()
 	mux.HandleFunc("/v1/topics/{topic}/jobs", g.instrument("job", g.serveJob))
 	mux.HandleFunc("/v1/topics/{topic}/jobs:batch", g.instrument("batch", g.serveBatch))
+	mux.HandleFunc("/v1/topics/{topic}/groups", g.instrument("group", g.serveGroup))
+	mux.HandleFunc("/v1/groups/{id}", g.instrument("group_status", g.serveGroupStatus))
 	ops.Mount(mux, g.reg, g.catalog.Ready)
 	if cfg.Pprof {
 		ops.MountPprof(mux)
@@ -152,6 +180,9 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 	err := ops.Serve(ctx, g.log, srv, ln, g.cfg.DrainTimeout)
 	if cerr := g.producer.Close(); cerr != nil && err == nil {
 		err = cerr
+	}
+	if g.groups != nil {
+		g.groups.Close()
 	}
 	g.log.Info("gate stopped")
 	return err

@@ -13,6 +13,7 @@ type metrics struct {
 	batchSize       prometheus.Histogram
 	inflight        prometheus.Gauge
 	jobs            *counterCache
+	groups          *prometheus.CounterVec // topic, outcome
 }
 
 // counterCache remembers the children of a two-label CounterVec: a label
@@ -65,7 +66,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		jobs: newCounterCache(prometheus.CounterOpts{
 			Name: "sluice_gate_jobs_total", Help: "Jobs by topic and outcome: accepted (Kafka acknowledged) or rejected.",
 		}, "topic", "outcome"),
+		groups: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_gate_groups_total", Help: "Bulk group submissions by topic and outcome: accepted (every item and the close acknowledged) or rejected.",
+		}, []string{"topic", "outcome"}),
 	}
-	reg.MustRegister(m.requests.vec, m.requestDuration, m.produceDuration, m.batchSize, m.inflight, m.jobs.vec)
+	reg.MustRegister(m.requests.vec, m.requestDuration, m.produceDuration, m.batchSize, m.inflight, m.jobs.vec, m.groups)
 	return m
 }

@@ -279,14 +279,20 @@ func (r *Relay) relayBatch(ctx context.Context, topic string, lease *consul.Leas
 	items := make([]queue.Item, 0, len(batch))
 	from := make([]*sarama.ConsumerMessage, 0, len(batch))
 	var poison []kafka.Message
+	var cancels []string
 	for _, m := range batch {
 		it, reason := r.item(topic, m, now)
-		if reason != "" {
+		switch {
+		case reason != "":
 			poison = append(poison, deadLetter(topic, m, reason))
-			continue
+		case it.ID == "" && !it.Close:
+			// A bulk submission that failed halfway: its items come
+			// before this record, so cancel after enqueueing them.
+			cancels = append(cancels, it.Group)
+		default:
+			items = append(items, it)
+			from = append(from, m)
 		}
-		items = append(items, it)
-		from = append(from, m)
 	}
 	if r.cfg.Shadow {
 		r.m.jobs.WithLabelValues(topic, "shadowed").Add(float64(len(items)))
@@ -301,10 +307,13 @@ func (r *Relay) relayBatch(ctx context.Context, topic string, lease *consul.Leas
 		log.Warn("poison messages sent to the DLQ", "count", len(poison), "dlq", topic+".dlq", "first_reason", string(poison[0].Headers[0].Value))
 	}
 	if len(items) == 0 {
-		return nil
+		return r.cancelGroups(ctx, topic, cancels, log)
 	}
 	results, err := r.enqueue(ctx, topic, lease, items, log)
 	if err != nil {
+		return err
+	}
+	if err := r.cancelGroups(ctx, topic, cancels, log); err != nil {
 		return err
 	}
 	var again []kafka.Message
@@ -336,8 +345,53 @@ func (r *Relay) relayBatch(ctx context.Context, topic string, lease *consul.Leas
 	return nil
 }
 
-// item turns a Kafka message into a queue item, or says why it is poison.
+// cancelGroups cancels bulk groups whose submission failed halfway,
+// retrying while Redis cannot serve: the cancel is settled, and its offset
+// committed, only once Redis took it.
+func (r *Relay) cancelGroups(ctx context.Context, topic string, groups []string, log *slog.Logger) error {
+	for _, g := range groups {
+		backoff := firstRedisBackoff
+		for {
+			n, err := r.pool.CancelGroup(ctx, g, r.now())
+			if err == nil {
+				log.Info("bulk group cancelled: its submission failed halfway", "group", g, "removed", n)
+				r.m.jobs.WithLabelValues(topic, "group_cancelled").Inc()
+				break
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			log.Warn("cancelling a bulk group failed; retrying", "group", g, "err", err)
+			t := time.NewTimer(backoff)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return ctx.Err()
+			case <-t.C:
+			}
+			backoff = min(backoff*2, maxRedisBackoff)
+		}
+	}
+	return nil
+}
+
+// item turns a Kafka message into a queue item, or says why it is poison. A
+// bulk group's close is an item with Close set; its cancel, one with
+// neither an id nor Close.
 func (r *Relay) item(topic string, m *sarama.ConsumerMessage, now time.Time) (queue.Item, string) {
+	for _, h := range m.Headers {
+		if h == nil || string(h.Key) != job.ControlHeader {
+			continue
+		}
+		if string(h.Value) != job.GroupCloseControl {
+			return queue.Item{}, fmt.Sprintf("unknown control record %q", h.Value)
+		}
+		c, err := job.DecodeGroupClose(m.Value)
+		if err != nil {
+			return queue.Item{}, err.Error()
+		}
+		return queue.Item{Close: !c.Cancel, Group: c.Group, Topic: topic, GroupTotal: c.Total, CallbackURL: c.CallbackURL}, ""
+	}
 	j, err := job.Decode(m.Value)
 	if err != nil {
 		return queue.Item{}, "not a job envelope: " + err.Error()

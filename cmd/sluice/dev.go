@@ -170,6 +170,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	gcfg.AllowNoAuth = true
 	gcfg.DrainTimeout = cfg.StopTimeout
 	gcfg.Pprof = cfg.Pprof
+	gcfg.Redis.Addr, gcfg.Redis.Layout.Partitions = cfg.RedisAddr, cfg.RedisPartitions // GET/DELETE /v1/groups/{id}
 	gateLn, err := net.Listen("tcp", cfg.GateAddr)
 	if err != nil {
 		return fmt.Errorf("gate: %w", err)

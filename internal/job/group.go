@@ -28,11 +28,13 @@ const ControlHeader = "sluice-control"
 // GroupCloseControl is ControlHeader's value on a GroupClose record.
 const GroupCloseControl = "group-close"
 
-// GroupClose ends a bulk group's submission.
+// GroupClose ends a bulk group's submission: with its total, or, when the
+// submission failed halfway, by cancelling what was written.
 type GroupClose struct {
 	Group       string `json:"group"`
 	Total       int64  `json:"total"`
 	CallbackURL string `json:"callback_url,omitempty"`
+	Cancel      bool   `json:"cancel,omitempty"`
 }
 
 // DecodeGroupClose reads and checks a GroupClose record's value.

@@ -101,6 +101,7 @@ func (p *Pool) CancelGroup(ctx context.Context, group string, now time.Time) (in
 // GroupStatus is what Redis knows of a group, for GET /v1/groups/{id}.
 type GroupStatus struct {
 	Found bool
+	Topic string
 	// Total is the bulk group's size, 0 until its close has been relayed.
 	Total                             int64
 	Relayed, Queued, Running, Delayed int64
@@ -131,7 +132,7 @@ func (p *Pool) GroupStatus(ctx context.Context, group string) (GroupStatus, erro
 		return time.Time{}
 	}
 	st := GroupStatus{
-		Found: len(f) > 0, Total: num("total"), Relayed: num("relayed"), Running: num("running"),
+		Found: len(f) > 0, Topic: f["topic"], Total: num("total"), Relayed: num("relayed"), Running: num("running"),
 		Delayed: num("delayed"), Done: num("done"), Failed: num("failed"), Dead: num("dead"), Cancelled: num("cancelled"),
 		FirstAt: at("first_ms"), ClosedAt: at("closed_ms"), CancelledAt: at("cancelled_ms"), CompletedAt: at("completed_ms"),
 		CallbackURL: f["callback_url"], CallbackState: f["callback_state"], CallbackAttempts: num("callback_attempts"),

@@ -1,0 +1,478 @@
+package gate
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// groupFields are a bulk group's fields: every item's job gets them.
+type groupFields struct {
+	ID          string        `json:"id,omitempty"`
+	Type        string        `json:"type"`
+	Tenant      string        `json:"tenant,omitempty"`
+	Resource    string        `json:"resource,omitempty"`
+	Priority    int           `json:"priority,omitempty"`
+	CallbackURL string        `json:"callback_url,omitempty"`
+	MaxAttempts int           `json:"max_attempts,omitempty"`
+	Timeout     *job.Duration `json:"timeout,omitempty"`
+}
+
+// groupChunk is how many items go to Kafka in one produce call: large
+// enough to batch, small enough that memory stays flat whatever the size.
+const groupChunk = 1000
+
+// groupAnswer is the answer to a bulk submission.
+type groupAnswer struct {
+	Group string `json:"group"`
+	Topic string `json:"topic"`
+	Count int64  `json:"count"`
+}
+
+// serveGroup takes a bulk group: its fields, then its items, each item the
+// payload of one job. The body streams through: items go to Kafka in chunks
+// as they are read, so a million items never sit in memory. Two forms:
+//
+//	Content-Type: application/json     {"type":"email", ..., "items": [<payload>, ...]}
+//	Content-Type: application/x-ndjson first line the fields, then one payload per line
+//
+// After the last item a close record with the total goes to the same Kafka
+// partition. If the body turns out bad halfway, what was written is
+// cancelled (a cancel record follows it) and the answer says so: the
+// client fixes the body and submits under a new group id.
+func (g *Gate) serveGroup(x *exchange) {
+	topic := x.r.PathValue("topic")
+	acks, partition, ok := g.admit(x, topic)
+	if !ok {
+		return
+	}
+	items, fields, err := openGroupBody(x.r, g.cfg.MaxBodyBytes)
+	if err != nil {
+		x.fail(http.StatusBadRequest, "%v", err)
+		return
+	}
+	now := g.now()
+	if fields.ID == "" {
+		fields.ID = job.NewID()
+	}
+	tmpl := job.Job{
+		ID: job.BulkID(fields.ID, 0), Type: fields.Type, Group: fields.ID, Tenant: fields.Tenant, Resource: fields.Resource,
+		Priority: fields.Priority, MaxAttempts: fields.MaxAttempts, Payload: json.RawMessage("null"),
+	}
+	if fields.Timeout != nil {
+		tmpl.Timeout = *fields.Timeout
+	}
+	if len(fields.ID) > job.MaxBulkGroupLen {
+		x.fail(http.StatusBadRequest, "field \"id\": a bulk group's id is at most %d bytes (its jobs' ids add the item's index)", job.MaxBulkGroupLen)
+		return
+	}
+	if err := tmpl.Validate(topic, now); err != nil {
+		x.failDecode(err)
+		return
+	}
+	if fields.CallbackURL != "" {
+		if _, err := job.DecodeGroupClose(mustJSON(job.GroupClose{Group: fields.ID, CallbackURL: fields.CallbackURL})); err != nil {
+			x.failDecode(err)
+			return
+		}
+	}
+	tmpl.Defaults(topic, now)
+	// A big group takes longer than the server's per-request deadlines:
+	// extend them as the body keeps coming.
+	rc := http.NewResponseController(x.w)
+	var (
+		n     int64
+		batch = make([]kafka.Message, 0, groupChunk)
+	)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		_ = rc.SetReadDeadline(time.Now().Add(g.cfg.ProduceTimeout + time.Minute))
+		_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.ProduceTimeout + time.Minute))
+		results, err := g.produce(x, acks, batch)
+		if err != nil {
+			return err
+		}
+		for _, r := range results {
+			if r.Err != nil {
+				return r.Err
+			}
+		}
+		g.metrics.jobs.with(topic, "accepted").Add(float64(len(batch)))
+		batch = batch[:0]
+		return nil
+	}
+	for {
+		payload, err := items.next()
+		if err == io.EOF {
+			break
+		}
+		if err == nil && int64(len(payload)) > g.cfg.MaxBodyBytes {
+			err = itemError{fmt.Errorf("item %d: %d bytes, over the limit of %d", n, len(payload), g.cfg.MaxBodyBytes)}
+		}
+		if err == nil && n >= int64(g.cfg.MaxGroupItems) {
+			err = itemError{fmt.Errorf("more than %d items (--max-group-items)", g.cfg.MaxGroupItems)}
+		}
+		if err != nil {
+			g.abandonGroup(x, topic, acks, partition, fields.ID, n-int64(len(batch)), err)
+			return
+		}
+		j := tmpl
+		j.ID, j.Payload = job.BulkID(fields.ID, n), payload
+		batch = append(batch, kafka.Message{Topic: topic, Key: []byte(fields.ID), Value: j.AppendJSON(make([]byte, 0, len(payload)+256)), Partition: partition})
+		n++
+		if len(batch) == groupChunk {
+			if err := flush(); err != nil {
+				g.abandonGroup(x, topic, acks, partition, fields.ID, n-int64(len(batch)), err)
+				return
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		g.abandonGroup(x, topic, acks, partition, fields.ID, n-int64(len(batch)), err)
+		return
+	}
+	closeMsg := controlMessage(topic, partition, job.GroupClose{Group: fields.ID, Total: n, CallbackURL: fields.CallbackURL}, job.GroupCloseControl)
+	if err := g.produceOne(x, acks, closeMsg); err != nil {
+		g.abandonGroup(x, topic, acks, partition, fields.ID, n, err)
+		return
+	}
+	g.metrics.groups.WithLabelValues(topic, "accepted").Inc()
+	g.log.Info("bulk group accepted", "group", fields.ID, "topic", topic, "items", n)
+	x.json(http.StatusAccepted, groupAnswer{Group: fields.ID, Topic: topic, Count: n})
+}
+
+// abandonGroup answers a submission that failed after written items: it
+// writes a cancel record for them (best effort: the answer says whether
+// it took) and tells the client what happened.
+func (g *Gate) abandonGroup(x *exchange, topic string, acks kafka.Acks, partition int32, group string, written int64, cause error) {
+	g.metrics.groups.WithLabelValues(topic, "rejected").Inc()
+	status := http.StatusBadRequest
+	var de *job.DecodeError
+	if !errors.As(cause, &de) && !isItemError(cause) {
+		status = g.produceStatus(cause)
+		if errors.Is(cause, context.DeadlineExceeded) {
+			status = http.StatusGatewayTimeout
+		}
+	}
+	msg := fmt.Sprintf("%v", cause)
+	if written > 0 {
+		cancel := controlMessage(topic, partition, job.GroupClose{Group: group, Cancel: true}, job.GroupCloseControl)
+		if err := g.produceOne(x, kafka.AcksAll, cancel); err != nil {
+			msg += fmt.Sprintf("; %d items were written and cancelling them failed (%v): DELETE /v1/groups/%s", written, err, group)
+		} else {
+			msg += fmt.Sprintf("; the %d items written before it are cancelled: fix the body and submit it under a new group id", written)
+		}
+	}
+	g.log.Warn("bulk group abandoned", "group", group, "topic", topic, "written", written, "err", cause)
+	if status == http.StatusServiceUnavailable {
+		g.setRetryAfter(x)
+	}
+	x.json(status, errorBody{Error: msg, IDs: []string{group}})
+}
+
+type itemError struct{ err error }
+
+func (e itemError) Error() string { return e.err.Error() }
+func (e itemError) Unwrap() error { return e.err }
+
+func isItemError(err error) bool { var ie itemError; return errors.As(err, &ie) }
+
+func (g *Gate) produceOne(x *exchange, acks kafka.Acks, m kafka.Message) error {
+	results, err := g.produce(x, acks, []kafka.Message{m})
+	if err != nil {
+		return err
+	}
+	return results[0].Err
+}
+
+func controlMessage(topic string, partition int32, c job.GroupClose, kind string) kafka.Message {
+	return kafka.Message{
+		Topic: topic, Key: []byte(c.Group), Value: mustJSON(c), Partition: partition,
+		Headers: []sarama.RecordHeader{{Key: []byte(job.ControlHeader), Value: []byte(kind)}},
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // only fixed, encodable types reach here
+	}
+	return b
+}
+
+// itemReader yields a bulk body's items one at a time.
+type itemReader interface {
+	next() (json.RawMessage, error) // io.EOF after the last
+}
+
+// openGroupBody reads the group's fields and returns a reader of its items.
+func openGroupBody(r *http.Request, maxItem int64) (itemReader, groupFields, error) {
+	var f groupFields
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	switch mt {
+	case "application/x-ndjson", "application/jsonl", "application/ndjson":
+		br := bufio.NewReaderSize(r.Body, 64<<10)
+		lr := &ndjsonItems{r: br, max: maxItem}
+		first, err := lr.line()
+		if err != nil {
+			if err == io.EOF {
+				err = errors.New("empty body: want the group's fields on the first line")
+			}
+			return nil, f, err
+		}
+		if err := strictUnmarshal(first, &f); err != nil {
+			return nil, f, fmt.Errorf("line 1, the group's fields: %v", err)
+		}
+		lr.lineNo = 1
+		return lr, f, nil
+	case "", "application/json":
+		dec := json.NewDecoder(r.Body)
+		dec.UseNumber()
+		if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+			return nil, f, errors.New(`want a JSON object {"type": ..., "items": [...]} (or Content-Type: application/x-ndjson)`)
+		}
+		raw := map[string]json.RawMessage{}
+		for dec.More() {
+			t, err := dec.Token()
+			if err != nil {
+				return nil, f, fmt.Errorf("reading the group's fields: %v", err)
+			}
+			name, _ := t.(string)
+			if name == "items" {
+				b, _ := json.Marshal(raw)
+				if err := strictUnmarshal(b, &f); err != nil {
+					return nil, f, fmt.Errorf("the group's fields: %v", err)
+				}
+				if t, err := dec.Token(); err != nil || t != json.Delim('[') {
+					return nil, f, errors.New(`"items" must be an array`)
+				}
+				return &jsonItems{dec: dec}, f, nil
+			}
+			var v json.RawMessage
+			if err := dec.Decode(&v); err != nil {
+				return nil, f, fmt.Errorf("field %q: %v", name, err)
+			}
+			raw[name] = v
+		}
+		return nil, f, errors.New(`no "items": put the items array last, after the group's fields`)
+	}
+	return nil, f, fmt.Errorf("Content-Type %q: want application/json or application/x-ndjson", mt)
+}
+
+func strictUnmarshal(b []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+type jsonItems struct {
+	dec  *json.Decoder
+	n    int
+	done bool
+}
+
+func (j *jsonItems) next() (json.RawMessage, error) {
+	if j.done {
+		return nil, io.EOF
+	}
+	if !j.dec.More() {
+		// The array's end, then the object's: nothing may follow "items".
+		if _, err := j.dec.Token(); err != nil {
+			return nil, itemError{fmt.Errorf("after item %d: %v", j.n, err)}
+		}
+		if t, err := j.dec.Token(); err != nil || t != json.Delim('}') {
+			return nil, itemError{errors.New(`nothing may follow "items": put the group's fields first`)}
+		}
+		j.done = true
+		return nil, io.EOF
+	}
+	var v json.RawMessage
+	if err := j.dec.Decode(&v); err != nil {
+		return nil, itemError{fmt.Errorf("item %d: %v", j.n, err)}
+	}
+	j.n++
+	return v, nil
+}
+
+type ndjsonItems struct {
+	r      *bufio.Reader
+	max    int64
+	lineNo int
+}
+
+// line reads the next non-blank line, bounded by max.
+func (l *ndjsonItems) line() ([]byte, error) {
+	for {
+		var buf []byte
+		for {
+			part, err := l.r.ReadSlice('\n')
+			buf = append(buf, part...)
+			if int64(len(buf)) > l.max+1 {
+				return nil, itemError{fmt.Errorf("line %d: over the limit of %d bytes", l.lineNo+1, l.max)}
+			}
+			if err == bufio.ErrBufferFull {
+				continue
+			}
+			if err == io.EOF && len(buf) == 0 {
+				return nil, io.EOF
+			}
+			if err != nil && err != io.EOF {
+				return nil, err
+			}
+			break
+		}
+		l.lineNo++
+		if t := bytes.TrimSpace(buf); len(t) > 0 {
+			return t, nil
+		}
+	}
+}
+
+func (l *ndjsonItems) next() (json.RawMessage, error) {
+	b, err := l.line()
+	if err != nil {
+		return nil, err
+	}
+	if !json.Valid(b) {
+		return nil, itemError{fmt.Errorf("line %d (item %d): not a JSON value", l.lineNo, l.lineNo-2)}
+	}
+	return json.RawMessage(b), nil
+}
+
+// groupView is GET /v1/groups/{id}'s answer.
+type groupView struct {
+	ID        string   `json:"id"`
+	Topic     string   `json:"topic,omitempty"`
+	State     string   `json:"state"`
+	Total     *int64   `json:"total"`
+	Relayed   int64    `json:"relayed"`
+	Queued    int64    `json:"queued"`
+	Running   int64    `json:"running"`
+	Done      int64    `json:"done"`
+	Failed    int64    `json:"failed"`
+	Dead      int64    `json:"dead"`
+	Cancelled int64    `json:"cancelled"`
+	Progress  *float64 `json:"progress"`
+	Started   string   `json:"started,omitempty"`
+	Completed string   `json:"completed,omitempty"`
+	// Rate is jobs ended per second since the first was relayed.
+	Rate            float64       `json:"rate"`
+	EstimatedFinish string        `json:"estimated_finish,omitempty"`
+	Callback        *callbackView `json:"callback,omitempty"`
+}
+
+type callbackView struct {
+	URL      string `json:"url"`
+	State    string `json:"state"`
+	Attempts int64  `json:"attempts"`
+	Error    string `json:"error,omitempty"`
+}
+
+// serveGroupStatus answers GET (status) and DELETE (cancel) of a group.
+func (g *Gate) serveGroupStatus(x *exchange) {
+	if x.r.Method != http.MethodGet && x.r.Method != http.MethodDelete {
+		x.w.Header().Set("Allow", "GET, DELETE")
+		x.fail(http.StatusMethodNotAllowed, "method %s not allowed: use GET or DELETE", x.r.Method)
+		return
+	}
+	allows, status, reason := g.auth.Authenticate(x.r)
+	if status != 0 {
+		x.w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+		x.fail(status, "%s", reason)
+		return
+	}
+	if g.groups == nil {
+		x.fail(http.StatusNotImplemented, "this gate has no Redis to read groups from: start it with --redis-addr")
+		return
+	}
+	id := x.r.PathValue("id")
+	ctx, cancel := context.WithTimeout(x.r.Context(), g.cfg.ProduceTimeout)
+	defer cancel()
+	st, err := g.groups.GroupStatus(ctx, id)
+	if err != nil {
+		g.setRetryAfter(x)
+		x.fail(http.StatusServiceUnavailable, "Redis is unavailable, retry later: %v", err)
+		return
+	}
+	topic := st.Topic
+	// A group the caller may not see is as unknown as a missing one.
+	if !st.Found || (topic != "" && !allows(topic)) {
+		x.fail(http.StatusNotFound, "group %q is not known (yet): a group appears once the relay moved its first job to Redis", id)
+		return
+	}
+	if x.r.Method == http.MethodDelete {
+		n, err := g.groups.CancelGroup(ctx, id, g.now())
+		if err != nil {
+			g.setRetryAfter(x)
+			x.fail(http.StatusServiceUnavailable, "cancelling in Redis failed, retry: %v", err)
+			return
+		}
+		g.log.Info("bulk group cancelled", "group", id, "removed", n)
+		if st, err = g.groups.GroupStatus(ctx, id); err != nil {
+			x.fail(http.StatusServiceUnavailable, "cancelled; reading the status failed: %v", err)
+			return
+		}
+	}
+	x.json(http.StatusOK, viewGroup(id, st, g.now()))
+}
+
+func viewGroup(id string, st queue.GroupStatus, now time.Time) groupView {
+	v := groupView{
+		ID: id, Topic: st.Topic, Relayed: st.Relayed, Queued: st.Queued, Running: st.Running,
+		Done: st.Done, Failed: st.Failed, Dead: st.Dead, Cancelled: st.Cancelled,
+	}
+	ended := st.Done + st.Dead + st.Cancelled
+	switch {
+	case !st.CompletedAt.IsZero():
+		v.State = "completed"
+	case !st.CancelledAt.IsZero():
+		v.State = "cancelling"
+	case st.Total == 0:
+		v.State = "submitting" // items may still be on their way from Kafka
+	default:
+		v.State = "running"
+	}
+	if st.Total > 0 {
+		total := st.Total
+		v.Total = &total
+		p := min(float64(ended)/float64(total), 1)
+		v.Progress = &p
+	}
+	if !st.FirstAt.IsZero() {
+		v.Started = st.FirstAt.UTC().Format(time.RFC3339Nano)
+		end := now
+		if !st.CompletedAt.IsZero() {
+			end = st.CompletedAt
+			v.Completed = st.CompletedAt.UTC().Format(time.RFC3339Nano)
+		}
+		if secs := end.Sub(st.FirstAt).Seconds(); secs > 0 {
+			v.Rate = float64(ended) / secs
+		}
+		if st.Total > 0 && st.CompletedAt.IsZero() && v.Rate > 0 {
+			left := float64(st.Total - ended)
+			v.EstimatedFinish = now.Add(time.Duration(left / v.Rate * float64(time.Second))).UTC().Format(time.RFC3339)
+		}
+	}
+	if st.CallbackURL != "" {
+		v.Callback = &callbackView{URL: st.CallbackURL, State: st.CallbackState, Attempts: st.CallbackAttempts, Error: st.CallbackError}
+		if v.Callback.State == "" {
+			v.Callback.State = "pending"
+		}
+	}
+	return v
+}

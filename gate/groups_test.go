@@ -1,0 +1,227 @@
+package gate_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/gate"
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+type groupAnswer struct {
+	Group string `json:"group"`
+	Topic string `json:"topic"`
+	Count int64  `json:"count"`
+}
+
+// groupRecords reads what a bulk group wrote to its Kafka partition: n
+// records from the partition's start (the group is the only writer).
+func groupRecords(t *testing.T, k *testenv.KafkaCluster, group string, n int) (items []*job.Job, control []job.GroupClose) {
+	t.Helper()
+	for _, m := range testenv.ReadRecords(t, k.Brokers(), "jobs", javaPartition(group, partitions), 0, n) {
+		if len(m.Headers) == 1 && string(m.Headers[0].Key) == job.ControlHeader {
+			c, err := job.DecodeGroupClose(m.Value)
+			if err != nil || string(m.Headers[0].Value) != job.GroupCloseControl {
+				t.Fatalf("control record %q %s: %v", m.Headers[0].Value, m.Value, err)
+			}
+			control = append(control, c)
+			continue
+		}
+		j, err := job.Decode(m.Value)
+		if err != nil {
+			t.Fatalf("record %s: %v", m.Value, err)
+		}
+		items = append(items, j)
+	}
+	return items, control
+}
+
+func TestBulkGroupJSONAndNDJSON(t *testing.T) {
+	k := newKafka(t)
+	g := startGate(t, k, nil)
+	for _, form := range []string{"json", "ndjson"} {
+		group := "bulk-" + form
+		var body strings.Builder
+		ctype := "application/json"
+		if form == "json" {
+			body.WriteString(`{"id":"` + group + `","type":"email","resource":"smtp","priority":2,"callback_url":"http://cb.example/done","items":[`)
+			for i := range 2500 {
+				if i > 0 {
+					body.WriteString(",")
+				}
+				fmt.Fprintf(&body, `{"to":"u%d@x","html":"<b>&</b>"}`, i)
+			}
+			body.WriteString("]}")
+		} else {
+			ctype = "application/x-ndjson"
+			body.WriteString(`{"id":"` + group + `","type":"email","resource":"smtp","priority":2,"callback_url":"http://cb.example/done"}` + "\n")
+			for i := range 2500 {
+				fmt.Fprintf(&body, `{"to":"u%d@x","html":"<b>&</b>"}`+"\n\n", i)
+			}
+		}
+		a := post(t, g.url+"/v1/topics/jobs/groups", body.String(), "Content-Type", ctype)
+		if a.status != http.StatusAccepted {
+			t.Fatalf("%s: %d %s", form, a.status, a.body)
+		}
+		var ga groupAnswer
+		a.decode(t, &ga)
+		if ga.Group != group || ga.Count != 2500 || ga.Topic != "jobs" {
+			t.Fatalf("%s: %+v", form, ga)
+		}
+		items, control := groupRecords(t, k, group, 2501)
+		if len(items) != 2500 || len(control) != 1 {
+			t.Fatalf("%s: %d items, %d control records", form, len(items), len(control))
+		}
+		for i, j := range items {
+			want := fmt.Sprintf(`{"to":"u%d@x","html":"<b>&</b>"}`, i)
+			if j.ID != job.BulkID(group, int64(i)) || j.Group != group || j.Type != "email" || j.Resource != "smtp" || j.Priority != 2 || string(j.Payload) != want {
+				t.Fatalf("%s item %d: %+v payload %s", form, i, j, j.Payload)
+			}
+		}
+		// The close comes last, on the same partition: the relay sees it
+		// after every item.
+		if c := control[0]; c.Group != group || c.Total != 2500 || c.CallbackURL != "http://cb.example/done" || c.Cancel {
+			t.Fatalf("%s close: %+v", form, c)
+		}
+	}
+}
+
+func TestBulkGroupBadInput(t *testing.T) {
+	k := newKafka(t)
+	g := startGate(t, k, nil)
+	for _, c := range []struct{ name, ctype, body, want string }{
+		{"no type", "application/json", `{"id":"b1","items":[1]}`, "type"},
+		{"unknown field", "application/json", `{"type":"t","colour":"red","items":[1]}`, "colour"},
+		{"fields after items", "application/json", `{"items":[1],"type":"t"}`, "type"},
+		{"not an object", "application/json", `[1,2]`, "JSON object"},
+		{"no items", "application/json", `{"type":"t"}`, "items"},
+		{"bad callback", "application/json", `{"type":"t","callback_url":"ftp://x","items":[1]}`, "callback_url"},
+		{"long id", "application/json", `{"id":"` + strings.Repeat("x", 200) + `","type":"t","items":[1]}`, "id"},
+		{"bad content type", "text/plain", `{"type":"t","items":[1]}`, "Content-Type"},
+		{"ndjson empty", "application/x-ndjson", ``, "first line"},
+	} {
+		a := post(t, g.url+"/v1/topics/jobs/groups", c.body, "Content-Type", c.ctype)
+		if a.status != http.StatusBadRequest || !bytes.Contains(a.body, []byte(c.want)) {
+			t.Errorf("%s: %d %s, want 400 naming %q", c.name, a.status, a.body, c.want)
+		}
+	}
+}
+
+// A bad item after a thousand written ones: the written ones are cancelled
+// by a record after them, and the answer says so.
+func TestBulkGroupBadItemHalfwayCancelsWhatWasWritten(t *testing.T) {
+	k := newKafka(t)
+	g := startGate(t, k, nil)
+	var body strings.Builder
+	body.WriteString(`{"id":"half","type":"t"}` + "\n")
+	for i := range 1200 {
+		if i == 1100 {
+			body.WriteString("{not json\n")
+			continue
+		}
+		fmt.Fprintf(&body, "%d\n", i)
+	}
+	a := post(t, g.url+"/v1/topics/jobs/groups", body.String(), "Content-Type", "application/x-ndjson")
+	if a.status != http.StatusBadRequest || !bytes.Contains(a.body, []byte("item 1100")) || !bytes.Contains(a.body, []byte("1000 items written before it are cancelled")) {
+		t.Fatalf("%d %s", a.status, a.body)
+	}
+	items, control := groupRecords(t, k, "half", 1001)
+	if len(items) != 1000 || len(control) != 1 || !control[0].Cancel || control[0].Group != "half" {
+		t.Fatalf("%d items, control %+v", len(items), control)
+	}
+}
+
+func TestGroupStatusAndCancel(t *testing.T) {
+	k := newKafka(t)
+	noRedis := startGate(t, k, nil)
+	if a := do(t, http.MethodGet, noRedis.url+"/v1/groups/x", nil); a.status != http.StatusNotImplemented {
+		t.Fatalf("without Redis: %d %s", a.status, a.body)
+	}
+	r := testenv.Redis(t)
+	layout := queue.Layout{Stage: "dev", Partitions: 8}
+	g := startGate(t, k, func(c *gate.Config) { c.Redis.Addr = r.Addr() })
+	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	p.LoadScripts(ctx)
+	if a := do(t, http.MethodGet, g.url+"/v1/groups/nope", nil); a.status != http.StatusNotFound {
+		t.Fatalf("unknown group: %d %s", a.status, a.body)
+	}
+	// What the relay writes for a 10-item group: the items, then the close.
+	items := make([]queue.Item, 0, 11)
+	for i := range 10 {
+		id := job.BulkID("grp", int64(i))
+		items = append(items, queue.Item{ID: id, Group: "grp", Topic: "jobs", Weight: 1, Envelope: []byte(`{"id":"` + id + `","type":"t"}`)})
+	}
+	items = append(items, queue.Item{Close: true, Group: "grp", Topic: "jobs", GroupTotal: 10, CallbackURL: "http://cb/x"})
+	if _, err := p.Enqueue(ctx, 1, items, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	part := layout.PartitionOf("grp")
+	claimed, err := p.Claim(ctx, part, 3, time.Now().Add(time.Minute))
+	if err != nil || len(claimed) != 3 {
+		t.Fatalf("claim: %v %v", claimed, err)
+	}
+	if _, err := p.AckMany(ctx, part, []queue.Done{{Job: claimed[0]}, {Job: claimed[1]}}, time.Now(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	var v struct {
+		State     string   `json:"state"`
+		Total     *int64   `json:"total"`
+		Relayed   int64    `json:"relayed"`
+		Queued    int64    `json:"queued"`
+		Running   int64    `json:"running"`
+		Done      int64    `json:"done"`
+		Cancelled int64    `json:"cancelled"`
+		Progress  *float64 `json:"progress"`
+		Callback  struct {
+			URL, State string
+		} `json:"callback"`
+	}
+	a := do(t, http.MethodGet, g.url+"/v1/groups/grp", nil)
+	a.decode(t, &v)
+	if a.status != http.StatusOK || v.State != "running" || v.Total == nil || *v.Total != 10 || v.Relayed != 10 || v.Queued != 7 ||
+		v.Running != 1 || v.Done != 2 || v.Progress == nil || *v.Progress != 0.2 || v.Callback.URL != "http://cb/x" || v.Callback.State != "pending" {
+		t.Fatalf("status: %d %s", a.status, a.body)
+	}
+	// DELETE cancels the 7 not started; the running one may finish, and
+	// then the group is complete.
+	a = do(t, http.MethodDelete, g.url+"/v1/groups/grp", nil)
+	a.decode(t, &v)
+	if a.status != http.StatusOK || v.State != "cancelling" || v.Cancelled != 7 || v.Queued != 0 || v.Running != 1 {
+		t.Fatalf("after DELETE: %d %s", a.status, a.body)
+	}
+	if _, err := p.AckMany(ctx, part, []queue.Done{{Job: claimed[2]}}, time.Now(), time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	a = do(t, http.MethodGet, g.url+"/v1/groups/grp", nil)
+	a.decode(t, &v)
+	if v.State != "completed" || v.Done != 3 || v.Cancelled != 7 || *v.Progress != 1 {
+		t.Fatalf("after the last running job: %s", a.body)
+	}
+	if n, _ := r.Client().LLen(ctx, layout.Keys(part).Completed()).Result(); n != 1 {
+		t.Fatalf("completed list holds %d, want the group once", n)
+	}
+	// Items still on their way from Kafka are dropped by the relay.
+	late := job.BulkID("grp", 99)
+	res, err := p.Enqueue(ctx, 1, []queue.Item{{ID: late, Group: "grp", Topic: "jobs", Weight: 1, Envelope: []byte(`{}`)}}, time.Now())
+	if err != nil || res[0].Outcome != queue.Dropped {
+		t.Fatalf("a late item of a cancelled group: %v %v", res, err)
+	}
+	var raw map[string]json.RawMessage
+	do(t, http.MethodGet, g.url+"/v1/groups/grp", nil).decode(t, &raw)
+	if string(raw["cancelled"]) != "8" {
+		t.Fatalf("late item not counted cancelled: %s", raw["cancelled"])
+	}
+}
