@@ -94,6 +94,12 @@ func (k Keys) Dead() string { return k.prefix + "dead" }
 // the jobs' groups.
 func (k Keys) Idempotency(key string) string { return k.prefix + "idem:" + key }
 
+// Limit is the execution rate-limit schedule of a resource key: the GCRA
+// state and the slots reserved for throttled jobs (see ratelimit.go). Like
+// idempotency markers it lives in the partition PartitionOf(resource)
+// picks, because a resource's jobs come from any group and partition.
+func (k Keys) Limit(resource string) string { return k.prefix + "limit:" + resource }
+
 // Wake is the partition's wake-up list: scripts that make jobs ready push
 // a token, and idle consumers block on it (BLPOP) instead of polling.
 func (k Keys) Wake() string { return k.prefix + "wake" }
