@@ -1,8 +1,8 @@
 // Package consul is sluice's Consul plumbing: key names under the
 // sluice/<stage>/ prefix, a lock with its own TTL session and a fencing token
-// (the relay's per-topic lock, the coordinator's leader lock), and a watch of
-// one KV key through blocking queries (relay rates, scaling parameters,
-// execution limits).
+// (the relay's per-topic lock, the coordinator's leader lock), and watches
+// through blocking queries of one KV key (relay rates, scaling parameters)
+// or of every key under a prefix (execution limits).
 //
 // Both halves are written for the failures Consul's own helpers leave to the
 // caller. A lock holder stops writing when it has not renewed its session for

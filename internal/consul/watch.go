@@ -106,42 +106,54 @@ func Watch(ctx context.Context, client *api.Client, key string, opts WatchOption
 	if err != nil {
 		return err
 	}
-	w := watcher{
-		kv:      client.KV(),
-		key:     key,
-		opts:    opts,
-		log:     opts.Log.With("key", key),
-		limiter: rate.NewLimiter(rate.Limit(opts.Rate), 1),
-		fn:      fn,
-	}
-	w.run(ctx)
+	w := &keyWatch{fn: fn}
+	l := newWatchLoop(opts, opts.Log.With("key", key))
+	kv := client.KV()
+	l.run(ctx, func(q *api.QueryOptions) (*api.QueryMeta, error) {
+		pair, meta, err := kv.Get(key, q)
+		if err == nil {
+			w.pair = pair
+		}
+		return meta, err
+	}, w.deliver)
 	return nil
 }
 
-type watcher struct {
-	kv      *api.KV
-	key     string
+// keyWatch is what Watch remembers of its key.
+type keyWatch struct {
+	fn     func([]byte, bool)
+	pair   *api.KVPair // the last answer
+	called bool        // fn has been called
+	value  []byte      // what fn last saw
+	exists bool
+}
+
+// watchLoop is the blocking-query loop of Watch and WatchPrefix: the rate
+// limit, the backoff after failed queries and the index bookkeeping.
+type watchLoop struct {
 	opts    WatchOptions
 	log     *slog.Logger
 	limiter *rate.Limiter
-	fn      func([]byte, bool)
 
 	index   uint64 // WaitIndex of the next query
-	called  bool   // fn has been called
-	value   []byte // what fn last saw
-	exists  bool
-	fails   int // consecutive failed queries
+	fails   int    // consecutive failed queries
 	backoff time.Duration
 }
 
-func (w *watcher) run(ctx context.Context) {
+func newWatchLoop(opts WatchOptions, log *slog.Logger) *watchLoop {
+	return &watchLoop{opts: opts, log: log, limiter: rate.NewLimiter(rate.Limit(opts.Rate), 1)}
+}
+
+// run sends query until ctx ends, with the index to block on, and calls
+// deliver after each successful answer (query keeps what it read for it).
+func (w *watchLoop) run(ctx context.Context, query func(*api.QueryOptions) (*api.QueryMeta, error), deliver func()) {
 	w.backoff = w.opts.RetryMin
 	for {
 		if w.limiter.Wait(ctx) != nil {
 			return // ctx ended
 		}
 		qctx, cancel := context.WithTimeout(ctx, w.opts.WaitTime+w.opts.WaitTime/2)
-		pair, meta, err := w.kv.Get(w.key, (&api.QueryOptions{WaitIndex: w.index, WaitTime: w.opts.WaitTime}).WithContext(qctx))
+		meta, err := query((&api.QueryOptions{WaitIndex: w.index, WaitTime: w.opts.WaitTime}).WithContext(qctx))
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -172,14 +184,15 @@ func (w *watcher) run(ctx context.Context) {
 				"index", meta.LastIndex, "previous", w.index)
 		}
 		w.index = nextIndex(w.index, meta.LastIndex)
-		w.deliver(pair)
+		deliver()
 	}
 }
 
 // deliver calls fn if the key's value or existence differs from what fn saw
 // last. A blocking query also returns on changes elsewhere in the KV store's
 // index, and after WaitTime with nothing new.
-func (w *watcher) deliver(pair *api.KVPair) {
+func (w *keyWatch) deliver() {
+	pair := w.pair
 	var value []byte
 	exists := pair != nil
 	if exists {
