@@ -1,0 +1,161 @@
+package queue
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+func closeItem(group string, total int64) Item {
+	return Item{Close: true, Group: group, Topic: "jobs", GroupTotal: total, CallbackURL: "http://cb/" + group}
+}
+
+// The ack that ends a closed group queues it once; a close that arrives
+// after every job ended completes the group itself; a dead job counts as
+// ended.
+func TestBulkGroupCompletesExactlyOnce(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	k := p.Layout().Keys(0)
+	completed := func() []string { l, _ := r.Client().LRange(ctx, k.Completed(), 0, -1).Result(); return l }
+
+	// Closed before its jobs end: the last ack completes it.
+	enqueueGroup(t, p, "a", 3, 1)
+	if res, err := p.Enqueue(ctx, 1, []Item{closeItem("a", 3)}, now); err != nil || res[0].Outcome != Closed {
+		t.Fatalf("close: %v %v", res, err)
+	}
+	jobs, _ := p.Claim(ctx, 0, 3, now.Add(time.Minute))
+	p.AckMany(ctx, 0, []Done{{Job: jobs[0]}, {Job: jobs[1]}}, now, time.Hour)
+	if got := completed(); len(got) != 0 {
+		t.Fatalf("completed early: %v", got)
+	}
+	// The last job dies: ended all the same.
+	if res, err := p.Fail(ctx, 0, jobs[2], "boom", time.Time{}, now, DeadLimits{Max: 10, Keep: time.Hour}); err != nil || res != FailDead {
+		t.Fatalf("fail: %v %v", res, err)
+	}
+	// A redelivered close and a late ack change nothing.
+	p.Enqueue(ctx, 1, []Item{closeItem("a", 3)}, now)
+	p.AckMany(ctx, 0, []Done{{Job: jobs[0]}}, now, time.Hour)
+	if got := completed(); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("completed list: %v", got)
+	}
+	h, _ := r.Client().HGetAll(ctx, k.Group("a")).Result()
+	if h["total"] != "3" || h["done"] != "2" || h["dead"] != "1" || h["completed_ms"] == "" || h["callback_url"] != "http://cb/a" {
+		t.Fatalf("group a: %v", h)
+	}
+
+	// Every job ended before the close arrived: the close completes it.
+	enqueueGroup(t, p, "b", 2, 1)
+	jobs, _ = p.Claim(ctx, 0, 2, now.Add(time.Minute))
+	p.AckMany(ctx, 0, []Done{{Job: jobs[0]}, {Job: jobs[1]}}, now, time.Hour)
+	if got := completed(); len(got) != 1 {
+		t.Fatalf("completed without a total: %v", got)
+	}
+	p.Enqueue(ctx, 1, []Item{closeItem("b", 2)}, now)
+	if got := completed(); len(got) != 2 || got[1] != "b" {
+		t.Fatalf("completed list: %v", got)
+	}
+	// The watcher's side: take, list, finish.
+	g, err := p.TakeCompleted(ctx, 0)
+	if err != nil || g != "a" {
+		t.Fatalf("take: %q %v", g, err)
+	}
+	if l, _ := p.Completing(ctx, 0); len(l) != 1 || l[0] != "a" {
+		t.Fatalf("completing: %v", l)
+	}
+	states, err := p.JobStates(ctx, "a", []string{"a-0", "a-1", "a-2", "a-9"})
+	if err != nil || states[0].State != "done" || states[2].State != "dead" || states[2].LastError != "boom" || states[3].State != "" {
+		t.Fatalf("job states: %+v %v", states, err)
+	}
+	if err := p.FinishCompleted(ctx, "a", map[string]any{"callback_state": "delivered"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := p.Completing(ctx, 0); len(l) != 0 {
+		t.Fatalf("completing after finish: %v", l)
+	}
+	if ttl, _ := r.Client().TTL(ctx, k.Group("a")).Result(); ttl <= 0 {
+		t.Fatalf("a finished group is kept forever (ttl %v)", ttl)
+	}
+}
+
+// A group without a total (single jobs) expires once nothing of it is
+// left, and lives again, without the expiry, when it gets new jobs.
+func TestIdleGroupsExpire(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	k := p.Layout().Keys(0)
+	enqueueGroup(t, p, "single", 1, 1)
+	jobs, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
+	p.AckMany(ctx, 0, []Done{{Job: jobs[0]}}, now, time.Hour)
+	if ttl, _ := r.Client().TTL(ctx, k.Group("single")).Result(); ttl <= 0 || ttl > time.Hour {
+		t.Fatalf("idle group ttl %v, want up to an hour", ttl)
+	}
+	p.Enqueue(ctx, 1, []Item{item("single-2", "single")}, now)
+	if ttl, _ := r.Client().TTL(ctx, k.Group("single")).Result(); ttl != -1 {
+		t.Fatalf("a group with new work still expires (ttl %v)", ttl)
+	}
+}
+
+// Cancel: ready jobs go at once, a delayed one when it comes due, a
+// running one finishes; the group then completes.
+func TestCancelGroup(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	k := p.Layout().Keys(0)
+	enqueueGroup(t, p, "c", 1500, 1)
+	p.Enqueue(ctx, 1, []Item{closeItem("c", 1500)}, now)
+	jobs, _ := p.Claim(ctx, 0, 2, now.Add(time.Minute))
+	// One fails and waits in delayed; one keeps running.
+	p.Fail(ctx, 0, jobs[0], "later", now.Add(time.Second), now, DeadLimits{Max: 10, Keep: time.Hour})
+	n, err := p.CancelGroup(ctx, "c", now)
+	if err != nil || n != 1498 {
+		t.Fatalf("cancel: %d %v", n, err)
+	}
+	if more, _ := p.Claim(ctx, 0, 10, now.Add(time.Minute)); len(more) != 0 {
+		t.Fatalf("claimed from a cancelled group: %v", more)
+	}
+	if st, _ := r.Client().HGet(ctx, k.Job("c-7"), "state").Result(); st != "cancelled" {
+		t.Fatalf("a cancelled job's state: %q", st)
+	}
+	groupOf := func(string) (string, error) { return "c", nil }
+	if moved, err := p.Promote(ctx, 0, 10, now.Add(2*time.Second), groupOf); err != nil || moved != 0 {
+		t.Fatalf("promote of a cancelled group's job: %d %v", moved, err)
+	}
+	st, _ := p.GroupStatus(ctx, "c")
+	if st.Cancelled != 1499 || st.Delayed != 0 || st.Running != 1 || st.Queued != 0 || !st.CompletedAt.IsZero() {
+		t.Fatalf("status: %+v", st)
+	}
+	p.AckMany(ctx, 0, []Done{{Job: jobs[1]}}, now, time.Hour)
+	st, _ = p.GroupStatus(ctx, "c")
+	if st.Done != 1 || st.CompletedAt.IsZero() {
+		t.Fatalf("status after the running job: %+v", st)
+	}
+	if l, _ := r.Client().LRange(ctx, k.Completed(), 0, -1).Result(); len(l) != 1 {
+		t.Fatalf("completed: %v", l)
+	}
+}
+
+// Shortest job first: with the same priority, a small group is served 4:1
+// against a big one, and a mid-sized one 2:1.
+func TestSmallGroupsWeighMore(t *testing.T) {
+	p, _ := onePartition(t)
+	ctx := context.Background()
+	enqueueGroup(t, p, "huge", 20000, 1)
+	enqueueGroup(t, p, "mid", 5000, 1)
+	enqueueGroup(t, p, "tiny", 50, 1)
+	served := map[string]int{}
+	for range 7 {
+		jobs, err := p.Claim(ctx, 0, 10, now.Add(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			served[j.Group]++
+		}
+	}
+	// 70 jobs at 4:2:1: tiny 40, mid 20, huge 10.
+	if served["tiny"] < 38 || served["mid"] < 18 || served["huge"] < 8 || served["huge"] > 12 {
+		t.Fatalf("served %v of 70, want about tiny 40, mid 20, huge 10", served)
+	}
+	t.Logf("served %v", served)
+}
