@@ -143,3 +143,79 @@ func BenchmarkEnqueueToStart(b *testing.B) {
 	b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(took[len(took)*99/100].Microseconds())/1000, "p99-ms")
 }
+
+// BenchmarkSmallGroupDuringHugeGroup: issue 5's scheduling check. A
+// 1,000,000-job group runs on one partition; once it is under way, a
+// 50-job group arrives. Reports how long the small group took from its
+// enqueue to its last job done, and how many of the huge group's jobs
+// ran meanwhile (it keeps moving: nothing starves).
+//
+//	go test ./worker -run '^$' -bench SmallGroupDuringHugeGroup -benchtime 1x -timeout 30m
+func BenchmarkSmallGroupDuringHugeGroup(b *testing.B) {
+	const huge, small = 1_000_000, 50
+	r := testenv.Redis(b)
+	layout := queue.Layout{Stage: "bench", Partitions: 8}
+	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	p.LoadScripts(ctx)
+	enqueue := func(group string, n int) {
+		items := make([]queue.Item, 0, 1000)
+		for i := range n {
+			id := job.BulkID(group, int64(i))
+			env := (&job.Job{ID: id, Type: "noop", Group: group, Topic: "jobs"}).AppendJSON(nil)
+			items = append(items, queue.Item{ID: id, Group: group, Topic: "jobs", Weight: 1, Envelope: env})
+			if len(items) == cap(items) || i == n-1 {
+				if _, err := p.Enqueue(ctx, 1, items, time.Now()); err != nil {
+					b.Fatal(err)
+				}
+				items = items[:0]
+			}
+		}
+		if _, err := p.Enqueue(ctx, 1, []queue.Item{{Close: true, Group: group, Topic: "jobs", GroupTotal: int64(n)}}, time.Now()); err != nil {
+			b.Fatal(err)
+		}
+	}
+	// The small group must share the huge one's partition.
+	smallGroup := ""
+	for i := 0; smallGroup == ""; i++ {
+		if g := "small" + strconv.Itoa(i); layout.PartitionOf(g) == layout.PartitionOf("huge") {
+			smallGroup = g
+		}
+	}
+	enqueue("huge", huge)
+	cfg := worker.DefaultConfig()
+	cfg.Stage, cfg.Partitions, cfg.RedisAddr = layout.Stage, layout.Partitions, r.Addr()
+	w, err := worker.New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.HandleOther(worker.Noop)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- w.Run(runCtx) }()
+	defer func() { stop(); <-done }()
+	part := layout.PartitionOf("huge")
+	groupDone := func(g string) int {
+		n, _ := r.Client().HGet(ctx, layout.Keys(part).Group(g), "done").Int()
+		return n
+	}
+	testenv.WaitFor(b, 10*time.Minute, "the huge group under way", func() bool { return groupDone("huge") >= 10000 })
+	b.ResetTimer()
+	hugeBefore := groupDone("huge")
+	start := time.Now()
+	enqueue(smallGroup, small)
+	testenv.WaitFor(b, time.Minute, "the small group done", func() bool {
+		st, _ := p.GroupStatus(ctx, smallGroup)
+		return !st.CompletedAt.IsZero()
+	})
+	took := time.Since(start)
+	hugeDuring := groupDone("huge") - hugeBefore
+	b.StopTimer()
+	b.ReportMetric(took.Seconds()*1000, "small-group-ms")
+	b.ReportMetric(float64(hugeDuring), "huge-jobs-meanwhile")
+	b.ReportMetric(float64(huge-groupDone("huge")), "huge-jobs-left")
+}
