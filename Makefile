@@ -58,6 +58,7 @@ FUZZTIME ?= 30s
 fuzz:
 	$(GO) test ./internal/job -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/job -run '^$$' -fuzz '^FuzzStream$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./gate -run '^$$' -fuzz '^FuzzGroupBody$$' -fuzztime $(FUZZTIME)
 
 ## bench: Go benchmarks (numbers go to BENCHMARKS.md with the command).
 bench: deps
