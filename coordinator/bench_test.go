@@ -1,0 +1,84 @@
+package coordinator
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// BenchmarkAggregate reads a completed 100,000-item group (each result
+// ~40 bytes of JSON) and builds its callback body with the default
+// reducer, spilling to a file above 4 MiB:
+//
+//	go test -run '^$' -bench Aggregate -benchtime 5x ./coordinator
+func BenchmarkAggregate(b *testing.B) {
+	const n = 100_000
+	r := testenv.Redis(b)
+	layout := queue.Layout{Stage: "bench", Partitions: 1}
+	pool, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pool.Close()
+	ctx := context.Background()
+	if err := pool.LoadScripts(ctx); err != nil {
+		b.Fatal(err)
+	}
+	now := time.Now()
+	for from := 0; from < n; from += 1000 {
+		items := make([]queue.Item, 0, 1001)
+		for i := from; i < from+1000; i++ {
+			items = append(items, queue.Item{ID: job.BulkID("big", int64(i)), Group: "big", Topic: "jobs", Weight: 1, Envelope: []byte(`{}`)})
+		}
+		if from+1000 == n {
+			items = append(items, queue.Item{Close: true, Group: "big", Topic: "jobs", GroupTotal: n, CallbackURL: "http://x/"})
+		}
+		if _, err := pool.Enqueue(ctx, 1, items, now); err != nil {
+			b.Fatal(err)
+		}
+		jobs, err := pool.Claim(ctx, 0, 1000, now.Add(time.Hour))
+		if err != nil {
+			b.Fatal(err)
+		}
+		done := make([]queue.Done, len(jobs))
+		for i, j := range jobs {
+			done[i] = queue.Done{Job: j, Result: []byte(`{"id":"` + j.ID + `","status":"sent","n":` + strconv.Itoa(i) + `}`)}
+		}
+		if _, err := pool.AckMany(ctx, 0, done, now, time.Hour); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.RedisAddr, cfg.Stage, cfg.Partitions, cfg.SpillDir = r.Addr(), "bench", 1, b.TempDir()
+	c, err := New(cfg, slog.New(slog.DiscardHandler))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	w := c.newGroupWatcher(0, func() bool { return true })
+	st, err := pool.GroupStatus(ctx, "big")
+	if err != nil || st.CompletedAt.IsZero() {
+		b.Fatalf("group not complete: %+v %v", st, err)
+	}
+	sum := GroupSummary{Group: "big", Topic: "jobs", Total: st.Total, Done: st.Done, CompletedAt: st.CompletedAt}
+	b.ReportAllocs()
+	var size int64
+	for b.Loop() {
+		body, err := w.aggregate(ctx, c.log, sum)
+		if err != nil {
+			b.Fatal(err)
+		}
+		size = body.Size
+		io.Copy(io.Discard, io.NewSectionReader(body.Data, 0, body.Size))
+		body.Close()
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/b.Elapsed().Seconds(), "items/s")
+	b.ReportMetric(float64(size), "body-bytes")
+}

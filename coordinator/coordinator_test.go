@@ -1,0 +1,286 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/coordinator"
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+var lease = time.Minute
+
+// bed is the real Redis and Consul a coordinator runs against, and a pool
+// for the test to play relay and worker with.
+type bed struct {
+	redis  *testenv.RedisServer
+	consul *testenv.ConsulServer
+	pool   *queue.Pool
+	layout queue.Layout
+}
+
+func newBed(t *testing.T, partitions int) *bed {
+	t.Helper()
+	b := &bed{redis: testenv.Redis(t), consul: testenv.Consul(t), layout: queue.Layout{Stage: "test", Partitions: partitions}}
+	p, err := queue.NewPool(queue.PoolConfig{Layout: b.layout, Addr: b.redis.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	if err := p.LoadScripts(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	b.pool = p
+	return b
+}
+
+// outcome says how the test's "worker" ends item i: a result, or dead with
+// an error.
+type outcome struct {
+	result []byte
+	dead   string
+}
+
+// completeGroup submits a bulk group of len(items) jobs with a callback
+// URL (may be empty), then claims and ends every job as items says: the
+// last end queues the group on its partition's completed list.
+func (b *bed) completeGroup(t *testing.T, group, url string, items []outcome) {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now()
+	var batch []queue.Item
+	for i := range items {
+		id := job.BulkID(group, int64(i))
+		batch = append(batch, queue.Item{ID: id, Group: group, Topic: "jobs", Weight: 1, GroupTotal: int64(len(items)),
+			Envelope: []byte(`{"id":"` + id + `","type":"t","payload":{}}`)})
+	}
+	batch = append(batch, queue.Item{Close: true, Group: group, Topic: "jobs", GroupTotal: int64(len(items)), CallbackURL: url})
+	if _, err := b.pool.Enqueue(ctx, 1, batch, now); err != nil {
+		t.Fatal(err)
+	}
+	part := b.layout.PartitionOf(group)
+	index := map[string]int{}
+	for i := range items {
+		index[job.BulkID(group, int64(i))] = i
+	}
+	var done []queue.Done
+	for ended := 0; ended < len(items); {
+		jobs, err := b.pool.Claim(ctx, part, 100, now.Add(lease))
+		if err != nil || len(jobs) == 0 {
+			t.Fatalf("claim: %v %v", jobs, err)
+		}
+		for _, j := range jobs {
+			i, ok := index[j.ID]
+			if !ok {
+				t.Fatalf("claimed %s, not of group %s", j.ID, group)
+			}
+			ended++
+			if items[i].dead != "" {
+				if r, err := b.pool.Fail(ctx, part, j, items[i].dead, time.Time{}, now, queue.DeadLimits{Max: 1000, Keep: time.Hour}); r != queue.FailDead || err != nil {
+					t.Fatalf("fail %s: %d %v", j.ID, r, err)
+				}
+				continue
+			}
+			done = append(done, queue.Done{Job: j, Result: items[i].result})
+		}
+	}
+	if ok, err := b.pool.AckMany(ctx, part, done, now, time.Hour); err != nil || len(ok) != len(done) {
+		t.Fatalf("ack: %v %v", ok, err)
+	}
+	if st, _ := b.pool.GroupStatus(ctx, group); st.CompletedAt.IsZero() {
+		t.Fatalf("group %s did not complete: %+v", group, st)
+	}
+}
+
+func allDone(n int) []outcome {
+	out := make([]outcome, n)
+	for i := range out {
+		out[i].result = []byte(fmt.Sprintf(`{"n":%d}`, i))
+	}
+	return out
+}
+
+// receiver is a callback endpoint that records what it receives and answers
+// what answer says (200 by default).
+type receiver struct {
+	*httptest.Server
+	mu     sync.Mutex
+	calls  []call
+	answer func(n int, r *http.Request) int // n counts this group's calls, from 1
+	got    chan call
+}
+
+type call struct {
+	group, attempt, contentType string
+	body                        []byte
+}
+
+func newReceiver(t *testing.T, answer func(n int, r *http.Request) int) *receiver {
+	rc := &receiver{answer: answer, got: make(chan call, 100)}
+	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		c := call{group: r.Header.Get("Sluice-Group"), attempt: r.Header.Get("Sluice-Attempt"), contentType: r.Header.Get("Content-Type"), body: body}
+		rc.mu.Lock()
+		rc.calls = append(rc.calls, c)
+		n := 0
+		for _, x := range rc.calls {
+			if x.group == c.group {
+				n++
+			}
+		}
+		rc.mu.Unlock()
+		code := http.StatusOK
+		if rc.answer != nil {
+			code = rc.answer(n, r)
+		}
+		if code == http.StatusFound {
+			w.Header().Set("Location", "/elsewhere")
+		}
+		w.WriteHeader(code)
+		fmt.Fprintf(w, "answer %d", code)
+		rc.got <- c
+	}))
+	t.Cleanup(rc.Close)
+	return rc
+}
+
+func (rc *receiver) callsFor(group string) []call {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	var out []call
+	for _, c := range rc.calls {
+		if c.group == group {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// delays records the coordinator's waits between attempts and returns at
+// once: backoff is checked, not waited for.
+type delays struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (d *delays) sleep(ctx context.Context, dur time.Duration) error {
+	d.mu.Lock()
+	d.d = append(d.d, dur)
+	d.mu.Unlock()
+	return ctx.Err()
+}
+
+func (d *delays) all() []time.Duration {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return append([]time.Duration(nil), d.d...)
+}
+
+func (b *bed) config(mutate func(*coordinator.Config)) coordinator.Config {
+	cfg := coordinator.DefaultConfig()
+	cfg.Stage = b.layout.Stage
+	cfg.Partitions = b.layout.Partitions
+	cfg.RedisAddr = b.redis.Addr()
+	cfg.ConsulAddr = b.consul.Addr()
+	cfg.LockDelay = 0
+	cfg.LockRetryWait = 50 * time.Millisecond
+	cfg.CallbackTimeout = 5 * time.Second
+	cfg.Sleep = (&delays{}).sleep
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	return cfg
+}
+
+type running struct {
+	c      *coordinator.Coordinator
+	addr   string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (b *bed) start(t *testing.T, name string, mutate func(*coordinator.Config)) *running {
+	t.Helper()
+	cfg := b.config(mutate)
+	cfg.Holder = name
+	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	c, err := coordinator.New(cfg, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{c: c, addr: ln.Addr().String(), cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- c.Serve(ctx, ln) }()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+func (r *running) stop(t *testing.T) {
+	t.Helper()
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	r.cancel = nil
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("coordinator stopped with %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("coordinator did not stop within 15s")
+	}
+}
+
+func (r *running) waitHolding(t *testing.T) {
+	t.Helper()
+	testenv.WaitFor(t, 15*time.Second, "the coordinator to hold the lock", r.c.Holds)
+}
+
+type testWriter struct {
+	t    *testing.T
+	name string
+}
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(w.name + ": " + strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// finished waits until the watcher is done with group: off the completing
+// list, with the group's status kept for a while.
+func (b *bed) finished(t *testing.T, group string) queue.GroupStatus {
+	t.Helper()
+	ctx := context.Background()
+	k := b.layout.Keys(b.layout.PartitionOf(group))
+	testenv.WaitFor(t, 10*time.Second, "group "+group+" to be finished", func() bool {
+		ttl, _ := b.redis.Client().TTL(ctx, k.Group(group)).Result()
+		left, _ := b.redis.Client().LRange(ctx, k.Completing(), 0, -1).Result()
+		for _, g := range left {
+			if g == group {
+				return false
+			}
+		}
+		return ttl > 0
+	})
+	st, err := b.pool.GroupStatus(ctx, group)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}

@@ -1,0 +1,411 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// Callback states, in the group hash's callback_state (GET /v1/groups/{id}).
+const (
+	// CallbackPending: an attempt failed and the next one waits for its
+	// time (callback_next_ms), or the coordinator stopped mid-delivery.
+	CallbackPending = "pending"
+	// CallbackDelivering: an attempt is in flight.
+	CallbackDelivering = "delivering"
+	// CallbackDelivered: the receiver answered 2xx.
+	CallbackDelivered = "delivered"
+	// CallbackFailed: given up; callback_error holds the last error.
+	CallbackFailed = "failed"
+)
+
+// redisRetryMax bounds the wait between retries of a failed Redis call.
+const redisRetryMax = 5 * time.Second
+
+// groupWatcher delivers the completed groups of one Redis partition while
+// its coordinator holds the lock: what an earlier holder left on the
+// partition's completing list first, then each group the completed list
+// receives. Up to Deliveries groups are delivered at once, so a receiver
+// that keeps failing delays only its own group.
+type groupWatcher struct {
+	c     *Coordinator
+	part  int
+	valid func() bool // the lock's lease is still valid
+	log   *slog.Logger
+	slots chan struct{}
+	wg    sync.WaitGroup
+
+	mu     sync.Mutex
+	active map[string]bool
+}
+
+func (c *Coordinator) newGroupWatcher(part int, valid func() bool) *groupWatcher {
+	return &groupWatcher{
+		c: c, part: part, valid: valid, log: c.log.With("partition", part),
+		slots: make(chan struct{}, c.cfg.Deliveries), active: map[string]bool{},
+	}
+}
+
+// run delivers groups until ctx ends, then waits for the deliveries in
+// flight to stop. A group taken but not delivered stays on the completing
+// list for the next holder.
+func (w *groupWatcher) run(ctx context.Context) {
+	defer w.wg.Wait()
+	pool := w.c.pool
+	var pending []string
+	var nextScan time.Time
+	failing := false
+	redisFailed := func(err error) {
+		w.c.m.redisErrors.Inc()
+		if !failing {
+			failing = true
+			w.log.Warn("group watcher: Redis failing; retrying every second", "err", err)
+		}
+		sleep(ctx, time.Second)
+	}
+	for ctx.Err() == nil {
+		if !time.Now().Before(nextScan) {
+			// At start and every RescanEvery: groups on completing that
+			// no delivery of ours holds were left by an earlier holder
+			// (one that died, or a take that ended after it lost the
+			// lock).
+			left, err := pool.Completing(ctx, w.part)
+			if err != nil {
+				redisFailed(err)
+				continue
+			}
+			pending = w.orphans(left, pending)
+			nextScan = time.Now().Add(w.c.cfg.RescanEvery)
+			if len(pending) > 0 {
+				w.log.Info("delivering groups an earlier coordinator left unfinished", "groups", len(pending))
+			}
+		}
+		select {
+		case w.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		var group string
+		if len(pending) > 0 {
+			group, pending = pending[0], pending[1:]
+		} else {
+			var err error
+			group, err = pool.WaitCompleted(ctx, w.part, w.c.cfg.GroupWait)
+			if err != nil {
+				<-w.slots
+				if ctx.Err() == nil {
+					redisFailed(err)
+				}
+				continue
+			}
+		}
+		if failing {
+			failing = false
+			w.log.Info("group watcher: Redis answers again")
+		}
+		// A group taken after ctx ended stays on completing: the next
+		// holder delivers it.
+		if group == "" || ctx.Err() != nil || !w.begin(group) {
+			<-w.slots
+			continue
+		}
+		w.wg.Go(func() {
+			defer func() { w.end(group); <-w.slots }()
+			w.deliver(ctx, group)
+		})
+	}
+}
+
+// orphans adds to pending the groups of left that are neither being
+// delivered nor pending already.
+func (w *groupWatcher) orphans(left, pending []string) []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	queued := map[string]bool{}
+	for _, g := range pending {
+		queued[g] = true
+	}
+	for _, g := range left {
+		if !w.active[g] && !queued[g] {
+			queued[g] = true
+			pending = append(pending, g)
+		}
+	}
+	return pending
+}
+
+func (w *groupWatcher) begin(group string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.active[group] {
+		return false
+	}
+	w.active[group] = true
+	return true
+}
+
+func (w *groupWatcher) end(group string) {
+	w.mu.Lock()
+	delete(w.active, group)
+	w.mu.Unlock()
+}
+
+// redo calls fn until it succeeds, backing off between failures (Redis
+// down or loading). It reports false when ctx ended first.
+func (w *groupWatcher) redo(ctx context.Context, log *slog.Logger, what string, fn func() error) bool {
+	wait := 100 * time.Millisecond
+	for logged := false; ; logged = true {
+		err := fn()
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		w.c.m.redisErrors.Inc()
+		if !logged {
+			log.Warn("group watcher: Redis call failed; retrying", "doing", what, "err", err)
+		}
+		if sleep(ctx, wait) != nil {
+			return false
+		}
+		wait = min(2*wait, redisRetryMax)
+	}
+}
+
+// deliver aggregates a completed group and delivers its callback, then
+// finishes the group (keeps its status for Keep and takes it off the
+// completing list). It returns early, leaving the group on completing, when
+// ctx ends.
+func (w *groupWatcher) deliver(ctx context.Context, group string) {
+	c := w.c
+	log := w.log.With("group", group)
+	c.m.delivering.Inc()
+	defer c.m.delivering.Dec()
+
+	var st queue.GroupStatus
+	var extra []string
+	if !w.redo(ctx, log, "reading the group", func() (err error) {
+		if st, err = c.pool.GroupStatus(ctx, group); err != nil {
+			return err
+		}
+		extra, err = c.pool.GroupFields(ctx, group, "topic", "callback_first_ms")
+		return err
+	}) {
+		return
+	}
+	switch {
+	case !st.Found:
+		// Nothing left to aggregate or to send to: say so where the
+		// status is read.
+		log.Error("a completed group's record is gone; finishing it as failed")
+		w.finish(ctx, log, group, CallbackFailed, map[string]any{
+			"callback_state": CallbackFailed, "callback_error": "the group's record was gone when its callback was due",
+		})
+		return
+	case st.CallbackState == CallbackDelivered || st.CallbackState == CallbackFailed:
+		// An earlier holder decided and died before finishing.
+		w.finish(ctx, log, group, st.CallbackState, map[string]any{"callback_state": st.CallbackState})
+		return
+	case st.CallbackURL == "":
+		w.finish(ctx, log, group, "none", map[string]any{"finished_ms": c.cfg.Now().UnixMilli()})
+		return
+	}
+
+	sum := GroupSummary{
+		Group: group, Topic: extra[0], Total: st.Total, Done: st.Done, Dead: st.Dead, Cancelled: st.Cancelled,
+		CompletedAt: st.CompletedAt, CancelledAt: st.CancelledAt,
+	}
+	body, err := w.aggregate(ctx, log, sum)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		w.giveUp(ctx, log, group, int(st.CallbackAttempts), fmt.Errorf("building the callback body: %w", err))
+		return
+	}
+	defer func() {
+		if body.Close != nil {
+			if err := body.Close(); err != nil {
+				log.Warn("freeing a callback body", "err", err)
+			}
+		}
+	}()
+	var first time.Time
+	if ms, _ := strconv.ParseInt(extra[1], 10, 64); ms > 0 {
+		first = time.UnixMilli(ms)
+	}
+	w.send(ctx, log, group, st, first, body)
+}
+
+// aggregate reads the group's items in chunks, in index order, and feeds
+// them to a reducer of the group's. Only Redis errors are retried; a
+// reducer's error is returned.
+func (w *groupWatcher) aggregate(ctx context.Context, log *slog.Logger, sum GroupSummary) (Body, error) {
+	c := w.c
+	start := time.Now()
+	red, err := c.cfg.Reducer(sum)
+	if err != nil {
+		return Body{}, err
+	}
+	abandon := func(err error) (Body, error) {
+		if b, ferr := red.Finish(); ferr == nil && b.Close != nil {
+			b.Close()
+		}
+		return Body{}, err
+	}
+	chunk := int64(c.cfg.ReadChunk)
+	ids := make([]string, 0, chunk)
+	var states []queue.JobState
+	for from := int64(0); from < sum.Total; from += chunk {
+		ids = ids[:0]
+		for i := from; i < min(from+chunk, sum.Total); i++ {
+			ids = append(ids, job.BulkID(sum.Group, i))
+		}
+		if !w.redo(ctx, log, "reading the group's items", func() (err error) {
+			states, err = c.pool.JobStates(ctx, sum.Group, ids)
+			return err
+		}) {
+			return abandon(ctx.Err())
+		}
+		for k, js := range states {
+			if err := red.Add(itemResult(from+int64(k), js, !sum.CancelledAt.IsZero())); err != nil {
+				return abandon(err)
+			}
+		}
+	}
+	body, err := red.Finish()
+	if err != nil {
+		return Body{}, err
+	}
+	c.m.aggregation.Observe(time.Since(start).Seconds())
+	log.Debug("group aggregated", "items", sum.Total, "bytes", body.Size, "took", time.Since(start).String())
+	return body, nil
+}
+
+// itemResult is what a reducer sees of one item's job state.
+func itemResult(index int64, js queue.JobState, groupCancelled bool) ItemResult {
+	it := ItemResult{Index: index, ID: js.ID, State: js.State, Result: js.Result, Error: js.LastError, Attempts: js.Attempts}
+	switch js.State {
+	case "done":
+		it.Error = "" // an earlier failed attempt's error: it succeeded in the end
+	case "":
+		// No record: a cancelled group's job the relay dropped before
+		// it reached Redis, or a record that expired.
+		if groupCancelled {
+			it.State = "cancelled"
+		} else {
+			it.State, it.Error = StateMissing, "no record of the job is left: it expired before the group's callback was built"
+		}
+	}
+	return it
+}
+
+// send POSTs the body until the receiver answers 2xx or the attempts or
+// time run out, recording each attempt on the group's hash.
+func (w *groupWatcher) send(ctx context.Context, log *slog.Logger, name string, st queue.GroupStatus, first time.Time, body Body) {
+	c := w.c
+	attempts := int(st.CallbackAttempts)
+	maxAttempts := c.cfg.CallbackMaxAttempts
+	for {
+		if maxAttempts > 0 && attempts >= maxAttempts {
+			// An earlier holder used them all and died before giving up.
+			w.giveUp(ctx, log, name, attempts, errors.New(st.CallbackError))
+			return
+		}
+		if !w.valid() {
+			return // the lock is going: ctx ends next
+		}
+		attempts++
+		if first.IsZero() {
+			first = c.cfg.Now()
+		}
+		if !w.redo(ctx, log, "recording a callback attempt", func() error {
+			return c.pool.SetGroupFields(ctx, name, map[string]any{
+				"callback_state": CallbackDelivering, "callback_attempts": attempts, "callback_first_ms": first.UnixMilli(),
+			})
+		}) {
+			return
+		}
+		status, err := c.post(ctx, st.CallbackURL, name, attempts, body)
+		if ctx.Err() != nil {
+			// Stopped mid-POST: the attempt counts, the next holder
+			// goes on.
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			c.pool.SetGroupFields(rctx, name, map[string]any{"callback_state": CallbackPending})
+			cancel()
+			return
+		}
+		c.m.attempts.WithLabelValues(attemptResult(status)).Inc()
+		if err == nil {
+			now := c.cfg.Now()
+			fields := map[string]any{
+				"callback_state": CallbackDelivered, "callback_attempts": attempts, "callback_error": "",
+				"callback_delivered_ms": now.UnixMilli(), "finished_ms": now.UnixMilli(),
+			}
+			// The state first, on its own: should the finish not happen,
+			// the next holder sees "delivered" and does not POST again.
+			if !w.redo(ctx, log, "recording the delivery", func() error { return c.pool.SetGroupFields(ctx, name, fields) }) {
+				return
+			}
+			if !st.CompletedAt.IsZero() {
+				c.m.deliveryLatency.Observe(now.Sub(st.CompletedAt).Seconds())
+			}
+			log.Info("group callback delivered", "attempts", attempts, "status", status, "url", st.CallbackURL,
+				"since_completed", now.Sub(st.CompletedAt).String())
+			w.finish(ctx, log, name, CallbackDelivered, fields)
+			return
+		}
+		delay := c.backoff(attempts)
+		next := c.cfg.Now().Add(delay)
+		if isPermanent(err) || (maxAttempts > 0 && attempts >= maxAttempts) ||
+			(c.cfg.CallbackGiveUp > 0 && next.Sub(first) > c.cfg.CallbackGiveUp) {
+			w.giveUp(ctx, log, name, attempts, err)
+			return
+		}
+		log.Warn("group callback failed; retrying", "attempt", attempts, "err", err, "retry_in", delay.String())
+		if !w.redo(ctx, log, "recording a failed callback attempt", func() error {
+			return c.pool.SetGroupFields(ctx, name, map[string]any{
+				"callback_state": CallbackPending, "callback_error": err.Error(), "callback_next_ms": next.UnixMilli(),
+			})
+		}) {
+			return
+		}
+		if c.cfg.Sleep(ctx, delay) != nil {
+			return
+		}
+	}
+}
+
+// giveUp finishes a group whose callback will not be delivered: its status
+// shows callback_state failed with the last error.
+func (w *groupWatcher) giveUp(ctx context.Context, log *slog.Logger, group string, attempts int, last error) {
+	msg := "gave up"
+	if last != nil && last.Error() != "" {
+		msg = last.Error()
+	}
+	log.Error("group callback given up", "attempts", attempts, "err", msg)
+	fields := map[string]any{"callback_state": CallbackFailed, "callback_error": msg, "finished_ms": w.c.cfg.Now().UnixMilli()}
+	if w.redo(ctx, log, "recording a given-up callback", func() error { return w.c.pool.SetGroupFields(ctx, group, fields) }) {
+		w.finish(ctx, log, group, CallbackFailed, fields)
+	}
+}
+
+// finish records the final fields, keeps the group for Keep and takes it
+// off the completing list; outcome labels the callbacks metric.
+func (w *groupWatcher) finish(ctx context.Context, log *slog.Logger, group, outcome string, fields map[string]any) {
+	if !w.redo(ctx, log, "finishing the group", func() error {
+		return w.c.pool.FinishCompleted(ctx, group, fields, w.c.cfg.Keep)
+	}) {
+		return
+	}
+	w.c.m.groupsCompleted.Inc()
+	w.c.m.callbacks.WithLabelValues(outcome).Inc()
+}

@@ -1,0 +1,52 @@
+package coordinator
+
+import "github.com/prometheus/client_golang/prometheus"
+
+type metrics struct {
+	lockHeld        prometheus.Gauge
+	lockAcquired    prometheus.Counter
+	groupsCompleted prometheus.Counter
+	callbacks       *prometheus.CounterVec // outcome
+	attempts        *prometheus.CounterVec // result
+	deliveryLatency prometheus.Histogram
+	aggregation     prometheus.Histogram
+	delivering      prometheus.Gauge
+	redisErrors     prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		lockHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_coordinator_lock_held", Help: "1 while this coordinator holds the coordinator lock and works; 0 while it stands by.",
+		}),
+		lockAcquired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_coordinator_lock_acquisitions_total", Help: "Times this coordinator acquired the coordinator lock.",
+		}),
+		groupsCompleted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_coordinator_groups_completed_total", Help: "Completed bulk groups the watcher finished: callback delivered, given up, or none to send.",
+		}),
+		callbacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_coordinator_callbacks_total", Help: "Group callbacks by outcome: delivered (a 2xx answer), failed (given up), none (the group had no callback URL).",
+		}, []string{"outcome"}),
+		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_coordinator_callback_attempts_total", Help: "Callback POSTs by result: 2xx, 3xx (redirects are not followed), 4xx, 5xx, error (no answer: refused, timed out, ...).",
+		}, []string{"result"}),
+		deliveryLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_coordinator_callback_delivery_seconds", Help: "Time from a group's completion (its last job ended) to its callback's 2xx answer.",
+			Buckets: []float64{.01, .05, .1, .5, 1, 5, 10, 30, 60, 300, 1800, 3600, 21600, 86400},
+		}),
+		aggregation: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_coordinator_aggregation_seconds", Help: "Time to read a completed group's items and build its callback body.",
+			Buckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60},
+		}),
+		delivering: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_coordinator_groups_delivering", Help: "Completed groups being aggregated or delivered now, retries included.",
+		}),
+		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_coordinator_redis_errors_total", Help: "Redis calls of the group watchers that failed and were retried.",
+		}),
+	}
+	reg.MustRegister(m.lockHeld, m.lockAcquired, m.groupsCompleted, m.callbacks, m.attempts,
+		m.deliveryLatency, m.aggregation, m.delivering, m.redisErrors)
+	return m
+}
