@@ -29,6 +29,7 @@ func commands() []command {
 		{"gate", "the HTTP gate: validate jobs and write them to Kafka", runGate},
 		{"relay", "the relay: move jobs from Kafka into partitioned Redis under a Consul lock", runRelay},
 		{"worker", "the worker: run jobs from Redis partitions in fair order (built-in handlers)", runWorker},
+		{"coordinator", "the coordinator: under a Consul lock, deliver completed bulk groups' callbacks", runCoordinator},
 		{"loadtest", "load generators for benchmarks: gate, body, bare-server", runLoadtest},
 		{"version", "print the version", runVersion},
 	}
@@ -75,7 +76,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Commands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run `sluice <command> --help` for its flags; every flag can also be set through")

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/sluicehq/sluice/coordinator"
+	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/ops"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+func init() {
+	cli.Describe("coordinator", "The coordinator: the holder of the Consul lock sluice/<stage>/coordinator/lock watches every Redis partition\n"+
+		"for completed bulk groups, aggregates their items' results and POSTs each group's callback, retried with\n"+
+		"backoff until a 2xx or given up (callback_state failed). Other coordinators stand by. Ops: /healthz, /readyz, /metrics.")
+}
+
+// coordinatorFlags are sluice coordinator's flags: the coordinator's Config
+// plus what the binary adds.
+type coordinatorFlags struct {
+	cfg            coordinator.Config
+	listen         string
+	partitionAddrs string
+	logging        cli.Logging
+}
+
+func (f *coordinatorFlags) register(fs *flag.FlagSet) {
+	f.cfg = coordinator.DefaultConfig()
+	c := &f.cfg
+	fs.StringVar(&f.listen, "listen", ":8083", "address for /healthz, /readyz and /metrics")
+	fs.StringVar(&c.Stage, "stage", c.Stage, "stage name: Consul keys under sluice/<stage>/, Redis keys under sluice:{<stage>:p<N>}:")
+	fs.StringVar(&c.RedisAddr, "redis-addr", c.RedisAddr, "Redis address of every partition not in --redis-partition-addrs")
+	fs.StringVar(&f.partitionAddrs, "redis-partition-addrs", "", "partitions on Redis servers of their own: \"0=host:port,3=host:port\"")
+	fs.IntVar(&c.Partitions, "redis-partitions", c.Partitions, "Redis partitions in the layout (as the relay's and the workers')")
+	fs.StringVar(&c.ConsulAddr, "consul-addr", c.ConsulAddr, "Consul HTTP address")
+	cli.DurationVar(fs, &c.LockTTL, "lock-ttl", c.LockTTL, "TTL of the coordinator's Consul session (Consul's minimum is 10s)")
+	cli.DurationVar(fs, &c.LockDelay, "lock-delay", c.LockDelay, "Consul lock-delay after a holder's session expires; 0 for none")
+	cli.DurationVar(fs, &c.GroupWait, "group-wait", c.GroupWait, "how long a partition's watcher blocks for a completed group (whole seconds); also bounds how long stopping takes")
+	cli.DurationVar(fs, &c.RescanEvery, "rescan-every", c.RescanEvery, "how often to look for groups an earlier coordinator left mid-delivery")
+	fs.IntVar(&c.Deliveries, "deliveries", c.Deliveries, "groups delivered at once per partition (a failing receiver holds one)")
+	fs.IntVar(&c.ReadChunk, "read-chunk", c.ReadChunk, "items' states read per Redis round trip when aggregating a group")
+	cli.DurationVar(fs, &c.Keep, "keep", c.Keep, "how long a finished group's status (GET /v1/groups/{id}) is kept")
+	cli.DurationVar(fs, &c.CallbackTimeout, "callback-timeout", c.CallbackTimeout, "time limit of one callback POST, answer included")
+	cli.DurationVar(fs, &c.CallbackBackoff, "callback-backoff", c.CallbackBackoff, "wait after the first failed attempt; doubles per attempt, with ±20% jitter")
+	cli.DurationVar(fs, &c.CallbackMaxBackoff, "callback-max-backoff", c.CallbackMaxBackoff, "longest wait between attempts")
+	fs.IntVar(&c.CallbackMaxAttempts, "callback-max-attempts", c.CallbackMaxAttempts, "give up after this many attempts (0: no limit)")
+	cli.DurationVar(fs, &c.CallbackGiveUp, "callback-give-up", c.CallbackGiveUp, "give up once the next attempt would start this long after the first (0: no limit)")
+	fs.Int64Var(&c.SpillAbove, "spill-above", c.SpillAbove, "callback bodies larger than this many bytes are built in a temporary file, not in memory")
+	fs.StringVar(&c.SpillDir, "spill-dir", "", "directory for those files (default: the system's temporary directory)")
+	f.logging.Register(fs)
+}
+
+// build makes the coordinator the flags describe.
+func (f *coordinatorFlags) build(log *slog.Logger) (*coordinator.Coordinator, error) {
+	var err error
+	if f.cfg.PartitionAddrs, err = queue.ParsePartitionAddrs(f.partitionAddrs, f.cfg.Partitions); err != nil {
+		return nil, fmt.Errorf("--redis-partition-addrs: %w", err)
+	}
+	return coordinator.New(f.cfg, log)
+}
+
+func runCoordinator(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("coordinator", flag.ContinueOnError)
+	var f coordinatorFlags
+	f.register(fs)
+	ctx, log, stop, err := start(ctx, fs, "coordinator", &f.logging, args, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	return ops.ListenAndServe(ctx, "coordinator", f.listen, func() (*coordinator.Coordinator, error) { return f.build(log) })
+}
