@@ -409,7 +409,7 @@ func (r *Relay) item(topic string, m *sarama.ConsumerMessage, now time.Time) (qu
 	}
 	return queue.Item{
 		ID: j.ID, Group: j.Group, Topic: topic, Weight: j.Priority + 1,
-		RunAt: j.RunAt, GroupTotal: j.GroupTotal, Envelope: m.Value,
+		RunAt: j.RunAt, GroupTotal: j.GroupTotal, CallbackURL: j.CallbackURL, Envelope: m.Value,
 	}, ""
 }
 

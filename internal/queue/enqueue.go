@@ -21,11 +21,12 @@ type Item struct {
 	RunAt time.Time
 	// GroupTotal is the bulk group's size when the envelope states it.
 	GroupTotal int64
+	// CallbackURL is the group's callback, from a close or an envelope.
+	CallbackURL string
 	// Close makes the item a bulk group's close instead of a job: it
 	// records GroupTotal and CallbackURL, and the group completes once
 	// that many of its jobs have ended. ID and Envelope are unused.
-	Close       bool
-	CallbackURL string
+	Close bool
 	// Envelope is the job's JSON exactly as read from Kafka.
 	Envelope []byte
 }
@@ -77,10 +78,10 @@ type Result struct {
 // KEYS[7+n+2g]            group:<group g>
 // ARGV[1] lock token   ARGV[2] now, Unix ms   ARGV[3] topic   ARGV[4] n   ARGV[5] m
 // ARGV[5+g]               name of group g
-// ARGV[5+m+6(i-1)+1..6]   item i: id, group index g, weight (>= 1), due time
-// Unix ms (0: now), group total (0: unknown), envelope. An item with an
-// empty id closes its bulk group instead: its total is the group's size and
-// its envelope field the callback URL (may be empty).
+// ARGV[5+m+7(i-1)+1..7]   item i: id, group index g, weight (>= 1), due time
+// Unix ms (0: now), group total (0: unknown), callback URL (may be empty),
+// envelope. An item with an empty id closes its bulk group instead: its
+// total is the group's size (its envelope is unused).
 // Returns -1 when fenced (nothing written), else n codes: 1 queued,
 // 2 delayed, 0 duplicate (nothing written), 3 refused (a key of the job or
 // its group holds the wrong type; nothing left written for it), 4 dropped
@@ -119,18 +120,19 @@ local function group(g)
   return c
 end
 for i = 1, n do
-  local a = 5 + m + 6*(i-1)
+  local a = 5 + m + 7*(i-1)
   local g = tonumber(ARGV[a+2])
   if ARGV[a+1] == '' then
     local c = group(g)
-    c.close, c.total, c.callback = true, tonumber(ARGV[a+5]), ARGV[a+6]
+    c.close, c.total = true, tonumber(ARGV[a+5])
+    if ARGV[a+6] ~= '' then c.callback = ARGV[a+6] end
     codes[i] = 5
   elseif cancelled[g] then
     local c = group(g)
     c.dropped = c.dropped + 1
     codes[i] = 4
   else
-    local r = redis.pcall('HSETNX', KEYS[7+i], 'env', ARGV[a+6])
+    local r = redis.pcall('HSETNX', KEYS[7+i], 'env', ARGV[a+7])
     if failed(r) then
       codes[i] = 3
     elseif r == 0 then
@@ -142,6 +144,7 @@ for i = 1, n do
       local w, total, due = tonumber(ARGV[a+3]), tonumber(ARGV[a+5]), tonumber(ARGV[a+4])
       if w > c.weight then c.weight = w end
       if total > 0 then c.total = total end
+      if ARGV[a+6] ~= '' then c.callback = ARGV[a+6] end
       if due > nowN then
         c.delayed[#c.delayed+1] = due
         c.delayed[#c.delayed+1] = ARGV[a+1]
@@ -200,10 +203,8 @@ for g, c in pairs(per) do
       if not fresh then start = math.max(vt, tonumber(redis.call('HGET', gk, 'vfinish') or '0')) end
       redis.call('ZADD', KEYS[3], start, name)
     end
-    if c.close then
-      redis.call('HSET', gk, 'closed_ms', now)
-      if c.callback ~= '' then redis.call('HSET', gk, 'callback_url', c.callback) end
-    end
+    if c.close then redis.call('HSET', gk, 'closed_ms', now) end
+    if c.callback then redis.call('HSET', gk, 'callback_url', c.callback) end
     if c.close or c.dropped > 0 then
       -- Its jobs may all have ended before the total arrived.
       groupEnded(gk, name, KEYS[7], now, 86400)
@@ -372,7 +373,7 @@ func (p *Pool) enqueueArgs(cl call, items []Item, tok, nowMS string) ([]string, 
 	for _, g := range groups {
 		ks = append(ks, keys.Ready(g), keys.Group(g))
 	}
-	args := make([]any, 0, 5+m+6*n)
+	args := make([]any, 0, 5+m+7*n)
 	args = append(args, tok, nowMS, topic, n, m)
 	for _, g := range groups {
 		args = append(args, g)
@@ -384,10 +385,10 @@ func (p *Pool) enqueueArgs(cl call, items []Item, tok, nowMS string) ([]string, 
 			due = it.RunAt.UnixMilli()
 		}
 		if it.Close {
-			args = append(args, "", groupIndex[it.Group], 1, 0, it.GroupTotal, it.CallbackURL)
+			args = append(args, "", groupIndex[it.Group], 1, 0, it.GroupTotal, it.CallbackURL, "")
 			continue
 		}
-		args = append(args, it.ID, groupIndex[it.Group], max(it.Weight, 1), due, it.GroupTotal, it.Envelope)
+		args = append(args, it.ID, groupIndex[it.Group], max(it.Weight, 1), due, it.GroupTotal, it.CallbackURL, it.Envelope)
 	}
 	return ks, args
 }

@@ -159,3 +159,24 @@ func TestSmallGroupsWeighMore(t *testing.T) {
 	}
 	t.Logf("served %v", served)
 }
+
+// A group built job by job (the single and batch APIs) whose envelopes
+// state group_total and callback_url completes like a bulk one.
+func TestGroupTotalFromEnvelopes(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	items := []Item{item("e-0", "e"), item("e-1", "e")}
+	for i := range items {
+		items[i].GroupTotal, items[i].CallbackURL = 2, "http://cb/e"
+	}
+	p.Enqueue(ctx, 1, items, now)
+	jobs, _ := p.Claim(ctx, 0, 2, now.Add(time.Minute))
+	p.AckMany(ctx, 0, []Done{{Job: jobs[0]}, {Job: jobs[1]}}, now, time.Hour)
+	k := p.Layout().Keys(0)
+	if l, _ := r.Client().LRange(ctx, k.Completed(), 0, -1).Result(); len(l) != 1 || l[0] != "e" {
+		t.Fatalf("completed: %v", l)
+	}
+	if cb, _ := r.Client().HGet(ctx, k.Group("e"), "callback_url").Result(); cb != "http://cb/e" {
+		t.Fatalf("callback_url %q", cb)
+	}
+}
