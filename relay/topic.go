@@ -362,14 +362,9 @@ func (r *Relay) cancelGroups(ctx context.Context, topic string, groups []string,
 				return ctx.Err()
 			}
 			log.Warn("cancelling a bulk group failed; retrying", "group", g, "err", err)
-			t := time.NewTimer(backoff)
-			select {
-			case <-ctx.Done():
-				t.Stop()
-				return ctx.Err()
-			case <-t.C:
+			if err := waitBackoff(ctx, &backoff); err != nil {
+				return err
 			}
-			backoff = min(backoff*2, maxRedisBackoff)
 		}
 	}
 	return nil
@@ -450,14 +445,9 @@ func (r *Relay) enqueue(ctx context.Context, topic string, lease *consul.Lease, 
 			failing = true
 		}
 		r.m.redisRetries.WithLabelValues(topic).Inc()
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil, ctx.Err()
-		case <-t.C:
+		if err := waitBackoff(ctx, &backoff); err != nil {
+			return nil, err
 		}
-		backoff = min(backoff*2, maxRedisBackoff)
 	}
 }
 
@@ -485,15 +475,24 @@ func (r *Relay) produce(ctx context.Context, lease *consul.Lease, msgs []kafka.M
 		}
 		log.Warn("producing to Kafka failed; retrying", "count", len(failed), "err", results[0].Err)
 		msgs = failed
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case <-t.C:
+		if err := waitBackoff(ctx, &backoff); err != nil {
+			return err
 		}
-		backoff = min(backoff*2, maxRedisBackoff)
 	}
+}
+
+// waitBackoff waits out *backoff, or until ctx ends, then doubles it up to
+// maxRedisBackoff for the next failure.
+func waitBackoff(ctx context.Context, backoff *time.Duration) error {
+	t := time.NewTimer(*backoff)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+	}
+	*backoff = min(*backoff*2, maxRedisBackoff)
+	return nil
 }
 
 // deadLetter is a poison message's record for <topic>.dlq: the original key
