@@ -25,7 +25,7 @@ import (
 
 func init() {
 	cli.Describe("dev", "Runs the whole pipeline on this machine with embedded defaults: Kafka in-process (kfake, persisted under --dir),\n"+
-		"a redis-server child with AOF, a Consul dev agent child, the gate without authentication, a relay and a worker.\n"+
+		"a redis-server child with AOF, a Consul dev agent child, the gate without authentication, a relay, a worker and a coordinator.\n"+
 		"Ctrl-C or SIGTERM stops everything; jobs survive a restart.")
 }
 
@@ -37,6 +37,7 @@ type devConfig struct {
 	ConsulAddr      string
 	RelayAddr       string
 	WorkerAddr      string
+	CoordinatorAddr string
 	RedisPartitions int
 	Topic           string
 	Partitions      int
@@ -54,6 +55,7 @@ func (c *devConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ConsulAddr, "consul-addr", "127.0.0.1:8500", "Consul HTTP address")
 	fs.StringVar(&c.RelayAddr, "relay-addr", "127.0.0.1:8081", "relay's /healthz, /readyz and /metrics address")
 	fs.StringVar(&c.WorkerAddr, "worker-addr", "127.0.0.1:8082", "worker's /healthz, /readyz and /metrics address")
+	fs.StringVar(&c.CoordinatorAddr, "coordinator-addr", "127.0.0.1:8083", "coordinator's /healthz, /readyz and /metrics address")
 	fs.IntVar(&c.RedisPartitions, "redis-partitions", 8, "Redis partitions (queue pool size)")
 	fs.StringVar(&c.Topic, "topic", "jobs", "job topic to create (with its .retry and .dlq topics)")
 	fs.IntVar(&c.Partitions, "partitions", 8, "partitions of the job topic")
@@ -89,6 +91,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 		{cfg.ConsulAddr, "consul", "--consul-addr"},
 		{cfg.RelayAddr, "relay", "--relay-addr"},
 		{cfg.WorkerAddr, "worker", "--worker-addr"},
+		{cfg.CoordinatorAddr, "coordinator", "--coordinator-addr"},
 	} {
 		if err := stack.CheckAddrFree(p.addr, p.what, p.flag); err != nil {
 			return err
@@ -226,6 +229,26 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	}
 	workerDone, stopWorker := servePart("worker", wk, workerLn)
 	stops = append(stops, stopWorker)
+
+	// The coordinator, in process: it holds its lock in the dev Consul and
+	// delivers completed bulk groups' callbacks.
+	var cf coordinatorFlags
+	cf.register(flag.NewFlagSet("coordinator", flag.ContinueOnError))
+	cf.cfg.RedisAddr, cf.cfg.Partitions, cf.cfg.ConsulAddr = cfg.RedisAddr, cfg.RedisPartitions, cfg.ConsulAddr
+	cf.cfg.LockDelay = 0 // one coordinator: nobody to protect from a stale holder
+	coordLn, err := net.Listen("tcp", cfg.CoordinatorAddr)
+	if err != nil {
+		gateLn.Close()
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	co, err := cf.build(log.With("part", "coordinator"))
+	if err != nil {
+		gateLn.Close()
+		coordLn.Close()
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	coordDone, stopCoord := servePart("coordinator", co, coordLn)
+	stops = append(stops, stopCoord)
 	gateDone, stopGate := servePart("gate", g, gateLn)
 	stops = append(stops, stopGate)
 	cancelStart()
@@ -247,6 +270,9 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	case err := <-workerDone:
 		workerDone <- err // for the stop function
 		return fmt.Errorf("worker stopped: %v", err)
+	case err := <-coordDone:
+		coordDone <- err // for the stop function
+		return fmt.Errorf("coordinator stopped: %v", err)
 	case <-redis.Exited():
 		return fmt.Errorf("redis-server exited unexpectedly; see %s", filepath.Join(dir, "redis", "redis.log"))
 	case <-consul.Exited():
@@ -308,13 +334,14 @@ sluice dev is running (data in %s). Ctrl-C stops everything; jobs survive a rest
   consul   http://%s   (dev agent; KV starts empty on each start)
   relay    http://%s/metrics   topic %q into %d Redis partitions (rate: sluice/dev/relay/%s/rate in Consul)
   worker   http://%s/metrics   every job type runs "noop"; type "sleep" sleeps {"ms": N}
+  coord    http://%s/metrics   the coordinator: bulk groups' callbacks (lock sluice/dev/coordinator/lock in Consul)
 
 Enqueue a job:
   curl -sS -X POST %s/v1/topics/%s/jobs -H 'Content-Type: application/json' \
     -d '{"type":"hello","payload":{"greeting":"<hi> & welcome"}}'
 
 `, dir, gateURL, gateURL, gateURL, gateURL, cfg.KafkaAddr, cfg.Topic, cfg.Partitions, cfg.Topic, cfg.Topic,
-		cfg.RedisAddr, cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.Topic, cfg.RedisPartitions, cfg.Topic, cfg.WorkerAddr, gateURL, cfg.Topic)
+		cfg.RedisAddr, cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.Topic, cfg.RedisPartitions, cfg.Topic, cfg.WorkerAddr, cfg.CoordinatorAddr, gateURL, cfg.Topic)
 	if f, ok := w.(*os.File); ok {
 		f.Sync()
 	}

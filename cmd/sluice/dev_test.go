@@ -31,7 +31,7 @@ func devOnFreePorts(t *testing.T, dir string) devConfig {
 	var cfg devConfig
 	cfg.register(flag.NewFlagSet("dev", flag.ContinueOnError))
 	cfg.Dir = dir
-	for _, addr := range []*string{&cfg.GateAddr, &cfg.KafkaAddr, &cfg.RedisAddr, &cfg.ConsulAddr, &cfg.RelayAddr, &cfg.WorkerAddr} {
+	for _, addr := range []*string{&cfg.GateAddr, &cfg.KafkaAddr, &cfg.RedisAddr, &cfg.ConsulAddr, &cfg.RelayAddr, &cfg.WorkerAddr, &cfg.CoordinatorAddr} {
 		port, err := stack.FreePort()
 		if err != nil {
 			t.Fatal(err)
