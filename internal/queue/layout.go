@@ -100,6 +100,11 @@ func (k Keys) Idempotency(key string) string { return k.prefix + "idem:" + key }
 // picks, because a resource's jobs come from any group and partition.
 func (k Keys) Limit(resource string) string { return k.prefix + "limit:" + resource }
 
+// LimitStarts is the log of a resource key's recent starts (the last
+// second's), beside its Limit schedule: no window may hold more than the
+// limit allows.
+func (k Keys) LimitStarts(resource string) string { return k.prefix + "starts:" + resource }
+
 // Wake is the partition's wake-up list: scripts that make jobs ready push
 // a token, and idle consumers block on it (BLPOP) instead of polling.
 func (k Keys) Wake() string { return k.prefix + "wake" }

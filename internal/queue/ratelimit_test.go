@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,7 +13,7 @@ func reservation(resource, job string) Reservation {
 	return Reservation{
 		Resource: resource, Job: job, Limit: "10/s burst 1",
 		Interval: 100 * time.Millisecond, Burst: 1,
-		Hold: 20 * time.Millisecond, Late: 5 * time.Millisecond,
+		Hold: 20 * time.Millisecond,
 	}
 }
 
@@ -49,27 +50,38 @@ func TestReserveSpacesSlotsAndThrottlesOnce(t *testing.T) {
 	// returned it): deferred again to the same slot, still one throttle.
 	wantSlot(t, "b early", reserve(t, p, reservation("api", "b"), now.Add(50*ms)), now.Add(100*ms), 1, true)
 	// b back within the hold horizon: its slot, to wait for in process.
-	wantSlot(t, "b back", reserve(t, p, reservation("api", "b"), now.Add(90*ms)), now.Add(100*ms), 1, false)
-	// c back a little late (within Late): still its slot.
-	wantSlot(t, "c late", reserve(t, p, reservation("api", "c"), now.Add(203*ms)), now.Add(200*ms), 1, false)
+	back := reserve(t, p, reservation("api", "b"), now.Add(90*ms))
+	wantSlot(t, "b back", back, now.Add(100*ms), 1, false)
+	if !back.Recorded {
+		t.Error("b back: its slot should come from the record")
+	}
+	// c back late: still its slot (the window log decides when it starts).
+	wantSlot(t, "c late", reserve(t, p, reservation("api", "c"), now.Add(230*ms)), now.Add(200*ms), 1, false)
 	// A slot handed out is used up: b asking again is a new reservation.
-	wantSlot(t, "b again", reserve(t, p, reservation("api", "b"), now.Add(210*ms)), now.Add(300*ms), 1, true)
+	again := reserve(t, p, reservation("api", "b"), now.Add(210*ms))
+	wantSlot(t, "b again", again, now.Add(300*ms), 1, true)
+	if again.Recorded {
+		t.Error("b again: a new slot, not a recorded one")
+	}
 }
 
-// A recorded slot missed by more than Late is void: the job takes the next
-// free slot, and its throttles keep counting.
-func TestReserveMissedSlotTakesANewOne(t *testing.T) {
+// A job the window log would hold back too long reserves again with
+// NotBefore: a new slot no earlier (the schedule moves past it), and its
+// throttles keep counting.
+func TestReserveNotBefore(t *testing.T) {
 	p := newPool(t, 1, testenv.Redis(t).Addr(), nil)
 	ms := time.Millisecond
 	reserve(t, p, reservation("api", "a"), now)
 	wantSlot(t, "b", reserve(t, p, reservation("api", "b"), now), now.Add(100*ms), 1, true)
-	reserve(t, p, reservation("api", "c"), now) // 200 ms
-	wantSlot(t, "b missed", reserve(t, p, reservation("api", "b"), now.Add(110*ms)), now.Add(300*ms), 2, true)
-	// A caller that missed a slot in process says how many throttles the
-	// job had; with no backlog the new slot is now.
-	r := reservation("api", "d")
-	r.Throttles = 1
-	wantSlot(t, "d after a missed start", reserve(t, p, r, now.Add(time.Second)), now.Add(time.Second), 1, false)
+	wantSlot(t, "b back", reserve(t, p, reservation("api", "b"), now.Add(95*ms)), now.Add(100*ms), 1, false)
+	r := reservation("api", "b")
+	r.NotBefore, r.Throttles = now.Add(1500*ms), 1
+	wantSlot(t, "b again", reserve(t, p, r, now.Add(100*ms)), now.Add(1500*ms), 2, true)
+	wantSlot(t, "c after it", reserve(t, p, reservation("api", "c"), now.Add(100*ms)), now.Add(1600*ms), 1, true)
+	// With no backlog and NotBefore within the hold horizon: wait in process.
+	r = reservation("api", "d")
+	r.NotBefore, r.Throttles = now.Add(5*time.Second+10*ms), 1
+	wantSlot(t, "d", reserve(t, p, r, now.Add(5*time.Second)), now.Add(5*time.Second+10*ms), 1, false)
 }
 
 func TestReserveBurst(t *testing.T) {
@@ -145,5 +157,55 @@ func TestReserveRejectsABadLimit(t *testing.T) {
 	r.Interval = 0
 	if _, err := p.Reserve(context.Background(), r, now); err == nil {
 		t.Error("Reserve with no interval: want an error")
+	}
+}
+
+// The window log admits at most max starts in any window [t, t+W), and
+// says how long to wait otherwise; a start recorded as later (its handler
+// began late) holds the window longer.
+func TestAdmitHoldsEveryWindowToTheLimit(t *testing.T) {
+	r := testenv.Redis(t)
+	p := newPool(t, 4, r.Addr(), nil)
+	ctx := context.Background()
+	ms := time.Millisecond
+	admit := func(member string, at time.Duration) time.Duration {
+		t.Helper()
+		wait, err := p.Admit(ctx, "api", member, 3, time.Second, now.Add(at))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return wait
+	}
+	for i, at := range []time.Duration{0, 10 * ms, 20 * ms} {
+		if w := admit("s"+strconv.Itoa(i), at); w != 0 {
+			t.Fatalf("start %d at %s: told to wait %s, want admitted", i, at, w)
+		}
+	}
+	if w := admit("s3", 500*ms); w != 500*ms {
+		t.Errorf("a fourth start within the second: wait %s, want 500ms (until s0 leaves)", w)
+	}
+	// s0's handler began 30 ms late: its start holds the window longer, so
+	// at 1005 ms the fourth waits for s1 to leave, at 1010 ms.
+	if err := p.Started(ctx, "api", "s0", now.Add(30*ms)); err != nil {
+		t.Fatal(err)
+	}
+	if w := admit("s3", 1005*ms); w != 5*ms {
+		t.Errorf("after a late start: wait %s, want 5ms", w)
+	}
+	if w := admit("s3", 1010*ms); w != 0 {
+		t.Errorf("at 1010 ms: wait %s, want admitted ([1010ms, 2010ms) holds s2, s0 and it)", w)
+	}
+	// Started never moves a start earlier.
+	p.Started(ctx, "api", "s2", now)
+	if w := admit("s4", 1015*ms); w != 5*ms {
+		t.Errorf("at 1015 ms: wait %s, want 5ms (until s2 leaves at 1020 ms)", w)
+	}
+	l := p.Layout()
+	key := l.Keys(l.PartitionOf("api")).LimitStarts("api")
+	if n := r.Client().ZCard(ctx, key).Val(); n != 3 {
+		t.Errorf("%s holds %d starts, want the last second's 3", key, n)
+	}
+	if ttl := r.Client().PTTL(ctx, key).Val(); ttl <= 0 || ttl > 2*time.Second {
+		t.Errorf("%s expires in %s, want within two windows", key, ttl)
 	}
 }
