@@ -21,6 +21,10 @@ type Job struct {
 	Attempt     int
 	MaxAttempts int
 	EnqueuedAt  time.Time
+	// Throttles is how often this attempt waited in delayed for its
+	// resource's rate-limit slot: 0 or 1, more only after its limit
+	// changed or it missed its slot.
+	Throttles int
 }
 
 // Handler executes jobs of a type. The context carries the attempt's

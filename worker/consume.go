@@ -359,9 +359,6 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		c.settle(ctx, h, nil, Permanent(fmt.Errorf("no handler for job type %q", j.Type)), maxAttempts)
 		return
 	}
-	if !j.EnqueuedAt.IsZero() && cl.Attempt == 1 {
-		w.m.queueWait.Observe(start.Sub(j.EnqueuedAt).Seconds())
-	}
 	timeout := time.Duration(j.Timeout)
 	if timeout <= 0 {
 		timeout = w.cfg.Timeout
@@ -387,6 +384,16 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 			w.count("idempotent_wait", j.Type, 1)
 			return
 		}
+	}
+	// The execution rate limit of the job's resource: it starts at its
+	// slot, or waits in delayed for it (ratelimit.go).
+	handler, admitted := c.admit(ctx, h, j, handler)
+	if !admitted {
+		return
+	}
+	start = w.cfg.Now()
+	if !j.EnqueuedAt.IsZero() && cl.Attempt == 1 {
+		w.m.queueWait.Observe(start.Sub(j.EnqueuedAt).Seconds())
 	}
 	jctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()

@@ -62,6 +62,19 @@ type Config struct {
 	// Maintain is how often expired leases are reaped and due delayed jobs
 	// promoted.
 	Maintain time.Duration
+	// ConsulAddr is the Consul agent whose KV holds the execution rate
+	// limits (sluice/<stage>/limits/<resource>); empty: no limits.
+	ConsulAddr string
+	// RateLimitLead is how long before its slot a throttled job comes back
+	// from delayed, to wait the rest in process (holding a slot): enough
+	// to absorb the promotion and the claim.
+	RateLimitLead time.Duration
+	// RateLimitMargin stretches a limit's slot spacing so that rate slots
+	// span one second plus the margin: a job may start up to the margin
+	// late without crowding a one-second window. A job later than that
+	// reserves another slot. It costs margin/1s of a limited resource's
+	// throughput.
+	RateLimitMargin time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
 }
@@ -74,6 +87,7 @@ func DefaultConfig() Config {
 		Backoff: time.Second, MaxBackoff: 16 * time.Second, ResultTTL: 24 * time.Hour, IdempotencyTTL: 24 * time.Hour,
 		Dead:  queue.DeadLimits{Max: 100000, Keep: 7 * 24 * time.Hour},
 		Drain: 30 * time.Second, Maintain: 500 * time.Millisecond,
+		RateLimitLead: 25 * time.Millisecond, RateLimitMargin: 5 * time.Millisecond,
 	}
 }
 
@@ -88,6 +102,7 @@ type Worker struct {
 	fallback Handler
 	mws      []Middleware
 	pools    map[int]*slots // by partition
+	limits   *limiter
 }
 
 // New creates a worker; call Handle for each job type, then Run.
@@ -97,6 +112,9 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 	}
 	if cfg.ClaimBatch > queue.MaxBatch || cfg.Prefetch < 0 || cfg.Prefetch > queue.MaxBatch || cfg.PrefetchWait < 0 {
 		return nil, fmt.Errorf("worker: claim batch must be at most %d, prefetch 0..%d, prefetch wait not negative", queue.MaxBatch, queue.MaxBatch)
+	}
+	if cfg.RateLimitLead < 0 || cfg.RateLimitMargin < 0 || cfg.RateLimitMargin >= time.Second {
+		return nil, errors.New("worker: rate-limit lead must not be negative, margin within 0..1s")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -122,6 +140,10 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 	w := &Worker{cfg: cfg, log: log, pool: pool, handlers: map[string]Handler{}, m: newMetrics(), pools: map[int]*slots{}}
 	for _, p := range cfg.Serve {
 		w.pools[p] = newSlots(cfg.Workers)
+	}
+	if w.limits, err = newLimiter(w); err != nil {
+		pool.Close()
+		return nil, err
 	}
 	return w, nil
 }
@@ -172,6 +194,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		return err
 	}
 	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); w.limits.run(ctx) }()
 	for _, p := range w.cfg.Serve {
 		// A restarted worker resumes the count the coordinator chose.
 		w.mu.RLock()
@@ -183,6 +207,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); w.maintain(ctx, p) }()
 	}
 	wg.Wait()
+	w.limits.records.Wait()
 	return nil
 }
 
@@ -191,20 +216,7 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) maintain(ctx context.Context, part int) {
 	t := time.NewTicker(w.cfg.Maintain)
 	defer t.Stop()
-	groupOf := func(id string) (string, error) {
-		env, err := w.pool.Envelope(ctx, part, id)
-		if err != nil {
-			return "", err
-		}
-		j, err := job.Decode(env)
-		if err != nil {
-			return "", err
-		}
-		if j.Group == "" {
-			return j.ID, nil
-		}
-		return j.Group, nil
-	}
+	groupOf := w.groupOf(ctx, part)
 	for {
 		select {
 		case <-ctx.Done():
@@ -226,6 +238,24 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 			w.log.Warn("expired leases returned to ready", "partition", part, "jobs", n)
 		}
 		w.pool.Promote(ctx, part, 500, now, groupOf)
+	}
+}
+
+// groupOf reads the group of a job of partition part from its envelope.
+func (w *Worker) groupOf(ctx context.Context, part int) func(id string) (string, error) {
+	return func(id string) (string, error) {
+		env, err := w.pool.Envelope(ctx, part, id)
+		if err != nil {
+			return "", err
+		}
+		j, err := job.Decode(env)
+		if err != nil {
+			return "", err
+		}
+		if j.Group == "" {
+			return j.ID, nil
+		}
+		return j.Group, nil
 	}
 }
 

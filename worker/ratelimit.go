@@ -1,0 +1,545 @@
+package worker
+
+import (
+	"container/heap"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/consul"
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// Limit is the execution rate limit of a resource key, as stored in Consul
+// KV at sluice/<stage>/limits/<resource>. Accepted forms:
+//
+//	{"rate": 10, "burst": 1}   starts per second; how many may start at once after a quiet spell (default 1)
+//	10                         as {"rate": 10}
+//
+// A missing key means unlimited. Unlike the relay's rate, burst defaults
+// to 1, not to the rate: with burst 1 no one-second window holds more than
+// the rate's starts; with burst b, up to rate+b-1.
+type Limit struct {
+	PerSecond float64 `json:"rate"`
+	Burst     int     `json:"burst,omitempty"`
+}
+
+// String is the limit's definition, the same on every worker: the Redis
+// schedule notices a change by it.
+func (l Limit) String() string {
+	return strconv.FormatFloat(l.PerSecond, 'g', -1, 64) + "/s burst " + strconv.Itoa(l.burst())
+}
+
+func (l Limit) burst() int { return max(l.Burst, 1) }
+
+// ParseLimit reads a limit value; see Limit.
+func ParseLimit(value []byte) (Limit, error) {
+	s := strings.TrimSpace(string(value))
+	var l Limit
+	if strings.HasPrefix(s, "{") {
+		dec := json.NewDecoder(strings.NewReader(s))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&l); err != nil {
+			return Limit{}, fmt.Errorf("limit %q: %v", s, err)
+		}
+	} else {
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return Limit{}, fmt.Errorf("limit %q: want starts per second or {\"rate\": N, \"burst\": B}", s)
+		}
+		l.PerSecond = v
+	}
+	if !(l.PerSecond > 0) || math.IsInf(l.PerSecond, 0) || l.PerSecond > maxLimitRate || l.Burst < 0 {
+		return Limit{}, fmt.Errorf("limit %q: want a rate in (0, %d] per second and a burst >= 0", s, maxLimitRate)
+	}
+	return l, nil
+}
+
+// maxLimitRate keeps the slot spacing at a whole microsecond or more.
+const maxLimitRate = 1_000_000
+
+// resourceKey is what a job's limit is looked up by: its resource, else its
+// tenant, else its type.
+func resourceKey(j *job.Job) string {
+	switch {
+	case j.Resource != "":
+		return j.Resource
+	case j.Tenant != "":
+		return j.Tenant
+	}
+	return j.Type
+}
+
+// limiter holds jobs to the execution rate limits of their resource keys,
+// followed live from Consul. The schedule of each resource is in Redis
+// (queue.Reserve), shared by every worker and partition; this side waits
+// for slots and brings throttled jobs back from delayed on time.
+type limiter struct {
+	w      *Worker
+	consul *consulapi.Client // nil: no limits
+
+	mu     sync.RWMutex
+	limits map[string]Limit // by resource key
+	known  chan struct{}    // closed once the limits have been read
+
+	promoter *promoter
+	m        limitMetrics
+	records  sync.WaitGroup // start times on their way to Redis
+}
+
+func newLimiter(w *Worker) (*limiter, error) {
+	l := &limiter{w: w, limits: map[string]Limit{}, known: make(chan struct{}), m: newLimitMetrics(w.m.reg)}
+	l.promoter = newPromoter(w)
+	if w.cfg.ConsulAddr == "" {
+		close(l.known)
+		return l, nil
+	}
+	cfg := consulapi.DefaultConfig()
+	cfg.Address = w.cfg.ConsulAddr
+	c, err := consulapi.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("worker: consul: %w", err)
+	}
+	l.consul = c
+	return l, nil
+}
+
+// run follows the limits in Consul and promotes throttled jobs on time,
+// until ctx ends.
+func (l *limiter) run(ctx context.Context) {
+	log := l.w.log
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); l.promoter.run(ctx) }()
+	defer wg.Wait()
+	if l.consul == nil {
+		log.Warn("no Consul address: execution rate limits are off, every job runs unlimited")
+		return
+	}
+	prefix, err := consul.Key(l.w.cfg.Stage, "limits")
+	if err != nil {
+		log.Error("execution rate limits: no Consul prefix", "err", err)
+		return
+	}
+	prefix += "/"
+	go func() {
+		// Never unlimited for want of an answer: jobs wait meanwhile.
+		t := time.NewTimer(10 * time.Second)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			log.Warn("no execution rate limits read from Consul yet; jobs wait until they are", "prefix", prefix, "consul", l.w.cfg.ConsulAddr)
+		case <-l.known:
+		case <-ctx.Done():
+		}
+	}()
+	consul.WatchPrefix(ctx, l.consul, prefix, consul.WatchOptions{Log: log}, func(values map[string][]byte) {
+		l.apply(values, log.With("prefix", prefix))
+	})
+}
+
+// apply takes the limits Consul holds now. A value that does not parse
+// keeps the limit in force for its key: a typo must not lift a limit.
+func (l *limiter) apply(values map[string][]byte, log *slog.Logger) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	next := make(map[string]Limit, len(values))
+	for key, v := range values {
+		lim, err := ParseLimit(v)
+		if err != nil {
+			old, had := l.limits[key]
+			if had {
+				next[key] = old
+			}
+			log.Error("ignoring an invalid execution limit; the last one stays in force", "resource", key, "err", err, "in_force", limitString(old, had))
+			continue
+		}
+		next[key] = lim
+	}
+	for key, old := range l.limits {
+		if lim, ok := next[key]; !ok || lim != old {
+			log.Info("execution limit changed", "resource", key, "from", old.String(), "to", limitString(lim, ok))
+		}
+		if _, ok := next[key]; !ok {
+			l.m.forget(key)
+		}
+	}
+	for key, lim := range next {
+		if _, had := l.limits[key]; !had {
+			log.Info("execution limit set", "resource", key, "limit", lim.String())
+		}
+		l.m.limit.WithLabelValues(key).Set(lim.PerSecond)
+	}
+	l.limits = next
+	select {
+	case <-l.known:
+	default:
+		close(l.known)
+	}
+}
+
+func limitString(l Limit, ok bool) string {
+	if !ok {
+		return "unlimited"
+	}
+	return l.String()
+}
+
+// limitOf is the limit of a resource key, waiting for the first read of
+// the limits if need be.
+func (l *limiter) limitOf(ctx context.Context, key string) (Limit, bool, error) {
+	select {
+	case <-l.known:
+	case <-ctx.Done():
+		return Limit{}, false, ctx.Err()
+	}
+	l.mu.RLock()
+	defer l.mu.RUnlock()
+	lim, ok := l.limits[key]
+	return lim, ok, nil
+}
+
+// admit holds a job to its resource key's limit. It returns the handler to
+// run (wrapped to record when it starts) once the job may start, or false
+// when the job must not run now: deferred to its slot in delayed, or the
+// worker is stopping.
+//
+// A job whose slot is within RateLimitLead waits for it here; a later one
+// goes into delayed until RateLimitLead before its slot, recorded in Redis,
+// and coming back it finds that slot: throttled once. At its slot the
+// window log has the last word: if jobs before it started late, it waits
+// until its start leaves every one-second window within the limit; if that
+// would take more than maxLogWait, it reserves a later slot instead.
+func (c *consumer) admit(ctx context.Context, h *heldJob, j *job.Job, handler Handler) (Handler, bool) {
+	w, l := c.w, c.w.limits
+	key := resourceKey(j)
+	lim, limited, err := l.limitOf(ctx, key)
+	if err != nil {
+		return nil, false // stopping: the job is handed back
+	}
+	if !limited {
+		l.m.granted.WithLabelValues("other").Inc()
+		return handler, true
+	}
+	cfg, id := w.cfg, h.claimed.ID
+	var notBefore time.Time
+	throttles := 0
+	for {
+		now := cfg.Now()
+		slot, err := w.pool.Reserve(ctx, queue.Reservation{
+			Resource: key, Job: id, Limit: lim.String(),
+			Interval: slotInterval(lim, cfg.RateLimitMargin), Burst: lim.burst(),
+			Hold: cfg.RateLimitLead, NotBefore: notBefore, Throttles: throttles,
+		}, now)
+		if err != nil {
+			// No slot can be known: look again later, without
+			// spending an attempt, rather than run unlimited.
+			c.log.Warn("reserving a rate-limit slot failed; the job waits", "job", id, "resource", key, "err", err)
+			c.deferJob(ctx, h, j, now.Add(cfg.Backoff))
+			return nil, false
+		}
+		if !slot.Recorded {
+			l.m.delay.WithLabelValues(key).Observe(max(slot.At.Sub(now), 0).Seconds())
+		}
+		if slot.Deferred {
+			due := slot.At.Add(-cfg.RateLimitLead)
+			if slot.Throttles > throttles {
+				w.count("throttled", j.Type, 1)
+			}
+			if c.deferJob(ctx, h, j, due) {
+				l.promoter.at(c.part, due, id, h.claimed.Group)
+			}
+			return nil, false
+		}
+		if sleepUntil(ctx, cfg.Now, slot.At) != nil {
+			return nil, false
+		}
+		member, wait, err := l.admitStart(ctx, key, id, lim)
+		if err != nil {
+			c.log.Warn("checking a rate-limited start failed; the job waits", "job", id, "resource", key, "err", err)
+			c.deferJob(ctx, h, j, cfg.Now().Add(cfg.Backoff))
+			return nil, false
+		}
+		if wait > 0 {
+			// Held back long: starts before it ran late. Its slot is
+			// spent; it takes one after the log's earliest time.
+			l.m.rereserved.WithLabelValues(key).Inc()
+			notBefore, throttles = cfg.Now().Add(wait), slot.Throttles
+			continue
+		}
+		l.m.granted.WithLabelValues(key).Inc()
+		l.m.throttles.WithLabelValues(key).Observe(float64(slot.Throttles))
+		return l.recordStart(key, member, slot, handler), true
+	}
+}
+
+// maxLogWait is the longest a job waits in process for the window log; a
+// longer wait goes back through a reservation (and delayed), so that a
+// backlog of late jobs does not hold every worker slot.
+const maxLogWait = time.Second
+
+// admitStart asks the window log for a start now, waiting up to maxLogWait
+// for it. It returns the start's name in the log, or how much longer the
+// job would have to wait.
+func (l *limiter) admitStart(ctx context.Context, key, id string, lim Limit) (member string, wait time.Duration, err error) {
+	cfg := l.w.cfg
+	deadline := cfg.Now().Add(maxLogWait)
+	for {
+		now := cfg.Now()
+		member = id + ":" + strconv.FormatInt(now.UnixMicro(), 10)
+		wait, err = l.w.pool.Admit(ctx, key, member, windowCap(lim), time.Second+startGuard(cfg.RateLimitMargin), now)
+		if err != nil || wait == 0 {
+			return member, 0, err
+		}
+		if now.Add(wait).After(deadline) {
+			return "", wait, nil
+		}
+		if err := sleepUntil(ctx, cfg.Now, now.Add(wait)); err != nil {
+			return "", 0, err
+		}
+	}
+}
+
+// startGuard lengthens the window the log checks, beyond one second, to
+// cover the step from recording a start to its handler's first instruction
+// (a goroutine can be preempted there). It takes a fifth of the margin,
+// at most a millisecond: the rest of the margin is the slack that lets a
+// schedule delayed by late starts catch up.
+func startGuard(margin time.Duration) time.Duration { return min(margin/5, time.Millisecond) }
+
+// windowCap is the most starts a limit allows in a one-second window.
+func windowCap(l Limit) int { return int(math.Ceil(l.PerSecond)) + l.burst() - 1 }
+
+// recordStart wraps the handler of an admitted job: when it starts, the
+// window log learns the actual start time (a stalled process can start a
+// handler later than the log was told), and the job its throttles.
+func (l *limiter) recordStart(key, member string, slot queue.Slot, next Handler) Handler {
+	return HandlerFunc(func(ctx context.Context, job *Job) ([]byte, error) {
+		job.Throttles = slot.Throttles
+		started := make(chan time.Time, 1)
+		l.records.Add(1)
+		go func() {
+			defer l.records.Done()
+			at := <-started
+			l.m.lag.WithLabelValues(key).Observe(max(at.Sub(slot.At), 0).Seconds())
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer cancel()
+			if err := l.w.pool.Started(rctx, key, member, at); err != nil {
+				l.w.log.Warn("recording a rate-limited start failed", "job", job.ID, "resource", key, "err", err)
+			}
+		}()
+		// The clock is read last, as close to the handler as can be.
+		started <- l.w.cfg.Now()
+		return next.Handle(ctx, job)
+	})
+}
+
+// deferJob puts a claimed job in delayed until at without spending an
+// attempt, and frees its idempotency key meanwhile (another job with the
+// key need not wait for this one's slot). It reports whether the job was
+// deferred; if not, its lease expires and it comes back that way.
+func (c *consumer) deferJob(ctx context.Context, h *heldJob, j *job.Job, at time.Time) bool {
+	w := c.w
+	ctx = context.WithoutCancel(ctx)
+	if key := j.IdempotencyKey; key != "" {
+		if err := w.pool.IdempotencyEnd(ctx, key, h.claimed.ID, false, w.cfg.IdempotencyTTL); err != nil {
+			c.log.Warn("freeing the idempotency key of a throttled job failed", "job", h.claimed.ID, "err", err)
+		}
+	}
+	ok, err := w.pool.Defer(ctx, c.part, h.claimed, at)
+	if err != nil {
+		c.log.Warn("deferring a throttled job failed; its lease will expire", "job", h.claimed.ID, "err", err)
+	}
+	return ok && err == nil
+}
+
+// slotInterval is the spacing of a limit's slots, stretched so that rate
+// consecutive slots span one second plus margin: a job that starts up to
+// margin late then still leaves every one-second window within the limit.
+func slotInterval(l Limit, margin time.Duration) time.Duration {
+	us := math.Ceil(float64(time.Second+margin) / l.PerSecond / float64(time.Microsecond))
+	return time.Duration(us) * time.Microsecond
+}
+
+// sleepUntil waits until the clock reads at, or ctx ends.
+func sleepUntil(ctx context.Context, now func() time.Time, at time.Time) error {
+	d := at.Sub(now())
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// promoter brings throttled jobs back into ready when they are due: the
+// maintainer's tick (Maintain, 500 ms) would bring them back up to a tick
+// late, bunching their starts. It promotes each partition at the due times
+// of the jobs this process deferred there. Should this process die, the
+// maintainers of the others promote them at their tick; late, such jobs
+// reserve again.
+type promoter struct {
+	w       *Worker
+	mu      sync.Mutex
+	due     dueHeap
+	changed chan struct{} // cap 1: a new earliest due time
+}
+
+type dueJob struct {
+	at    time.Time
+	part  int
+	id    string
+	group string
+}
+
+func newPromoter(w *Worker) *promoter { return &promoter{w: w, changed: make(chan struct{}, 1)} }
+
+// at schedules the promotion of a job deferred until t.
+func (p *promoter) at(part int, t time.Time, id, group string) {
+	p.mu.Lock()
+	heap.Push(&p.due, dueJob{at: t, part: part, id: id, group: group})
+	first := p.due[0].id == id
+	p.mu.Unlock()
+	if first {
+		select {
+		case p.changed <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (p *promoter) run(ctx context.Context) {
+	w := p.w
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		p.mu.Lock()
+		wait := time.Hour
+		if len(p.due) > 0 {
+			wait = p.due[0].at.Sub(w.cfg.Now())
+		}
+		p.mu.Unlock()
+		t.Reset(max(wait, 0))
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.changed:
+			continue
+		case <-t.C:
+		}
+		now := w.cfg.Now()
+		groups := map[int]map[string]string{} // partition -> id -> group
+		p.mu.Lock()
+		for len(p.due) > 0 && !p.due[0].at.After(now) {
+			d := heap.Pop(&p.due).(dueJob)
+			if groups[d.part] == nil {
+				groups[d.part] = map[string]string{}
+			}
+			groups[d.part][d.id] = d.group
+		}
+		p.mu.Unlock()
+		for part, known := range groups {
+			envGroup := w.groupOf(ctx, part)
+			groupOf := func(id string) (string, error) {
+				if g, ok := known[id]; ok {
+					return g, nil
+				}
+				return envGroup(id)
+			}
+			for {
+				n, err := w.pool.Promote(ctx, part, 500, now, groupOf)
+				if err != nil && ctx.Err() == nil {
+					w.log.Warn("promoting throttled jobs failed; the maintainer will", "partition", part, "err", err)
+				}
+				if err != nil || n < 500 {
+					break
+				}
+			}
+		}
+	}
+}
+
+// dueHeap orders deferred jobs by due time.
+type dueHeap []dueJob
+
+func (h dueHeap) Len() int           { return len(h) }
+func (h dueHeap) Less(i, j int) bool { return h[i].at.Before(h[j].at) }
+func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *dueHeap) Push(x any)        { *h = append(*h, x.(dueJob)) }
+func (h *dueHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// limitMetrics are the rate limits' metrics. Their resource label is a
+// key with a configured limit, or "other": clients choose resource names.
+type limitMetrics struct {
+	throttles  *prometheus.HistogramVec // resource
+	granted    *prometheus.CounterVec   // resource
+	delay      *prometheus.HistogramVec // resource
+	lag        *prometheus.HistogramVec // resource
+	rereserved *prometheus.CounterVec   // resource
+	limit      *prometheus.GaugeVec     // resource
+}
+
+func newLimitMetrics(reg *prometheus.Registry) limitMetrics {
+	m := limitMetrics{
+		throttles: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_worker_rate_limit_throttles",
+			Help:    "Times a rate-limited job waited in delayed for its slot, observed as its attempt starts: 1 when it waited once.",
+			Buckets: []float64{0, 1, 2, 3, 4, 5, 10},
+		}, []string{"resource"}),
+		granted: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_worker_rate_limit_granted_total",
+			Help: "Jobs started, by resource key with a configured limit (other: the rest, unlimited); its rate is the granted rate.",
+		}, []string{"resource"}),
+		delay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_worker_rate_limit_delay_seconds",
+			Help:    "How far ahead of its reservation a job's slot was: 0 when it could start at once.",
+			Buckets: []float64{0, .001, .01, .1, .5, 1, 5, 10, 60, 300, 1800, 3600},
+		}, []string{"resource"}),
+		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "sluice_worker_rate_limit_start_lag_seconds",
+			Help:    "How long after its slot a rate-limited job's handler started: the promotion and claim (when late), a busy worker, starts before it that ran late.",
+			Buckets: []float64{.0001, .0005, .001, .002, .005, .01, .02, .05, .1, .5, 1, 5},
+		}, []string{"resource"}),
+		rereserved: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_worker_rate_limit_rereserved_total",
+			Help: "Jobs whose start the window log would have held back over a second (starts before them ran late): they reserved a later slot, one more throttle.",
+		}, []string{"resource"}),
+		limit: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_worker_rate_limit_per_second",
+			Help: "The execution limit in force, starts per second, by resource key.",
+		}, []string{"resource"}),
+	}
+	reg.MustRegister(m.throttles, m.granted, m.delay, m.lag, m.rereserved, m.limit)
+	return m
+}
+
+// forget drops the series of a resource whose limit was removed: its jobs
+// count as other from now on.
+func (m limitMetrics) forget(key string) {
+	m.throttles.DeleteLabelValues(key)
+	m.granted.DeleteLabelValues(key)
+	m.delay.DeleteLabelValues(key)
+	m.lag.DeleteLabelValues(key)
+	m.rereserved.DeleteLabelValues(key)
+	m.limit.DeleteLabelValues(key)
+}
