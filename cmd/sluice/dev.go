@@ -215,6 +215,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	wf.cfg.RedisAddr = cfg.RedisAddr
 	wf.cfg.Partitions = cfg.RedisPartitions
 	wf.cfg.Drain = cfg.StopTimeout
+	wf.cfg.ConsulAddr = cfg.ConsulAddr // execution rate limits, followed live
 	wf.handle, wf.other = "sleep=sleep", "noop"
 	workerLn, err := net.Listen("tcp", cfg.WorkerAddr)
 	if err != nil {
@@ -334,6 +335,7 @@ sluice dev is running (data in %s). Ctrl-C stops everything; jobs survive a rest
   consul   http://%s   (dev agent; KV starts empty on each start)
   relay    http://%s/metrics   topic %q into %d Redis partitions (rate: sluice/dev/relay/%s/rate in Consul)
   worker   http://%s/metrics   every job type runs "noop"; type "sleep" sleeps {"ms": N}
+           rate limits per resource (else tenant, else type): sluice/dev/limits/<resource> in Consul, e.g. {"rate": 10}
   coord    http://%s/metrics   the coordinator: bulk groups' callbacks (lock sluice/dev/coordinator/lock in Consul)
 
 Enqueue a job:

@@ -18,6 +18,7 @@ import (
 func init() {
 	cli.Describe("worker", "The worker: claims jobs from its Redis partitions in fair order and runs them with built-in handlers:\n"+
 		"  --handle \"type=noop,type2=sleep\"  --http \"type=https://host/path,...\"  --handle-other noop|sleep\n"+
+		"Execution rate limits per resource key follow sluice/<stage>/limits/<resource> in Consul (--consul-addr).\n"+
 		"Programs with handlers of their own embed the worker package instead. Ops: /healthz, /readyz, /metrics.")
 }
 
@@ -58,6 +59,9 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.Dead.Keep, "dead-ttl", c.Dead.Keep, "how long a dead job is kept")
 	cli.DurationVar(fs, &c.Drain, "drain-timeout", c.Drain, "on SIGTERM, how long running jobs may take; the rest go back to ready")
 	cli.DurationVar(fs, &c.Maintain, "maintain-every", c.Maintain, "how often expired leases are reaped and due retries promoted")
+	fs.StringVar(&c.ConsulAddr, "consul-addr", "", "Consul HTTP address whose KV holds the execution rate limits, sluice/<stage>/limits/<resource>; empty: no limits")
+	cli.DurationVar(fs, &c.RateLimitLead, "rate-limit-lead", c.RateLimitLead, "how long before its slot a throttled job comes back from delayed, to wait the rest in process")
+	cli.DurationVar(fs, &c.RateLimitMargin, "rate-limit-margin", c.RateLimitMargin, "slack per second in a limit's slot spacing (costs margin/1s of the rate): lets a schedule delayed by late starts catch up")
 	fs.StringVar(&f.handle, "handle", "", "built-in handlers by job type: \"type=noop,type2=sleep\"")
 	fs.StringVar(&f.http, "http", "", "http handlers by job type: \"type=https://host/path,...\" (POST the payload)")
 	fs.StringVar(&f.other, "handle-other", "", "built-in handler for every other job type: noop or sleep (empty: such jobs go dead)")
