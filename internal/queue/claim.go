@@ -25,8 +25,9 @@ type Claimed struct {
 // KEYS[3] inflight  zset: leased ids by lease deadline
 // KEYS[4] attempts  hash: id -> attempts so far
 // KEYS[5] leases    hash: id -> group
-// KEYS[5+2g-1]      ready:<candidate g>, g = 1..m
-// KEYS[5+2g]        group:<candidate g>
+// KEYS[6] stats     hash: its ready field goes down by the jobs claimed
+// KEYS[6+2g-1]      ready:<candidate g>, g = 1..m
+// KEYS[6+2g]        group:<candidate g>
 // ARGV[1] K, most jobs to claim   ARGV[2] lease deadline, Unix ms   ARGV[3] m
 // ARGV[3+g]         name of candidate g
 // Returns a flat array: id, group, attempt for each claimed job, in the
@@ -43,7 +44,7 @@ for g = 1, m do
   local name = ARGV[3+g]
   local score = redis.call('ZSCORE', KEYS[1], name)
   if score then
-    local f = redis.call('HMGET', KEYS[5+2*g], 'weight', 'total', 'relayed', 'done', 'dead', 'cancelled')
+    local f = redis.call('HMGET', KEYS[6+2*g], 'weight', 'total', 'relayed', 'done', 'dead', 'cancelled')
     local w = math.max(tonumber(f[1] or '1'), 1)
     -- Shortest job first, by what is left: a group's weight is its
     -- priority's, times 4 with at most 100 jobs left, times 2 with at most
@@ -53,7 +54,7 @@ for g = 1, m do
     if size <= 0 then size = tonumber(f[3] or '0') end
     local remaining = size - tonumber(f[4] or '0') - tonumber(f[5] or '0') - tonumber(f[6] or '0')
     if remaining <= 100 then w = w * 4 elseif remaining <= 10000 then w = w * 2 end
-    local left = redis.call('LLEN', KEYS[5+2*g-1])
+    local left = redis.call('LLEN', KEYS[6+2*g-1])
     cand[#cand+1] = {g = g, name = name, score = tonumber(score), w = w, left = left, take = 0}
   end
 end
@@ -74,8 +75,8 @@ while #order < K do
 end
 for _, c in ipairs(cand) do
   if c.take > 0 then
-    c.ids, c.next = redis.call('LPOP', KEYS[5+2*c.g-1], c.take), 1
-    redis.call('HINCRBY', KEYS[5+2*c.g], 'running', c.take)
+    c.ids, c.next = redis.call('LPOP', KEYS[6+2*c.g-1], c.take), 1
+    redis.call('HINCRBY', KEYS[6+2*c.g], 'running', c.take)
   end
 end
 local out, inflight, leases = {}, {}, {}
@@ -94,7 +95,7 @@ end
 for _, c in ipairs(cand) do
   if c.take == c.left then
     redis.call('ZREM', KEYS[1], c.name)
-    redis.call('HSET', KEYS[5+2*c.g], 'vfinish', c.score)
+    redis.call('HSET', KEYS[6+2*c.g], 'vfinish', c.score)
   elseif c.take > 0 then
     redis.call('ZADD', KEYS[1], 'XX', c.score, c.name)
   end
@@ -103,6 +104,7 @@ if #order > 0 then
   redis.call('ZADD', KEYS[3], unpack(inflight))
   redis.call('HSET', KEYS[5], unpack(leases))
   redis.call('SET', KEYS[2], vt)
+  redis.call('HINCRBY', KEYS[6], 'ready', -#order)
 end
 return out
 `)
@@ -121,7 +123,7 @@ func (p *Pool) Claim(ctx context.Context, part, max int, leaseUntil time.Time) (
 	if err != nil || len(names) == 0 {
 		return nil, err
 	}
-	ks := []string{keys.Groups(), keys.VirtualTime(), keys.Inflight(), keys.Attempts(), keys.Leases()}
+	ks := []string{keys.Groups(), keys.VirtualTime(), keys.Inflight(), keys.Attempts(), keys.Leases(), keys.Stats()}
 	args := []any{max, leaseUntil.UnixMilli(), len(names)}
 	for _, g := range names {
 		ks = append(ks, keys.Ready(g), keys.Group(g))

@@ -67,7 +67,8 @@ type Result struct {
 // lets a relay approach Redis's limit.
 //
 // KEYS[1] fence:<topic>   string: newest lock token seen for the topic
-// KEYS[2] stats           hash: partition counters
+// KEYS[2] stats           hash: partition counters; its ready field counts
+// the ids on the ready lists of active groups (luaReadyCounter)
 // KEYS[3] groups          zset: active groups by virtual time
 // KEYS[4] vt              string: the partition's virtual clock
 // KEYS[5] delayed         zset: job ids by due time
@@ -113,7 +114,7 @@ end
 -- Jobs: dedupe and write in one command each. The env field exists for as
 -- long as the job's hash does.
 local codes, per = {}, {}
-local relayed, deduped, readyCount = 0, 0, 0
+local relayed, deduped, readyCount, readied = 0, 0, 0, 0
 local function group(g)
   local c = per[g]
   if not c then c = {jobs = {}, ready = {}, delayed = {}, weight = 1, total = 0, dropped = 0}; per[g] = c end
@@ -203,6 +204,7 @@ for g, c in pairs(per) do
       if not fresh then start = math.max(vt, tonumber(redis.call('HGET', gk, 'vfinish') or '0')) end
       redis.call('ZADD', KEYS[3], start, name)
     end
+    readied = readied + #c.ready
     if c.close then redis.call('HSET', gk, 'closed_ms', now) end
     if c.callback then redis.call('HSET', gk, 'callback_url', c.callback) end
     if c.close or c.dropped > 0 then
@@ -213,6 +215,7 @@ for g, c in pairs(per) do
 end
 if relayed > 0 then redis.call('HINCRBY', KEYS[2], 'relayed', relayed) end
 if deduped > 0 then redis.call('HINCRBY', KEYS[2], 'deduped', deduped) end
+if readied > 0 then redis.call('HINCRBY', KEYS[2], 'ready', readied) end
 if readyCount > 0 then
   -- One token is enough: a consumer that finds more work than it can take
   -- wakes the next one.

@@ -42,19 +42,24 @@ const cancelledKeep = 24 * time.Hour
 // list's head; each is removed only if still there.
 //
 // KEYS[1] group:<g>   KEYS[2] ready:<g>   KEYS[3] groups   KEYS[4] completed
-// KEYS[4+i] job:<id i>, i = 1..n
+// KEYS[5] stats: the call that takes the group out of the fair order takes
+// its whole ready list off the partition's ready count (they can no longer
+// be claimed); later calls only remove ids
+// KEYS[5+i] job:<id i>, i = 1..n
 // ARGV[1] now, Unix ms   ARGV[2] seconds to keep a cancelled job
 // ARGV[3] the group's name   ARGV[4] n   ARGV[4+i] id i
 // Returns how many jobs it removed.
 var cancelScript = newScript(luaGroupEnded + `
 local now, keep, name, n = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 redis.call('HSETNX', KEYS[1], 'cancelled_ms', now)
-redis.call('ZREM', KEYS[3], name)
+if redis.call('ZREM', KEYS[3], name) == 1 then
+  redis.call('HINCRBY', KEYS[5], 'ready', -redis.call('LLEN', KEYS[2]))
+end
 local removed = 0
 for i = 1, n do
   if redis.call('LREM', KEYS[2], 1, ARGV[4+i]) == 1 then
-    redis.call('HSET', KEYS[4+i], 'state', 'cancelled')
-    redis.call('EXPIRE', KEYS[4+i], keep)
+    redis.call('HSET', KEYS[5+i], 'state', 'cancelled')
+    redis.call('EXPIRE', KEYS[5+i], keep)
     removed = removed + 1
   end
 end
@@ -83,7 +88,7 @@ func (p *Pool) CancelGroup(ctx context.Context, group string, now time.Time) (in
 				return total, nil
 			}
 		}
-		keys := []string{k.Group(group), k.Ready(group), k.Groups(), k.Completed()}
+		keys := []string{k.Group(group), k.Ready(group), k.Groups(), k.Completed(), k.Stats()}
 		args := []any{now.UnixMilli(), keep, group, len(ids)}
 		for _, id := range ids {
 			keys = append(keys, k.Job(id))

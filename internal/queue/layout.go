@@ -116,6 +116,11 @@ func (k Keys) WorkerCount() string { return k.prefix + "workers" }
 // Cmd is the partition's list of coordinator commands.
 func (k Keys) Cmd() string { return k.prefix + "cmd" }
 
+// Consumers is the partition's hash of consumer heartbeats: consumer id ->
+// "<workers>:<unix ms>:<busy ms>", refreshed by each worker consumer every
+// maintenance tick (see Heartbeat). The coordinator sums the live ones.
+func (k Keys) Consumers() string { return k.prefix + "consumers" }
+
 // Fence holds the newest relay lock token seen for topic; writes with an
 // older one are refused.
 func (k Keys) Fence(topic string) string { return k.prefix + "fence:" + topic }
@@ -130,6 +135,8 @@ func (k Keys) Completed() string { return k.prefix + "completed" }
 func (k Keys) Completing() string { return k.prefix + "completing" }
 
 // Stats is the partition's hash of counters (relayed, deduped, fenced, ...).
+// Its ready field is the partition's ready depth: the ids on the ready
+// lists of the groups in Groups, kept by the scripts that move them.
 func (k Keys) Stats() string { return k.prefix + "stats" }
 
 // ParsePartitionAddrs reads "0=host:port,3=host:port": partitions that live

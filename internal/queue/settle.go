@@ -212,10 +212,10 @@ func (p *Pool) fail(ctx context.Context, part int, job Claimed, cause string, ne
 //
 // KEYS[1] source    zset: inflight (reaper, release) or delayed (promoter)
 // KEYS[2] groups    KEYS[3] vt   KEYS[4] leases   KEYS[5] attempts   KEYS[6] wake
-// KEYS[7] completed
-// KEYS[7+3i-2]      ready:<group of candidate i>, i = 1..n
-// KEYS[7+3i-1]      group:<group of candidate i>
-// KEYS[7+3i]        job:<candidate i>
+// KEYS[7] completed   KEYS[8] stats: its ready field goes up by the jobs put back
+// KEYS[8+3i-2]      ready:<group of candidate i>, i = 1..n
+// KEYS[8+3i-1]      group:<group of candidate i>
+// KEYS[8+3i]        job:<candidate i>
 // ARGV[1] now, Unix ms: only members scored at or before it move
 // ARGV[2] n   ARGV[3] group counter to decrement: running or delayed
 // ARGV[4] 1 to take back the attempt (a release: the job did not fail), else 0
@@ -228,7 +228,7 @@ local moved, vt = 0
 -- Last candidate first: pushing each to the front keeps their order.
 for i = n, 1, -1 do
   local id, group = ARGV[5+2*i-1], ARGV[5+2*i]
-  local rk, gk, jk = KEYS[7+3*i-2], KEYS[7+3*i-1], KEYS[7+3*i]
+  local rk, gk, jk = KEYS[8+3*i-2], KEYS[8+3*i-1], KEYS[8+3*i]
   local due = redis.call('ZSCORE', KEYS[1], id)
   if due and tonumber(due) <= now then
     redis.call('ZREM', KEYS[1], id)
@@ -253,6 +253,7 @@ for i = n, 1, -1 do
   end
 end
 if moved > 0 then
+  redis.call('HINCRBY', KEYS[8], 'ready', moved)
   redis.call('RPUSH', KEYS[6], 1)
   redis.call('LTRIM', KEYS[6], -1, -1)
 end
@@ -312,7 +313,7 @@ func dueBy(key string, now time.Time, max int) redis.ZRangeArgs {
 
 func (p *Pool) returnJobs(ctx context.Context, part int, source, counter string, uncount bool, ids []string, groupAt func(int) string, now time.Time) (int, error) {
 	k := p.layout.Keys(part)
-	ks := []string{source, k.Groups(), k.VirtualTime(), k.Leases(), k.Attempts(), k.Wake(), k.Completed()}
+	ks := []string{source, k.Groups(), k.VirtualTime(), k.Leases(), k.Attempts(), k.Wake(), k.Completed(), k.Stats()}
 	flag := 0
 	if uncount {
 		flag = 1

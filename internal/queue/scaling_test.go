@@ -1,0 +1,171 @@
+package queue
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// readyTruth is the ready depth counted the slow way: the ids on the ready
+// lists of the active groups.
+func readyTruth(t *testing.T, p *Pool, part int) int64 {
+	t.Helper()
+	ctx := context.Background()
+	k := p.Layout().Keys(part)
+	groups, err := p.Client(part).ZRange(ctx, k.Groups(), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	for _, g := range groups {
+		l, _ := p.Client(part).LLen(ctx, k.Ready(g)).Result()
+		n += l
+	}
+	return n
+}
+
+func wantReady(t *testing.T, p *Pool, what string, want int64) {
+	t.Helper()
+	l, err := p.Load(context.Background(), 0, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if truth := readyTruth(t, p, 0); l.Ready != want || truth != want {
+		t.Fatalf("%s: ready depth %d, lists hold %d, want %d", what, l.Ready, truth, want)
+	}
+}
+
+// The ready counter follows every script that moves ids onto or off the
+// ready lists: enqueue (ready, not delayed), claim, fail (to delayed),
+// promote, reap, release, ack and cancel.
+func TestReadyDepthFollowsEveryMove(t *testing.T) {
+	p, _ := onePartition(t)
+	ctx := context.Background()
+	wantReady(t, p, "empty", 0)
+	enqueueGroup(t, p, "a", 10, 1)
+	enqueueGroup(t, p, "b", 5, 1)
+	later := item("later", "a")
+	later.RunAt = now.Add(time.Hour)
+	dup := item("a-0", "a")
+	if _, err := p.Enqueue(ctx, 1, []Item{later, dup}, now); err != nil {
+		t.Fatal(err)
+	}
+	wantReady(t, p, "enqueued 15 ready, 1 delayed, 1 duplicate", 15)
+
+	jobs, _ := p.Claim(ctx, 0, 6, now.Add(time.Second))
+	wantReady(t, p, "claimed 6", 9)
+	limits := DeadLimits{Max: 10, Keep: time.Hour}
+	p.Fail(ctx, 0, jobs[0], "retry", now.Add(time.Second), now, limits)
+	p.Fail(ctx, 0, jobs[1], "dead", time.Time{}, now, limits)
+	p.AckMany(ctx, 0, []Done{{Job: jobs[2]}}, now, time.Hour)
+	wantReady(t, p, "failed, dead and acked", 9)
+	groupOf := func(id string) (string, error) {
+		if id == "later" {
+			return "a", nil
+		}
+		return jobs[0].Group, nil
+	}
+	if n, _ := p.Promote(ctx, 0, 10, now.Add(2*time.Hour), groupOf); n != 2 {
+		t.Fatalf("promoted %d, want 2", n)
+	}
+	wantReady(t, p, "promoted 2", 11)
+	if n, _ := p.Release(ctx, 0, jobs[5:]); n != 1 {
+		t.Fatalf("released %d", n)
+	}
+	wantReady(t, p, "released 1", 12)
+	if n, _ := p.Reap(ctx, 0, 10, now.Add(2*time.Second)); n != 2 {
+		t.Fatalf("reaped %d, want 2 (jobs[3], jobs[4])", n)
+	}
+	wantReady(t, p, "reaped 2", 14)
+	ready := readyTruth(t, p, 0)
+	bLeft, _ := p.Client(0).LLen(ctx, p.Layout().Keys(0).Ready("b")).Result()
+	if _, err := p.CancelGroup(ctx, "b", now); err != nil {
+		t.Fatal(err)
+	}
+	wantReady(t, p, "cancelled b", ready-bLeft)
+	for {
+		js, err := p.Claim(ctx, 0, 100, now.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(js) == 0 {
+			break
+		}
+	}
+	wantReady(t, p, "claimed the rest", 0)
+}
+
+// A counter that drifted (jobs queued before it existed, a hand edit) is
+// set back to 0 once no group is active: then nothing is ready.
+func TestReadyDepthHealsWhenNothingIsActive(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	k := p.Layout().Keys(0)
+	r.Client().HSet(ctx, k.Stats(), "ready", 42)
+	wantReady(t, p, "drifted, nothing active", 0)
+	if v, _ := r.Client().HGet(ctx, k.Stats(), "ready").Result(); v != "0" {
+		t.Fatalf("stored counter %q, want 0", v)
+	}
+	// A negative drift reads as 0 while groups are active.
+	enqueueGroup(t, p, "g", 3, 1)
+	r.Client().HIncrBy(ctx, k.Stats(), "ready", -10)
+	if l, _ := p.Load(ctx, 0, time.Minute); l.Ready != 0 {
+		t.Fatalf("negative counter read as %d", l.Ready)
+	}
+}
+
+func TestHeartbeatsAndLoad(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	k := p.Layout().Keys(0)
+	if cp, err := p.Heartbeat(ctx, 0, "w1", 4, 1500*time.Millisecond); err != nil || cp != 0 {
+		t.Fatalf("first heartbeat: %d %v", cp, err)
+	}
+	r.Client().Set(ctx, k.WorkerCount(), 6, 0)
+	if cp, err := p.Heartbeat(ctx, 0, "w2", 6, 0); err != nil || cp != 6 {
+		t.Fatalf("heartbeat with a checkpoint: %d %v", cp, err)
+	}
+	// A consumer that died long ago, and garbage: both forgotten.
+	old := strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10)
+	r.Client().HSet(ctx, k.Consumers(), "dead", "8:"+old+":0", "junk", "x")
+	l, err := p.Load(ctx, 0, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Checkpoint != 6 || len(l.Consumers) != 2 || l.Consumers["w1"].Workers != 4 || l.Consumers["w1"].Busy != 1500*time.Millisecond || l.Consumers["w2"].Workers != 6 {
+		t.Fatalf("load: %+v", l)
+	}
+	// Redis's clock stamps the heartbeats and the read alike.
+	if age := l.Now.Sub(l.Consumers["w1"].At); age < 0 || age > 5*time.Second || time.Since(l.Now).Abs() > 5*time.Second {
+		t.Fatalf("heartbeat at %s, read at %s", l.Consumers["w1"].At, l.Now)
+	}
+	if left, _ := r.Client().HKeys(ctx, k.Consumers()).Result(); len(left) != 2 {
+		t.Fatalf("heartbeats left: %v", left)
+	}
+	if err := p.Leave(ctx, 0, "w1"); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := p.Load(ctx, 0, time.Minute); len(l.Consumers) != 1 {
+		t.Fatalf("after leaving: %+v", l.Consumers)
+	}
+}
+
+func TestPushCommandIsTheSeedsForm(t *testing.T) {
+	p := newPool(t, 4, testenv.Redis(t).Addr(), nil)
+	ctx := context.Background()
+	c := Command{Type: ScaleUp, Partition: 2, TargetWorkers: 24, Reason: "PWQD threshold exceeded for 3 consecutive cycles"}
+	if err := p.PushCommand(ctx, c); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := p.Client(2).LRange(ctx, p.Layout().Keys(2).Cmd(), 0, -1).Result()
+	want := `{"type":"SCALE_UP","partition":2,"targetWorkers":24,"reason":"PWQD threshold exceeded for 3 consecutive cycles"}`
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("cmd list %q, want %q", got, want)
+	}
+	if err := p.PushCommand(ctx, Command{Type: ScaleUp, Partition: 4, TargetWorkers: 1}); err == nil {
+		t.Fatal("a command for partition 4 of 4 was pushed")
+	}
+}
