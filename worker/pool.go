@@ -4,10 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/queue"
 )
 
 // slots is a partition's resizable pool: how many jobs may run at once.
@@ -18,9 +23,41 @@ type slots struct {
 	limit   int
 	used    int
 	changed chan struct{} // closed at every release and resize
+	// busy is the integral of used over time up to since: the heartbeat
+	// reports it, so that the coordinator sees how many workers the load
+	// keeps busy, not only how many there are.
+	busy  time.Duration
+	since time.Time
+	// id names this consumer in its partition's heartbeats.
+	id string
+	// resizing serialises the two writers of limit that read Redis first
+	// (a command's SetWorkers, the heartbeat following the checkpoint), so
+	// that a stale read cannot undo a newer resize.
+	resizing sync.Mutex
 }
 
-func newSlots(limit int) *slots { return &slots{limit: limit, changed: make(chan struct{})} }
+func newSlots(limit int) *slots {
+	host, _ := os.Hostname()
+	return &slots{
+		limit: limit, changed: make(chan struct{}), since: time.Now(),
+		id: fmt.Sprintf("%s/%d/%08x", host, os.Getpid(), rand.Uint32()),
+	}
+}
+
+// account adds the busy time since the last change. Under s.mu.
+func (s *slots) account() {
+	now := time.Now()
+	s.busy += time.Duration(s.used) * now.Sub(s.since)
+	s.since = now
+}
+
+// busyTime is the slots' busy time since they were made.
+func (s *slots) busyTime() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.account()
+	return s.busy
+}
 
 func (s *slots) signal() {
 	close(s.changed)
@@ -36,12 +73,14 @@ func (s *slots) free() (int, <-chan struct{}) {
 
 func (s *slots) take() {
 	s.mu.Lock()
+	s.account()
 	s.used++
 	s.mu.Unlock()
 }
 
 func (s *slots) release() {
 	s.mu.Lock()
+	s.account()
 	s.used--
 	s.signal()
 	s.mu.Unlock()
@@ -84,6 +123,8 @@ func (w *Worker) SetWorkers(ctx context.Context, part, n int) error {
 	if !ok {
 		return fmt.Errorf("partition %d is not served here", part)
 	}
+	s.resizing.Lock()
+	defer s.resizing.Unlock()
 	if err := w.pool.Client(part).Set(ctx, w.pool.Layout().Keys(part).WorkerCount(), n, 0).Err(); err != nil {
 		return fmt.Errorf("checkpointing the worker count: %w", err)
 	}
@@ -115,14 +156,42 @@ func (w *Worker) checkpointed(ctx context.Context, part, fallback int) int {
 	return n
 }
 
+// heartbeat publishes the pool size and busy time of this process's
+// consumer of part for the coordinator's scaler, and follows the
+// partition's checkpointed worker count: a command reaches one consumer of
+// the partition, which checkpoints it, and the others (in other processes)
+// pick it up here, within a maintenance tick. A failed heartbeat is left
+// for the next tick: the consumer logs Redis trouble already.
+func (w *Worker) heartbeat(ctx context.Context, part int) {
+	w.mu.RLock()
+	s := w.pools[part]
+	w.mu.RUnlock()
+	s.resizing.Lock()
+	defer s.resizing.Unlock()
+	size := s.size()
+	cp, err := w.pool.Heartbeat(ctx, part, s.id, size, s.busyTime())
+	if err != nil || cp < 1 || cp > MaxWorkersPerPartition || cp == size {
+		return
+	}
+	s.resize(cp)
+	w.m.workers.WithLabelValues(strconv.Itoa(part)).Set(float64(cp))
+	w.log.Info("worker count follows the partition's checkpoint", "partition", part, "workers", cp, "was", size)
+}
+
+// leave takes the heartbeat of this process's consumer of part away, so
+// that its workers stop counting at once rather than when it ages out.
+func (w *Worker) leave(part int) {
+	w.mu.RLock()
+	s := w.pools[part]
+	w.mu.RUnlock()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	w.pool.Leave(ctx, part, s.id)
+}
+
 // Command is a coordinator command on a partition's command list (DESIGN:
 // {"type":"SCALE_UP","partition":2,"targetWorkers":24,"reason":"..."}).
-type Command struct {
-	Type          string `json:"type"`
-	Partition     int    `json:"partition"`
-	TargetWorkers int    `json:"targetWorkers"`
-	Reason        string `json:"reason"`
-}
+type Command = queue.Command
 
 // apply carries out a command read from part's command list.
 func (w *Worker) apply(ctx context.Context, part int, raw string) {
@@ -132,7 +201,7 @@ func (w *Worker) apply(ctx context.Context, part int, raw string) {
 		return
 	}
 	switch c.Type {
-	case "SCALE_UP", "SCALE_DOWN":
+	case queue.ScaleUp, queue.ScaleDown:
 		if c.Partition != part {
 			w.log.Error("ignoring a command for another partition", "partition", part, "command", raw)
 			return

@@ -211,12 +211,14 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// maintain returns expired leases, promotes due retries and applies
-// coordinator commands, every Maintain.
+// maintain returns expired leases, promotes due retries, applies
+// coordinator commands and sends the consumer's heartbeat, every Maintain.
 func (w *Worker) maintain(ctx context.Context, part int) {
 	t := time.NewTicker(w.cfg.Maintain)
 	defer t.Stop()
 	groupOf := w.groupOf(ctx, part)
+	defer w.leave(part)
+	w.heartbeat(ctx, part)
 	for {
 		select {
 		case <-ctx.Done():
@@ -232,6 +234,7 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 			}
 			w.apply(ctx, part, raw)
 		}
+		w.heartbeat(ctx, part)
 		now := w.cfg.Now()
 		if n, err := w.pool.Reap(ctx, part, 100, now); err == nil && n > 0 {
 			w.count("reaped", "", n)
