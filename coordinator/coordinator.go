@@ -75,6 +75,17 @@ type Config struct {
 	SpillAbove int64
 	SpillDir   string
 
+	// ScaleEvery is the scaler's cycle: every partition's ready depth and
+	// live workers are read, and SCALE_UP / SCALE_DOWN commands pushed,
+	// this often. 0 turns the scaler off.
+	ScaleEvery time.Duration
+	// Scaling are the scaling parameters when the Consul key
+	// sluice/<stage>/scaling is absent; its fields override them live.
+	Scaling Params
+	// ConsumerTTL is how old a consumer's heartbeat may be and still
+	// count; heartbeats ten times as old are removed.
+	ConsumerTTL time.Duration
+
 	// Reducer makes the reducer of each group; nil: JSONReducer.
 	Reducer ReducerFactory
 	// Now is the clock of the timestamps recorded; default time.Now.
@@ -104,6 +115,9 @@ func DefaultConfig() Config {
 		CallbackMaxAttempts: 20,
 		CallbackGiveUp:      24 * time.Hour,
 		SpillAbove:          4 << 20,
+		ScaleEvery:          5 * time.Second,
+		Scaling:             DefaultParams(),
+		ConsumerTTL:         15 * time.Second,
 	}
 }
 
@@ -123,6 +137,15 @@ func (c *Config) check() error {
 		return errors.New("callback max attempts must not be negative")
 	case c.GroupWait <= 0 || c.RescanEvery <= 0:
 		return errors.New("group wait and rescan interval must be positive")
+	case c.ScaleEvery < 0:
+		return errors.New("scale interval must not be negative (0 turns scaling off)")
+	case c.ScaleEvery > 0 && c.ConsumerTTL <= 0:
+		return errors.New("consumer TTL must be positive")
+	}
+	if c.ScaleEvery > 0 {
+		if err := c.Scaling.Check(); err != nil {
+			return fmt.Errorf("scaling: %w", err)
+		}
 	}
 	return nil
 }
@@ -139,6 +162,7 @@ type Coordinator struct {
 	m      *metrics
 	held   atomic.Bool
 	close  sync.Once
+	params atomic.Pointer[Params] // in force: Consul's, else cfg.Scaling
 }
 
 // New checks cfg and builds a coordinator; it connects to nothing yet.
@@ -177,10 +201,13 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 		return nil, fmt.Errorf("consul: %w", err)
 	}
 	reg := ops.NewRegistry()
-	return &Coordinator{
+	c := &Coordinator{
 		cfg: cfg, log: log, pool: pool, consul: cc, http: newCallbackClient(cfg.CallbackTimeout),
 		reg: reg, m: newMetrics(reg),
-	}, nil
+	}
+	p := cfg.Scaling
+	c.params.Store(&p)
+	return c, nil
 }
 
 // Registry holds the coordinator's metrics.
@@ -197,11 +224,19 @@ func (c *Coordinator) Close() error {
 }
 
 // Run contends for the coordinator lock until ctx ends. While it holds the
-// lock it runs a group watcher per Redis partition; when it loses the lock
-// it stops them and contends again. It returns nil once ctx has ended and
-// every watcher has stopped (a watcher blocked on Redis takes up to
-// GroupWait), and an error only when contending cannot succeed.
+// lock it runs a group watcher per Redis partition and the scaler; when it
+// loses the lock it stops them and contends again. It follows the scaling
+// parameters in Consul all along, so that a standby that takes over knows
+// them. It returns nil once ctx has ended and every watcher has stopped (a
+// watcher blocked on Redis takes up to GroupWait), and an error only when
+// contending cannot succeed.
 func (c *Coordinator) Run(ctx context.Context) error {
+	if c.cfg.ScaleEvery > 0 {
+		wctx, stop := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() { defer close(watched); c.watchParams(wctx) }()
+		defer func() { stop(); <-watched }()
+	}
 	key, _ := consul.Key(c.cfg.Stage, "coordinator", "lock")
 	lockDelay := c.cfg.LockDelay
 	if lockDelay == 0 {
@@ -217,10 +252,13 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		c.m.lockAcquired.Inc()
 		c.setHeld(true)
 		defer c.setHeld(false)
-		c.log.Info("coordinator lock held: watching groups", "token", lease.Token())
+		c.log.Info("coordinator lock held: watching groups", "token", lease.Token(), "scaling", c.cfg.ScaleEvery > 0)
 		var wg sync.WaitGroup
 		for part := range c.cfg.Partitions {
 			wg.Go(func() { c.newGroupWatcher(part, lease.Valid).run(lctx) })
+		}
+		if c.cfg.ScaleEvery > 0 {
+			wg.Go(func() { c.newScaler(lease.Valid).run(lctx) })
 		}
 		wg.Wait()
 		c.log.Info("coordinator stopped working", "token", lease.Token(), "cause", context.Cause(lctx))

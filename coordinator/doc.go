@@ -2,8 +2,10 @@
 // of a stage holds the lock sluice/<stage>/coordinator/lock; while it does,
 // it runs a group watcher per Redis partition (groups.go): bulk groups whose
 // jobs have all ended are aggregated by a Reducer and their callbacks POSTed,
-// retried with backoff until delivered or given up. The other processes
-// stand by. Per-partition scaling (PWQD) and the canary monitor are issue 6
-// and will run under the same lock. docs/coordinator.md is the operator's
-// guide.
+// retried with backoff until delivered or given up. Beside them runs the
+// scaler (scaler.go): every cycle it reads each partition's ready depth and
+// live workers, and the algorithm of scaling.go (a pure function) decides
+// SCALE_UP and SCALE_DOWN commands on per-worker queue depth (PWQD). The
+// other processes stand by. The canary monitor will run under the same
+// lock. docs/coordinator.md is the operator's guide.
 package coordinator

@@ -12,6 +12,22 @@ type metrics struct {
 	aggregation     prometheus.Histogram
 	delivering      prometheus.Gauge
 	redisErrors     prometheus.Counter
+
+	// The scaler's, per partition; reset when it stops (a standby shows none).
+	scaleReady     *prometheus.GaugeVec
+	scaleWorkers   *prometheus.GaugeVec
+	scaleConsumers *prometheus.GaugeVec
+	scaleBusy      *prometheus.GaugeVec
+	scalePWQD      *prometheus.GaugeVec
+	scaleTarget    *prometheus.GaugeVec
+	scaleDecisions *prometheus.CounterVec // partition, type
+	scaleCycles    prometheus.Counter
+}
+
+func (m *metrics) resetScaling() {
+	for _, g := range []*prometheus.GaugeVec{m.scaleReady, m.scaleWorkers, m.scaleConsumers, m.scaleBusy, m.scalePWQD, m.scaleTarget} {
+		g.Reset()
+	}
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -43,10 +59,35 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_coordinator_groups_delivering", Help: "Completed groups being aggregated or delivered now, retries included.",
 		}),
 		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_coordinator_redis_errors_total", Help: "Redis calls of the group watchers that failed and were retried.",
+			Name: "sluice_coordinator_redis_errors_total", Help: "Redis calls of the group watchers and the scaler that failed and were retried.",
+		}),
+		scaleReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_coordinator_scaling_ready_jobs", Help: "Ready depth per partition at the last scaling cycle: jobs a consumer could claim now.",
+		}, []string{"partition"}),
+		scaleWorkers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_coordinator_scaling_workers", Help: "Live workers per partition at the last scaling cycle: the pool sizes of the live consumers' heartbeats, summed.",
+		}, []string{"partition"}),
+		scaleConsumers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_coordinator_scaling_consumers", Help: "Live consumers per partition (heartbeat younger than --consumer-ttl).",
+		}, []string{"partition"}),
+		scaleBusy: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_coordinator_scaling_busy_workers", Help: "Workers per partition the load kept busy on average since the last cycle (0 while unknown).",
+		}, []string{"partition"}),
+		scalePWQD: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_coordinator_scaling_pwqd", Help: "Per-worker queue depth per partition: ready jobs / live workers (+Inf: jobs and no worker).",
+		}, []string{"partition"}),
+		scaleTarget: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_coordinator_scaling_target_workers", Help: "Workers per consumer the scaler wants for the partition (the last command's targetWorkers, or the checkpoint it started from).",
+		}, []string{"partition"}),
+		scaleDecisions: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_coordinator_scaling_decisions_total", Help: "Commands the scaler pushed, per partition and type (SCALE_UP, SCALE_DOWN).",
+		}, []string{"partition", "type"}),
+		scaleCycles: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_coordinator_scaling_cycles_total", Help: "Scaling cycles run (one reads every partition).",
 		}),
 	}
 	reg.MustRegister(m.lockHeld, m.lockAcquired, m.groupsCompleted, m.callbacks, m.attempts,
-		m.deliveryLatency, m.aggregation, m.delivering, m.redisErrors)
+		m.deliveryLatency, m.aggregation, m.delivering, m.redisErrors,
+		m.scaleReady, m.scaleWorkers, m.scaleConsumers, m.scaleBusy, m.scalePWQD, m.scaleTarget, m.scaleDecisions, m.scaleCycles)
 	return m
 }
