@@ -16,7 +16,10 @@ import (
 func init() {
 	cli.Describe("coordinator", "The coordinator: the holder of the Consul lock sluice/<stage>/coordinator/lock watches every Redis partition\n"+
 		"for completed bulk groups, aggregates their items' results and POSTs each group's callback, retried with\n"+
-		"backoff until a 2xx or given up (callback_state failed). Other coordinators stand by. Ops: /healthz, /readyz, /metrics.")
+		"backoff until a 2xx or given up (callback_state failed). It also scales each partition's workers on its\n"+
+		"per-worker queue depth (PWQD = ready jobs / live workers): SCALE_UP / SCALE_DOWN commands on the partition's\n"+
+		"cmd list. The --scale-* flags are defaults; the JSON in Consul KV sluice/<stage>/scaling overrides them live.\n"+
+		"Other coordinators stand by. Ops: /healthz, /readyz, /metrics.")
 }
 
 // coordinatorFlags are sluice coordinator's flags: the coordinator's Config
@@ -51,6 +54,14 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.CallbackGiveUp, "callback-give-up", c.CallbackGiveUp, "give up once the next attempt would start this long after the first (0: no limit)")
 	fs.Int64Var(&c.SpillAbove, "spill-above", c.SpillAbove, "callback bodies larger than this many bytes are built in a temporary file, not in memory")
 	fs.StringVar(&c.SpillDir, "spill-dir", "", "directory for those files (default: the system's temporary directory)")
+	cli.DurationVar(fs, &c.ScaleEvery, "scale-every", c.ScaleEvery, "scaling cycle: every partition's ready depth and live workers are read this often (0: no scaling)")
+	fs.Float64Var(&c.Scaling.Threshold, "scale-threshold", c.Scaling.Threshold, "PWQD (ready jobs per live worker) above which a partition is under pressure")
+	fs.IntVar(&c.Scaling.Cycles, "scale-cycles", c.Scaling.Cycles, "consecutive cycles above the threshold before the workers double (K)")
+	fs.IntVar(&c.Scaling.Base, "scale-base", c.Scaling.Base, "workers per consumer the scaler never goes below; set it to the workers' --workers")
+	fs.IntVar(&c.Scaling.MaxFactor, "scale-max-factor", c.Scaling.MaxFactor, "the most workers per consumer, as a multiple of the base")
+	fs.IntVar(&c.Scaling.Max, "scale-max", c.Scaling.Max, "the most workers per consumer, instead of base x factor (0: base x factor)")
+	cli.DurationVar(fs, &c.Scaling.HalfLife, "scale-half-life", c.Scaling.HalfLife, "once the load has fallen, the workers decay half the way to the base per half-life")
+	cli.DurationVar(fs, &c.ConsumerTTL, "consumer-ttl", c.ConsumerTTL, "a consumer's heartbeat older than this no longer counts (ten times older: removed)")
 	f.logging.Register(fs)
 }
 

@@ -231,11 +231,13 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	workerDone, stopWorker := servePart("worker", wk, workerLn)
 	stops = append(stops, stopWorker)
 
-	// The coordinator, in process: it holds its lock in the dev Consul and
-	// delivers completed bulk groups' callbacks.
+	// The coordinator, in process: it holds its lock in the dev Consul,
+	// delivers completed bulk groups' callbacks and scales the worker's
+	// partitions from its pool size (the base) up to 8x.
 	var cf coordinatorFlags
 	cf.register(flag.NewFlagSet("coordinator", flag.ContinueOnError))
 	cf.cfg.RedisAddr, cf.cfg.Partitions, cf.cfg.ConsulAddr = cfg.RedisAddr, cfg.RedisPartitions, cfg.ConsulAddr
+	cf.cfg.Scaling.Base = wf.cfg.Workers
 	cf.cfg.LockDelay = 0 // one coordinator: nobody to protect from a stale holder
 	coordLn, err := net.Listen("tcp", cfg.CoordinatorAddr)
 	if err != nil {
@@ -337,6 +339,7 @@ sluice dev is running (data in %s). Ctrl-C stops everything; jobs survive a rest
   worker   http://%s/metrics   every job type runs "noop"; type "sleep" sleeps {"ms": N}
            rate limits per resource (else tenant, else type): sluice/dev/limits/<resource> in Consul, e.g. {"rate": 10}
   coord    http://%s/metrics   the coordinator: bulk groups' callbacks (lock sluice/dev/coordinator/lock in Consul)
+           and per-partition scaling on PWQD; parameters: sluice/dev/scaling in Consul, e.g. {"threshold": 50}
 
 Enqueue a job:
   curl -sS -X POST %s/v1/topics/%s/jobs -H 'Content-Type: application/json' \
