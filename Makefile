@@ -10,7 +10,7 @@ GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.slu
 TEST_P  ?= 2
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build run test deps redis consul modules fuzz bench bench-gate bench-relay bench-asynq clean
+.PHONY: all build run test deps redis consul modules fuzz bench bench-gate bench-relay bench-asynq bench-scaling bench-scaling-full clean
 
 all: build
 
@@ -77,6 +77,18 @@ bench-relay: deps
 ## of its own: asynq is no dependency of sluice).
 bench-asynq: deps
 	cd loadtest/asynqbench && $(GO) test -run '^$$' -bench . -benchtime 1x
+
+## bench-scaling: the seed's scaling scenario scaled down (10,000 jobs of 120 ms
+## over 4 partitions, base 2 workers each, up to 8x, 1 s cycles: about 25 s)
+## against real Redis and Consul, with the real worker and coordinator.
+bench-scaling: deps
+	$(GO) test ./loadtest -run '^$$' -bench '^BenchmarkScalingScaled$$' -benchtime 1x -v
+
+## bench-scaling-full: the same at full size (100,000 jobs, 5 s cycles: about
+## 3.5 minutes); SLUICE_BENCH_SCALING_FIXED=1 runs the 8 fixed workers instead
+## (25 minutes by construction).
+bench-scaling-full: deps
+	SLUICE_BENCH_SCALING_FULL=1 $(GO) test ./loadtest -run '^$$' -bench '^BenchmarkScalingFull$$' -benchtime 1x -timeout 40m -v
 
 clean:
 	rm -rf bin .sluice
