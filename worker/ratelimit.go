@@ -87,6 +87,12 @@ func resourceKey(j *job.Job) string {
 type limiter struct {
 	w      *Worker
 	consul *consulapi.Client // nil: no limits
+	prefix string            // sluice/<stage>/limits/
+	// pool has Redis connections of the limiter's own. In the worker's
+	// pool, idle consumers' BLPOPs hold connections for up to a second,
+	// and a start or its record could queue behind them: a record that
+	// comes late lets the next start crowd a window.
+	pool *queue.Pool
 
 	mu     sync.RWMutex
 	limits map[string]Limit // by resource key
@@ -97,21 +103,36 @@ type limiter struct {
 	records  sync.WaitGroup // start times on their way to Redis
 }
 
-func newLimiter(w *Worker) (*limiter, error) {
-	l := &limiter{w: w, limits: map[string]Limit{}, known: make(chan struct{}), m: newLimitMetrics(w.m.reg)}
-	l.promoter = newPromoter(w)
+func newLimiter(w *Worker, poolCfg queue.PoolConfig) (*limiter, error) {
+	l := &limiter{w: w, pool: w.pool, limits: map[string]Limit{}, known: make(chan struct{}), m: newLimitMetrics(w.m.reg)}
+	l.promoter = newPromoter(l)
 	if w.cfg.ConsulAddr == "" {
 		close(l.known)
 		return l, nil
 	}
+	prefix, err := consul.Key(w.cfg.Stage, "limits")
+	if err != nil {
+		return nil, fmt.Errorf("worker: rate limits: %w", err)
+	}
+	l.prefix = prefix + "/"
 	cfg := consulapi.DefaultConfig()
 	cfg.Address = w.cfg.ConsulAddr
-	c, err := consulapi.NewClient(cfg)
-	if err != nil {
+	if l.consul, err = consulapi.NewClient(cfg); err != nil {
 		return nil, fmt.Errorf("worker: consul: %w", err)
 	}
-	l.consul = c
+	if l.pool, err = queue.NewPool(poolCfg); err != nil {
+		return nil, err
+	}
 	return l, nil
+}
+
+// close waits for the start records still on their way, then closes the
+// limiter's connections.
+func (l *limiter) close() {
+	l.records.Wait()
+	if l.pool != l.w.pool {
+		l.pool.Close()
+	}
 }
 
 // run follows the limits in Consul and promotes throttled jobs on time,
@@ -126,12 +147,7 @@ func (l *limiter) run(ctx context.Context) {
 		log.Warn("no Consul address: execution rate limits are off, every job runs unlimited")
 		return
 	}
-	prefix, err := consul.Key(l.w.cfg.Stage, "limits")
-	if err != nil {
-		log.Error("execution rate limits: no Consul prefix", "err", err)
-		return
-	}
-	prefix += "/"
+	prefix := l.prefix
 	go func() {
 		// Never unlimited for want of an answer: jobs wait meanwhile.
 		t := time.NewTimer(10 * time.Second)
@@ -236,7 +252,7 @@ func (c *consumer) admit(ctx context.Context, h *heldJob, j *job.Job, handler Ha
 	throttles := 0
 	for {
 		now := cfg.Now()
-		slot, err := w.pool.Reserve(ctx, queue.Reservation{
+		slot, err := l.pool.Reserve(ctx, queue.Reservation{
 			Resource: key, Job: id, Limit: lim.String(),
 			Interval: slotInterval(lim, cfg.RateLimitMargin), Burst: lim.burst(),
 			Hold: cfg.RateLimitLead, NotBefore: notBefore, Throttles: throttles,
@@ -297,7 +313,7 @@ func (l *limiter) admitStart(ctx context.Context, key, id string, lim Limit) (me
 	for {
 		now := cfg.Now()
 		member = id + ":" + strconv.FormatInt(now.UnixMicro(), 10)
-		wait, err = l.w.pool.Admit(ctx, key, member, windowCap(lim), time.Second+startGuard(cfg.RateLimitMargin), now)
+		wait, err = l.pool.Admit(ctx, key, member, windowCap(lim), time.Second+startGuard(cfg.RateLimitMargin), now)
 		if err != nil || wait == 0 {
 			return member, 0, err
 		}
@@ -334,7 +350,7 @@ func (l *limiter) recordStart(key, member string, slot queue.Slot, next Handler)
 			l.m.lag.WithLabelValues(key).Observe(max(at.Sub(slot.At), 0).Seconds())
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			defer cancel()
-			if err := l.w.pool.Started(rctx, key, member, at); err != nil {
+			if err := l.pool.Started(rctx, key, member, at); err != nil {
 				l.w.log.Warn("recording a rate-limited start failed", "job", job.ID, "resource", key, "err", err)
 			}
 		}()
@@ -394,7 +410,7 @@ func sleepUntil(ctx context.Context, now func() time.Time, at time.Time) error {
 // maintainers of the others promote them at their tick; late, such jobs
 // reserve again.
 type promoter struct {
-	w       *Worker
+	l       *limiter
 	mu      sync.Mutex
 	due     dueHeap
 	changed chan struct{} // cap 1: a new earliest due time
@@ -407,7 +423,7 @@ type dueJob struct {
 	group string
 }
 
-func newPromoter(w *Worker) *promoter { return &promoter{w: w, changed: make(chan struct{}, 1)} }
+func newPromoter(l *limiter) *promoter { return &promoter{l: l, changed: make(chan struct{}, 1)} }
 
 // at schedules the promotion of a job deferred until t.
 func (p *promoter) at(part int, t time.Time, id, group string) {
@@ -424,7 +440,7 @@ func (p *promoter) at(part int, t time.Time, id, group string) {
 }
 
 func (p *promoter) run(ctx context.Context) {
-	w := p.w
+	w := p.l.w
 	t := time.NewTimer(time.Hour)
 	defer t.Stop()
 	for {
@@ -462,7 +478,7 @@ func (p *promoter) run(ctx context.Context) {
 				return envGroup(id)
 			}
 			for {
-				n, err := w.pool.Promote(ctx, part, 500, now, groupOf)
+				n, err := p.l.pool.Promote(ctx, part, 500, now, groupOf)
 				if err != nil && ctx.Err() == nil {
 					w.log.Warn("promoting throttled jobs failed; the maintainer will", "partition", part, "err", err)
 				}

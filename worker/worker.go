@@ -1,6 +1,7 @@
 // Package worker is sluice's job execution: one consumer per Redis
 // partition claims jobs in weighted fair order, runs them on a resizable
-// pool of goroutines under leases it keeps alive while they are held, and
+// pool of goroutines under leases it keeps alive while they are held, holds
+// them to the execution rate limits of their resources (ratelimit.go), and
 // settles each: done, retried with backoff through the delayed set, or dead
 // with its last error. It is also the public handler API (Handler,
 // Permanent, RetryAfter, Middleware) for programs that embed a worker.
@@ -141,7 +142,10 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 	for _, p := range cfg.Serve {
 		w.pools[p] = newSlots(cfg.Workers)
 	}
-	if w.limits, err = newLimiter(w); err != nil {
+	if w.limits, err = newLimiter(w, queue.PoolConfig{
+		Layout: queue.Layout{Stage: cfg.Stage, Partitions: cfg.Partitions},
+		Addr:   cfg.RedisAddr, PartitionAddrs: cfg.PartitionAddrs,
+	}); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -190,6 +194,7 @@ func (w *Worker) handler(jobType string) Handler {
 // lets running jobs finish for up to Drain and hands the rest back.
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.pool.Close()
+	defer w.limits.close()
 	if err := w.pool.LoadScripts(ctx); err != nil {
 		return err
 	}
@@ -207,7 +212,6 @@ func (w *Worker) Run(ctx context.Context) error {
 		go func() { defer wg.Done(); w.maintain(ctx, p) }()
 	}
 	wg.Wait()
-	w.limits.records.Wait()
 	return nil
 }
 
