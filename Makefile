@@ -10,7 +10,7 @@ GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.slu
 TEST_P  ?= 2
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build run test deps redis consul modules fuzz bench bench-gate bench-relay bench-asynq bench-scaling bench-scaling-full clean
+.PHONY: all build run test deps redis consul modules fuzz bench bench-gate bench-relay bench-asynq bench-seed bench-seed-full bench-scaling bench-scaling-full clean
 
 all: build
 
@@ -77,6 +77,16 @@ bench-relay: deps
 ## of its own: asynq is no dependency of sluice).
 bench-asynq: deps
 	cd loadtest/asynqbench && $(GO) test -run '^$$' -bench . -benchtime 1x
+
+## bench-seed: the rate-limited seed scenario scaled down (3 x 1,000 jobs at
+## 100/s per resource, ideal 10 s) against real Redis and Consul.
+bench-seed: deps
+	$(GO) test ./loadtest -run '^$$' -bench '^BenchmarkSeedScaled$$' -benchtime 1x -v
+
+## bench-seed-full: the seed at full size (3 x 5,000 jobs at 10/s, ideal 500 s:
+## about 8.5 minutes).
+bench-seed-full: deps
+	SLUICE_BENCH_SEED_FULL=1 $(GO) test ./loadtest -run '^$$' -bench '^BenchmarkSeedFull$$' -benchtime 1x -timeout 30m -v
 
 ## bench-scaling: the seed's scaling scenario scaled down (10,000 jobs of 120 ms
 ## over 4 partitions, base 2 workers each, up to 8x, 1 s cycles: about 25 s)

@@ -74,6 +74,9 @@ type SeedReport struct {
 	// (starts before it ran late), so that it reserved a later slot: one
 	// more throttle each.
 	Rereserved int
+	// StartLag is the mean time from a job's slot to its handler's start
+	// (the worker's sluice_worker_rate_limit_start_lag_seconds).
+	StartLag time.Duration
 	// CPU is this process's CPU time (user+system) during the run: the
 	// worker, and the scenario's own bookkeeping.
 	CPU time.Duration
@@ -91,9 +94,9 @@ func (r SeedReport) String() string {
 		peaks = append(peaks, fmt.Sprintf("%s=%d", res, r.PeakWindow[res]))
 	}
 	return fmt.Sprintf("%d jobs in %s (ideal %s, ratio %.4f); throttles per job mean %.4f max %d; ran %d (twice %d), done %d; "+
-		"peak starts in a 1s window %s; combined %.2f/s (whole seconds %d..%d); re-reserved %d; cpu %s",
+		"peak starts in a 1s window %s; combined %.2f/s (whole seconds %d..%d); re-reserved %d; mean start lag %s; cpu %s",
 		r.Jobs, r.Elapsed.Round(time.Millisecond), r.Ideal, r.Ratio(), r.MeanThrottles, r.MaxThrottles, r.Ran, r.RanTwice, r.Done,
-		strings.Join(peaks, " "), r.CombinedRate, r.CombinedMin, r.CombinedMax, r.Rereserved, r.CPU.Round(time.Millisecond))
+		strings.Join(peaks, " "), r.CombinedRate, r.CombinedMin, r.CombinedMax, r.Rereserved, r.StartLag.Round(time.Microsecond), r.CPU.Round(time.Millisecond))
 }
 
 // SeedResource is the resource key of group g's jobs.
@@ -185,6 +188,9 @@ func RunSeed(ctx context.Context, cfg SeedConfig) (SeedReport, error) {
 	rep.Done = counted
 	rep.CPU = cpuTime() - cpu0
 	rep.Rereserved = int(counterSum(w, "sluice_worker_rate_limit_rereserved_total"))
+	if n, sum := histogramSum(w, "sluice_worker_rate_limit_start_lag_seconds"); n > 0 {
+		rep.StartLag = time.Duration(sum / float64(n) * float64(time.Second))
+	}
 	return rep, err
 }
 
@@ -326,6 +332,20 @@ func FirstCrowdedWindow(starts []time.Duration, limit int) string {
 		}
 	}
 	return "no crowded window"
+}
+
+// histogramSum sums a histogram of the worker's over its series.
+func histogramSum(w *worker.Worker, name string) (count uint64, sum float64) {
+	mfs, _ := w.Registry().Gather()
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				count += m.GetHistogram().GetSampleCount()
+				sum += m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return count, sum
 }
 
 func cpuTime() time.Duration {
