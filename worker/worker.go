@@ -13,9 +13,12 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/queue"
@@ -92,6 +95,10 @@ func DefaultConfig() Config {
 	}
 }
 
+// connsPerPartition is how many Redis connections a served partition may
+// hold at once, with room for handlers' failures and idempotency calls.
+const connsPerPartition = 6
+
 // Worker runs handlers for the jobs of its partitions.
 type Worker struct {
 	cfg      Config
@@ -120,17 +127,25 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	pool, err := queue.NewPool(queue.PoolConfig{
-		Layout: queue.Layout{Stage: cfg.Stage, Partitions: cfg.Partitions},
-		Addr:   cfg.RedisAddr, PartitionAddrs: cfg.PartitionAddrs,
-	})
-	if err != nil {
-		return nil, err
-	}
 	if len(cfg.Serve) == 0 {
 		for p := range cfg.Partitions {
 			cfg.Serve = append(cfg.Serve, p)
 		}
+	}
+	pool, err := queue.NewPool(queue.PoolConfig{
+		Layout: queue.Layout{Stage: cfg.Stage, Partitions: cfg.Partitions},
+		Addr:   cfg.RedisAddr, PartitionAddrs: cfg.PartitionAddrs,
+		Options: func(o *redis.Options) {
+			// Each served partition holds up to five connections at
+			// once (an idle consumer's BLPOP, a claim, the acker, the
+			// lease keeper, the maintainer); go-redis's default of
+			// 10 per CPU ran out with 8 partitions on 2 CPUs, and a
+			// starved call waits for a connection.
+			o.PoolSize = max(10*runtime.GOMAXPROCS(0), connsPerPartition*len(cfg.Serve)+10)
+		},
+	})
+	if err != nil {
+		return nil, err
 	}
 	for _, p := range cfg.Serve {
 		if p < 0 || p >= cfg.Partitions {
