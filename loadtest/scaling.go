@@ -122,10 +122,14 @@ func (r ScalingReport) String() string {
 			downs++
 		}
 	}
+	atMax := "never at the max"
+	if r.AtMax > 0 {
+		atMax = "all partitions at the max after " + r.AtMax.Round(time.Millisecond).String()
+	}
 	return fmt.Sprintf("%s: %d jobs of %s over %d partitions, base %d: %s (%.2f min); ideal %s, ratio %.3f; fixed by construction %s (%.1f min); "+
-		"all partitions at the max after %s; %d SCALE_UP, %d SCALE_DOWN; ran %d (twice %d), done %d",
+		"%s; %d SCALE_UP, %d SCALE_DOWN; ran %d (twice %d), done %d",
 		mode, r.Jobs, r.Config.JobTime, r.Config.Partitions, r.Config.Base, r.Elapsed.Round(time.Millisecond), r.Elapsed.Minutes(),
-		r.Config.Ideal(), r.Ratio(), r.Config.Fixed(), r.Config.Fixed().Minutes(), r.AtMax.Round(time.Millisecond), ups, downs, r.Ran, r.RanTwice, r.Done)
+		r.Config.Ideal(), r.Ratio(), r.Config.Fixed(), r.Config.Fixed().Minutes(), atMax, ups, downs, r.Ran, r.RanTwice, r.Done)
 }
 
 // DecisionLog lists the decisions, one a line.
