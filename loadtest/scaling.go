@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicehq/sluice/coordinator"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/queue"
@@ -306,7 +304,7 @@ wait:
 	mu.Unlock()
 	// Every ack reaches Redis within moments of its handler's return.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		if rep.Done, err = scalingDone(ctx, pool, layout); err != nil || rep.Done >= cfg.Jobs {
+		if rep.Done, err = doneCount(ctx, pool, layout); err != nil || rep.Done >= cfg.Jobs {
 			break
 		}
 		select {
@@ -341,49 +339,17 @@ func enqueueScaling(ctx context.Context, pool *queue.Pool, cfg ScalingConfig) er
 			groups[p] = append(groups[p], ScalingGroup(layout, p, g))
 		}
 	}
-	now := time.Now()
-	items := make([]queue.Item, 0, 1000)
-	flush := func() error {
-		if len(items) == 0 {
-			return nil
-		}
-		res, err := pool.Enqueue(ctx, 1, items, now)
-		if err != nil {
-			return err
-		}
-		for _, r := range res {
-			if r.Outcome != queue.Queued {
-				return fmt.Errorf("enqueueing the scenario: %v (%v); use a fresh Redis", r.Outcome, r.Err)
-			}
-		}
-		items = items[:0]
-		return nil
-	}
+	batch := newBatchEnqueuer(ctx, pool, "scenario", 1000)
 	for i := range cfg.Jobs {
 		p := i % cfg.Partitions
 		group := groups[p][(i/cfg.Partitions)%scalingGroups]
 		id := fmt.Sprintf("scaling-%07d", i)
-		env := (&job.Job{ID: id, Type: "scaling", Group: group, Topic: "scaling", EnqueuedAt: now}).AppendJSON(nil)
-		items = append(items, queue.Item{ID: id, Group: group, Topic: "scaling", Weight: 1, Envelope: env})
-		if len(items) == cap(items) {
-			if err := flush(); err != nil {
-				return err
-			}
+		env := (&job.Job{ID: id, Type: "scaling", Group: group, Topic: "scaling", EnqueuedAt: batch.now}).AppendJSON(nil)
+		if err := batch.add(queue.Item{ID: id, Group: group, Topic: "scaling", Weight: 1, Envelope: env}); err != nil {
+			return err
 		}
 	}
-	return flush()
-}
-
-func scalingDone(ctx context.Context, pool *queue.Pool, layout queue.Layout) (int, error) {
-	total := 0
-	for p := range layout.Partitions {
-		n, err := pool.Client(p).HGet(ctx, layout.Keys(p).Stats(), "done").Int()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return 0, err
-		}
-		total += n
-	}
-	return total, nil
+	return batch.flush()
 }
 
 // decisionRecorder keeps the coordinator's "scaling decision" log records.

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/job"
@@ -195,50 +194,18 @@ func RunSeed(ctx context.Context, cfg SeedConfig) (SeedReport, error) {
 }
 
 func enqueueSeed(ctx context.Context, pool *queue.Pool, cfg SeedConfig) error {
-	items := make([]queue.Item, 0, 500)
-	now := time.Now()
-	flush := func() error {
-		if len(items) == 0 {
-			return nil
-		}
-		res, err := pool.Enqueue(ctx, 1, items, now)
-		if err != nil {
-			return err
-		}
-		for _, r := range res {
-			if r.Outcome != queue.Queued {
-				return fmt.Errorf("enqueueing the seed: %v (%v); use a fresh stage or Redis", r.Outcome, r.Err)
-			}
-		}
-		items = items[:0]
-		return nil
-	}
+	batch := newBatchEnqueuer(ctx, pool, "seed", 500)
 	// Interleaved, as three bulk submissions arriving together would be.
 	for i := range cfg.JobsPerGroup {
 		for g := range cfg.Groups {
 			id, group := fmt.Sprintf("seed-%d-%06d", g, i), "seed-g"+strconv.Itoa(g)
-			env := (&job.Job{ID: id, Type: "seed", Group: group, Resource: SeedResource(g), Topic: "seed", EnqueuedAt: now}).AppendJSON(nil)
-			items = append(items, queue.Item{ID: id, Group: group, Topic: "seed", Weight: 1, Envelope: env})
-			if len(items) == cap(items) {
-				if err := flush(); err != nil {
-					return err
-				}
+			env := (&job.Job{ID: id, Type: "seed", Group: group, Resource: SeedResource(g), Topic: "seed", EnqueuedAt: batch.now}).AppendJSON(nil)
+			if err := batch.add(queue.Item{ID: id, Group: group, Topic: "seed", Weight: 1, Envelope: env}); err != nil {
+				return err
 			}
 		}
 	}
-	return flush()
-}
-
-func doneCount(ctx context.Context, pool *queue.Pool, layout queue.Layout) (int, error) {
-	total := 0
-	for part := range layout.Partitions {
-		n, err := pool.Client(part).HGet(ctx, layout.Keys(part).Stats(), "done").Int()
-		if err != nil && !errors.Is(err, redis.Nil) {
-			return 0, err
-		}
-		total += n
-	}
-	return total, nil
+	return batch.flush()
 }
 
 type seedRecorder struct {
