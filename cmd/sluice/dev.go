@@ -15,12 +15,14 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/coordinator"
 	"github.com/sluicehq/sluice/gate"
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/stack"
 	"github.com/sluicehq/sluice/relay"
+	"github.com/sluicehq/sluice/worker"
 )
 
 func init() {
@@ -163,26 +165,6 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	stops = append(stops, consul.Stop)
 	log.Info("consul up", "addr", cfg.ConsulAddr)
 
-	// The gate, in-process. Its own context ends first on shutdown, so it
-	// drains requests while Kafka is still up.
-	var gcfg gate.Config
-	gfs := flag.NewFlagSet("gate", flag.ContinueOnError)
-	gcfg.Register(gfs)
-	gcfg.Listen = cfg.GateAddr
-	gcfg.Kafka.Brokers = []string{cfg.KafkaAddr}
-	gcfg.AllowNoAuth = true
-	gcfg.DrainTimeout = cfg.StopTimeout
-	gcfg.Pprof = cfg.Pprof
-	gcfg.Redis.Addr, gcfg.Redis.Layout.Partitions = cfg.RedisAddr, cfg.RedisPartitions // GET/DELETE /v1/groups/{id}
-	gateLn, err := net.Listen("tcp", cfg.GateAddr)
-	if err != nil {
-		return fmt.Errorf("gate: %w", err)
-	}
-	g, err := gate.New(startCtx, gcfg, log.With("part", "gate"))
-	if err != nil {
-		gateLn.Close()
-		return fmt.Errorf("gate: %w", err)
-	}
 	// The relay, in process: it holds the topic's lock in the dev Consul
 	// and moves jobs into the dev Redis.
 	var rcfg relay.Config
@@ -194,18 +176,12 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	rcfg.RedisAddr = cfg.RedisAddr
 	rcfg.Partitions = cfg.RedisPartitions
 	rcfg.LockDelay = 0 // one relay: nobody to protect from a stale holder
-	relayLn, err := net.Listen("tcp", cfg.RelayAddr)
+	relayDone, stopRelay, err := startPart("relay", cfg.RelayAddr, func() (*relay.Relay, error) {
+		return relay.New(startCtx, rcfg, log.With("part", "relay"))
+	})
 	if err != nil {
-		gateLn.Close()
-		return fmt.Errorf("relay: %w", err)
+		return err
 	}
-	rl, err := relay.New(startCtx, rcfg, log.With("part", "relay"))
-	if err != nil {
-		gateLn.Close()
-		relayLn.Close()
-		return fmt.Errorf("relay: %w", err)
-	}
-	relayDone, stopRelay := servePart("relay", rl, relayLn)
 	stops = append(stops, stopRelay)
 
 	// The worker, in process: every job type runs the noop handler, type
@@ -217,18 +193,12 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	wf.cfg.Drain = cfg.StopTimeout
 	wf.cfg.ConsulAddr = cfg.ConsulAddr // execution rate limits, followed live
 	wf.handle, wf.other = "sleep=sleep", "noop"
-	workerLn, err := net.Listen("tcp", cfg.WorkerAddr)
+	workerDone, stopWorker, err := startPart("worker", cfg.WorkerAddr, func() (*worker.Worker, error) {
+		return wf.build(log.With("part", "worker"))
+	})
 	if err != nil {
-		gateLn.Close()
-		return fmt.Errorf("worker: %w", err)
+		return err
 	}
-	wk, err := wf.build(log.With("part", "worker"))
-	if err != nil {
-		gateLn.Close()
-		workerLn.Close()
-		return fmt.Errorf("worker: %w", err)
-	}
-	workerDone, stopWorker := servePart("worker", wk, workerLn)
 	stops = append(stops, stopWorker)
 
 	// The coordinator, in process: it holds its lock in the dev Consul,
@@ -239,20 +209,31 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	cf.cfg.RedisAddr, cf.cfg.Partitions, cf.cfg.ConsulAddr = cfg.RedisAddr, cfg.RedisPartitions, cfg.ConsulAddr
 	cf.cfg.Scaling.Base = wf.cfg.Workers
 	cf.cfg.LockDelay = 0 // one coordinator: nobody to protect from a stale holder
-	coordLn, err := net.Listen("tcp", cfg.CoordinatorAddr)
+	coordDone, stopCoord, err := startPart("coordinator", cfg.CoordinatorAddr, func() (*coordinator.Coordinator, error) {
+		return cf.build(log.With("part", "coordinator"))
+	})
 	if err != nil {
-		gateLn.Close()
-		return fmt.Errorf("coordinator: %w", err)
+		return err
 	}
-	co, err := cf.build(log.With("part", "coordinator"))
-	if err != nil {
-		gateLn.Close()
-		coordLn.Close()
-		return fmt.Errorf("coordinator: %w", err)
-	}
-	coordDone, stopCoord := servePart("coordinator", co, coordLn)
 	stops = append(stops, stopCoord)
-	gateDone, stopGate := servePart("gate", g, gateLn)
+
+	// The gate, in-process, started last: its own context ends first on
+	// shutdown, so it drains requests while Kafka is still up.
+	var gcfg gate.Config
+	gfs := flag.NewFlagSet("gate", flag.ContinueOnError)
+	gcfg.Register(gfs)
+	gcfg.Listen = cfg.GateAddr
+	gcfg.Kafka.Brokers = []string{cfg.KafkaAddr}
+	gcfg.AllowNoAuth = true
+	gcfg.DrainTimeout = cfg.StopTimeout
+	gcfg.Pprof = cfg.Pprof
+	gcfg.Redis.Addr, gcfg.Redis.Layout.Partitions = cfg.RedisAddr, cfg.RedisPartitions // GET/DELETE /v1/groups/{id}
+	gateDone, stopGate, err := startPart("gate", cfg.GateAddr, func() (*gate.Gate, error) {
+		return gate.New(startCtx, gcfg, log.With("part", "gate"))
+	})
+	if err != nil {
+		return err
+	}
 	stops = append(stops, stopGate)
 	cancelStart()
 
@@ -283,10 +264,19 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	}
 }
 
-// servePart runs an in-process part on its own context, so that parts stop
-// one by one in reverse order. done reports the part's end; stop ends it and
-// waits, up to the stop context.
-func servePart(name string, part ops.Server, ln net.Listener) (done chan error, stop func(context.Context) error) {
+// startPart listens on addr, builds an in-process part and serves it on its
+// own context, so that parts stop one by one in reverse order. done reports
+// the part's end; stop ends it and waits, up to the stop context.
+func startPart[S ops.Server](name, addr string, build func() (S, error)) (done chan error, stop func(context.Context) error, err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
+	part, err := build()
+	if err != nil {
+		ln.Close()
+		return nil, nil, fmt.Errorf("%s: %w", name, err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done = make(chan error, 1)
 	go func() { done <- part.Serve(ctx, ln) }()
@@ -299,7 +289,7 @@ func servePart(name string, part ops.Server, ln net.Listener) (done chan error, 
 		case <-sctx.Done():
 			return fmt.Errorf("%s did not stop in time: %w", name, sctx.Err())
 		}
-	}
+	}, nil
 }
 
 // clearDevFences removes the relay's fencing tokens left in Redis by an

@@ -144,7 +144,7 @@ func TestDevRunsThePrintedCurlAndKeepsJobsAcrossRestarts(t *testing.T) {
 	}
 
 	d.stop(t)
-	for _, addr := range []string{cfg.GateAddr, cfg.KafkaAddr, cfg.RedisAddr, cfg.ConsulAddr, cfg.RelayAddr, cfg.WorkerAddr} {
+	for _, addr := range []string{cfg.GateAddr, cfg.KafkaAddr, cfg.RedisAddr, cfg.ConsulAddr, cfg.RelayAddr, cfg.WorkerAddr, cfg.CoordinatorAddr} {
 		if err := stack.CheckAddrFree(addr, "after stop", "-"); err != nil {
 			t.Fatalf("still listening after sluice dev stopped: %v", err)
 		}
