@@ -114,7 +114,7 @@ end
 -- Jobs: dedupe and write in one command each. The env field exists for as
 -- long as the job's hash does.
 local codes, per = {}, {}
-local relayed, deduped, readyCount, readied = 0, 0, 0, 0
+local relayed, deduped, readied = 0, 0, 0
 local function group(g)
   local c = per[g]
   if not c then c = {jobs = {}, ready = {}, delayed = {}, weight = 1, total = 0, dropped = 0}; per[g] = c end
@@ -152,7 +152,6 @@ for i = 1, n do
         codes[i] = 2
       else
         c.ready[#c.ready+1] = ARGV[a+1]
-        readyCount = readyCount + 1
         codes[i] = 1
       end
       relayed = relayed + 1
@@ -216,7 +215,7 @@ end
 if relayed > 0 then redis.call('HINCRBY', KEYS[2], 'relayed', relayed) end
 if deduped > 0 then redis.call('HINCRBY', KEYS[2], 'deduped', deduped) end
 if readied > 0 then redis.call('HINCRBY', KEYS[2], 'ready', readied) end
-if readyCount > 0 then
+if readied > 0 then
   -- One token is enough: a consumer that finds more work than it can take
   -- wakes the next one.
   redis.call('RPUSH', KEYS[6], 1)

@@ -225,6 +225,9 @@ func (p *Pool) fail(ctx context.Context, part int, job Claimed, cause string, ne
 var returnScript = newScript(luaGroupEnded + `
 local now, n, counter, uncount, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1', ARGV[5]
 local moved, vt = 0
+-- A group's state, read once per call for all its candidates: 'cancelled',
+-- or 'active' once it is known to be in the fair order.
+local state = {}
 -- Last candidate first: pushing each to the front keeps their order.
 for i = n, 1, -1 do
   local id, group = ARGV[5+2*i-1], ARGV[5+2*i]
@@ -234,7 +237,10 @@ for i = n, 1, -1 do
     redis.call('ZREM', KEYS[1], id)
     redis.call('HDEL', KEYS[4], id)
     redis.call('HINCRBY', gk, counter, -1)
-    if redis.call('HEXISTS', gk, 'cancelled_ms') == 1 then
+    if state[group] == nil and redis.call('HEXISTS', gk, 'cancelled_ms') == 1 then
+      state[group] = 'cancelled'
+    end
+    if state[group] == 'cancelled' then
       redis.call('HDEL', KEYS[5], id)
       redis.call('HSET', jk, 'state', 'cancelled')
       redis.call('EXPIRE', jk, keep)
@@ -243,10 +249,13 @@ for i = n, 1, -1 do
     else
       if uncount then redis.call('HINCRBY', KEYS[5], id, -1) end
       redis.call('LPUSH', rk, id)
-      if not redis.call('ZSCORE', KEYS[2], group) then
-        if not vt then vt = tonumber(redis.call('GET', KEYS[3]) or '0') end
-        local vfinish = tonumber(redis.call('HGET', gk, 'vfinish') or '0')
-        redis.call('ZADD', KEYS[2], math.max(vt, vfinish), group)
+      if state[group] == nil then
+        if not redis.call('ZSCORE', KEYS[2], group) then
+          if not vt then vt = tonumber(redis.call('GET', KEYS[3]) or '0') end
+          local vfinish = tonumber(redis.call('HGET', gk, 'vfinish') or '0')
+          redis.call('ZADD', KEYS[2], math.max(vt, vfinish), group)
+        end
+        state[group] = 'active'
       end
       moved = moved + 1
     end
