@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/job"
 )
 
 // GroupSummary is what the group's hash says of a completed bulk group.
@@ -96,12 +98,10 @@ type ReducerFactory func(GroupSummary) (Reducer, error)
 func JSONReducer(spillAbove int64, dir string) ReducerFactory {
 	return func(s GroupSummary) (Reducer, error) {
 		r := &jsonReducer{out: &spillBuffer{limit: spillAbove, dir: dir}}
-		r.enc = json.NewEncoder(&r.scratch)
-		r.enc.SetEscapeHTML(false) // results and errors stay as written: no \u003c for <
 		b := append(r.line[:0], `{"group":`...)
-		b = r.appendString(b, s.Group)
+		b = job.AppendString(b, s.Group)
 		b = append(b, `,"topic":`...)
-		b = r.appendString(b, s.Topic)
+		b = job.AppendString(b, s.Topic)
 		for _, f := range []struct {
 			name string
 			n    int64
@@ -126,12 +126,10 @@ func JSONReducer(spillAbove int64, dir string) ReducerFactory {
 }
 
 type jsonReducer struct {
-	out     *spillBuffer
-	enc     *json.Encoder
-	scratch bytes.Buffer
-	line    []byte
-	items   int64
-	err     error
+	out   *spillBuffer
+	line  []byte
+	items int64
+	err   error
 }
 
 func (r *jsonReducer) Add(it ItemResult) error {
@@ -146,9 +144,9 @@ func (r *jsonReducer) Add(it ItemResult) error {
 	b = append(b, `{"index":`...)
 	b = strconv.AppendInt(b, it.Index, 10)
 	b = append(b, `,"id":`...)
-	b = r.appendString(b, it.ID)
+	b = job.AppendString(b, it.ID)
 	b = append(b, `,"state":`...)
-	b = r.appendString(b, it.State)
+	b = job.AppendString(b, it.State)
 	if it.State == "done" {
 		b = append(b, `,"result":`...)
 		switch {
@@ -157,7 +155,7 @@ func (r *jsonReducer) Add(it ItemResult) error {
 		case json.Valid(it.Result):
 			b = append(b, it.Result...)
 		case utf8.Valid(it.Result):
-			b = r.appendString(b, string(it.Result))
+			b = job.AppendString(b, string(it.Result))
 		default:
 			b = append(b, `null,"result_base64":"`...)
 			b = base64.StdEncoding.AppendEncode(b, it.Result)
@@ -166,7 +164,7 @@ func (r *jsonReducer) Add(it ItemResult) error {
 	}
 	if it.Error != "" {
 		b = append(b, `,"error":`...)
-		b = r.appendString(b, it.Error)
+		b = job.AppendString(b, it.Error)
 	}
 	if it.Attempts > 0 {
 		b = append(b, `,"attempts":`...)
@@ -189,13 +187,6 @@ func (r *jsonReducer) Finish() (Body, error) {
 		return Body{}, r.err
 	}
 	return r.out.body("application/json")
-}
-
-// appendString appends s as a JSON string, without HTML escaping.
-func (r *jsonReducer) appendString(b []byte, s string) []byte {
-	r.scratch.Reset()
-	_ = r.enc.Encode(s) // a string always encodes
-	return append(b, bytes.TrimSuffix(r.scratch.Bytes(), []byte("\n"))...)
 }
 
 func appendTime(b []byte, t time.Time) []byte {

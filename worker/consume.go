@@ -339,7 +339,6 @@ func (c *consumer) waitForWork(ctx context.Context, max time.Duration) {
 // execute runs one claimed job and settles it.
 func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	w, cl := c.w, h.claimed
-	start := w.cfg.Now()
 	if h.env == nil {
 		c.settle(ctx, h, nil, Permanent(fmt.Errorf("job %s has no envelope in Redis", cl.ID)), 1)
 		return
@@ -391,7 +390,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	if !admitted {
 		return
 	}
-	start = w.cfg.Now()
+	start := w.cfg.Now()
 	if !j.EnqueuedAt.IsZero() && cl.Attempt == 1 {
 		w.m.queueWait.Observe(start.Sub(j.EnqueuedAt).Seconds())
 	}

@@ -132,18 +132,20 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 			cfg.Serve = append(cfg.Serve, p)
 		}
 	}
-	pool, err := queue.NewPool(queue.PoolConfig{
+	poolCfg := queue.PoolConfig{
 		Layout: queue.Layout{Stage: cfg.Stage, Partitions: cfg.Partitions},
 		Addr:   cfg.RedisAddr, PartitionAddrs: cfg.PartitionAddrs,
-		Options: func(o *redis.Options) {
-			// Each served partition holds up to five connections at
-			// once (an idle consumer's BLPOP, a claim, the acker, the
-			// lease keeper, the maintainer); go-redis's default of
-			// 10 per CPU ran out with 8 partitions on 2 CPUs, and a
-			// starved call waits for a connection.
-			o.PoolSize = max(10*runtime.GOMAXPROCS(0), connsPerPartition*len(cfg.Serve)+10)
-		},
-	})
+	}
+	workerPoolCfg := poolCfg
+	workerPoolCfg.Options = func(o *redis.Options) {
+		// Each served partition holds up to five connections at
+		// once (an idle consumer's BLPOP, a claim, the acker, the
+		// lease keeper, the maintainer); go-redis's default of
+		// 10 per CPU ran out with 8 partitions on 2 CPUs, and a
+		// starved call waits for a connection.
+		o.PoolSize = max(10*runtime.GOMAXPROCS(0), connsPerPartition*len(cfg.Serve)+10)
+	}
+	pool, err := queue.NewPool(workerPoolCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -157,10 +159,7 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 	for _, p := range cfg.Serve {
 		w.pools[p] = newSlots(cfg.Workers)
 	}
-	if w.limits, err = newLimiter(w, queue.PoolConfig{
-		Layout: queue.Layout{Stage: cfg.Stage, Partitions: cfg.Partitions},
-		Addr:   cfg.RedisAddr, PartitionAddrs: cfg.PartitionAddrs,
-	}); err != nil {
+	if w.limits, err = newLimiter(w, poolCfg); err != nil {
 		pool.Close()
 		return nil, err
 	}

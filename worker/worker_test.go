@@ -258,7 +258,12 @@ func TestIdleWorkerStartsNewWorkWithinMilliseconds(t *testing.T) {
 			return nil, nil
 		}))
 	})
-	time.Sleep(300 * time.Millisecond) // let the consumers go idle: this is the state measured
+	// The state measured: every partition's consumer idle, blocked on its
+	// wake list.
+	testenv.WaitFor(t, 5*time.Second, "the consumers to block on their wake lists", func() bool {
+		info, err := b.redis.Client().Info(context.Background(), "clients").Result()
+		return err == nil && strings.Contains(info, "blocked_clients:"+strconv.Itoa(b.layout.Partitions)+"\r")
+	})
 	at := time.Now()
 	b.enqueue(t, job.Job{ID: "w1", Type: "t"})
 	select {
