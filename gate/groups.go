@@ -84,7 +84,7 @@ func (g *Gate) serveGroup(x *exchange) {
 		return
 	}
 	if fields.CallbackURL != "" {
-		if _, err := job.DecodeGroupClose(mustJSON(job.GroupClose{Group: fields.ID, CallbackURL: fields.CallbackURL})); err != nil {
+		if err := (job.GroupClose{Group: fields.ID, CallbackURL: fields.CallbackURL}).Check(); err != nil {
 			x.failDecode(err)
 			return
 		}

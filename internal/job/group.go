@@ -43,19 +43,22 @@ func DecodeGroupClose(b []byte) (GroupClose, error) {
 	if err := json.Unmarshal(b, &c); err != nil {
 		return c, fmt.Errorf("group close: %v", err)
 	}
+	return c, c.Check()
+}
+
+// Check reports what makes c invalid: its group, total or callback URL.
+func (c GroupClose) Check() error {
 	if c.Group == "" || len(c.Group) > MaxBulkGroupLen {
-		return c, fmt.Errorf("group close: group %q: want 1..%d bytes", c.Group, MaxBulkGroupLen)
+		return fmt.Errorf("group close: group %q: want 1..%d bytes", c.Group, MaxBulkGroupLen)
 	}
 	if err := checkKey("group", c.Group, MaxBulkGroupLen); err != nil {
-		return c, err
+		return err
 	}
 	if c.Total < 0 {
-		return c, fmt.Errorf("group close: total %d is negative", c.Total)
+		return fmt.Errorf("group close: total %d is negative", c.Total)
 	}
 	if c.CallbackURL != "" {
-		if err := checkURL("callback_url", c.CallbackURL); err != nil {
-			return c, err
-		}
+		return checkURL("callback_url", c.CallbackURL)
 	}
-	return c, nil
+	return nil
 }

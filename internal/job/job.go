@@ -54,15 +54,14 @@ type Job struct {
 
 // Limits on envelope fields. They keep Redis keys and Kafka messages bounded.
 const (
-	MaxIDLen          = 128
-	MaxTypeLen        = 128
-	MaxNameLen        = 256 // group, tenant, resource, idempotency key
-	MaxURLLen         = 2048
-	MaxPriority       = 9
-	MaxMaxAttempts    = 100
-	MaxTimeout        = 24 * time.Hour
-	MaxRunAtAhead     = 366 * 24 * time.Hour
-	MaxCallbackURLLen = MaxURLLen
+	MaxIDLen       = 128
+	MaxTypeLen     = 128
+	MaxNameLen     = 256 // group, tenant, resource, idempotency key
+	MaxURLLen      = 2048
+	MaxPriority    = 9
+	MaxMaxAttempts = 100
+	MaxTimeout     = 24 * time.Hour
+	MaxRunAtAhead  = 366 * 24 * time.Hour
 )
 
 // NewID returns a new job id: a ULID, so ids sort by creation time.
