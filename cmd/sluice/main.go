@@ -29,7 +29,7 @@ func commands() []command {
 		{"gate", "the HTTP gate: validate jobs and write them to Kafka", runGate},
 		{"relay", "the relay: move jobs from Kafka into partitioned Redis under a Consul lock", runRelay},
 		{"worker", "the worker: run jobs from Redis partitions in fair order (built-in handlers)", runWorker},
-		{"coordinator", "the coordinator: under a Consul lock, deliver completed bulk groups' callbacks", runCoordinator},
+		{"coordinator", "the coordinator: under a Consul lock, deliver completed bulk groups' callbacks and scale workers per partition", runCoordinator},
 		{"loadtest", "load generators for benchmarks: gate, body, bare-server", runLoadtest},
 		{"version", "print the version", runVersion},
 	}
