@@ -291,11 +291,8 @@ func (c *Coordinator) Serve(ctx context.Context, ln net.Listener) error {
 // ready: every Redis and the Consul agent answer. A standby is ready too:
 // it is ready to take over.
 func (c *Coordinator) ready(ctx context.Context) error {
-	servers, addrs := c.pool.Servers()
-	for i, s := range servers {
-		if err := s.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("Redis %s: %v", addrs[i], err)
-		}
+	if err := c.pool.Ping(ctx); err != nil {
+		return err
 	}
 	if _, err := c.consul.Status().LeaderWithQueryOptions((&consulapi.QueryOptions{}).WithContext(ctx)); err != nil {
 		return fmt.Errorf("Consul %s: %v", c.cfg.ConsulAddr, err)

@@ -196,11 +196,8 @@ func (r *Relay) setHeld(topic string, held bool) {
 
 // ready: Redis and Kafka answer. A standby is ready: it is ready to take over.
 func (r *Relay) ready(ctx context.Context) error {
-	servers, addrs := r.pool.Servers()
-	for i, c := range servers {
-		if err := c.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("Redis %s: %v", addrs[i], err)
-		}
+	if err := r.pool.Ping(ctx); err != nil {
+		return err
 	}
 	if len(r.producer.Client().Brokers()) == 0 {
 		return errors.New("no Kafka brokers")

@@ -28,11 +28,8 @@ func (w *Worker) Serve(ctx context.Context, ln net.Listener) error {
 }
 
 func (w *Worker) ready(ctx context.Context) error {
-	servers, addrs := w.pool.Servers()
-	for i, c := range servers {
-		if err := c.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("Redis %s: %v", addrs[i], err)
-		}
+	if err := w.pool.Ping(ctx); err != nil {
+		return err
 	}
 	return nil
 }

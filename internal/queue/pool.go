@@ -86,6 +86,16 @@ func (p *Pool) Close() error {
 	return errors.Join(errs...)
 }
 
+// Ping checks that every Redis server of the pool answers, for /readyz.
+func (p *Pool) Ping(ctx context.Context) error {
+	for i, c := range p.distinct {
+		if err := c.Ping(ctx).Err(); err != nil {
+			return fmt.Errorf("Redis %s: %v", p.addrs[i], err)
+		}
+	}
+	return nil
+}
+
 // LoadScripts loads the scripts into every Redis, so pipelines can use
 // EVALSHA (inside a pipeline go-redis cannot fall back to EVAL by itself).
 // Callers also reload on NOSCRIPT: a restarted Redis has an empty cache.
