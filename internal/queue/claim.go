@@ -25,7 +25,8 @@ type Claimed struct {
 // KEYS[3] inflight  zset: leased ids by lease deadline
 // KEYS[4] attempts  hash: id -> attempts so far
 // KEYS[5] leases    hash: id -> group
-// KEYS[6] stats     hash: its ready field goes down by the jobs claimed
+// KEYS[6] stats     hash: its ready field goes down by the jobs claimed, the
+// funnel's dequeued fields up
 // KEYS[6+2g-1]      ready:<candidate g>, g = 1..m
 // KEYS[6+2g]        group:<candidate g>
 // ARGV[1] K, most jobs to claim   ARGV[2] lease deadline, Unix ms   ARGV[3] m
@@ -37,14 +38,15 @@ type Claimed struct {
 // The script decides the order on list lengths first, then pops each
 // group's share with one LPOP and writes the leases with one ZADD and one
 // HSET: per job, Redis runs one command (the attempt count) instead of five.
-var claimScript = newScript(`
+// The stage funnel's dequeued field of each group's topic counts the claims.
+var claimScript = newScript(luaFunnel + `
 local K, deadline, m = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local cand = {}
 for g = 1, m do
   local name = ARGV[3+g]
   local score = redis.call('ZSCORE', KEYS[1], name)
   if score then
-    local f = redis.call('HMGET', KEYS[6+2*g], 'weight', 'total', 'relayed', 'done', 'dead', 'cancelled')
+    local f = redis.call('HMGET', KEYS[6+2*g], 'weight', 'total', 'relayed', 'done', 'dead', 'cancelled', 'topic')
     local w = math.max(tonumber(f[1] or '1'), 1)
     -- Shortest job first, by what is left: a group's weight is its
     -- priority's, times 4 with at most 100 jobs left, times 2 with at most
@@ -55,7 +57,7 @@ for g = 1, m do
     local remaining = size - tonumber(f[4] or '0') - tonumber(f[5] or '0') - tonumber(f[6] or '0')
     if remaining <= 100 then w = w * 4 elseif remaining <= 10000 then w = w * 2 end
     local left = redis.call('LLEN', KEYS[6+2*g-1])
-    cand[#cand+1] = {g = g, name = name, score = tonumber(score), w = w, left = left, take = 0}
+    cand[#cand+1] = {g = g, name = name, score = tonumber(score), w = w, left = left, take = 0, topic = f[7] or '?'}
   end
 end
 -- Weighted fair queueing on the counts: the candidate with the lowest
@@ -73,10 +75,12 @@ while #order < K do
   best.take = best.take + 1
   order[#order+1] = best
 end
+local funnel = {}
 for _, c in ipairs(cand) do
   if c.take > 0 then
     c.ids, c.next = redis.call('LPOP', KEYS[6+2*c.g-1], c.take), 1
     redis.call('HINCRBY', KEYS[6+2*c.g], 'running', c.take)
+    funnelAdd(funnel, funnelField(c.name, c.topic, 'dequeued'), c.take)
   end
 end
 local out, inflight, leases = {}, {}, {}
@@ -105,6 +109,7 @@ if #order > 0 then
   redis.call('HSET', KEYS[5], unpack(leases))
   redis.call('SET', KEYS[2], vt)
   redis.call('HINCRBY', KEYS[6], 'ready', -#order)
+  funnelFlush(KEYS[6], funnel)
 end
 return out
 `)

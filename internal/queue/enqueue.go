@@ -88,10 +88,13 @@ type Result struct {
 // its group holds the wrong type; nothing left written for it), 4 dropped
 // (its group was cancelled), 5 closed (a close item, recorded).
 //
+// The stage funnel's fields of ARGV[3] (funnel.go) count relayed,
+// deduplicated and dropped jobs, per batch.
+//
 // The fence comes first: a deposed relay changes nothing, not even counters
 // of its own. Dedupe by the job hash: it lives until the job's result
 // expires, which outlasts any relay's redelivery window.
-var enqueueScript = newScript(luaGroupEnded + `
+var enqueueScript = newScript(luaGroupEnded + luaFunnel + `
 local token = tonumber(ARGV[1])
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 if token < fence then
@@ -113,7 +116,7 @@ end
 
 -- Jobs: dedupe and write in one command each. The env field exists for as
 -- long as the job's hash does.
-local codes, per = {}, {}
+local codes, per, funnel = {}, {}, {}
 local relayed, deduped, readied = 0, 0, 0
 local function group(g)
   local c = per[g]
@@ -139,6 +142,7 @@ for i = 1, n do
     elseif r == 0 then
       codes[i] = 0
       deduped = deduped + 1
+      funnelAdd(funnel, funnelField(ARGV[5+g], ARGV[3], 'deduplicated'), 1)
     else
       local c = group(g)
       c.jobs[#c.jobs+1] = i
@@ -187,6 +191,8 @@ for g, c in pairs(per) do
     end
     if c.total > 0 then redis.call('HSET', gk, 'total', c.total) end
     if c.dropped > 0 then redis.call('HINCRBY', gk, 'cancelled', c.dropped) end
+    funnelAdd(funnel, funnelField(name, ARGV[3], 'relayed'), #c.jobs)
+    funnelAdd(funnel, funnelField(name, ARGV[3], 'dropped'), c.dropped)
     -- Weight 1 is the default; read the stored one only to raise it.
     if c.weight > 1 and (fresh or c.weight > tonumber(redis.call('HGET', gk, 'weight') or '1')) then
       redis.call('HSET', gk, 'weight', c.weight)
@@ -215,6 +221,7 @@ end
 if relayed > 0 then redis.call('HINCRBY', KEYS[2], 'relayed', relayed) end
 if deduped > 0 then redis.call('HINCRBY', KEYS[2], 'deduped', deduped) end
 if readied > 0 then redis.call('HINCRBY', KEYS[2], 'ready', readied) end
+funnelFlush(KEYS[2], funnel)
 if readied > 0 then
   -- One token is enough: a consumer that finds more work than it can take
   -- wakes the next one.

@@ -44,12 +44,13 @@ const cancelledKeep = 24 * time.Hour
 // KEYS[1] group:<g>   KEYS[2] ready:<g>   KEYS[3] groups   KEYS[4] completed
 // KEYS[5] stats: the call that takes the group out of the fair order takes
 // its whole ready list off the partition's ready count (they can no longer
-// be claimed); later calls only remove ids
+// be claimed); later calls only remove ids. The funnel's cancelled field of
+// the group's topic counts the removed jobs.
 // KEYS[5+i] job:<id i>, i = 1..n
 // ARGV[1] now, Unix ms   ARGV[2] seconds to keep a cancelled job
 // ARGV[3] the group's name   ARGV[4] n   ARGV[4+i] id i
 // Returns how many jobs it removed.
-var cancelScript = newScript(luaGroupEnded + `
+var cancelScript = newScript(luaGroupEnded + luaFunnel + `
 local now, keep, name, n = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 redis.call('HSETNX', KEYS[1], 'cancelled_ms', now)
 if redis.call('ZREM', KEYS[3], name) == 1 then
@@ -63,7 +64,10 @@ for i = 1, n do
     removed = removed + 1
   end
 end
-if removed > 0 then redis.call('HINCRBY', KEYS[1], 'cancelled', removed) end
+if removed > 0 then
+  redis.call('HINCRBY', KEYS[1], 'cancelled', removed)
+  redis.call('HINCRBY', KEYS[5], funnelField(name, redis.call('HGET', KEYS[1], 'topic') or '?', 'cancelled'), removed)
+end
 groupEnded(KEYS[1], name, KEYS[4], now, keep)
 return removed
 `)

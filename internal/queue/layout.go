@@ -139,6 +139,13 @@ func (k Keys) Completing() string { return k.prefix + "completing" }
 // lists of the groups in Groups, kept by the scripts that move them.
 func (k Keys) Stats() string { return k.prefix + "stats" }
 
+// Canary is the partition's hash of heartbeat canary records, one set of
+// fields per path (see internal/canary): "sent:<topic>/<kafka partition>"
+// is when the monitor last sent one along it, "done:<...>" the newest one
+// completed here, "<sent ms>:<done ms>". Partition 0's also holds the
+// monitor's settings ("monitor").
+func (k Keys) Canary() string { return k.prefix + "canary" }
+
 // ParsePartitionAddrs reads "0=host:port,3=host:port": partitions that live
 // on a Redis of their own. The others use the default address.
 func ParsePartitionAddrs(s string, partitions int) (map[int]string, error) {

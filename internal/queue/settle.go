@@ -14,28 +14,36 @@ import (
 // shares one, and the group and stats counters move once per batch. A bulk
 // group whose last job this is goes on the completed list, once.
 //
-// KEYS[1] inflight  KEYS[2] attempts  KEYS[3] leases  KEYS[4] stats
+// KEYS[1] inflight  KEYS[2] attempts  KEYS[3] leases
+// KEYS[4] stats: done, and the funnel's completed field of each job's topic
 // KEYS[5] completed
 // KEYS[5+2i-1]      job:<id of job i>, i = 1..n
 // KEYS[5+2i]        group:<group of job i>
 // ARGV[1] now, Unix ms   ARGV[2] seconds to keep a job (its result, and the
 // relay's dedupe) and an ended group   ARGV[3] n
-// ARGV[3+3i-2]      id of job i   ARGV[3+3i-1] its result (may be empty)
-// ARGV[3+3i]        its group's name
+// ARGV[3+4i-3]      id of job i   ARGV[3+4i-2] its result (may be empty)
+// ARGV[3+4i-1]      its group's name   ARGV[3+4i] its topic ("": the
+// group's, read here)
 // Returns an array of n: 1 where recorded, 0 where the job was no longer
 // leased (its lease expired and the reaper took it back), so nothing is
 // counted twice.
-var ackScript = newScript(luaGroupEnded + `
+var ackScript = newScript(luaGroupEnded + luaFunnel + `
 local now, keep, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local out, ids, idx, perGroup, names = {}, {}, {}, {}, {}
+local out, ids, idx, perGroup, names, funnel = {}, {}, {}, {}, {}, {}
 for i = 1, n do
-  out[i] = redis.call('ZREM', KEYS[1], ARGV[3+3*i-2])
+  out[i] = redis.call('ZREM', KEYS[1], ARGV[3+4*i-3])
   if out[i] == 1 then
-    ids[#ids+1] = ARGV[3+3*i-2]
+    ids[#ids+1] = ARGV[3+4*i-3]
     idx[#idx+1] = i
     local g = KEYS[5+2*i]
-    perGroup[g] = (perGroup[g] or 0) + 1
-    names[g] = ARGV[3+3*i]
+    if not perGroup[g] then
+      perGroup[g], names[g] = 0, ARGV[3+4*i-1]
+      -- A group's jobs share its topic: one field per group.
+      local topic = ARGV[3+4*i]
+      if topic == '' then topic = redis.call('HGET', g, 'topic') or '?' end
+      funnel[g] = funnelField(names[g], topic, 'completed')
+    end
+    perGroup[g] = perGroup[g] + 1
   end
 end
 if #ids == 0 then return out end
@@ -43,7 +51,7 @@ local attempts = redis.call('HMGET', KEYS[2], unpack(ids))
 redis.call('HDEL', KEYS[2], unpack(ids))
 redis.call('HDEL', KEYS[3], unpack(ids))
 for j, i in ipairs(idx) do
-  local result = ARGV[3+3*i-1]
+  local result = ARGV[3+4*i-2]
   if result ~= '' then
     redis.call('HSET', KEYS[5+2*i-1], 'state', 'done', 'done_ms', now, 'attempts', attempts[j] or '0', 'result', result)
   else
@@ -51,12 +59,15 @@ for j, i in ipairs(idx) do
   end
   redis.call('EXPIRE', KEYS[5+2*i-1], keep)
 end
+local stages = {}
 for g, count in pairs(perGroup) do
   redis.call('HINCRBY', g, 'running', -count)
   redis.call('HINCRBY', g, 'done', count)
   groupEnded(g, names[g], KEYS[5], now, keep)
+  funnelAdd(stages, funnel[g], count)
 end
 redis.call('HINCRBY', KEYS[4], 'done', #ids)
+funnelFlush(KEYS[4], stages)
 return out
 `)
 
@@ -64,6 +75,9 @@ return out
 type Done struct {
 	Job    Claimed
 	Result []byte
+	// Topic is the job's, from its envelope: the stage funnel counts the
+	// completion there. Empty: the script reads the group's.
+	Topic string
 }
 
 // Ack records the success of a claimed job and keeps it (with its result)
@@ -90,11 +104,11 @@ func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time
 	k := p.layout.Keys(part)
 	keys := make([]string, 0, 5+2*len(done))
 	keys = append(keys, k.Inflight(), k.Attempts(), k.Leases(), k.Stats(), k.Completed())
-	args := make([]any, 0, 3+3*len(done))
+	args := make([]any, 0, 3+4*len(done))
 	args = append(args, now.UnixMilli(), max(int64(keep/time.Second), 1), len(done))
 	for _, d := range done {
 		keys = append(keys, k.Job(d.Job.ID), k.Group(d.Job.Group))
-		args = append(args, d.Job.ID, d.Result, d.Job.Group)
+		args = append(args, d.Job.ID, d.Result, d.Job.Group, d.Topic)
 	}
 	res, err := runScript(ctx, p.byPart[part], ackScript, keys, args...)
 	if err != nil {
@@ -116,14 +130,16 @@ func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time
 // error, attempts and times (and a bulk group it ends is completed).
 //
 // KEYS[1] inflight  KEYS[2] attempts  KEYS[3] leases  KEYS[4] job:<id>
-// KEYS[5] group:<group>  KEYS[6] delayed  KEYS[7] dead  KEYS[8] stats
+// KEYS[5] group:<group>  KEYS[6] delayed  KEYS[7] dead
+// KEYS[8] stats: retried or dead, and the same stage of the funnel of the
+// group's topic
 // KEYS[9] completed
 // ARGV[1] id  ARGV[2] error  ARGV[3] next try, Unix ms (0: dead)
 // ARGV[4] now, Unix ms  ARGV[5] most dead jobs kept  ARGV[6] seconds to keep a dead job
 // ARGV[7] 1 for a deferral: not a failure, the attempt is taken back
 // ARGV[8] the group's name
 // Returns 1 retrying, 2 dead, 0 when the job was no longer leased.
-var failScript = newScript(luaGroupEnded + `
+var failScript = newScript(luaGroupEnded + luaFunnel + `
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
 redis.call('HDEL', KEYS[3], ARGV[1])
 redis.call('HINCRBY', KEYS[5], 'running', -1)
@@ -140,6 +156,7 @@ if tonumber(ARGV[3]) > 0 then
   redis.call('HSET', KEYS[4], 'state', 'delayed')
   redis.call('HINCRBY', KEYS[5], 'delayed', 1)
   redis.call('HINCRBY', KEYS[8], 'retried', 1)
+  redis.call('HINCRBY', KEYS[8], funnelField(ARGV[8], redis.call('HGET', KEYS[5], 'topic') or '?', 'retried'), 1)
   return 1
 end
 local attempts = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
@@ -152,6 +169,7 @@ local over = redis.call('ZCARD', KEYS[7]) - tonumber(ARGV[5])
 if over > 0 then redis.call('ZPOPMIN', KEYS[7], over) end
 redis.call('HINCRBY', KEYS[5], 'dead', 1)
 redis.call('HINCRBY', KEYS[8], 'dead', 1)
+redis.call('HINCRBY', KEYS[8], funnelField(ARGV[8], redis.call('HGET', KEYS[5], 'topic') or '?', 'dead'), 1)
 groupEnded(KEYS[5], ARGV[8], KEYS[9], ARGV[4], ARGV[6])
 return 2
 `)
@@ -212,7 +230,8 @@ func (p *Pool) fail(ctx context.Context, part int, job Claimed, cause string, ne
 //
 // KEYS[1] source    zset: inflight (reaper, release) or delayed (promoter)
 // KEYS[2] groups    KEYS[3] vt   KEYS[4] leases   KEYS[5] attempts   KEYS[6] wake
-// KEYS[7] completed   KEYS[8] stats: its ready field goes up by the jobs put back
+// KEYS[7] completed   KEYS[8] stats: its ready field goes up by the jobs put
+// back, the funnel's cancelled fields by the jobs of cancelled groups
 // KEYS[8+3i-2]      ready:<group of candidate i>, i = 1..n
 // KEYS[8+3i-1]      group:<group of candidate i>
 // KEYS[8+3i]        job:<candidate i>
@@ -222,9 +241,9 @@ func (p *Pool) fail(ctx context.Context, part int, job Claimed, cause string, ne
 // ARGV[5] seconds to keep a cancelled job
 // ARGV[5+2i-1]      id of candidate i   ARGV[5+2i] its group
 // Returns how many went back.
-var returnScript = newScript(luaGroupEnded + `
+var returnScript = newScript(luaGroupEnded + luaFunnel + `
 local now, n, counter, uncount, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1', ARGV[5]
-local moved, vt = 0
+local moved, vt, funnel = 0, nil, {}
 -- A group's state, read once per call for all its candidates: 'cancelled',
 -- or 'active' once it is known to be in the fair order.
 local state = {}
@@ -245,6 +264,7 @@ for i = n, 1, -1 do
       redis.call('HSET', jk, 'state', 'cancelled')
       redis.call('EXPIRE', jk, keep)
       redis.call('HINCRBY', gk, 'cancelled', 1)
+      funnelAdd(funnel, funnelField(group, redis.call('HGET', gk, 'topic') or '?', 'cancelled'), 1)
       groupEnded(gk, group, KEYS[7], ARGV[1], keep)
     else
       if uncount then redis.call('HINCRBY', KEYS[5], id, -1) end
@@ -261,6 +281,7 @@ for i = n, 1, -1 do
     end
   end
 end
+funnelFlush(KEYS[8], funnel)
 if moved > 0 then
   redis.call('HINCRBY', KEYS[8], 'ready', moved)
   redis.call('RPUSH', KEYS[6], 1)

@@ -1,0 +1,133 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// CanaryGroupPrefix starts the group of every heartbeat canary (see
+// internal/canary): the scripts count a canary's stages apart from user
+// jobs'.
+const CanaryGroupPrefix = "sluice.canary."
+
+// The stage funnel: per topic, scripts count each hand-off in the
+// partition's stats hash, in fields "funnel:<topic>:<stage>" (user jobs) or
+// "canary:<topic>:<stage>" (canaries). Kafka topic names cannot hold a
+// colon, so the fields read back unambiguously. The counters live as long
+// as Redis's data does (AOF), across restarts of every part, so a funnel
+// read after any run balances: see Funnel and docs/stats.md.
+const (
+	StageRelayed      = "relayed"       // enqueue: written into Redis, new
+	StageDeduplicated = "deduplicated"  // enqueue: a job with this id was there already
+	StageDropped      = "dropped"       // enqueue: its group was cancelled; not written
+	StageDeadLettered = "dead_lettered" // relay: poison, produced to <topic>.dlq
+	StageRequeued     = "requeued"      // relay: refused by Redis, produced to Kafka again
+	StageDequeued     = "dequeued"      // claim: leased by a worker (every attempt)
+	StageCompleted    = "completed"     // ack
+	StageRetried      = "retried"       // fail: a failed attempt, retried later
+	StageDead         = "dead"          // fail: the last attempt failed
+	StageCancelled    = "cancelled"     // cancel, return: removed with its cancelled group
+)
+
+// luaFunnel gives scripts the stats field of a stage of a group's topic.
+var luaFunnel = `
+local function funnelField(group, topic, stage)
+  if string.sub(group, 1, ` + strconv.Itoa(len(CanaryGroupPrefix)) + `) == '` + CanaryGroupPrefix + `' then
+    return 'canary:' .. topic .. ':' .. stage
+  end
+  return 'funnel:' .. topic .. ':' .. stage
+end
+local function funnelAdd(acc, field, n)
+  if n ~= 0 then acc[field] = (acc[field] or 0) + n end
+end
+local function funnelFlush(statsKey, acc)
+  for field, n in pairs(acc) do redis.call('HINCRBY', statsKey, field, n) end
+end
+`
+
+// CountStage adds n to a stage of topic's funnel, for the stages counted
+// outside a script (the relay's dead letters and requeues). They go to
+// the partition the topic's name picks; readers sum every partition.
+func (p *Pool) CountStage(ctx context.Context, topic, stage string, canary bool, n int64) error {
+	part := p.layout.PartitionOf(topic)
+	return p.byPart[part].HIncrBy(ctx, p.layout.Keys(part).Stats(), funnelName(topic, stage, canary), n).Err()
+}
+
+func funnelName(topic, stage string, canary bool) string {
+	if canary {
+		return "canary:" + topic + ":" + stage
+	}
+	return "funnel:" + topic + ":" + stage
+}
+
+// PartitionFunnel is one partition's funnel counters and what it holds, read
+// at one moment (one MULTI), so that its numbers agree with each other.
+type PartitionFunnel struct {
+	Partition int
+	// Stages holds the counters by topic, then stage; Canaries, the same
+	// for canaries.
+	Stages, Canaries map[string]map[string]int64
+	// Ready, Delayed, Inflight are the jobs the partition holds now; Dead
+	// is the size of its dead set (capped, so not a count of deaths).
+	Ready, Delayed, Inflight, Dead int64
+}
+
+// Held is how many jobs the partition holds: ready, delayed or in flight.
+func (f PartitionFunnel) Held() int64 { return f.Ready + f.Delayed + f.Inflight }
+
+// Funnel reads a partition's funnel counters and the sizes of its ready,
+// delayed, in-flight and dead sets in one transaction.
+func (p *Pool) Funnel(ctx context.Context, part int) (PartitionFunnel, error) {
+	k := p.layout.Keys(part)
+	pipe := p.byPart[part].TxPipeline()
+	stats := pipe.HGetAll(ctx, k.Stats())
+	delayed := pipe.ZCard(ctx, k.Delayed())
+	inflight := pipe.ZCard(ctx, k.Inflight())
+	dead := pipe.ZCard(ctx, k.Dead())
+	active := pipe.ZCard(ctx, k.Groups())
+	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+		return PartitionFunnel{}, fmt.Errorf("funnel of partition %d: %w", part, err)
+	}
+	f := PartitionFunnel{
+		Partition: part, Stages: map[string]map[string]int64{}, Canaries: map[string]map[string]int64{},
+		Delayed: delayed.Val(), Inflight: inflight.Val(), Dead: dead.Val(),
+	}
+	for field, v := range stats.Val() {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			continue
+		}
+		if field == "ready" {
+			f.Ready = max(n, 0)
+			continue
+		}
+		kind, rest, ok := strings.Cut(field, ":")
+		topic, stage, ok2 := strings.Cut(rest, ":")
+		if !ok || !ok2 {
+			continue
+		}
+		var m map[string]map[string]int64
+		switch kind {
+		case "funnel":
+			m = f.Stages
+		case "canary":
+			m = f.Canaries
+		default:
+			continue
+		}
+		if m[topic] == nil {
+			m[topic] = map[string]int64{}
+		}
+		m[topic][stage] += n
+	}
+	// As in Load: with no active group nothing is ready, whatever a
+	// counter left by an older version says.
+	if active.Val() == 0 {
+		f.Ready = 0
+	}
+	return f, nil
+}
