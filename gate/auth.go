@@ -21,6 +21,9 @@ type scope struct {
 	name   string // shown in logs instead of the token
 	all    bool
 	topics map[string]bool
+	// canary: the token may send heartbeat canaries (groups and types
+	// starting with "sluice."), given as +canary in its topic list.
+	canary bool
 }
 
 // Allows reports whether the scope may write topic.
@@ -29,6 +32,9 @@ func (s scope) Allows(topic string) bool { return s.all || s.topics[topic] }
 // ParseTokens reads token definitions, one per line or separated by ';':
 //
 //	<token> <topic>[,<topic>...]   # or * for every topic
+//
+// A "+canary" entry in the list lets the token send heartbeat canaries
+// (the canary monitor's token: "<token> *,+canary").
 //
 // Also accepted: <token>=<topics> and <token>:<topics>. Blank lines and lines
 // starting with # are ignored.
@@ -57,6 +63,8 @@ func ParseTokens(r io.Reader, source string) (*Auth, error) {
 				case "":
 				case "*":
 					s.all = true
+				case "+canary":
+					s.canary = true
 				default:
 					s.topics[t] = true
 				}
@@ -140,18 +148,19 @@ func (a *Auth) Authenticate(r *http.Request) (allows func(topic string) bool, st
 	return s.Allows, 0, ""
 }
 
-// Check authenticates r. It returns the caller's scope, or the HTTP status
-// (401 or 403) and the reason.
-func (a *Auth) Check(r *http.Request, topic string) (string, int, string) {
+// Check authenticates r. It returns the caller's scope (the zero scope
+// when authentication is off), or the HTTP status (401 or 403) and the
+// reason.
+func (a *Auth) Check(r *http.Request, topic string) (scope, int, string) {
 	if !a.Enabled() {
-		return "", 0, ""
+		return scope{}, 0, ""
 	}
 	s, status, reason := a.authenticate(r)
 	if status != 0 {
-		return "", status, reason
+		return scope{}, status, reason
 	}
 	if !s.Allows(topic) {
-		return s.name, http.StatusForbidden, fmt.Sprintf("token may not write topic %q", topic)
+		return s, http.StatusForbidden, fmt.Sprintf("token may not write topic %q", topic)
 	}
-	return s.name, 0, ""
+	return s, 0, ""
 }

@@ -140,6 +140,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 	g.catalog = kafka.NewCatalog(ctx, producer.Client(), cfg.MetadataRefresh, log)
 	g.metrics = newMetrics(g.reg)
 	mux := http.NewServeMux()
+	mux.HandleFunc("/v1/topics/{topic}", g.instrument("topic", g.serveTopic))
 	mux.HandleFunc("/v1/topics/{topic}/jobs", g.instrument("job", g.serveJob))
 	mux.HandleFunc("/v1/topics/{topic}/jobs:batch", g.instrument("batch", g.serveBatch))
 	mux.HandleFunc("/v1/topics/{topic}/groups", g.instrument("group", g.serveGroup))

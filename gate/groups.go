@@ -83,6 +83,10 @@ func (g *Gate) serveGroup(x *exchange) {
 		x.failDecode(err)
 		return
 	}
+	if err := x.reserved(fields.ID, fields.Type); err != nil {
+		x.fail(http.StatusForbidden, "%v", err)
+		return
+	}
 	if fields.CallbackURL != "" {
 		if err := (job.GroupClose{Group: fields.ID, CallbackURL: fields.CallbackURL}).Check(); err != nil {
 			x.failDecode(err)

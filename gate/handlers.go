@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/canary"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/kafka"
 )
@@ -26,6 +27,9 @@ type exchange struct {
 	w      http.ResponseWriter
 	r      *http.Request
 	status int
+	// mayCanary: the caller may send heartbeat canaries (no auth, or a
+	// token with +canary); set by admit.
+	mayCanary bool
 }
 
 func (g *Gate) instrument(route string, serve func(*exchange)) http.HandlerFunc {
@@ -101,6 +105,25 @@ func internalTopic(t string) bool {
 	return strings.HasSuffix(t, ".dlq") || strings.HasSuffix(t, ".retry") || strings.HasPrefix(t, "__")
 }
 
+// reserved says why a job may not be sent by this caller: group names and
+// types starting with "sluice." belong to sluice's heartbeat canaries, which
+// the worker completes itself and the funnel counts apart.
+func (x *exchange) reserved(group, jobType string) error {
+	if x.mayCanary || !(strings.HasPrefix(group, canary.ReservedPrefix) || strings.HasPrefix(jobType, canary.ReservedPrefix)) {
+		return nil
+	}
+	return fmt.Errorf("group names and job types starting with %q are reserved for sluice's heartbeat canaries (tokens with +canary)", canary.ReservedPrefix)
+}
+
+// jobOutcome is the jobs counter's outcome of an accepted job: canaries
+// never count as user jobs.
+func jobOutcome(group string) string {
+	if canary.IsCanary(group) {
+		return "canary"
+	}
+	return "accepted"
+}
+
 // admit runs the checks shared by both routes, in the order a client can fix
 // them: method, credentials, topic, Kafka, request options. It answers and
 // returns ok=false when one fails.
@@ -110,13 +133,15 @@ func (g *Gate) admit(x *exchange, topic string) (acks kafka.Acks, partition int3
 		x.fail(http.StatusMethodNotAllowed, "method %s not allowed: use POST", x.r.Method)
 		return
 	}
-	if _, status, reason := g.auth.Check(x.r, topic); status != 0 {
+	sc, status, reason := g.auth.Check(x.r, topic)
+	if status != 0 {
 		if status == http.StatusUnauthorized {
 			x.w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 		}
 		x.fail(status, "%s", reason)
 		return
 	}
+	x.mayCanary = sc.canary || !g.auth.Enabled()
 	if internalTopic(topic) {
 		x.fail(http.StatusForbidden, "topic %q is internal (retry, dead-letter or Kafka's own) and takes no jobs from clients", topic)
 		return
@@ -153,6 +178,37 @@ func (g *Gate) admit(x *exchange, topic string) (acks kafka.Acks, partition int3
 		partition = int32(p)
 	}
 	return acks, partition, true
+}
+
+// serveTopic answers GET /v1/topics/{topic}: the topic's partition count,
+// for clients that name partitions (the canary monitor sends one canary to
+// each).
+func (g *Gate) serveTopic(x *exchange) {
+	topic := x.r.PathValue("topic")
+	if x.r.Method != http.MethodGet {
+		x.w.Header().Set("Allow", http.MethodGet)
+		x.fail(http.StatusMethodNotAllowed, "method %s not allowed: use GET", x.r.Method)
+		return
+	}
+	if _, status, reason := g.auth.Check(x.r, topic); status != 0 {
+		if status == http.StatusUnauthorized {
+			x.w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+		}
+		x.fail(status, "%s", reason)
+		return
+	}
+	partitions, err := g.catalog.Partitions(x.r.Context(), topic)
+	switch {
+	case internalTopic(topic) || (len(g.allowed) > 0 && !g.allowed[topic]) || errors.Is(err, kafka.ErrUnknownTopic):
+		x.fail(http.StatusNotFound, "topic %q is not served by this gate", topic)
+	case err != nil:
+		g.unavailable(x, err)
+	default:
+		x.json(http.StatusOK, struct {
+			Topic      string `json:"topic"`
+			Partitions int32  `json:"partitions"`
+		}{topic, partitions})
+	}
 }
 
 func (g *Gate) unavailable(x *exchange, err error) {
@@ -268,15 +324,21 @@ func (g *Gate) serveJob(x *exchange) {
 		return
 	}
 	j.Defaults(topic, now)
+	if err := x.reserved(j.Group, j.Type); err != nil {
+		g.metrics.jobs.with(topic, "rejected").Inc()
+		x.fail(http.StatusForbidden, "%v", err)
+		return
+	}
 	msg := kafka.Message{Topic: topic, Key: []byte(j.Group), Value: j.AppendJSON(make([]byte, 0, len(body)+192)), Partition: partition}
 	results, err := g.produce(x, acks, []kafka.Message{msg})
 	if err != nil {
+		g.metrics.jobs.with(topic, "failed").Inc()
 		g.answerCtxErr(x, err, []string{j.ID})
 		return
 	}
 	if perr := results[0].Err; perr != nil {
 		status := g.produceStatus(perr)
-		g.metrics.jobs.with(topic, "rejected").Inc()
+		g.metrics.jobs.with(topic, "failed").Inc()
 		if status == http.StatusServiceUnavailable {
 			g.unavailable(x, perr)
 			return
@@ -284,7 +346,7 @@ func (g *Gate) serveJob(x *exchange) {
 		x.fail(status, "Kafka refused the job: %v", perr)
 		return
 	}
-	g.metrics.jobs.with(topic, "accepted").Inc()
+	g.metrics.jobs.with(topic, jobOutcome(j.Group)).Inc()
 	out := make([]byte, 0, 128)
 	out = append(out, `{"id":`...)
 	out = job.AppendString(out, j.ID)
@@ -331,8 +393,9 @@ func (g *Gate) serveBatch(x *exchange) {
 	var (
 		results []batchResult
 		msgs    []kafka.Message
-		msgItem []int // msgs[k] is results[msgItem[k]]
-		ids     []string
+		msgItem  []int // msgs[k] is results[msgItem[k]]
+		ids      []string
+		canaries []int // the results of canaries
 	)
 	stream := job.NewStream(body)
 	for {
@@ -358,6 +421,13 @@ func (g *Gate) serveBatch(x *exchange) {
 			continue
 		}
 		j.Defaults(topic, now)
+		if err := x.reserved(j.Group, j.Type); err != nil {
+			results = append(results, rejectedItem(len(results), err))
+			continue
+		}
+		if canary.IsCanary(j.Group) {
+			canaries = append(canaries, len(results))
+		}
 		msgItem = append(msgItem, len(results))
 		results = append(results, batchResult{Index: len(results), ID: j.ID})
 		ids = append(ids, j.ID)
@@ -371,6 +441,7 @@ func (g *Gate) serveBatch(x *exchange) {
 	if len(msgs) > 0 {
 		produced, err := g.produce(x, acks, msgs)
 		if err != nil {
+			g.metrics.jobs.with(topic, "failed").Add(float64(len(msgs)))
 			g.answerCtxErr(x, err, ids)
 			return
 		}
@@ -398,8 +469,21 @@ func (g *Gate) serveBatch(x *exchange) {
 			failStatus = http.StatusBadRequest
 		}
 	}
-	g.metrics.jobs.with(topic, "accepted").Add(float64(out.Accepted))
-	g.metrics.jobs.with(topic, "rejected").Add(float64(out.Rejected))
+	failed, acceptedCanaries := 0, 0
+	for _, r := range results {
+		if r.Status >= 500 {
+			failed++
+		}
+	}
+	for _, i := range canaries {
+		if results[i].Status == http.StatusAccepted {
+			acceptedCanaries++
+		}
+	}
+	g.metrics.jobs.with(topic, "accepted").Add(float64(out.Accepted - acceptedCanaries))
+	g.metrics.jobs.with(topic, "canary").Add(float64(acceptedCanaries))
+	g.metrics.jobs.with(topic, "rejected").Add(float64(out.Rejected - failed))
+	g.metrics.jobs.with(topic, "failed").Add(float64(failed))
 	status := http.StatusAccepted
 	switch {
 	case out.Rejected > 0 && out.Accepted > 0:

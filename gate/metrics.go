@@ -64,7 +64,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_gate_inflight_requests", Help: "Enqueue requests being served now.",
 		}),
 		jobs: newCounterCache(prometheus.CounterOpts{
-			Name: "sluice_gate_jobs_total", Help: "Jobs by topic and outcome: accepted (Kafka acknowledged) or rejected.",
+			Name: "sluice_gate_jobs_total", Help: "Jobs by topic and outcome: accepted (Kafka acknowledged), rejected (invalid or not allowed), failed (valid, but Kafka did not take them or did not answer in time: 5xx or 504), canary (heartbeat canaries, never counted as accepted).",
 		}, "topic", "outcome"),
 		groups: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_gate_groups_total", Help: "Bulk group submissions by topic and outcome: accepted (every item and the close acknowledged) or rejected.",
