@@ -391,8 +391,8 @@ func (g *Gate) serveBatch(x *exchange) {
 	topic, acks, partition, body := req.topic, req.acks, req.partition, req.body
 	now := g.now()
 	var (
-		results []batchResult
-		msgs    []kafka.Message
+		results  []batchResult
+		msgs     []kafka.Message
 		msgItem  []int // msgs[k] is results[msgItem[k]]
 		ids      []string
 		canaries []int // the results of canaries

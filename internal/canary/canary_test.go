@@ -73,7 +73,7 @@ func TestEvaluateAndDiagnose(t *testing.T) {
 	records := []Record{
 		rec("a", 0, 0, fresh), rec("a", 1, 1, fresh), rec("a", 2, 2, old), // one path of a
 		rec("b", 0, 0, old), rec("b", 1, 1, old), // all of b
-		rec("c", 0, 2, old), // partition 2's other path: partition 2 is stale
+		rec("c", 0, 2, old),         // partition 2's other path: partition 2 is stale
 		rec("d", 0, 3, time.Time{}), // never completed: counted from the start
 	}
 	st := Evaluate(now, s, records)
