@@ -306,6 +306,25 @@ func TestPoisonGoesToTheDLQAndGoodJobsFlow(t *testing.T) {
 			t.Fatalf("DLQ reasons %q lack %q", joined, want)
 		}
 	}
+	// The stage funnel counts both kinds, summed over the partitions.
+	pool, err := queue.NewPool(queue.PoolConfig{Layout: b.layout, Addr: b.redis.Addr()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	stages := map[string]int64{}
+	for p := range b.layout.Partitions {
+		f, err := pool.Funnel(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for stage, n := range f.Stages[topic] {
+			stages[stage] += n
+		}
+	}
+	if stages[queue.StageRelayed] != 3 || stages[queue.StageDeadLettered] != 3 {
+		t.Fatalf("funnel %v: want 3 relayed and 3 dead-lettered", stages)
+	}
 }
 
 func TestTwoRelaysOneHolderAndGracefulHandOver(t *testing.T) {
