@@ -6,7 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/sluicehq/sluice/loadtest"
+	loadtest "github.com/sluicehq/sluice/loadtest/scenario"
 )
 
 // The gate's own cost per job, without HTTP's: the handler called in

@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/testenv"
-	"github.com/sluicehq/sluice/loadtest"
+	loadtest "github.com/sluicehq/sluice/loadtest/scenario"
 	"github.com/sluicehq/sluice/worker"
 )
 
