@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/canary"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/queue"
 )
@@ -48,6 +49,7 @@ type heldJob struct {
 	lost    bool               // the lease is gone (reaped); under consumer.mu
 	acking  bool               // handed to the acker, which forgets it; under consumer.mu
 	jobType string             // once its envelope is read
+	topic   string             // once its envelope is read
 }
 
 func (w *Worker) newConsumer(part int) *consumer {
@@ -348,7 +350,11 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		c.settle(ctx, h, nil, Permanent(fmt.Errorf("envelope: %w", err)), 1)
 		return
 	}
-	h.jobType = j.Type // read by settle and the acker, after this
+	h.jobType, h.topic = j.Type, j.Topic // read by settle and the acker, after this
+	if canary.IsCanary(cl.Group) {
+		c.completeCanary(ctx, h, j)
+		return
+	}
 	maxAttempts := j.MaxAttempts
 	if maxAttempts <= 0 {
 		maxAttempts = w.cfg.MaxAttempts
@@ -498,7 +504,7 @@ func (c *consumer) acker() {
 		}
 		done := make([]queue.Done, len(batch))
 		for i, r := range batch {
-			done[i] = queue.Done{Job: r.job.claimed, Result: r.result}
+			done[i] = queue.Done{Job: r.job.claimed, Result: r.result, Topic: r.job.topic}
 		}
 		ok, err := w.pool.AckMany(context.Background(), c.part, done, w.cfg.Now(), w.cfg.ResultTTL)
 		acked := map[string]int{} // by job type

@@ -12,7 +12,8 @@ type metrics struct {
 	execution *prometheus.HistogramVec // type
 	queueWait prometheus.Histogram
 	inflight  prometheus.Gauge
-	workers   *prometheus.GaugeVec // partition
+	workers   *prometheus.GaugeVec   // partition
+	canaries  *prometheus.CounterVec // outcome
 }
 
 func newMetrics() *metrics {
@@ -35,8 +36,11 @@ func newMetrics() *metrics {
 		workers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_worker_workers", Help: "Goroutines that run jobs, per partition.",
 		}, []string{"partition"}),
+		canaries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_worker_canaries_total", Help: "Heartbeat canaries completed by the built-in handler, by outcome: done, late (a newer one was recorded first), bad (unreadable or not recorded). Canaries never count as jobs.",
+		}, []string{"outcome"}),
 	}
-	m.reg.MustRegister(m.jobs, m.execution, m.queueWait, m.inflight, m.workers)
+	m.reg.MustRegister(m.jobs, m.execution, m.queueWait, m.inflight, m.workers, m.canaries)
 	return m
 }
 
