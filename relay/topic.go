@@ -45,7 +45,7 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 		return fmt.Errorf("partitions of %s: %w", topic, err)
 	}
 	group := r.cfg.ConsumerGroup + "." + topic
-	committed, err := groupOffsets(client, group, topic, parts)
+	committed, err := kafka.GroupOffsets(client, group, topic, parts)
 	if err != nil {
 		return err
 	}
@@ -128,37 +128,6 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 		first = errors.New("all partition consumers stopped")
 	}
 	return first
-}
-
-// groupOffsets reads the group's committed offsets by partition (-1: none),
-// or nil when the group does not exist.
-func groupOffsets(client sarama.Client, group, topic string, parts []int32) (map[int32]int64, error) {
-	broker, err := client.Coordinator(group)
-	if err != nil {
-		return nil, fmt.Errorf("coordinator of %s: %w", group, err)
-	}
-	fetch := &sarama.OffsetFetchRequest{Version: 2, ConsumerGroup: group}
-	for _, p := range parts {
-		fetch.AddPartition(topic, p)
-	}
-	resp, err := broker.FetchOffset(fetch)
-	if err != nil {
-		return nil, fmt.Errorf("offsets of %s: %w", group, err)
-	}
-	if resp.Err == sarama.ErrGroupIDNotFound {
-		return nil, nil
-	}
-	if resp.Err != sarama.ErrNoError {
-		return nil, fmt.Errorf("offsets of %s: %w", group, resp.Err)
-	}
-	out := make(map[int32]int64, len(parts))
-	for _, p := range parts {
-		out[p] = -1
-		if b := resp.GetBlock(topic, p); b != nil && b.Err == sarama.ErrNoError {
-			out[p] = b.Offset
-		}
-	}
-	return out, nil
 }
 
 // seedGroup makes sure the consumer group exists before sarama's offset
