@@ -86,6 +86,13 @@ type Config struct {
 	// count; heartbeats ten times as old are removed.
 	ConsumerTTL time.Duration
 
+	// StatsEvery is how often the partitions' in-flight, delayed and dead
+	// jobs and the stage funnel are read into metrics (stats.go); 0: never.
+	StatsEvery time.Duration
+	// Canary configures the heartbeat canaries (canary.go); no topics:
+	// none are sent.
+	Canary CanaryConfig
+
 	// Reducer makes the reducer of each group; nil: JSONReducer.
 	Reducer ReducerFactory
 	// Now is the clock of the timestamps recorded; default time.Now.
@@ -118,6 +125,8 @@ func DefaultConfig() Config {
 		ScaleEvery:          5 * time.Second,
 		Scaling:             DefaultParams(),
 		ConsumerTTL:         15 * time.Second,
+		StatsEvery:          5 * time.Second,
+		Canary:              DefaultCanaryConfig(),
 	}
 }
 
@@ -141,6 +150,11 @@ func (c *Config) check() error {
 		return errors.New("scale interval must not be negative (0 turns scaling off)")
 	case c.ScaleEvery > 0 && c.ConsumerTTL <= 0:
 		return errors.New("consumer TTL must be positive")
+	case c.StatsEvery < 0:
+		return errors.New("stats interval must not be negative (0 turns it off)")
+	}
+	if err := c.Canary.check(); err != nil {
+		return err
 	}
 	if c.ScaleEvery > 0 {
 		if err := c.Scaling.Check(); err != nil {
@@ -163,6 +177,7 @@ type Coordinator struct {
 	held   atomic.Bool
 	close  sync.Once
 	params atomic.Pointer[Params] // in force: Consul's, else cfg.Scaling
+	canary *CanaryMonitor         // nil: no canaries
 }
 
 // New checks cfg and builds a coordinator; it connects to nothing yet.
@@ -207,8 +222,17 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 	}
 	p := cfg.Scaling
 	c.params.Store(&p)
+	if len(cfg.Canary.Topics) > 0 {
+		if c.canary, err = NewCanaryMonitor(cfg.Canary, pool, reg, cfg.Holder, log); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
 	return c, nil
 }
+
+// Canary is the canary monitor; nil when no topics are configured.
+func (c *Coordinator) Canary() *CanaryMonitor { return c.canary }
 
 // Registry holds the coordinator's metrics.
 func (c *Coordinator) Registry() *prometheus.Registry { return c.reg }
@@ -259,6 +283,12 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		}
 		if c.cfg.ScaleEvery > 0 {
 			wg.Go(func() { c.newScaler(lease.Valid).run(lctx) })
+		}
+		if c.cfg.StatsEvery > 0 {
+			wg.Go(func() { c.observe(lctx, lease.Valid) })
+		}
+		if c.canary != nil {
+			wg.Go(func() { c.canary.Run(lctx, lease.Valid) })
 		}
 		wg.Wait()
 		c.log.Info("coordinator stopped working", "token", lease.Token(), "cause", context.Cause(lctx))

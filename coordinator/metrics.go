@@ -22,6 +22,16 @@ type metrics struct {
 	scaleTarget    *prometheus.GaugeVec
 	scaleDecisions *prometheus.CounterVec // partition, type
 	scaleCycles    prometheus.Counter
+
+	// observe's, reset when it stops.
+	inflight, delayed, dead *prometheus.GaugeVec // partition
+	funnel                  *prometheus.GaugeVec // topic, stage
+}
+
+func (m *metrics) resetObserved() {
+	for _, g := range []*prometheus.GaugeVec{m.inflight, m.delayed, m.dead, m.funnel} {
+		g.Reset()
+	}
 }
 
 func (m *metrics) resetScaling() {
@@ -85,7 +95,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		scaleCycles: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_coordinator_scaling_cycles_total", Help: "Scaling cycles run (one reads every partition).",
 		}),
+		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_coordinator_inflight_jobs", Help: "Jobs leased by workers per partition: running, or claimed ahead and waiting for a slot.",
+		}, []string{"partition"}),
+		delayed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_coordinator_delayed_jobs", Help: "Jobs waiting in the delayed set per partition: scheduled, retrying, or throttled to a rate-limit slot.",
+		}, []string{"partition"}),
+		dead: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_coordinator_dead_jobs", Help: "Jobs in the dead set per partition (capped by the workers' --dead-max).",
+		}, []string{"partition"}),
+		funnel: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_coordinator_funnel_jobs", Help: "The stage funnel: user jobs per topic and stage since the Redis data began (relayed, deduplicated, dropped, dead_lettered, requeued, dequeued, completed, retried, dead, cancelled), summed over the partitions; see docs/stats.md.",
+		}, []string{"topic", "stage"}),
 	}
+	reg.MustRegister(m.inflight, m.delayed, m.dead, m.funnel)
 	reg.MustRegister(m.lockHeld, m.lockAcquired, m.groupsCompleted, m.callbacks, m.attempts,
 		m.deliveryLatency, m.aggregation, m.delivering, m.redisErrors,
 		m.scaleReady, m.scaleWorkers, m.scaleConsumers, m.scaleBusy, m.scalePWQD, m.scaleTarget, m.scaleDecisions, m.scaleCycles)

@@ -1,0 +1,455 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/canary"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// CanaryConfig configures the heartbeat canaries. No topics: none are sent.
+type CanaryConfig struct {
+	// GateURL is the gate the canaries go through, "http://host:port".
+	GateURL string
+	// Token is the gate's bearer token for the monitor: its scope needs
+	// the topics and +canary. Empty: the gate runs without auth.
+	Token string
+	// Topics are the topics served; each gets a canary per route every
+	// Interval (internal/canary.Plan).
+	Topics []string
+	// Interval is the time between canaries along a path: 1s at least.
+	Interval time.Duration
+	// Grace is added to two intervals before a path alerts; 0: half an
+	// interval.
+	Grace time.Duration
+	// Webhook, if set, gets a POST when alerts fire and when they clear.
+	Webhook string
+	// Timeout bounds each HTTP call to the gate and the webhook.
+	Timeout time.Duration
+	// Replan is how many rounds pass between reading the topics'
+	// partition counts again.
+	Replan int
+}
+
+// DefaultCanaryConfig: a minute between canaries, 30 s of grace.
+func DefaultCanaryConfig() CanaryConfig {
+	return CanaryConfig{GateURL: "http://127.0.0.1:8080", Interval: time.Minute, Grace: 30 * time.Second, Timeout: 10 * time.Second, Replan: 10}
+}
+
+func (c *CanaryConfig) check() error {
+	if len(c.Topics) == 0 {
+		return nil
+	}
+	if c.Interval < time.Second {
+		return fmt.Errorf("canary interval %s: want 1s or more", c.Interval)
+	}
+	if c.Grace < 0 || c.Timeout <= 0 || c.Replan < 1 {
+		return errors.New("canary grace must not be negative, timeout and replan must be positive")
+	}
+	if c.Grace == 0 {
+		c.Grace = c.Interval / 2
+	}
+	u, err := url.Parse(c.GateURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("canary gate URL %q: want http(s)://host:port", c.GateURL)
+	}
+	if c.Webhook != "" {
+		if u, err := url.Parse(c.Webhook); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("canary webhook %q: want an http(s) URL", c.Webhook)
+		}
+	}
+	return nil
+}
+
+// CanaryMonitor sends a heartbeat canary along every path of every topic
+// each interval, through the gate like any client's job, and watches them
+// complete: the worker's built-in handler records each arrival in its Redis
+// partition (queue.Pool.RecordCanaryDone). A path whose newest completed
+// canary is older than two intervals plus the grace alerts: logged once
+// with what is stuck (canary.Diagnose), exported as sluice_canary_stale,
+// POSTed to the webhook; it clears when canaries flow again. It records
+// its settings and what it sent in Redis, so `sluice stats` judges the
+// paths the same way. One monitor per stage: the coordinator's (under its
+// lock) or `sluice canary`.
+type CanaryMonitor struct {
+	cfg    CanaryConfig
+	pool   *queue.Pool
+	log    *slog.Logger
+	http   *http.Client
+	now    func() time.Time
+	holder string
+	m      canaryMetrics
+
+	mu     sync.Mutex
+	alerts []string // the diagnosis in force; empty: all well
+	stale  map[canary.Path]bool
+}
+
+type canaryMetrics struct {
+	sent, sendErrors *prometheus.CounterVec // topic
+	age, stale       *prometheus.GaugeVec   // topic, kafka_partition, redis_partition
+	latency          *prometheus.HistogramVec
+	interval         prometheus.Gauge
+}
+
+// NewCanaryMonitor builds a monitor; its metrics go to reg.
+func NewCanaryMonitor(cfg CanaryConfig, pool *queue.Pool, reg prometheus.Registerer, holder string, log *slog.Logger) (*CanaryMonitor, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	path := []string{"topic", "kafka_partition", "redis_partition"}
+	m := canaryMetrics{
+		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_canary_sent_total", Help: "Heartbeat canaries the gate accepted, by topic.",
+		}, []string{"topic"}),
+		sendErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_canary_send_errors_total", Help: "Heartbeat canaries the gate did not accept (or the topic's partitions could not be read), by topic.",
+		}, []string{"topic"}),
+		age: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_canary_age_seconds", Help: "Per path, how long ago the newest completed canary was sent (from the monitor's start at the earliest).",
+		}, path),
+		stale: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "sluice_canary_stale", Help: "1 while a path's canary age is above two intervals plus the grace: the path is stuck.",
+		}, path),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "sluice_canary_latency_seconds", Help: "End-to-end time of completed canaries, from the POST to the gate to the worker's record, by topic.",
+			Buckets: []float64{.005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+		}, []string{"topic"}),
+		interval: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_canary_interval_seconds", Help: "Time between canaries along a path, while this process sends them.",
+		}),
+	}
+	reg.MustRegister(m.sent, m.sendErrors, m.age, m.stale, m.latency, m.interval)
+	return &CanaryMonitor{
+		cfg: cfg, pool: pool, log: log.With("part", "canary"), http: &http.Client{Timeout: cfg.Timeout},
+		now: time.Now, holder: holder, m: m, stale: map[canary.Path]bool{},
+	}, nil
+}
+
+// Alerts is the diagnosis in force: one line per stuck thing; none when
+// every path flows.
+func (cm *CanaryMonitor) Alerts() []string {
+	cm.mu.Lock()
+	defer cm.mu.Unlock()
+	return slices.Clone(cm.alerts)
+}
+
+// Run sends canaries every interval and judges the paths four times an
+// interval, until ctx ends or valid says the caller's lock is gone.
+// Tickers are the real clock's; cm.now only stamps what is recorded.
+func (cm *CanaryMonitor) Run(ctx context.Context, valid func() bool) {
+	settings := canary.Settings{Interval: cm.cfg.Interval, Grace: cm.cfg.Grace, Started: cm.now(), Holder: cm.holder}
+	cm.m.interval.Set(cm.cfg.Interval.Seconds())
+	defer func() {
+		// A monitor that stopped judges nothing: its gauges go.
+		cm.m.interval.Set(0)
+		cm.m.age.Reset()
+		cm.m.stale.Reset()
+	}()
+	cm.log.Info("canary monitor started", "topics", cm.cfg.Topics, "interval", cm.cfg.Interval, "stale_after", settings.StaleAfter(), "gate", cm.cfg.GateURL)
+	var (
+		routes   map[string][]canary.Route
+		round    int
+		lastDone = map[canary.Path]time.Time{}
+		nextSend = time.Now()
+		timer    = time.NewTimer(0)
+	)
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		}
+		if !valid() {
+			return
+		}
+		if !time.Now().Before(nextSend) {
+			if round%cm.cfg.Replan == 0 {
+				routes = cm.plan(ctx, routes)
+			}
+			round++
+			settings.Beat = cm.now()
+			if err := cm.pool.SetCanaryMonitor(ctx, settings.Encode()); err != nil && ctx.Err() == nil {
+				cm.log.Warn("recording the canary monitor's settings failed", "err", err)
+			}
+			cm.send(ctx, routes)
+			// A round that ran late does not send twice to catch up.
+			if nextSend = nextSend.Add(cm.cfg.Interval); nextSend.Before(time.Now()) {
+				nextSend = time.Now()
+			}
+		}
+		cm.check(ctx, settings, routes, lastDone)
+		timer.Reset(min(cm.cfg.Interval/4, time.Until(nextSend)))
+	}
+}
+
+// plan reads each topic's partition count from the gate and lays out its
+// routes; a topic whose count cannot be read keeps its last routes. Records
+// of paths no longer planned are removed.
+func (cm *CanaryMonitor) plan(ctx context.Context, last map[string][]canary.Route) map[string][]canary.Route {
+	out := map[string][]canary.Route{}
+	layout := cm.pool.Layout()
+	for _, topic := range cm.cfg.Topics {
+		n, err := cm.partitions(ctx, topic)
+		if err != nil {
+			cm.m.sendErrors.WithLabelValues(topic).Inc()
+			cm.log.Warn("reading the topic's partitions from the gate failed", "topic", topic, "err", err)
+			if r, ok := last[topic]; ok {
+				out[topic] = r
+			}
+			continue
+		}
+		out[topic] = canary.Plan(topic, n, layout)
+	}
+	cm.forgetUnplanned(ctx, out)
+	return out
+}
+
+func (cm *CanaryMonitor) partitions(ctx context.Context, topic string) (int32, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, cm.cfg.GateURL+"/v1/topics/"+url.PathEscape(topic), nil)
+	if err != nil {
+		return 0, err
+	}
+	body, err := cm.do(req)
+	if err != nil {
+		return 0, err
+	}
+	var info struct {
+		Partitions int32 `json:"partitions"`
+	}
+	if err := json.Unmarshal(body, &info); err != nil || info.Partitions < 1 {
+		return 0, fmt.Errorf("the gate's answer %q has no partition count", body)
+	}
+	return info.Partitions, nil
+}
+
+// do runs req with the monitor's token and returns a 2xx answer's body.
+func (cm *CanaryMonitor) do(req *http.Request) ([]byte, error) {
+	if cm.cfg.Token != "" {
+		req.Header.Set("Authorization", "Bearer "+cm.cfg.Token)
+	}
+	resp, err := cm.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if resp.StatusCode/100 != 2 {
+		return nil, fmt.Errorf("%s %s: %s: %s", req.Method, req.URL, resp.Status, bytes.TrimSpace(body))
+	}
+	return body, nil
+}
+
+func (cm *CanaryMonitor) forgetUnplanned(ctx context.Context, routes map[string][]canary.Route) {
+	planned := map[canary.Path]bool{}
+	for _, rs := range routes {
+		for _, r := range rs {
+			planned[r.Path] = true
+		}
+	}
+	hashes, err := cm.pool.CanaryHashes(ctx)
+	if err != nil {
+		return // next plan
+	}
+	for part, h := range hashes {
+		var gone []string
+		for _, rec := range canary.Records(map[int]map[string]string{part: h}) {
+			if !planned[rec.Path] {
+				gone = append(gone, queue.CanarySentPrefix+rec.Field(), queue.CanaryDonePrefix+rec.Field())
+			}
+		}
+		if err := cm.pool.ForgetCanaries(ctx, part, gone); err != nil {
+			cm.log.Warn("removing records of unplanned canary paths failed", "partition", part, "err", err)
+		}
+	}
+}
+
+// send posts one canary per route, a few at a time, and records the sent
+// ones in their Redis partitions.
+func (cm *CanaryMonitor) send(ctx context.Context, routes map[string][]canary.Route) {
+	sent := cm.now()
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		fields = map[int][]string{}
+		limit  = make(chan struct{}, 8)
+		failed = map[string]error{}
+	)
+	for topic, rs := range routes {
+		for _, r := range rs {
+			wg.Add(1)
+			limit <- struct{}{}
+			go func() {
+				defer func() { <-limit; wg.Done() }()
+				err := cm.post(ctx, r, sent)
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					cm.m.sendErrors.WithLabelValues(topic).Inc()
+					failed[topic] = err
+					return
+				}
+				cm.m.sent.WithLabelValues(topic).Inc()
+				fields[r.RedisPartition] = append(fields[r.RedisPartition], r.Field())
+			}()
+		}
+	}
+	wg.Wait()
+	for topic, err := range failed {
+		if ctx.Err() == nil {
+			cm.log.Warn("sending canaries failed", "topic", topic, "err", err)
+		}
+	}
+	if err := cm.pool.RecordCanariesSent(ctx, fields, sent); err != nil && ctx.Err() == nil {
+		cm.log.Warn("recording sent canaries failed", "err", err)
+	}
+}
+
+func (cm *CanaryMonitor) post(ctx context.Context, r canary.Route, sent time.Time) error {
+	payload, _ := json.Marshal(canary.Payload{Topic: r.Topic, KafkaPartition: r.KafkaPartition, RedisPartition: r.RedisPartition, SentMS: sent.UnixMilli()})
+	body, _ := json.Marshal(map[string]any{"type": canary.Type, "group": r.Group, "max_attempts": 1, "payload": json.RawMessage(payload)})
+	u := cm.cfg.GateURL + "/v1/topics/" + url.PathEscape(r.Topic) + "/jobs?partition=" + strconv.Itoa(int(r.KafkaPartition))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	_, err = cm.do(req)
+	return err
+}
+
+// check judges every planned path, updates the metrics, and logs and posts
+// alerts that fire or clear.
+func (cm *CanaryMonitor) check(ctx context.Context, s canary.Settings, routes map[string][]canary.Route, lastDone map[canary.Path]time.Time) {
+	if len(routes) == 0 {
+		return
+	}
+	_, _, records, err := canary.Read(ctx, cm.pool)
+	if err != nil {
+		if ctx.Err() == nil {
+			cm.log.Warn("reading canary records failed", "err", err)
+		}
+		return
+	}
+	byPath := map[canary.Path]canary.Record{}
+	for _, r := range records {
+		byPath[r.Path] = r
+	}
+	var planned []canary.Record
+	for _, rs := range routes {
+		for _, r := range rs {
+			rec, ok := byPath[r.Path]
+			if !ok {
+				rec = canary.Record{Path: r.Path}
+			}
+			planned = append(planned, rec)
+		}
+	}
+	statuses := canary.Evaluate(cm.now(), s, planned)
+	stale := map[canary.Path]bool{}
+	for _, st := range statuses {
+		labels := []string{st.Topic, strconv.Itoa(int(st.KafkaPartition)), strconv.Itoa(st.RedisPartition)}
+		cm.m.age.WithLabelValues(labels...).Set(st.Age.Seconds())
+		cm.m.stale.WithLabelValues(labels...).Set(b2f(st.Stale))
+		if st.DoneSent.After(lastDone[st.Path]) {
+			if !lastDone[st.Path].IsZero() || st.DoneSent.After(s.Started) {
+				cm.m.latency.WithLabelValues(st.Topic).Observe(st.Latency.Seconds())
+			}
+			lastDone[st.Path] = st.DoneSent
+		}
+		if st.Stale {
+			stale[st.Path] = true
+		}
+	}
+	cm.mu.Lock()
+	var fired, cleared []canary.Path
+	for p := range stale {
+		if !cm.stale[p] {
+			fired = append(fired, p)
+		}
+	}
+	for p := range cm.stale {
+		if !stale[p] {
+			cleared = append(cleared, p)
+		}
+	}
+	cm.stale = stale
+	diagnosis := canary.Diagnose(statuses)
+	cm.alerts = diagnosis
+	cm.mu.Unlock()
+	if len(fired) > 0 {
+		cm.log.Error("canary alert: paths stuck", "stale_paths", len(stale), "new", pathNames(fired), "diagnosis", strings.Join(diagnosis, "; "))
+		cm.notify(ctx, "firing", statuses, diagnosis)
+	}
+	if len(cleared) > 0 {
+		cm.log.Info("canaries flow again", "cleared", pathNames(cleared), "still_stale", len(stale))
+		if len(stale) == 0 {
+			cm.notify(ctx, "resolved", statuses, nil)
+		}
+	}
+}
+
+func pathNames(ps []canary.Path) string {
+	names := make([]string, len(ps))
+	for i, p := range ps {
+		names[i] = p.String()
+	}
+	slices.Sort(names)
+	return strings.Join(names, ",")
+}
+
+// notify posts the alert state to the webhook, once, best effort.
+func (cm *CanaryMonitor) notify(ctx context.Context, status string, statuses []canary.Status, diagnosis []string) {
+	if cm.cfg.Webhook == "" {
+		return
+	}
+	type path struct {
+		Topic          string  `json:"topic"`
+		KafkaPartition int32   `json:"kafka_partition"`
+		RedisPartition int     `json:"redis_partition"`
+		AgeSeconds     float64 `json:"age_seconds"`
+	}
+	body := struct {
+		Status    string   `json:"status"`
+		Stage     string   `json:"stage"`
+		Stale     []path   `json:"stale"`
+		Diagnosis []string `json:"diagnosis"`
+	}{Status: status, Stage: cm.pool.Layout().Stage, Stale: []path{}, Diagnosis: diagnosis}
+	for _, st := range statuses {
+		if st.Stale {
+			body.Stale = append(body.Stale, path{st.Topic, st.KafkaPartition, st.RedisPartition, st.Age.Seconds()})
+		}
+	}
+	b, _ := json.Marshal(body)
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cm.cfg.Webhook, bytes.NewReader(b))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := cm.http.Do(req)
+	if err == nil {
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			err = fmt.Errorf("answered %s", resp.Status)
+		}
+	}
+	if err != nil {
+		cm.log.Warn("the canary webhook failed", "status", status, "err", err)
+	}
+}

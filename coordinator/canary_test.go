@@ -1,0 +1,187 @@
+package coordinator_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/coordinator"
+	"github.com/sluicehq/sluice/internal/canary"
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/ops"
+	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// canaryPipeline plays gate, relay and worker for the monitor on real
+// Redis: canaries POSTed to its gate go straight into their partitions,
+// and a consumer per partition completes them as the worker's built-in
+// handler does. A partition's consumer can be stopped.
+type canaryPipeline struct {
+	b       *bed
+	gate    *httptest.Server
+	stopped sync.Map // partition -> true
+}
+
+func newCanaryPipeline(t *testing.T, b *bed, kafkaPartitions int) *canaryPipeline {
+	cp := &canaryPipeline{b: b}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/topics/{topic}", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, `{"topic":"jobs","partitions":`+strconv.Itoa(kafkaPartitions)+`}`)
+	})
+	mux.HandleFunc("POST /v1/topics/{topic}/jobs", func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		j, err := job.Decode(body)
+		if err != nil || j.Type != canary.Type || !canary.IsCanary(j.Group) {
+			http.Error(w, "not a canary", 400)
+			return
+		}
+		j.Defaults(r.PathValue("topic"), time.Now())
+		it := queue.Item{ID: j.ID, Group: j.Group, Topic: j.Topic, Weight: 1, Envelope: j.AppendJSON(nil)}
+		if _, err := b.pool.Enqueue(r.Context(), 1, []queue.Item{it}, time.Now()); err != nil {
+			http.Error(w, err.Error(), 503)
+			return
+		}
+		w.WriteHeader(202)
+	})
+	cp.gate = httptest.NewServer(mux)
+	t.Cleanup(cp.gate.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for part := range b.layout.Partitions {
+		wg.Go(func() { cp.consume(ctx, part) })
+	}
+	return cp
+}
+
+func (cp *canaryPipeline) consume(ctx context.Context, part int) {
+	for ctx.Err() == nil {
+		if _, stopped := cp.stopped.Load(part); stopped {
+			time.Sleep(20 * time.Millisecond) // a dead consumer: nothing to wait on
+			continue
+		}
+		jobs, err := cp.b.pool.Claim(ctx, part, 10, time.Now().Add(time.Minute))
+		if err != nil || len(jobs) == 0 {
+			time.Sleep(20 * time.Millisecond) // idle; the real worker blocks on the wake list
+			continue
+		}
+		envs, _ := cp.b.pool.Envelopes(ctx, part, jobs)
+		for i, cl := range jobs {
+			j, _ := job.Decode(envs[i])
+			p, err := canary.DecodePayload(j.Payload)
+			if err == nil {
+				cp.b.pool.RecordCanaryDone(ctx, part, p.Path().Field(), time.UnixMilli(p.SentMS), time.Now())
+			}
+			cp.b.pool.AckMany(ctx, part, []queue.Done{{Job: cl, Topic: j.Topic}}, time.Now(), time.Minute)
+		}
+	}
+}
+
+type webhook struct {
+	mu    sync.Mutex
+	posts []map[string]any
+}
+
+func (wh *webhook) statuses() []string {
+	wh.mu.Lock()
+	defer wh.mu.Unlock()
+	var out []string
+	for _, p := range wh.posts {
+		out = append(out, p["status"].(string))
+	}
+	return out
+}
+
+// A stopped partition's canaries alert within two intervals plus the grace
+// and name the partition; they clear when it runs again. The webhook hears
+// both, and the metrics follow.
+func TestCanaryAlertsNameTheStuckPartitionAndClear(t *testing.T) {
+	b := newBed(t, 4)
+	cp := newCanaryPipeline(t, b, 2)
+	wh := &webhook{}
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m map[string]any
+		json.NewDecoder(r.Body).Decode(&m)
+		wh.mu.Lock()
+		wh.posts = append(wh.posts, m)
+		wh.mu.Unlock()
+	}))
+	defer hook.Close()
+
+	cfg := coordinator.DefaultCanaryConfig()
+	cfg.GateURL, cfg.Topics, cfg.Webhook = cp.gate.URL, []string{"jobs"}, hook.URL
+	cfg.Interval, cfg.Grace = time.Second, 500*time.Millisecond
+	reg := ops.NewRegistry()
+	mon, err := coordinator.NewCanaryMonitor(cfg, b.pool, reg, "test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var running atomic.Bool
+	running.Store(true)
+	done := make(chan struct{})
+	go func() { defer close(done); mon.Run(ctx, running.Load) }()
+	defer func() { cancel(); <-done }()
+
+	// max(2 Kafka, 4 Redis) = 4 paths, each completing.
+	testenv.WaitFor(t, 10*time.Second, "canaries completed on all 4 paths", func() bool {
+		return testenv.Metric(t, reg, "sluice_canary_latency_seconds") >= 4 && len(mon.Alerts()) == 0
+	})
+	if n := testenv.Metric(t, reg, "sluice_canary_stale"); n != 0 {
+		t.Fatalf("%v stale paths while everything flows", n)
+	}
+
+	cp.stopped.Store(2, true)
+	stoppedAt := time.Now()
+	testenv.WaitFor(t, 10*time.Second, "an alert", func() bool { return len(mon.Alerts()) > 0 })
+	took := time.Since(stoppedAt)
+	alerts := strings.Join(mon.Alerts(), "\n")
+	if !strings.Contains(alerts, "Redis partition 2") || strings.Contains(alerts, "Redis partition 1") {
+		t.Fatalf("alerts %q: want Redis partition 2 named, alone", alerts)
+	}
+	// Two intervals plus the grace, from the newest completed canary's
+	// send (before the stop), judged every quarter interval.
+	if limit := 2*cfg.Interval + cfg.Grace + cfg.Interval/4 + 250*time.Millisecond; took > limit {
+		t.Errorf("the alert took %s after the stop, want at most %s", took, limit)
+	}
+	t.Logf("alert %s after the consumer stopped: %s", took.Round(time.Millisecond), alerts)
+	if n := testenv.Metric(t, reg, "sluice_canary_stale", "redis_partition", "2"); n != 1 {
+		t.Errorf("sluice_canary_stale for partition 2: %v", n)
+	}
+	if n := testenv.Metric(t, reg, "sluice_canary_stale"); n != 1 {
+		t.Errorf("%v stale paths, want 1", n)
+	}
+
+	cp.stopped.Delete(2)
+	testenv.WaitFor(t, 10*time.Second, "the alert to clear", func() bool { return len(mon.Alerts()) == 0 })
+	testenv.WaitFor(t, 5*time.Second, "the webhook to hear both", func() bool {
+		return strings.Join(wh.statuses(), ",") == "firing,resolved"
+	})
+	wh.mu.Lock()
+	stale := wh.posts[0]["stale"].([]any)
+	wh.mu.Unlock()
+	if len(stale) != 1 || stale[0].(map[string]any)["redis_partition"].(float64) != 2 {
+		t.Errorf("the firing webhook names %v, want partition 2's path", stale)
+	}
+
+	// Its canaries waited in Redis while it was stopped, one per interval:
+	// once they are done, nothing of them is left ready.
+	testenv.WaitFor(t, 10*time.Second, "partition 2 drained", func() bool {
+		f, err := b.pool.Funnel(context.Background(), 2)
+		return err == nil && f.Ready == 0 && f.Inflight == 0
+	})
+	f, _ := b.pool.Funnel(context.Background(), 2)
+	if len(f.Stages) != 0 || f.Canaries["jobs"][queue.StageCompleted] < 3 {
+		t.Errorf("partition 2's funnel: user %v, canaries %v: canaries must count apart", f.Stages, f.Canaries)
+	}
+}

@@ -1,0 +1,61 @@
+package coordinator
+
+import (
+	"context"
+	"strconv"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// observe exports, every StatsEvery while the coordinator holds its lock,
+// what each partition holds (in flight, delayed, dead) and the stage
+// funnel of every topic summed over the partitions (queue.Pool.Funnel),
+// for dashboards and alerts. The gauges go when it stops: a standby shows
+// none.
+func (c *Coordinator) observe(ctx context.Context, valid func() bool) {
+	defer c.m.resetObserved()
+	t := time.NewTicker(c.cfg.StatsEvery)
+	defer t.Stop()
+	failing := false
+	for {
+		if !valid() {
+			return
+		}
+		stages := map[[2]string]int64{}
+		var err error
+		for part := range c.cfg.Partitions {
+			var f queue.PartitionFunnel
+			if f, err = c.pool.Funnel(ctx, part); err != nil {
+				break
+			}
+			label := strconv.Itoa(part)
+			c.m.inflight.WithLabelValues(label).Set(float64(f.Inflight))
+			c.m.delayed.WithLabelValues(label).Set(float64(f.Delayed))
+			c.m.dead.WithLabelValues(label).Set(float64(f.Dead))
+			for topic, s := range f.Stages {
+				for stage, n := range s {
+					stages[[2]string{topic, stage}] += n
+				}
+			}
+		}
+		switch {
+		case err != nil && ctx.Err() == nil:
+			c.m.redisErrors.Inc()
+			if !failing {
+				c.log.Warn("reading the partitions' funnels failed; retrying next cycle", "err", err)
+				failing = true
+			}
+		case err == nil:
+			failing = false
+			for k, n := range stages {
+				c.m.funnel.WithLabelValues(k[0], k[1]).Set(float64(n))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
