@@ -19,6 +19,7 @@ func init() {
 		"backoff until a 2xx or given up (callback_state failed). It also scales each partition's workers on its\n"+
 		"per-worker queue depth (PWQD = ready jobs / live workers): SCALE_UP / SCALE_DOWN commands on the partition's\n"+
 		"cmd list. The --scale-* flags are defaults; the JSON in Consul KV sluice/<stage>/scaling overrides them live.\n"+
+		"With --canary-topics it also runs the heartbeat canary monitor (see sluice canary).\n"+
 		"Other coordinators stand by. Ops: /healthz, /readyz, /metrics.")
 }
 
@@ -26,6 +27,7 @@ func init() {
 // plus what the binary adds.
 type coordinatorFlags struct {
 	cfg            coordinator.Config
+	canaryTopics   cli.ListFlag
 	listen         string
 	partitionAddrs string
 	logging        cli.Logging
@@ -62,6 +64,8 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Scaling.Max, "scale-max", c.Scaling.Max, "the most workers per consumer, instead of base x factor (0: base x factor)")
 	cli.DurationVar(fs, &c.Scaling.HalfLife, "scale-half-life", c.Scaling.HalfLife, "once the load has fallen, the workers decay half the way to the base per half-life")
 	cli.DurationVar(fs, &c.ConsumerTTL, "consumer-ttl", c.ConsumerTTL, "a consumer's heartbeat older than this no longer counts (ten times older: removed)")
+	cli.DurationVar(fs, &c.StatsEvery, "stats-every", c.StatsEvery, "how often the partitions' in-flight, delayed and dead jobs and the stage funnel are read into metrics (0: never)")
+	registerCanaryFlags(fs, &c.Canary, &f.canaryTopics)
 	f.logging.Register(fs)
 }
 
@@ -71,6 +75,7 @@ func (f *coordinatorFlags) build(log *slog.Logger) (*coordinator.Coordinator, er
 	if f.cfg.PartitionAddrs, err = queue.ParsePartitionAddrs(f.partitionAddrs, f.cfg.Partitions); err != nil {
 		return nil, fmt.Errorf("--redis-partition-addrs: %w", err)
 	}
+	f.cfg.Canary.Topics = f.canaryTopics
 	return coordinator.New(f.cfg, log)
 }
 

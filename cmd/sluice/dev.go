@@ -44,6 +44,8 @@ type devConfig struct {
 	Topic           string
 	Partitions      int
 	RedisMaxMemory  string
+	CanaryInterval  time.Duration
+	WorkerServe     string
 	StopTimeout     time.Duration
 	Pprof           bool
 	Logging         cli.Logging
@@ -62,6 +64,8 @@ func (c *devConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Topic, "topic", "jobs", "job topic to create (with its .retry and .dlq topics)")
 	fs.IntVar(&c.Partitions, "partitions", 8, "partitions of the job topic")
 	fs.StringVar(&c.RedisMaxMemory, "redis-maxmemory", "256mb", "Redis maxmemory (policy noeviction)")
+	fs.StringVar(&c.WorkerServe, "worker-partitions", "", "Redis partitions the dev worker consumes: \"0-6\", \"0,2\"; empty: all (leave one out to see its canary alert)")
+	cli.DurationVar(fs, &c.CanaryInterval, "canary-interval", 10*time.Second, "time between heartbeat canaries along each path (0: none)")
 	cli.DurationVar(fs, &c.StopTimeout, "stop-timeout", 15*time.Second, "how long each part may take to stop")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiler under the gate's /debug/pprof/")
 	c.Logging.Register(fs)
@@ -193,6 +197,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	wf.cfg.Drain = cfg.StopTimeout
 	wf.cfg.ConsulAddr = cfg.ConsulAddr // execution rate limits, followed live
 	wf.handle, wf.other = "sleep=sleep", "noop"
+	wf.serve = cfg.WorkerServe
 	workerDone, stopWorker, err := startPart("worker", cfg.WorkerAddr, func() (*worker.Worker, error) {
 		return wf.build(log.With("part", "worker"))
 	})
@@ -209,6 +214,14 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	cf.cfg.RedisAddr, cf.cfg.Partitions, cf.cfg.ConsulAddr = cfg.RedisAddr, cfg.RedisPartitions, cfg.ConsulAddr
 	cf.cfg.Scaling.Base = wf.cfg.Workers
 	cf.cfg.LockDelay = 0 // one coordinator: nobody to protect from a stale holder
+	if cfg.CanaryInterval > 0 {
+		// Canaries through the dev gate into every partition; until the
+		// gate (started last) answers, the monitor retries each round.
+		cf.canaryTopics = cli.ListFlag{cfg.Topic}
+		cf.cfg.Canary.GateURL = "http://" + cfg.GateAddr
+		cf.cfg.Canary.Interval = cfg.CanaryInterval
+		cf.cfg.Canary.Grace = cfg.CanaryInterval / 2
+	}
 	coordDone, stopCoord, err := startPart("coordinator", cfg.CoordinatorAddr, func() (*coordinator.Coordinator, error) {
 		return cf.build(log.With("part", "coordinator"))
 	})
@@ -330,14 +343,26 @@ sluice dev is running (data in %s). Ctrl-C stops everything; jobs survive a rest
            rate limits per resource (else tenant, else type): sluice/dev/limits/<resource> in Consul, e.g. {"rate": 10}
   coord    http://%s/metrics   the coordinator: bulk groups' callbacks (lock sluice/dev/coordinator/lock in Consul)
            and per-partition scaling on PWQD; parameters: sluice/dev/scaling in Consul, e.g. {"threshold": 50}
+           heartbeat canaries through every partition every %s (sluice_canary_* metrics)
+
+The stage funnel, the partitions and the canaries:
+  sluice stats --redis-addr %s --redis-partitions %d --kafka-brokers %s --gate-metrics %s/metrics
 
 Enqueue a job:
   curl -sS -X POST %s/v1/topics/%s/jobs -H 'Content-Type: application/json' \
     -d '{"type":"hello","payload":{"greeting":"<hi> & welcome"}}'
 
 `, dir, gateURL, gateURL, gateURL, gateURL, cfg.KafkaAddr, cfg.Topic, cfg.Partitions, cfg.Topic, cfg.Topic,
-		cfg.RedisAddr, cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.Topic, cfg.RedisPartitions, cfg.Topic, cfg.WorkerAddr, cfg.CoordinatorAddr, gateURL, cfg.Topic)
+		cfg.RedisAddr, cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.Topic, cfg.RedisPartitions, cfg.Topic, cfg.WorkerAddr, cfg.CoordinatorAddr,
+		canaryEvery(cfg.CanaryInterval), cfg.RedisAddr, cfg.RedisPartitions, cfg.KafkaAddr, gateURL, gateURL, cfg.Topic)
 	if f, ok := w.(*os.File); ok {
 		f.Sync()
 	}
+}
+
+func canaryEvery(d time.Duration) string {
+	if d <= 0 {
+		return "(off: --canary-interval 0)"
+	}
+	return d.String()
 }

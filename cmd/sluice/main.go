@@ -29,7 +29,9 @@ func commands() []command {
 		{"gate", "the HTTP gate: validate jobs and write them to Kafka", runGate},
 		{"relay", "the relay: move jobs from Kafka into partitioned Redis under a Consul lock", runRelay},
 		{"worker", "the worker: run jobs from Redis partitions in fair order (built-in handlers)", runWorker},
-		{"coordinator", "the coordinator: under a Consul lock, deliver completed bulk groups' callbacks and scale workers per partition", runCoordinator},
+		{"coordinator", "the coordinator: under a Consul lock, deliver completed bulk groups' callbacks, scale workers per partition, send canaries", runCoordinator},
+		{"canary", "the heartbeat canary monitor alone: canaries through every path, alerts when one is late", runCanary},
+		{"stats", "the stage funnel per topic with its gaps explained, and the canaries' state", runStats},
 		{"loadtest", "load generators for benchmarks: gate, body, bare-server", runLoadtest},
 		{"version", "print the version", runVersion},
 	}
@@ -43,6 +45,10 @@ func main() {
 // errUsage marks errors whose message is all the user needs (flag errors are
 // printed by the flag package itself).
 var errUsage = errors.New("usage")
+
+// errReported marks a failure the command's output already explains (exit
+// 1, nothing more printed): `sluice stats` finding problems.
+var errReported = errors.New("reported")
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
@@ -62,6 +68,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 0
 		case errors.Is(err, errUsage):
 			return 2
+		case errors.Is(err, errReported):
+			return 1
 		}
 		fmt.Fprintf(stderr, "sluice %s: %v\n", c.name, err)
 		return 1
