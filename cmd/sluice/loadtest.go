@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/cli"
-	"github.com/sluicehq/sluice/loadtest"
+	"github.com/sluicehq/sluice/loadtest/scenario"
 )
 
 func init() {
@@ -44,9 +44,9 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := parse(fs, "loadtest", args[1:], stdout); err != nil {
 		return err
 	}
-	body := loadtest.Envelope(0)
+	body := scenario.Envelope(0)
 	if batch > 0 {
-		body = loadtest.NDJSON(batch)
+		body = scenario.NDJSON(batch)
 		url = strings.TrimSuffix(url, "/jobs") + "/jobs:batch"
 	}
 	switch args[0] {
@@ -60,7 +60,7 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		ctx, stop := cli.SignalContext(ctx, discardLogger())
 		defer stop()
-		srv := &http.Server{Handler: loadtest.BareHandler()}
+		srv := &http.Server{Handler: scenario.BareHandler()}
 		go func() { <-ctx.Done(); srv.Close() }()
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -73,7 +73,7 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		ctx, stop := cli.SignalContext(ctx, discardLogger())
 		defer stop()
-		rep, err := loadtest.OpenLoop(ctx, loadtest.OpenLoopConfig{
+		rep, err := scenario.OpenLoop(ctx, scenario.OpenLoopConfig{
 			URL: url, Body: body, ContentType: "application/x-ndjson", Header: hdr,
 			Rate: rate, Duration: duration, Conns: conns,
 		})

@@ -1,11 +1,13 @@
-// Package loadtest drives sluice with load and reports what it measured.
+// Package scenario is the library behind the load generator (go run
+// ./loadtest, sluice loadtest): generators, histograms, reports and the
+// seed scenarios.
 //
 // OpenLoop sends HTTP requests at a fixed rate whatever the server's answer
 // time (an open loop, as real clients do), and measures each request's
 // latency from the moment it was due, not from when a free connection sent
 // it, so a stalled server shows in the percentiles instead of slowing the
 // load down ("coordinated omission").
-package loadtest
+package scenario
 
 import (
 	"bytes"
@@ -35,8 +37,8 @@ type OpenLoopConfig struct {
 	MaxQueue int
 }
 
-// Report is what a run measured.
-type Report struct {
+// OpenLoopReport is what an OpenLoop run measured.
+type OpenLoopReport struct {
 	Sent, OK, Dropped int
 	Status            map[int]int // answers by status code; 0 for transport errors
 	Elapsed           time.Duration
@@ -45,9 +47,9 @@ type Report struct {
 }
 
 // Rate is the rate of successful answers.
-func (r Report) Rate() float64 { return float64(r.OK) / r.Elapsed.Seconds() }
+func (r OpenLoopReport) Rate() float64 { return float64(r.OK) / r.Elapsed.Seconds() }
 
-func (r Report) String() string {
+func (r OpenLoopReport) String() string {
 	return fmt.Sprintf("sent %d ok %d dropped %d in %s (%.0f ok/s); latency p50 %s p90 %s p99 %s p99.9 %s max %s; status %v",
 		r.Sent, r.OK, r.Dropped, r.Elapsed.Round(time.Millisecond), r.Rate(),
 		r.P50.Round(time.Microsecond), r.P90.Round(time.Microsecond), r.P99.Round(time.Microsecond),
@@ -56,9 +58,9 @@ func (r Report) String() string {
 
 // OpenLoop runs cfg until its duration passed or ctx ended, then waits for
 // the answers still due and reports.
-func OpenLoop(ctx context.Context, cfg OpenLoopConfig) (Report, error) {
+func OpenLoop(ctx context.Context, cfg OpenLoopConfig) (OpenLoopReport, error) {
 	if cfg.Rate <= 0 || cfg.Duration <= 0 || cfg.Conns <= 0 {
-		return Report{}, errors.New("loadtest: rate, duration and conns must be positive")
+		return OpenLoopReport{}, errors.New("loadtest: rate, duration and conns must be positive")
 	}
 	if cfg.MaxQueue <= 0 {
 		cfg.MaxQueue = 100000
@@ -116,7 +118,7 @@ func OpenLoop(ctx context.Context, cfg OpenLoopConfig) (Report, error) {
 	close(due)
 	wg.Wait()
 
-	rep := Report{Status: map[int]int{}, Elapsed: time.Since(start), Dropped: dropped}
+	rep := OpenLoopReport{Status: map[int]int{}, Elapsed: time.Since(start), Dropped: dropped}
 	var lat []time.Duration
 	for _, rs := range results {
 		for _, r := range rs {

@@ -1,4 +1,4 @@
-package loadtest
+package scenario
 
 import (
 	"bytes"
@@ -7,9 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -154,91 +152,3 @@ func TestWriteTraceSVG(t *testing.T) {
 	}
 }
 
-// BenchmarkScalingScaled: the seed's scaling scenario scaled down: 10,000
-// jobs of 120 ms over 4 partitions, base 2 per partition, up to 8x, 1 s
-// cycles (ideal 18.75 s; fixed 150 s by construction), against a real
-// Redis and Consul, the real worker and coordinator in this process.
-// SLUICE_BENCH_SCALING_FIXED=1 runs the fixed construction instead (no
-// coordinator); SLUICE_BENCH_SCALING_SVG=<file> draws the trace.
-//
-//	make bench-scaling
-//	go test ./loadtest -run '^$' -bench '^BenchmarkScalingScaled$' -benchtime 1x
-func BenchmarkScalingScaled(b *testing.B) { benchScaling(b, ScaledScaling) }
-
-// BenchmarkScalingFull: the scenario at full size, 100,000 jobs with 5 s
-// cycles (ideal 187.5 s, about 3.5 minutes; fixed 25 minutes). It runs only
-// when SLUICE_BENCH_SCALING_FULL=1, so that `make bench` stays short.
-//
-//	make bench-scaling-full
-//	SLUICE_BENCH_SCALING_FULL=1 go test ./loadtest -run '^$' -bench '^BenchmarkScalingFull$' -benchtime 1x -timeout 40m
-func BenchmarkScalingFull(b *testing.B) {
-	if os.Getenv("SLUICE_BENCH_SCALING_FULL") != "1" {
-		b.Skip("the full scaling scenario takes ~3.5 minutes (fixed: 25): set SLUICE_BENCH_SCALING_FULL=1 (make bench-scaling-full)")
-	}
-	benchScaling(b, FullScaling)
-}
-
-func benchScaling(b *testing.B, cfg ScalingConfig) {
-	r := testenv.Redis(b)
-	c := testenv.Consul(b)
-	cfg.RedisAddr, cfg.ConsulAddr = r.Addr(), c.Addr()
-	if os.Getenv("SLUICE_BENCH_SCALING_FIXED") == "1" {
-		cfg.Dynamic = false
-	}
-	if testing.Verbose() {
-		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	}
-	var rep ScalingReport
-	for i := 0; i < b.N; i++ {
-		b.StopTimer()
-		r.Client().FlushAll(context.Background())
-		b.StartTimer()
-		var err error
-		if rep, err = RunScaling(context.Background(), cfg); err != nil {
-			b.Fatal(err)
-		}
-		b.StopTimer()
-		b.Logf("%s\n%s", rep, rep.DecisionLog())
-		b.Log(traceTable(rep, 5*time.Second))
-		if rep.Ran != rep.Jobs || rep.Done != rep.Jobs {
-			b.Errorf("every job must run and be done: %s", rep)
-		}
-	}
-	if path := os.Getenv("SLUICE_BENCH_SCALING_SVG"); path != "" {
-		f, err := os.Create(path)
-		if err != nil {
-			b.Fatal(err)
-		}
-		title := "Scaling trace: " + map[bool]string{true: "dynamic", false: "fixed"}[cfg.Dynamic]
-		if err := WriteTraceSVG(f, rep, title); err != nil {
-			b.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportMetric(rep.Elapsed.Seconds(), "elapsed-s")
-	b.ReportMetric(rep.Ratio(), "elapsed/ideal")
-	b.ReportMetric(cfg.Fixed().Seconds()/rep.Elapsed.Seconds(), "fixed/elapsed")
-	b.ReportMetric(rep.AtMax.Seconds(), "at-max-s")
-	b.ReportMetric(float64(len(rep.Decisions)), "decisions")
-}
-
-// traceTable prints the trace every step: workers and ready per partition.
-func traceTable(rep ScalingReport, step time.Duration) string {
-	var sb strings.Builder
-	sb.WriteString("trace (workers / ready per partition):\n")
-	next := time.Duration(0)
-	for i, s := range rep.Trace {
-		if s.At < next && i != len(rep.Trace)-1 {
-			continue
-		}
-		next = s.At + step
-		sb.WriteString("  " + strconv.FormatFloat(s.At.Seconds(), 'f', 1, 64) + "s")
-		for p := range s.Workers {
-			sb.WriteString("  p" + strconv.Itoa(p) + " " + strconv.Itoa(s.Workers[p]) + "/" + strconv.FormatInt(s.Ready[p], 10))
-		}
-		sb.WriteString("\n")
-	}
-	return sb.String()
-}

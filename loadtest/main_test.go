@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// The program end to end, as `go run ./loadtest --start-dev throughput`
+// runs it, in short: it starts `sluice dev` on free ports, runs the three
+// phases of one second each, waits for every job's completion, and writes
+// the reports. The targets' verdicts are not asserted (this is a smoke
+// test on a shared machine, under the race detector); that every phase's
+// jobs were accepted, completed and timed is.
+func TestThroughputScenarioSmoke(t *testing.T) {
+	bin := testenv.BuildSluice(t)
+	out := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"--start-dev", "--sluice-bin", bin, "--duration", "1s", "--conns", "8",
+		"--redis-maxmemory", "512mb", "--out", out, "--progress", "off", "throughput"}, &stdout, &stderr)
+	t.Logf("stdout:\n%s\nstderr:\n%s", stdout.String(), stderr.String())
+	if code != 0 && code != 3 { // 3: ran, and some target was missed
+		t.Fatalf("exit code %d", code)
+	}
+	jsons, _ := filepath.Glob(filepath.Join(out, "throughput-*.json"))
+	htmls, _ := filepath.Glob(filepath.Join(out, "throughput-*.html"))
+	if len(jsons) != 1 || len(htmls) != 1 {
+		t.Fatalf("reports written: %v %v", jsons, htmls)
+	}
+	b, err := os.ReadFile(jsons[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep struct {
+		Phases []struct {
+			Name     string `json:"name"`
+			Accepted int    `json:"jobs_accepted"`
+			AllDone  bool   `json:"all_done"`
+			Rate     float64
+			E2E      float64 `json:"end_to_end_jobs_per_second"`
+			Streams  []struct {
+				Enqueue       struct{ Count int64 } `json:"enqueue"`
+				EnqueueToDone struct {
+					Count int64
+					P50   float64 `json:"p50_ms"`
+				} `json:"enqueue_to_done"`
+				Missing int `json:"sampled_missing"`
+			} `json:"streams"`
+			Series []struct {
+				Workers []float64 `json:"workers"`
+			} `json:"series"`
+		} `json:"phases"`
+		Verdicts []struct {
+			Name string
+			Pass bool
+		} `json:"verdicts"`
+	}
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Phases) != 3 || len(rep.Verdicts) != 6 {
+		t.Fatalf("%d phases, %d verdicts", len(rep.Phases), len(rep.Verdicts))
+	}
+	for _, ph := range rep.Phases {
+		s := ph.Streams[0]
+		if ph.Accepted == 0 || !ph.AllDone || ph.E2E <= 0 || s.Enqueue.Count == 0 || s.EnqueueToDone.Count == 0 || s.Missing != 0 || s.EnqueueToDone.P50 <= 0 {
+			t.Errorf("phase %s: %+v", ph.Name, ph)
+		}
+		if last := ph.Series[len(ph.Series)-1]; len(last.Workers) != 8 || last.Workers[0] < 1 {
+			t.Errorf("phase %s: no workers per partition from the coordinator: %v", ph.Name, last.Workers)
+		}
+	}
+	for _, v := range rep.Verdicts {
+		if strings.Contains(v.Name, "every accepted job done") && !v.Pass {
+			t.Errorf("verdict %q failed", v.Name)
+		}
+	}
+}
