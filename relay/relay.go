@@ -49,13 +49,16 @@ type Config struct {
 	LockDelay      time.Duration
 	BatchSize      int
 	CommitEvery    time.Duration
-	HighWatermark  float64
-	LowWatermark   float64
-	MemorySample   time.Duration
-	MaxRequeues    int
-	Shadow         bool
-	DrainTimeout   time.Duration
-	Logging        cli.Logging
+	// LagEvery is how often the lag gauges are read from Kafka's end
+	// offsets, besides after each batch.
+	LagEvery      time.Duration
+	HighWatermark float64
+	LowWatermark  float64
+	MemorySample  time.Duration
+	MaxRequeues   int
+	Shadow        bool
+	DrainTimeout  time.Duration
+	Logging       cli.Logging
 }
 
 func init() {
@@ -80,6 +83,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.LockDelay, "lock-delay", 5*time.Second, "Consul lock-delay after a holder's session expires; 0 for none")
 	fs.IntVar(&c.BatchSize, "batch-size", 1024, "most jobs per Redis pipeline and per rate-limit wait")
 	cli.DurationVar(fs, &c.CommitEvery, "commit-every", time.Second, "how often to commit Kafka offsets (only of jobs Redis accepted)")
+	cli.DurationVar(fs, &c.LagEvery, "lag-every", 5*time.Second, "how often sluice_relay_lag_messages is read from Kafka's end offsets while the relay cannot write (it is also set after each batch)")
 	fs.Float64Var(&c.HighWatermark, "memory-high", 0.8, "pause relaying above this fraction of Redis maxmemory")
 	fs.Float64Var(&c.LowWatermark, "memory-low", 0.7, "resume relaying below this fraction of Redis maxmemory")
 	cli.DurationVar(fs, &c.MemorySample, "memory-sample", 250*time.Millisecond, "how often to read Redis INFO memory")
@@ -112,8 +116,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Relay, error) {
 	if cfg.LowWatermark <= 0 || cfg.HighWatermark > 1 || cfg.LowWatermark >= cfg.HighWatermark {
 		return nil, fmt.Errorf("--memory-low %g and --memory-high %g: want 0 < low < high <= 1", cfg.LowWatermark, cfg.HighWatermark)
 	}
-	if cfg.BatchSize < 1 || len(cfg.Topics) == 0 {
-		return nil, errors.New("--batch-size must be positive and --topics not empty")
+	if cfg.BatchSize < 1 || len(cfg.Topics) == 0 || cfg.LagEvery <= 0 {
+		return nil, errors.New("--batch-size and --lag-every must be positive and --topics not empty")
 	}
 	partAddrs, err := queue.ParsePartitionAddrs(cfg.PartitionAddrs, cfg.Partitions)
 	if err != nil {

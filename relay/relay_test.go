@@ -548,3 +548,38 @@ func header(m *sarama.ConsumerMessage, key string) string {
 	}
 	return ""
 }
+
+// A relay that cannot write (paused here) shows its lag growing, read from
+// Kafka's end offsets; a relay that stops relaying the topic removes its
+// lag series, so only the holder reports lag.
+func TestLagShowsWhilePausedAndGoesWithTheRelay(t *testing.T) {
+	b := newBed(t)
+	kv := b.consul.Client().KV()
+	key := "sluice/test/relay/" + topic + "/rate"
+	if _, err := kv.Put(&consulapi.KVPair{Key: key, Value: []byte(`paused`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := b.start(t, "r1", func(c *relay.Config) { c.LagEvery = 50 * time.Millisecond })
+	testenv.WaitFor(t, 10*time.Second, "the relay to hold the lock", func() bool { return r.relay.Holds(topic) })
+	b.produce(t, 0, 50)
+	testenv.WaitFor(t, 10*time.Second, "a lag of 50 while paused", func() bool {
+		return metricLabeled(t, r.relay, "sluice_relay_lag_messages", "topic", topic) == 50
+	})
+	if _, err := kv.Delete(key, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.waitRelayed(t, 50, 30*time.Second)
+	testenv.WaitFor(t, 10*time.Second, "the lag back to 0", func() bool {
+		return metricLabeled(t, r.relay, "sluice_relay_lag_messages", "topic", topic) == 0
+	})
+	r.stop(t)
+	mfs, err := r.relay.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "sluice_relay_lag_messages" && len(mf.GetMetric()) > 0 {
+			t.Fatalf("a stopped relay still reports lag for %d partitions", len(mf.GetMetric()))
+		}
+	}
+}

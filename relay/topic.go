@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -72,7 +73,14 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 		wg    sync.WaitGroup
 		once  sync.Once
 		first error
+		// progress is each partition's next offset to settle (-1: not
+		// known yet), for the lag watcher.
+		progress = map[int32]*atomic.Int64{}
 	)
+	for _, p := range parts {
+		progress[p] = &atomic.Int64{}
+		progress[p].Store(-1)
+	}
 	for _, p := range parts {
 		wg.Add(1)
 		go func() {
@@ -85,9 +93,9 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 				if start <= 0 {
 					start = sarama.OffsetOldest
 				}
-				err = r.relayPartition(ctx, topic, p, start, nil, lease, th, consumer, log.With("partition", p))
+				err = r.relayPartition(ctx, topic, p, start, nil, progress[p], lease, th, consumer, log.With("partition", p))
 			} else {
-				err = r.managedPartition(ctx, topic, p, om, lease, th, consumer, log.With("partition", p))
+				err = r.managedPartition(ctx, topic, p, om, progress[p], lease, th, consumer, log.With("partition", p))
 			}
 			if err != nil && ctx.Err() == nil {
 				once.Do(func() { first = err; cancel() })
@@ -99,6 +107,8 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 	// commits every CommitEvery; after that the new holder owns the offsets
 	// and we stop committing (a late commit could only move them back,
 	// which costs redelivered, deduped jobs, never lost ones).
+	lagDone := make(chan struct{})
+	go func() { defer close(lagDone); r.watchLag(ctx, client, topic, progress) }()
 	committerDone := make(chan struct{})
 	go func() {
 		defer close(committerDone)
@@ -118,6 +128,7 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 	wg.Wait()
 	cancel()
 	<-committerDone
+	<-lagDone
 	if om != nil {
 		if lease.Valid() {
 			om.Commit() // a graceful stop hands over with everything committed
@@ -166,7 +177,7 @@ func seedGroup(client sarama.Client, group, topic string, parts []int32, log *sl
 
 // managedPartition relays one partition from its committed offset, marking
 // each batch's offsets once it is settled.
-func (r *Relay) managedPartition(ctx context.Context, topic string, partition int32, om sarama.OffsetManager,
+func (r *Relay) managedPartition(ctx context.Context, topic string, partition int32, om sarama.OffsetManager, progress *atomic.Int64,
 	lease *consul.Lease, th *throttle, consumer sarama.Consumer, log *slog.Logger) error {
 	pom, err := om.ManagePartition(topic, partition)
 	if err != nil {
@@ -174,13 +185,13 @@ func (r *Relay) managedPartition(ctx context.Context, topic string, partition in
 	}
 	defer pom.AsyncClose()
 	next, _ := pom.NextOffset()
-	return r.relayPartition(ctx, topic, partition, next, func(o int64) { pom.MarkOffset(o, "") }, lease, th, consumer, log)
+	return r.relayPartition(ctx, topic, partition, next, func(o int64) { pom.MarkOffset(o, "") }, progress, lease, th, consumer, log)
 }
 
 // relayPartition moves one Kafka partition's messages into Redis in
 // batches from offset start until ctx ends, calling mark (if not nil) with
-// the next offset after each settled batch.
-func (r *Relay) relayPartition(ctx context.Context, topic string, partition int32, start int64, mark func(int64),
+// the next offset after each settled batch, which progress holds too.
+func (r *Relay) relayPartition(ctx context.Context, topic string, partition int32, start int64, mark func(int64), progress *atomic.Int64,
 	lease *consul.Lease, th *throttle, consumer sarama.Consumer, log *slog.Logger) error {
 	next := start
 	pc, err := consumer.ConsumePartition(topic, partition, next)
@@ -193,6 +204,9 @@ func (r *Relay) relayPartition(ctx context.Context, topic string, partition int3
 		return fmt.Errorf("consume %s/%d at %d: %w", topic, partition, next, err)
 	}
 	defer pc.AsyncClose()
+	if start >= 0 {
+		progress.Store(start)
+	}
 	lag := r.m.lag.WithLabelValues(topic, strconv.Itoa(int(partition)))
 	batch := make([]*sarama.ConsumerMessage, 0, r.cfg.BatchSize)
 	for {
@@ -229,7 +243,41 @@ func (r *Relay) relayPartition(ctx context.Context, topic string, partition int3
 		if mark != nil {
 			mark(last.Offset + 1)
 		}
+		progress.Store(last.Offset + 1)
 		lag.Set(float64(max(pc.HighWaterMarkOffset()-(last.Offset+1), 0)))
+	}
+}
+
+// watchLag sets the topic's lag gauges every LagEvery from Kafka's end
+// offsets, so a relay that cannot write (paused, waiting on Redis or the
+// memory guard) shows its lag growing; after each batch relayPartition sets
+// them too. When the relay stops relaying the topic (lock lost, shutdown)
+// the series go: the new holder reports them.
+func (r *Relay) watchLag(ctx context.Context, client sarama.Client, topic string, progress map[int32]*atomic.Int64) {
+	defer func() {
+		for p := range progress {
+			r.m.lag.DeleteLabelValues(topic, strconv.Itoa(int(p)))
+		}
+	}()
+	t := time.NewTicker(r.cfg.LagEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for p, next := range progress {
+			from := next.Load()
+			if from < 0 {
+				continue
+			}
+			end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+			if err != nil {
+				continue // Kafka unreachable: the consumers say so
+			}
+			r.m.lag.WithLabelValues(topic, strconv.Itoa(int(p))).Set(float64(max(end-from, 0)))
+		}
 	}
 }
 
