@@ -135,6 +135,11 @@ func NewCanaryMonitor(cfg CanaryConfig, pool *queue.Pool, reg prometheus.Registe
 		}),
 	}
 	reg.MustRegister(m.sent, m.sendErrors, m.age, m.stale, m.latency, m.interval)
+	for _, t := range cfg.Topics {
+		// At zero from the start, so a rate over them has a base.
+		m.sent.WithLabelValues(t)
+		m.sendErrors.WithLabelValues(t)
+	}
 	return &CanaryMonitor{
 		cfg: cfg, pool: pool, log: log.With("part", "canary"), http: &http.Client{Timeout: cfg.Timeout},
 		now: time.Now, holder: holder, m: m, stale: map[canary.Path]bool{},
