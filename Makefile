@@ -10,7 +10,7 @@ GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.slu
 TEST_P  ?= 2
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build run test deps redis consul modules fuzz bench bench-gate bench-relay bench-asynq bench-seed bench-seed-full bench-scaling bench-scaling-full clean
+.PHONY: all build run test deps redis consul modules fuzz bench bench-gate bench-relay bench-asynq bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e clean
 
 all: build
 
@@ -59,6 +59,7 @@ fuzz:
 	$(GO) test ./internal/job -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/job -run '^$$' -fuzz '^FuzzStream$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./gate -run '^$$' -fuzz '^FuzzGroupBody$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/canary -run '^$$' -fuzz '^FuzzDecoders$$' -fuzztime $(FUZZTIME)
 
 ## bench: Go benchmarks (numbers go to BENCHMARKS.md with the command).
 bench: deps
@@ -99,6 +100,23 @@ bench-scaling: deps
 ## (25 minutes by construction).
 bench-scaling-full: deps
 	SLUICE_BENCH_SCALING_FULL=1 $(GO) test ./loadtest -run '^$$' -bench '^BenchmarkScalingFull$$' -benchtime 1x -timeout 40m -v
+
+## loadtest: one scenario of the load generator (go run ./loadtest) against a
+## `sluice dev` it starts on free ports and stops: SCENARIO=throughput, spike,
+## ratelimit, scaling, scaling-fixed, hol or load; SIZE=scaled (default) or full;
+## LOADTEST_FLAGS for more (go run ./loadtest --help). Reports (JSON, HTML) go
+## to .sluice/loadtest/; see docs/loadtest.md.
+SCENARIO ?= throughput
+SIZE     ?= scaled
+loadtest: deps build
+	$(GO) run ./loadtest --start-dev --sluice-bin bin/sluice --size $(SIZE) $(LOADTEST_FLAGS) $(SCENARIO)
+
+## bench-e2e: the end-to-end throughput (single-job and 100-job POSTs, 30 s each,
+## then a tenth of the load for enqueue-to-start) with the yardsticks measured in
+## the same run: the bare HTTP handler, kfake produce, redis-benchmark
+## (BENCHMARKS.md, "End to end").
+bench-e2e: deps build
+	$(GO) run ./loadtest --start-dev --sluice-bin bin/sluice --yardsticks --size full $(LOADTEST_FLAGS) throughput
 
 clean:
 	rm -rf bin .sluice

@@ -54,7 +54,7 @@ func (p Path) Field() string { return p.Topic + "/" + strconv.Itoa(int(p.KafkaPa
 func ParseField(field string, redisPartition int) (Path, error) {
 	topic, kp, ok := strings.Cut(field, "/")
 	n, err := strconv.ParseInt(kp, 10, 32)
-	if !ok || topic == "" || err != nil || n < 0 {
+	if !ok || topic == "" || err != nil || n < 0 || strconv.Itoa(int(n)) != kp {
 		return Path{}, fmt.Errorf("canary field %q: want <topic>/<kafka partition>", field)
 	}
 	return Path{Topic: topic, KafkaPartition: int32(n), RedisPartition: redisPartition}, nil

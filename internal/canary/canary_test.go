@@ -40,7 +40,7 @@ func TestFieldRoundTrip(t *testing.T) {
 	if err != nil || got != p {
 		t.Fatalf("ParseField(%q) = %v, %v", p.Field(), got, err)
 	}
-	for _, bad := range []string{"", "jobs", "/1", "jobs/-1", "jobs/x"} {
+	for _, bad := range []string{"", "jobs", "/1", "jobs/-1", "jobs/x", "jobs/03", "jobs/+3"} {
 		if _, err := ParseField(bad, 0); err == nil {
 			t.Errorf("ParseField(%q) took it", bad)
 		}
@@ -114,4 +114,24 @@ func TestDecodePayload(t *testing.T) {
 			t.Errorf("%s taken", bad)
 		}
 	}
+}
+
+// The decoders of what comes from jobs and Redis never panic, and what they
+// accept encodes back to itself.
+func FuzzDecoders(f *testing.F) {
+	f.Add([]byte(`{"topic":"jobs","kafka_partition":1,"redis_partition":2,"sent_ms":5}`), "1000:500:1:2:host/1", "jobs/3")
+	f.Add([]byte(`{}`), "::::", "/")
+	f.Fuzz(func(t *testing.T, payload []byte, settings, field string) {
+		if p, err := DecodePayload(payload); err == nil && (p.Topic == "" || p.SentMS <= 0) {
+			t.Fatalf("accepted %q as %+v", payload, p)
+		}
+		if s, err := DecodeSettings(settings); err == nil {
+			if again, err := DecodeSettings(s.Encode()); err != nil || again != s {
+				t.Fatalf("settings %q: %+v does not round-trip: %+v %v", settings, s, again, err)
+			}
+		}
+		if p, err := ParseField(field, 1); err == nil && p.Field() != field {
+			t.Fatalf("field %q parsed as %+v, encodes as %q", field, p, p.Field())
+		}
+	})
 }
