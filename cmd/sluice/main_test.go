@@ -58,3 +58,35 @@ func TestWorkerFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestCanaryAndStatsCommandLines(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"canary", "--help"}, &out, &errOut); code != 0 {
+		t.Fatalf("canary --help: exit %d", code)
+	}
+	for _, want := range []string{"--canary-topics", "SLUICE_CANARY_CANARY_INTERVAL", "(default 1m0s)", "--canary-webhook"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("canary --help lacks %q", want)
+		}
+	}
+	errOut.Reset()
+	if code := run(context.Background(), []string{"canary"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "--canary-topics") {
+		t.Errorf("canary without topics: exit %d, %q", code, errOut.String())
+	}
+	errOut.Reset()
+	if code := run(context.Background(), []string{"canary", "--canary-topics", "jobs", "--canary-interval", "500ms"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "1s or more") {
+		t.Errorf("canary interval under 1s: exit %d, %q", code, errOut.String())
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"coordinator", "--help"}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "--canary-topics") || !strings.Contains(out.String(), "--stats-every") {
+		t.Errorf("coordinator --help: exit %d, lacks the canary or stats flags", code)
+	}
+	errOut.Reset()
+	if code := run(context.Background(), []string{"stats", "-o", "yaml"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "want text or json") {
+		t.Errorf("stats -o yaml: exit %d, %q", code, errOut.String())
+	}
+	errOut.Reset()
+	if code := run(context.Background(), []string{"stats", "--redis-addr", "127.0.0.1:1", "--timeout", "2s"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "check --redis-addr") {
+		t.Errorf("stats without Redis: exit %d, %q", code, errOut.String())
+	}
+}
