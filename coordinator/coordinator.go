@@ -231,9 +231,6 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 	return c, nil
 }
 
-// Canary is the canary monitor; nil when no topics are configured.
-func (c *Coordinator) Canary() *CanaryMonitor { return c.canary }
-
 // Registry holds the coordinator's metrics.
 func (c *Coordinator) Registry() *prometheus.Registry { return c.reg }
 
