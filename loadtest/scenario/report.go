@@ -31,7 +31,7 @@ type Report struct {
 	Numbers map[string]float64 `json:"numbers,omitempty"`
 	// Yardsticks, when measured, are this machine's limits in the same
 	// run; Ratios the headline numbers over them.
-	Yardsticks *Yardsticks         `json:"yardsticks,omitempty"`
+	Yardsticks *Yardsticks        `json:"yardsticks,omitempty"`
 	Ratios     map[string]float64 `json:"ratios,omitempty"`
 	Notes      []string           `json:"notes,omitempty"`
 }

@@ -84,9 +84,9 @@ type PhaseResult struct {
 	// RedisMaxMemory is the highest used_memory / maxmemory sampled (0: no
 	// maxmemory); GuardPausedSeconds the samples in which the relay's
 	// memory guard held it.
-	RedisMaxMemory     float64 `json:"redis_max_memory_ratio"`
-	RedisMaxUsedMB     float64 `json:"redis_max_used_mb"`
-	GuardPausedSeconds int     `json:"relay_guard_paused_samples"`
+	RedisMaxMemory     float64  `json:"redis_max_memory_ratio"`
+	RedisMaxUsedMB     float64  `json:"redis_max_used_mb"`
+	GuardPausedSeconds int      `json:"relay_guard_paused_samples"`
 	Errors             []string `json:"errors,omitempty"`
 }
 

@@ -151,4 +151,3 @@ func TestWriteTraceSVG(t *testing.T) {
 		t.Fatal("an empty trace was drawn")
 	}
 }
-

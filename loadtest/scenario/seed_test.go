@@ -3,7 +3,6 @@ package scenario
 import (
 	"testing"
 	"time"
-
 )
 
 func TestPeakWindow(t *testing.T) {
@@ -26,4 +25,3 @@ func TestPeakWindow(t *testing.T) {
 		}
 	}
 }
-

@@ -34,6 +34,9 @@ type Endpoints struct {
 	Coordinator string `json:"coordinator"` // same
 	Stage       string `json:"stage"`
 	Partitions  int    `json:"redis_partitions"`
+	// KafkaPartitions is the topic's partition count (the hol scenario
+	// tells which groups share a Kafka partition).
+	KafkaPartitions int `json:"kafka_partitions"`
 }
 
 // DevEndpoints are `sluice dev`'s default addresses.
@@ -41,7 +44,7 @@ func DevEndpoints() Endpoints {
 	return Endpoints{
 		Gate: "http://127.0.0.1:8080", Topic: "jobs", Redis: "127.0.0.1:6390", Consul: "127.0.0.1:8500",
 		Relay: "http://127.0.0.1:8081", Worker: "http://127.0.0.1:8082", Coordinator: "http://127.0.0.1:8083",
-		Stage: "dev", Partitions: 8,
+		Stage: "dev", Partitions: 8, KafkaPartitions: 8,
 	}
 }
 

@@ -33,7 +33,7 @@ type Yardsticks struct {
 	// RedisEvalsha is redis-benchmark's calls/s of a 3-command EVALSHA,
 	// pipelined 16 deep, against the pipeline's Redis (the relay's
 	// yardstick in BENCHMARKS.md).
-	RedisEvalsha float64 `json:"redis_benchmark_evalsha_per_second"`
+	RedisEvalsha float64  `json:"redis_benchmark_evalsha_per_second"`
 	Errors       []string `json:"errors,omitempty"`
 }
 
