@@ -6,12 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/retry"
 )
 
 // newCallbackClient is the client of every callback POST. It follows no
@@ -91,12 +92,7 @@ func (c *Coordinator) post(ctx context.Context, url, group string, attempt int, 
 // doubled per attempt, at most CallbackMaxBackoff, with ±20% jitter so that
 // groups failing together do not retry in step.
 func (c *Coordinator) backoff(n int) time.Duration {
-	d := c.cfg.CallbackBackoff
-	for i := 1; i < n && d < c.cfg.CallbackMaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, c.cfg.CallbackMaxBackoff)
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+	return retry.Backoff(c.cfg.CallbackBackoff, c.cfg.CallbackMaxBackoff, n)
 }
 
 func isPermanent(err error) bool {

@@ -259,10 +259,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		defer func() { stop(); <-watched }()
 	}
 	key, _ := consul.Key(c.cfg.Stage, "coordinator", "lock")
-	lockDelay := c.cfg.LockDelay
-	if lockDelay == 0 {
-		lockDelay = consul.NoLockDelay // the flag's 0 means none, not Consul's default
-	}
+	lockDelay := consul.FlagLockDelay(c.cfg.LockDelay)
 	lock := consul.LockConfig{
 		Client: c.consul, Key: key, Holder: c.cfg.Holder,
 		TTL: c.cfg.LockTTL, LockDelay: lockDelay, RetryWait: c.cfg.LockRetryWait, Log: c.log,

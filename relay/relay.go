@@ -284,10 +284,7 @@ func (r *Relay) runTopic(ctx context.Context, topic string) error {
 		}
 		r.applyRate(topic, th, rate)
 	})
-	lockDelay := r.cfg.LockDelay
-	if lockDelay == 0 {
-		lockDelay = consul.NoLockDelay // the flag's 0 means none, not Consul's default
-	}
+	lockDelay := consul.FlagLockDelay(r.cfg.LockDelay)
 	lock := consul.LockConfig{
 		Client:    r.consul,
 		Key:       lockKey,

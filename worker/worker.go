@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -22,6 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/retry"
 )
 
 // Config configures a Worker.
@@ -293,10 +293,5 @@ func call(ctx context.Context, h Handler, j *Job) (result []byte, err error) {
 // backoff is the delay after attempt n: Backoff × 2^(n-1), at most
 // MaxBackoff, ±20% jitter so that failing jobs do not return in lockstep.
 func (w *Worker) backoff(attempt int) time.Duration {
-	d := w.cfg.Backoff
-	for i := 1; i < attempt && d < w.cfg.MaxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, w.cfg.MaxBackoff)
-	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+	return retry.Backoff(w.cfg.Backoff, w.cfg.MaxBackoff, attempt)
 }

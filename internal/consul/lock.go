@@ -29,6 +29,15 @@ const (
 // take the lock the moment Consul invalidates the holder's session.
 const NoLockDelay time.Duration = -1
 
+// FlagLockDelay reads a --lock-delay flag: 0 there means none (NoLockDelay),
+// not Consul's default of 15 s, which is what the api client would send.
+func FlagLockDelay(d time.Duration) time.Duration {
+	if d == 0 {
+		return NoLockDelay
+	}
+	return d
+}
+
 // smallestLockDelay is what NoLockDelay is sent as. The api client leaves a
 // zero LockDelay out of the session-create request, and Consul then applies
 // its own default of 15s: the opposite of what was asked. 1ms is the smallest

@@ -1,0 +1,20 @@
+// Package retry holds the backoff shared by the parts that retry: a wait
+// that doubles per attempt up to a bound, with jitter so that many callers
+// failing together do not retry in step.
+package retry
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Backoff is the wait after the attempt-th failure (1 for the first):
+// first doubled per attempt, at most max, then spread by ±20%.
+func Backoff(first, max time.Duration, attempt int) time.Duration {
+	d := first
+	for i := 1; i < attempt && d < max; i++ {
+		d *= 2
+	}
+	d = min(d, max)
+	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
