@@ -244,6 +244,9 @@ func (p *Pool) fail(ctx context.Context, part int, job Claimed, cause string, ne
 var returnScript = newScript(luaGroupEnded + luaFunnel + `
 local now, n, counter, uncount, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1', ARGV[5]
 local moved, vt, funnel = 0, nil, {}
+-- Cancelled groups whose jobs were dropped here: each may have ended,
+-- checked once after the loop.
+local ended = {}
 -- A group's state, read once per call for all its candidates: 'cancelled',
 -- or 'active' once it is known to be in the fair order.
 local state = {}
@@ -264,8 +267,10 @@ for i = n, 1, -1 do
       redis.call('HSET', jk, 'state', 'cancelled')
       redis.call('EXPIRE', jk, keep)
       redis.call('HINCRBY', gk, 'cancelled', 1)
-      funnelAdd(funnel, funnelField(group, redis.call('HGET', gk, 'topic') or '?', 'cancelled'), 1)
-      groupEnded(gk, group, KEYS[7], ARGV[1], keep)
+      if not ended[group] then
+        ended[group] = {gk = gk, topic = redis.call('HGET', gk, 'topic') or '?'}
+      end
+      funnelAdd(funnel, funnelField(group, ended[group].topic, 'cancelled'), 1)
     else
       if uncount then redis.call('HINCRBY', KEYS[5], id, -1) end
       redis.call('LPUSH', rk, id)
@@ -281,6 +286,7 @@ for i = n, 1, -1 do
     end
   end
 end
+for group, g in pairs(ended) do groupEnded(g.gk, group, KEYS[7], ARGV[1], keep) end
 funnelFlush(KEYS[8], funnel)
 if moved > 0 then
   redis.call('HINCRBY', KEYS[8], 'ready', moved)
