@@ -44,7 +44,14 @@ type config struct {
 	yardsticks bool
 	yardFor    time.Duration
 	strict     bool
+	devFlags   stringList
 }
+
+// stringList is a repeatable flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, " ") }
+func (l *stringList) Set(v string) error { *l = append(*l, v); return nil }
 
 func (c *config) register(fs *flag.FlagSet) {
 	def := scenario.DevEndpoints()
@@ -56,6 +63,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.progress, "progress", "auto", "live progress line: auto (on a terminal), on, off")
 	fs.BoolVar(&c.yardsticks, "yardsticks", false, "throughput: also measure the bare HTTP handler, kfake produce and redis-benchmark in the same run")
 	fs.DurationVar(&c.yardFor, "yardstick-duration", 10*time.Second, "how long each timed yardstick runs")
+	fs.Var(&c.devFlags, "dev-flag", "--start-dev: one more flag for `sluice dev`, e.g. --dev-flag=--pprof (repeatable)")
 	fs.BoolVar(&c.strict, "strict", false, "exit with status 3 when a verdict fails (else 0 once the scenario ran; 1 on errors)")
 
 	fs.StringVar(&c.ep.Gate, "gate", def.Gate, "the gate's base URL")
@@ -148,7 +156,7 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (*scenario.R
 			mem = "4gb"
 		}
 		progress.Printf("starting %s dev on free ports...\n", bin)
-		dev, err := scenario.StartDev(ctx, scenario.DevConfig{Bin: bin, RedisMaxMemory: mem})
+		dev, err := scenario.StartDev(ctx, scenario.DevConfig{Bin: bin, RedisMaxMemory: mem, Args: c.devFlags})
 		if err != nil {
 			return nil, err
 		}
@@ -159,6 +167,8 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (*scenario.R
 		}()
 		ep = dev.Endpoints
 		ep.Token = c.ep.Token
+		progress.Printf("sluice dev: gate %s, redis %s, consul %s, metrics %s %s %s; log %s\n",
+			ep.Gate, ep.Redis, ep.Consul, ep.Relay, ep.Worker, ep.Coordinator, dev.LogPath())
 	}
 	r, err := scenario.NewRunner(ep, progress)
 	if err != nil {
