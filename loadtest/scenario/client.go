@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -106,6 +105,3 @@ func (c *httpConn) close() {
 		c.c = nil
 	}
 }
-
-// discard reads r to its end.
-func discard(r io.Reader) { io.Copy(io.Discard, r) }
