@@ -44,6 +44,8 @@ type devConfig struct {
 	Topic           string
 	Partitions      int
 	RedisMaxMemory  string
+	RedisAOF        bool
+	ResultTTL       time.Duration
 	CanaryInterval  time.Duration
 	WorkerServe     string
 	StopTimeout     time.Duration
@@ -64,6 +66,8 @@ func (c *devConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Topic, "topic", "jobs", "job topic to create (with its .retry and .dlq topics)")
 	fs.IntVar(&c.Partitions, "partitions", 8, "partitions of the job topic")
 	fs.StringVar(&c.RedisMaxMemory, "redis-maxmemory", "256mb", "Redis maxmemory (policy noeviction)")
+	fs.BoolVar(&c.RedisAOF, "redis-aof", true, "Redis appends every write to its AOF (fsync every second), so jobs survive a restart; --redis-aof=false for load tests that measure without it")
+	cli.DurationVar(fs, &c.ResultTTL, "result-ttl", 24*time.Hour, "how long the dev worker keeps a done job and its result (the relay dedupes by id for as long)")
 	fs.StringVar(&c.WorkerServe, "worker-partitions", "", "Redis partitions the dev worker consumes: \"0-6\", \"0,2\"; empty: all (leave one out to see its canary alert)")
 	cli.DurationVar(fs, &c.CanaryInterval, "canary-interval", 10*time.Second, "time between heartbeat canaries along each path (0: none)")
 	cli.DurationVar(fs, &c.StopTimeout, "stop-timeout", 15*time.Second, "how long each part may take to stop")
@@ -151,7 +155,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	log.Info("kafka up", "addr", cfg.KafkaAddr, "data", filepath.Join(dir, "kafka"))
 
 	redis, err := stack.StartRedis(startCtx, stack.RedisConfig{
-		Addr: cfg.RedisAddr, Dir: filepath.Join(dir, "redis"), AOF: true, MaxMemory: cfg.RedisMaxMemory,
+		Addr: cfg.RedisAddr, Dir: filepath.Join(dir, "redis"), AOF: cfg.RedisAOF, MaxMemory: cfg.RedisMaxMemory,
 	})
 	if err != nil {
 		return fmt.Errorf("redis: %w", err)
@@ -198,6 +202,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	wf.cfg.ConsulAddr = cfg.ConsulAddr // execution rate limits, followed live
 	wf.handle, wf.other = "sleep=sleep", "noop"
 	wf.serve = cfg.WorkerServe
+	wf.cfg.ResultTTL = cfg.ResultTTL
 	workerDone, stopWorker, err := startPart("worker", cfg.WorkerAddr, func() (*worker.Worker, error) {
 		return wf.build(log.With("part", "worker"))
 	})
@@ -336,7 +341,7 @@ sluice dev is running (data in %s). Ctrl-C stops everything; jobs survive a rest
   gate     %s   (no authentication: development only)
   metrics  %s/metrics   health %s/healthz   ready %s/readyz
   kafka    %s   topic %q with %d partitions, plus %s.retry and %s.dlq (kfake)
-  redis    %s   (AOF on; maxmemory %s)
+  redis    %s   (AOF %s; maxmemory %s)
   consul   http://%s   (dev agent; KV starts empty on each start)
   relay    http://%s/metrics   topic %q into %d Redis partitions (rate: sluice/dev/relay/%s/rate in Consul)
   worker   http://%s/metrics   every job type runs "noop"; type "sleep" sleeps {"ms": N}
@@ -353,7 +358,7 @@ Enqueue a job:
     -d '{"type":"hello","payload":{"greeting":"<hi> & welcome"}}'
 
 `, dir, gateURL, gateURL, gateURL, gateURL, cfg.KafkaAddr, cfg.Topic, cfg.Partitions, cfg.Topic, cfg.Topic,
-		cfg.RedisAddr, cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.Topic, cfg.RedisPartitions, cfg.Topic, cfg.WorkerAddr, cfg.CoordinatorAddr,
+		cfg.RedisAddr, onOff(cfg.RedisAOF), cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.Topic, cfg.RedisPartitions, cfg.Topic, cfg.WorkerAddr, cfg.CoordinatorAddr,
 		canaryEvery(cfg.CanaryInterval), cfg.RedisAddr, cfg.RedisPartitions, cfg.KafkaAddr, gateURL, gateURL, cfg.Topic)
 	if f, ok := w.(*os.File); ok {
 		f.Sync()
@@ -365,4 +370,11 @@ func canaryEvery(d time.Duration) string {
 		return "(off: --canary-interval 0)"
 	}
 	return d.String()
+}
+
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off: jobs do not survive a restart"
 }
