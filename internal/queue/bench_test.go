@@ -60,13 +60,21 @@ func BenchmarkEnqueueScript(b *testing.B) {
 //
 //	go test ./internal/queue -run '^$' -bench ClaimAck -benchtime 100000x
 func BenchmarkClaimAck(b *testing.B) {
-	for _, batch := range []int{1, 64} {
-		b.Run("batch="+strconv.Itoa(batch), func(b *testing.B) {
+	for _, c := range []struct {
+		name          string
+		batch, groups int // groups 0: one per job, the gate's default
+	}{{"batch=1", 1, 100}, {"batch=64", 64, 100}, {"batch=64/group-per-job", 64, 0}} {
+		batch := c.batch
+		b.Run(c.name, func(b *testing.B) {
 			p, r := benchPool(b)
 			ctx := context.Background()
 			items := make([]Item, 0, 1000)
 			for i := 0; i < b.N; i++ {
-				items = append(items, Item{ID: "j" + strconv.Itoa(i), Group: "g" + strconv.Itoa(i%100), Topic: "jobs", Weight: 1, Envelope: []byte(`{"type":"noop"}`)})
+				group := "g" + strconv.Itoa(i)
+				if c.groups > 0 {
+					group = "g" + strconv.Itoa(i%c.groups)
+				}
+				items = append(items, Item{ID: "j" + strconv.Itoa(i), Group: group, Topic: "jobs", Weight: 1, Envelope: []byte(`{"type":"noop"}`)})
 				if len(items) == cap(items) || i == b.N-1 {
 					if _, err := p.Enqueue(ctx, 1, items, time.Now()); err != nil {
 						b.Fatal(err)
@@ -81,6 +89,7 @@ func BenchmarkClaimAck(b *testing.B) {
 				r.Client().Ping(ctx)
 			}
 			ping := float64(time.Since(pingStart).Microseconds()) / 1000
+			r.Client().ConfigResetStat(ctx)
 			b.ResetTimer()
 			lease := time.Now().Add(time.Hour)
 			for done := 0; done < b.N; {
@@ -98,8 +107,10 @@ func BenchmarkClaimAck(b *testing.B) {
 				}
 				done += len(jobs)
 			}
+			b.StopTimer()
 			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
 			b.ReportMetric(ping, "ping-µs")
+			b.ReportMetric(r.CommandMicros(b, "evalsha")/float64(b.N), "redis-µs/job")
 		})
 	}
 }

@@ -83,11 +83,18 @@ for _, c in ipairs(cand) do
     funnelAdd(funnel, funnelField(c.name, c.topic, 'dequeued'), c.take)
   end
 end
-local out, inflight, leases = {}, {}, {}
-for _, c in ipairs(order) do
-  local id = c.ids[c.next]
+local out, inflight, leases, ids = {}, {}, {}, {}
+for i, c in ipairs(order) do
+  ids[i] = c.ids[c.next]
   c.next = c.next + 1
-  local attempt = redis.call('HINCRBY', KEYS[4], id, 1)
+end
+-- Attempts: one read and one write for the batch, not a command per job.
+local prev, counts = {}, {}
+if #ids > 0 then prev = redis.call('HMGET', KEYS[4], unpack(ids)) end
+for i, c in ipairs(order) do
+  local id, attempt = ids[i], tonumber(prev[i] or '0') + 1
+  counts[#counts+1] = id
+  counts[#counts+1] = attempt
   inflight[#inflight+1] = deadline
   inflight[#inflight+1] = id
   leases[#leases+1] = id
@@ -96,14 +103,19 @@ for _, c in ipairs(order) do
   out[#out+1] = c.name
   out[#out+1] = attempt
 end
+if #counts > 0 then redis.call('HSET', KEYS[4], unpack(counts)) end
+-- Groups that ran dry leave the fair order in one ZREM (one job per group
+-- is the common case: the gate's default group is the job's id).
+local dry = {}
 for _, c in ipairs(cand) do
   if c.take == c.left then
-    redis.call('ZREM', KEYS[1], c.name)
+    dry[#dry+1] = c.name
     redis.call('HSET', KEYS[6+2*c.g], 'vfinish', c.score)
   elseif c.take > 0 then
     redis.call('ZADD', KEYS[1], 'XX', c.score, c.name)
   end
 end
+if #dry > 0 then redis.call('ZREM', KEYS[1], unpack(dry)) end
 if #order > 0 then
   redis.call('ZADD', KEYS[3], unpack(inflight))
   redis.call('HSET', KEYS[5], unpack(leases))

@@ -167,6 +167,7 @@ end
 -- (a key of the wrong type), that group's jobs of this call are undone and
 -- refused, and the others go on.
 local vt
+local activate = {} -- groups entering the fair order: one ZADD for all
 for g, c in pairs(per) do
   local rk, gk, name = KEYS[7+n+2*g-1], KEYS[7+n+2*g], ARGV[5+g]
   local count = redis.pcall('HINCRBY', gk, 'relayed', #c.jobs)
@@ -207,7 +208,8 @@ for g, c in pairs(per) do
       if not vt then vt = tonumber(redis.call('GET', KEYS[4]) or '0') end
       local start = vt
       if not fresh then start = math.max(vt, tonumber(redis.call('HGET', gk, 'vfinish') or '0')) end
-      redis.call('ZADD', KEYS[3], start, name)
+      activate[#activate+1] = start
+      activate[#activate+1] = name
     end
     readied = readied + #c.ready
     if c.close then redis.call('HSET', gk, 'closed_ms', now) end
@@ -218,6 +220,7 @@ for g, c in pairs(per) do
     end
   end
 end
+if #activate > 0 then redis.call('ZADD', KEYS[3], unpack(activate)) end
 if relayed > 0 then redis.call('HINCRBY', KEYS[2], 'relayed', relayed) end
 if deduped > 0 then redis.call('HINCRBY', KEYS[2], 'deduped', deduped) end
 if readied > 0 then redis.call('HINCRBY', KEYS[2], 'ready', readied) end
