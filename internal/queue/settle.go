@@ -30,9 +30,16 @@ import (
 var ackScript = newScript(luaGroupEnded + luaFunnel + `
 local now, keep, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local out, ids, idx, perGroup, names, funnel = {}, {}, {}, {}, {}, {}
+-- Which are still leased: one ZMSCORE for the batch, then one ZREM. A job
+-- given twice counts once.
+local all, seen = {}, {}
+for i = 1, n do all[i] = ARGV[3+4*i-3] end
+local leased = redis.call('ZMSCORE', KEYS[1], unpack(all))
 for i = 1, n do
-  out[i] = redis.call('ZREM', KEYS[1], ARGV[3+4*i-3])
-  if out[i] == 1 then
+  out[i] = 0
+  if leased[i] and not seen[all[i]] then
+    seen[all[i]] = true
+    out[i] = 1
     ids[#ids+1] = ARGV[3+4*i-3]
     idx[#idx+1] = i
     local g = KEYS[5+2*i]
@@ -47,6 +54,7 @@ for i = 1, n do
   end
 end
 if #ids == 0 then return out end
+redis.call('ZREM', KEYS[1], unpack(ids))
 local attempts = redis.call('HMGET', KEYS[2], unpack(ids))
 redis.call('HDEL', KEYS[2], unpack(ids))
 redis.call('HDEL', KEYS[3], unpack(ids))
