@@ -1,0 +1,374 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/stack"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// The bed's fixed parameters. The lock TTL is Consul's minimum; lock-delay 0
+// (sent as 1 ms) so that a failover after kill -9 takes TTL to 2xTTL.
+const (
+	stage           = "chaos"
+	topic           = "chaos"
+	kafkaPartitions = 6
+	redisPartitions = 8
+	workersPerPart  = 8
+	lockTTL         = 10 * time.Second
+	lockDelay       = "0"
+	lease           = 3 * time.Second
+)
+
+// bed is the topology: Redis, Consul and Kafka from testenv, and the sluice
+// parts as child processes of the built binary.
+type bed struct {
+	t      *testing.T
+	bin    string
+	logDir string
+	redis  *testenv.RedisServer
+	consul *testenv.ConsulServer
+	kafka  *testenv.KafkaCluster
+	ledger *ledger
+	layout queue.Layout
+
+	gates, relays, workers, coords []*part
+
+	mu         sync.Mutex
+	nextWorker int     // the worker the next worker fault kills
+	removed    []int32 // Kafka brokers removed
+}
+
+// part is one sluice process: its command line is rebuilt per incarnation
+// (a worker's handlers name their incarnation, so the ledger knows who ran
+// what).
+type part struct {
+	b      *bed
+	name   string
+	listen string
+	args   func(inc int) []string
+
+	mu     sync.Mutex
+	inc    int
+	cmd    *exec.Cmd
+	done   chan struct{}
+	killed map[int]time.Time // incarnation -> when it was killed with SIGKILL
+}
+
+func newBed(t *testing.T) *bed {
+	t.Helper()
+	b := &bed{t: t, logDir: t.TempDir(), layout: queue.Layout{Stage: stage, Partitions: redisPartitions}}
+	bin := make(chan string, 1)
+	go func() { bin <- testenv.BuildSluice(t) }()
+	b.redis = testenv.Redis(t, testenv.WithAOF(), testenv.WithMaxMemory("512mb"))
+	b.consul = testenv.Consul(t)
+	b.kafka = testenv.Kafka(t, testenv.Brokers(3),
+		testenv.Topic(topic, kafkaPartitions), testenv.Topic(topic+".dlq", kafkaPartitions), testenv.Topic(topic+".retry", kafkaPartitions))
+	b.ledger = newLedger(t)
+	b.bin = <-bin
+	if t.Failed() {
+		t.FailNow()
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			b.dumpLogs()
+		}
+	})
+
+	brokers := strings.Join(b.kafka.Brokers(), ",")
+	common := []string{"--stage", stage, "--log-format", "text", "--log-level", "warn"}
+	redisFlags := []string{"--redis-addr", b.redis.Addr(), "--redis-partitions", strconv.Itoa(redisPartitions)}
+	for i := range 2 {
+		b.gates = append(b.gates, b.newPart(fmt.Sprintf("gate%d", i), func(int) []string {
+			return append(slicesConcat(common, redisFlags), "--kafka-brokers", brokers, "--allow-no-auth", "--topics", topic,
+				"--produce-timeout", "3s", "--metadata-refresh", "2s", "--retry-after", "1s")
+		}, "gate"))
+		b.relays = append(b.relays, b.newPart(fmt.Sprintf("relay%d", i), func(int) []string {
+			return append(slicesConcat(common, redisFlags), "--kafka-brokers", brokers, "--topics", topic,
+				"--consul-addr", b.consul.Addr(), "--lock-ttl", lockTTL.String(), "--lock-delay", lockDelay,
+				"--commit-every", "200ms", "--lag-every", "500ms")
+		}, "relay"))
+		b.workers = append(b.workers, b.newPart(fmt.Sprintf("worker%d", i), func(inc int) []string {
+			who := fmt.Sprintf("worker%d.%d", i, inc) // as part.who
+			return append(slicesConcat(common, redisFlags),
+				"--http", "work="+b.ledger.url+"/ok/"+who+",fail="+b.ledger.url+"/fail/"+who,
+				"--consul-addr", b.consul.Addr(), "--workers", strconv.Itoa(workersPerPart),
+				"--lease", lease.String(), "--maintain-every", "200ms", "--backoff", "100ms", "--max-backoff", "400ms",
+				"--timeout", "10s", "--drain-timeout", "2s")
+		}, "worker"))
+		b.coords = append(b.coords, b.newPart(fmt.Sprintf("coordinator%d", i), func(int) []string {
+			return append(slicesConcat(common, redisFlags), "--consul-addr", b.consul.Addr(),
+				"--lock-ttl", lockTTL.String(), "--lock-delay", lockDelay,
+				"--scale-base", strconv.Itoa(workersPerPart), "--scale-every", "1s", "--stats-every", "1s")
+		}, "coordinator"))
+	}
+	return b
+}
+
+func slicesConcat(a, b []string) []string { return append(append([]string(nil), a...), b...) }
+
+// newPart makes a part on a free port; start it with start.
+func (b *bed) newPart(name string, args func(int) []string, command string) *part {
+	port, err := stack.FreePort()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	p := &part{b: b, name: name, listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), killed: map[int]time.Time{}}
+	p.args = func(inc int) []string { return append([]string{command, "--listen", p.listen}, args(inc)...) }
+	b.t.Cleanup(p.stop)
+	return p
+}
+
+// startAll starts every part and waits until each is ready, a relay holds
+// the lock and a coordinator leads.
+func (b *bed) startAll() {
+	b.t.Helper()
+	for _, ps := range [][]*part{b.gates, b.relays, b.workers, b.coords} {
+		for _, p := range ps {
+			if err := p.start(); err != nil {
+				b.t.Fatal(err)
+			}
+		}
+	}
+	for _, ps := range [][]*part{b.gates, b.relays, b.workers, b.coords} {
+		for _, p := range ps {
+			if err := p.waitReady(); err != nil {
+				b.t.Fatal(err)
+			}
+		}
+	}
+	testenv.WaitFor(b.t, 3*lockTTL, "a relay to hold the lock", func() bool { return b.holder(relayLock) != nil })
+	testenv.WaitFor(b.t, 3*lockTTL, "a coordinator to lead", func() bool { return b.holder(coordLock) != nil })
+}
+
+// start runs the next incarnation of the part.
+func (p *part) start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.inc++
+	f, err := os.OpenFile(filepath.Join(p.b.logDir, p.name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(f, "=== %s incarnation %d at %s\n", p.name, p.inc, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(p.b.bin, p.args(p.inc)...)
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return fmt.Errorf("starting %s: %v", p.name, err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); f.Close(); close(done) }()
+	p.cmd, p.done = cmd, done
+	return nil
+}
+
+// pid is the running incarnation's process id.
+func (p *part) pid() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd.Process.Pid
+}
+
+// kill9 kills the running incarnation with SIGKILL and waits for it.
+func (p *part) kill9() time.Time {
+	p.mu.Lock()
+	cmd, done, inc := p.cmd, p.done, p.inc
+	p.mu.Unlock()
+	at := time.Now()
+	cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+	p.mu.Lock()
+	p.killed[inc] = at
+	p.mu.Unlock()
+	return at
+}
+
+// who names the running incarnation, as a worker's handler URLs do.
+func (p *part) who() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.name + "." + strconv.Itoa(p.inc)
+}
+
+// killedAt says when the incarnation was killed with SIGKILL, if it was.
+func (p *part) killedAt(inc int) (time.Time, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	at, ok := p.killed[inc]
+	return at, ok
+}
+
+// stop ends the running incarnation (t.Cleanup).
+func (p *part) stop() {
+	p.mu.Lock()
+	cmd, done := p.cmd, p.done
+	p.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	cmd.Process.Signal(syscall.SIGKILL)
+	<-done
+}
+
+// waitReady waits for the part's /readyz to answer 200 (the gate's needs
+// Kafka, the others' Redis and Kafka or Consul).
+func (p *part) waitReady() error {
+	p.mu.Lock()
+	done := p.done
+	p.mu.Unlock()
+	_, err := waitUntil(30*time.Second, p.name+" to be ready", func() bool {
+		select {
+		case <-done:
+			return true
+		default:
+		}
+		return httpOK("http://" + p.listen + "/readyz")
+	})
+	select {
+	case <-done:
+		return fmt.Errorf("%s exited while starting; its log:\n%s", p.name, p.b.tail(p.name, 4000))
+	default:
+	}
+	return err
+}
+
+// restart starts the part's next incarnation and waits until it is ready.
+func (p *part) restart() error {
+	if err := p.start(); err != nil {
+		return err
+	}
+	return p.waitReady()
+}
+
+// waitUntil polls cond every 50 ms until it holds and returns how long that
+// took, or an error after timeout. Unlike testenv.WaitFor it does not fail
+// the test, so faults can run it in goroutines, and it polls at a steady
+// pace, for measuring.
+func waitUntil(timeout time.Duration, what string, cond func() bool) (time.Duration, error) {
+	start := time.Now()
+	for {
+		if cond() {
+			return time.Since(start), nil
+		}
+		if time.Since(start) > timeout {
+			return time.Since(start), fmt.Errorf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func httpOK(url string) bool {
+	c := http.Client{Timeout: time.Second}
+	resp, err := c.Get(url)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
+}
+
+// metric reads a part's /metrics and sums the samples of name whose label
+// text contains every one of labels (`topic="chaos"`).
+func (p *part) metric(name string, labels ...string) (float64, bool) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get("http://" + p.listen + "/metrics")
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	var buf bytes.Buffer
+	buf.ReadFrom(resp.Body)
+	sum, found := 0.0, false
+lines:
+	for _, line := range strings.Split(buf.String(), "\n") {
+		if !strings.HasPrefix(line, name) || (len(line) > len(name) && line[len(name)] != '{' && line[len(name)] != ' ') {
+			continue
+		}
+		for _, l := range labels {
+			if !strings.Contains(line, l) {
+				continue lines
+			}
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err == nil {
+			sum, found = sum+v, true
+		}
+	}
+	return sum, found
+}
+
+const (
+	relayLock = "sluice/" + stage + "/relay/" + topic + "/lock"
+	coordLock = "sluice/" + stage + "/coordinator/lock"
+)
+
+// holder is the part whose process holds the Consul lock key, or nil.
+func (b *bed) holder(key string) *part {
+	pair, _, err := b.consul.Client().KV().Get(key, nil)
+	if err != nil || pair == nil || pair.Session == "" {
+		return nil
+	}
+	i := strings.LastIndexByte(string(pair.Value), '/')
+	pid, _ := strconv.Atoi(string(pair.Value[i+1:]))
+	for _, p := range append(append([]*part(nil), b.relays...), b.coords...) {
+		if p.pid() == pid {
+			return p
+		}
+	}
+	return nil
+}
+
+// tail is the end of a part's log.
+func (b *bed) tail(name string, n int) string {
+	data, _ := os.ReadFile(filepath.Join(b.logDir, name+".log"))
+	if len(data) > n {
+		data = data[len(data)-n:]
+	}
+	return string(data)
+}
+
+func (b *bed) dumpLogs() {
+	if d := os.Getenv("SLUICE_CHAOS_LOGS"); d != "" {
+		os.CopyFS(d, os.DirFS(b.logDir))
+	}
+	for _, ps := range [][]*part{b.gates, b.relays, b.workers, b.coords} {
+		for _, p := range ps {
+			b.t.Logf("--- %s log (tail)\n%s", p.name, b.tail(p.name, 3000))
+		}
+	}
+}
+
+// stats runs `sluice stats -o json` against the bed and returns its output.
+func (b *bed) stats(ctx context.Context) ([]byte, error) {
+	var gm []string
+	for _, g := range b.gates {
+		gm = append(gm, "http://"+g.listen+"/metrics")
+	}
+	cmd := exec.CommandContext(ctx, b.bin, "stats", "-o", "json", "--stage", stage,
+		"--redis-addr", b.redis.Addr(), "--redis-partitions", strconv.Itoa(redisPartitions),
+		"--kafka-brokers", strings.Join(b.kafka.Brokers(), ","), "--gate-metrics", strings.Join(gm, ","))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil && len(out) == 0 {
+		return nil, fmt.Errorf("sluice stats: %v: %s", err, stderr.String())
+	}
+	return out, nil
+}

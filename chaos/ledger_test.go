@@ -1,0 +1,95 @@
+package chaos
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// execution is one call of a job's handler, as the ledger saw it.
+type execution struct {
+	JobID   string
+	Key     string // the idempotency key, from the payload
+	Attempt int
+	Who     string // the worker incarnation: "worker1.2"
+	OK      bool   // answered 2xx (the job succeeded)
+	At      time.Time // when the call arrived
+}
+
+// ledger is the handlers' receiver, outside Redis: the workers' http
+// handlers POST each job here (type work: 200 after a short run, type
+// fail: 500), and it records every call. The worker sends the job id and
+// attempt as headers; the idempotency key is not among them, so jobs
+// carry it in their payload too.
+type ledger struct {
+	url string
+
+	mu      sync.Mutex
+	execs   []execution
+	running map[string]int // calls in progress per worker incarnation
+}
+
+// jobRun is how long a job of type work takes: long enough that a worker
+// killed with SIGKILL has jobs mid-run.
+const jobRun = 3 * time.Millisecond
+
+func newLedger(t *testing.T) *ledger {
+	l := &ledger{running: map[string]int{}}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived := time.Now()
+		body, _ := io.ReadAll(r.Body)
+		var p struct {
+			Key string `json:"key"`
+		}
+		json.Unmarshal(body, &p)
+		kind, who, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
+		attempt, _ := strconv.Atoi(r.Header.Get("Sluice-Attempt"))
+		ok := kind == "ok"
+		if ok {
+			l.mu.Lock()
+			l.running[who]++
+			l.mu.Unlock()
+			time.Sleep(jobRun)
+		}
+		l.mu.Lock()
+		if ok {
+			l.running[who]--
+		}
+		l.execs = append(l.execs, execution{JobID: r.Header.Get("Sluice-Job-Id"), Key: p.Key, Attempt: attempt, Who: who, OK: ok, At: arrived})
+		l.mu.Unlock()
+		if !ok {
+			http.Error(w, "always failing", http.StatusInternalServerError)
+			return
+		}
+		w.Write([]byte(`{"ok":true}`))
+	}))
+	t.Cleanup(srv.Close)
+	l.url = srv.URL
+	return l
+}
+
+// snapshot copies the executions so far.
+func (l *ledger) snapshot() []execution {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]execution(nil), l.execs...)
+}
+
+// busy says whether a worker incarnation has a job in its handler now.
+func (l *ledger) busy(who string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.running[who] > 0
+}
+
+func (l *ledger) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.execs)
+}
