@@ -10,7 +10,7 @@ GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.slu
 TEST_P  ?= 2
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build run test deps redis consul modules fuzz bench bench-gate bench-relay bench-asynq bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e clean
+.PHONY: all build run test deps redis consul modules fuzz bench bench-gate bench-relay bench-asynq bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
 
 all: build
 
@@ -117,6 +117,14 @@ loadtest: deps build
 ## (BENCHMARKS.md, "End to end").
 bench-e2e: deps build
 	$(GO) run ./loadtest --start-dev --sluice-bin bin/sluice --yardsticks --size full $(LOADTEST_FLAGS) throughput
+
+## chaos: the full chaos suite (docs/chaos.md): tens of thousands of jobs through
+## 2 gates, 2 relays, 2 workers and 2 coordinators as real processes while every
+## fault strikes, one at a time and mixed (about 5 minutes), and the regression
+## tests of the bugs it found; prints the verdict table. The short version runs
+## in `make test`.
+chaos: deps
+	SLUICE_CHAOS_FULL=1 $(GO) test ./chaos/ -count=1 -v -timeout 30m
 
 clean:
 	rm -rf bin .sluice

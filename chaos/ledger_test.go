@@ -17,8 +17,8 @@ type execution struct {
 	JobID   string
 	Key     string // the idempotency key, from the payload
 	Attempt int
-	Who     string // the worker incarnation: "worker1.2"
-	OK      bool   // answered 2xx (the job succeeded)
+	Who     string    // the worker incarnation: "worker1.2"
+	OK      bool      // answered 2xx (the job succeeded)
 	At      time.Time // when the call arrived
 }
 
@@ -33,6 +33,22 @@ type ledger struct {
 	mu      sync.Mutex
 	execs   []execution
 	running map[string]int // calls in progress per worker incarnation
+	held    chan struct{}  // while not nil, 2xx answers wait until it is closed
+}
+
+// hold makes the ledger keep its 2xx answers until the returned release is
+// called: the handlers' runs are over, their answers not yet given.
+func (l *ledger) hold() (release func()) {
+	ch := make(chan struct{})
+	l.mu.Lock()
+	l.held = ch
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		l.held = nil
+		l.mu.Unlock()
+		close(ch)
+	}
 }
 
 // jobRun is how long a job of type work takes: long enough that a worker
@@ -51,27 +67,36 @@ func newLedger(t *testing.T) *ledger {
 		kind, who, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 		attempt, _ := strconv.Atoi(r.Header.Get("Sluice-Attempt"))
 		ok := kind == "ok"
-		if ok {
-			l.mu.Lock()
-			l.running[who]++
-			l.mu.Unlock()
-			time.Sleep(jobRun)
-		}
-		l.mu.Lock()
-		if ok {
-			l.running[who]--
-		}
-		l.execs = append(l.execs, execution{JobID: r.Header.Get("Sluice-Job-Id"), Key: p.Key, Attempt: attempt, Who: who, OK: ok, At: arrived})
-		l.mu.Unlock()
 		if !ok {
+			l.record(execution{JobID: r.Header.Get("Sluice-Job-Id"), Key: p.Key, Attempt: attempt, Who: who, At: arrived})
 			http.Error(w, "always failing", http.StatusInternalServerError)
 			return
 		}
+		l.mu.Lock()
+		l.running[who]++
+		l.mu.Unlock()
+		time.Sleep(jobRun)
+		l.record(execution{JobID: r.Header.Get("Sluice-Job-Id"), Key: p.Key, Attempt: attempt, Who: who, OK: true, At: arrived})
+		l.mu.Lock()
+		held := l.held
+		l.mu.Unlock()
+		if held != nil {
+			<-held
+		}
+		l.mu.Lock()
+		l.running[who]--
+		l.mu.Unlock()
 		w.Write([]byte(`{"ok":true}`))
 	}))
 	t.Cleanup(srv.Close)
 	l.url = srv.URL
 	return l
+}
+
+func (l *ledger) record(e execution) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.execs = append(l.execs, e)
 }
 
 // snapshot copies the executions so far.
