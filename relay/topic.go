@@ -81,6 +81,11 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 		progress[p] = &atomic.Int64{}
 		progress[p].Store(-1)
 	}
+	co := newCoalescer(r.cfg.BatchSize*len(parts), func(ctx context.Context, items []queue.Item) ([]queue.Result, error) {
+		return r.enqueue(ctx, topic, lease, items, log)
+	})
+	coDone := make(chan struct{})
+	go func() { defer close(coDone); co.run(ctx) }()
 	for _, p := range parts {
 		wg.Add(1)
 		go func() {
@@ -93,9 +98,9 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 				if start <= 0 {
 					start = sarama.OffsetOldest
 				}
-				err = r.relayPartition(ctx, topic, p, start, nil, progress[p], lease, th, consumer, log.With("partition", p))
+				err = r.relayPartition(ctx, topic, p, start, nil, progress[p], co, lease, th, consumer, log.With("partition", p))
 			} else {
-				err = r.managedPartition(ctx, topic, p, om, progress[p], lease, th, consumer, log.With("partition", p))
+				err = r.managedPartition(ctx, topic, p, om, progress[p], co, lease, th, consumer, log.With("partition", p))
 			}
 			if err != nil && ctx.Err() == nil {
 				once.Do(func() { first = err; cancel() })
@@ -129,6 +134,7 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 	cancel()
 	<-committerDone
 	<-lagDone
+	<-coDone
 	if om != nil {
 		if lease.Valid() {
 			om.Commit() // a graceful stop hands over with everything committed
@@ -178,21 +184,21 @@ func seedGroup(client sarama.Client, group, topic string, parts []int32, log *sl
 // managedPartition relays one partition from its committed offset, marking
 // each batch's offsets once it is settled.
 func (r *Relay) managedPartition(ctx context.Context, topic string, partition int32, om sarama.OffsetManager, progress *atomic.Int64,
-	lease *consul.Lease, th *throttle, consumer sarama.Consumer, log *slog.Logger) error {
+	co *coalescer, lease *consul.Lease, th *throttle, consumer sarama.Consumer, log *slog.Logger) error {
 	pom, err := om.ManagePartition(topic, partition)
 	if err != nil {
 		return fmt.Errorf("offsets of %s/%d: %w", topic, partition, err)
 	}
 	defer pom.AsyncClose()
 	next, _ := pom.NextOffset()
-	return r.relayPartition(ctx, topic, partition, next, func(o int64) { pom.MarkOffset(o, "") }, progress, lease, th, consumer, log)
+	return r.relayPartition(ctx, topic, partition, next, func(o int64) { pom.MarkOffset(o, "") }, progress, co, lease, th, consumer, log)
 }
 
 // relayPartition moves one Kafka partition's messages into Redis in
 // batches from offset start until ctx ends, calling mark (if not nil) with
 // the next offset after each settled batch, which progress holds too.
 func (r *Relay) relayPartition(ctx context.Context, topic string, partition int32, start int64, mark func(int64), progress *atomic.Int64,
-	lease *consul.Lease, th *throttle, consumer sarama.Consumer, log *slog.Logger) error {
+	co *coalescer, lease *consul.Lease, th *throttle, consumer sarama.Consumer, log *slog.Logger) error {
 	next := start
 	pc, err := consumer.ConsumePartition(topic, partition, next)
 	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
@@ -233,7 +239,7 @@ func (r *Relay) relayPartition(ctx context.Context, topic string, partition int3
 				break fill
 			}
 		}
-		if err := r.relayBatch(ctx, topic, lease, th, batch, log); err != nil {
+		if err := r.relayBatch(ctx, topic, co, lease, th, batch, log); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -284,7 +290,7 @@ func (r *Relay) watchLag(ctx context.Context, client sarama.Client, topic string
 // relayBatch moves a batch into Redis, or to the DLQ or back to Kafka; when
 // it returns nil every message of the batch is settled and its offset may
 // be committed.
-func (r *Relay) relayBatch(ctx context.Context, topic string, lease *consul.Lease, th *throttle, batch []*sarama.ConsumerMessage, log *slog.Logger) error {
+func (r *Relay) relayBatch(ctx context.Context, topic string, co *coalescer, lease *consul.Lease, th *throttle, batch []*sarama.ConsumerMessage, log *slog.Logger) error {
 	r.m.batchSize.Observe(float64(len(batch)))
 	waitStart := time.Now()
 	if err := th.Wait(ctx, len(batch)); err != nil {
@@ -327,7 +333,7 @@ func (r *Relay) relayBatch(ctx context.Context, topic string, lease *consul.Leas
 	if len(items) == 0 {
 		return r.cancelGroups(ctx, topic, cancels, log)
 	}
-	results, err := r.enqueue(ctx, topic, lease, items, log)
+	results, err := co.Enqueue(ctx, items) // merged with the other partitions' waiting batches
 	if err != nil {
 		return err
 	}
