@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/canary"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/retry"
 )
 
 // consumer runs one partition's jobs. It claims in weighted fair order
@@ -430,7 +431,9 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		return
 	}
 	if key := j.IdempotencyKey; key != "" {
-		if err := w.pool.IdempotencyEnd(context.WithoutCancel(ctx), key, cl.ID, herr == nil, w.cfg.IdempotencyTTL); err != nil {
+		if err := c.untilRedisAnswers("recording the idempotency key", func() error {
+			return w.pool.IdempotencyEnd(context.WithoutCancel(ctx), key, cl.ID, herr == nil, w.cfg.IdempotencyTTL)
+		}); err != nil {
 			c.log.Warn("recording the idempotency key failed", "job", cl.ID, "key", key, "err", err)
 		}
 	}
@@ -473,6 +476,29 @@ func (c *consumer) settle(ctx context.Context, h *heldJob, result []byte, herr e
 	}
 }
 
+// untilRedisAnswers runs do again, with backoff, while Redis cannot serve
+// (restarting, loading its AOF, unreachable), for up to a lease. The job
+// stays held meanwhile, so the lease keeper keeps its lease once Redis is
+// back. Dropping the write instead would let the lease expire and the job
+// run again: an ack or an idempotency key lost to a Redis restart is a job
+// run twice with one key (found by the chaos suite).
+func (c *consumer) untilRedisAnswers(what string, do func() error) error {
+	deadline := time.Now().Add(c.w.cfg.Lease)
+	for attempt := 1; ; attempt++ {
+		err := do()
+		if err == nil || !queue.Transient(err) || time.Now().After(deadline) {
+			if err == nil && attempt > 1 {
+				c.log.Info(what+": Redis answers again", "attempts", attempt)
+			}
+			return err
+		}
+		if attempt == 1 {
+			c.log.Warn(what+" failed; retrying while Redis is away", "err", err)
+		}
+		sleepUntil(context.Background(), time.Now, time.Now().Add(retry.Backoff(50*time.Millisecond, time.Second, attempt)))
+	}
+}
+
 // ackRequest is a success for the acker to record.
 type ackRequest struct {
 	job    *heldJob
@@ -506,7 +532,11 @@ func (c *consumer) acker() {
 		for i, r := range batch {
 			done[i] = queue.Done{Job: r.job.claimed, Result: r.result, Topic: r.job.topic}
 		}
-		ok, err := w.pool.AckMany(context.Background(), c.part, done, w.cfg.Now(), w.cfg.ResultTTL)
+		var ok []bool
+		err := c.untilRedisAnswers("acking", func() (err error) {
+			ok, err = w.pool.AckMany(context.Background(), c.part, done, w.cfg.Now(), w.cfg.ResultTTL)
+			return err
+		})
 		acked := map[string]int{} // by job type
 		if err != nil {
 			c.log.Warn("acks failed; their leases will expire and the jobs run again", "jobs", len(batch), "err", err)

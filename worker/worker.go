@@ -209,8 +209,25 @@ func (w *Worker) handler(jobType string) Handler {
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.pool.Close()
 	defer w.limits.close()
-	if err := w.pool.LoadScripts(ctx); err != nil {
-		return err
+	// Redis may not be up yet (started together, or restarting): wait for
+	// it, saying so once, rather than give up with a pool that is closed.
+	for attempt := 1; ; attempt++ {
+		err := w.pool.LoadScripts(ctx)
+		if err == nil {
+			if attempt > 1 {
+				w.log.Info("Redis answers: the worker starts")
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		if attempt == 1 {
+			w.log.Warn("Redis does not answer yet; waiting for it before consuming", "err", err)
+		}
+		if sleepUntil(ctx, time.Now, time.Now().Add(retry.Backoff(100*time.Millisecond, 2*time.Second, attempt))) != nil {
+			return nil
+		}
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
