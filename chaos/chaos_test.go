@@ -30,10 +30,7 @@ type scenario struct {
 // jobs through the whole topology while the Consul agent restarts, then the
 // active relay, the leader coordinator and a worker are killed with SIGKILL
 // at once while Kafka's partition leaders move, then a broker leaves, then
-// the relay's rate is paused and resumed.
-//
-// Redis's stop and restart is left out until the bug it finds is fixed
-// (TestRegressionRedisRestartRunsNoKeyTwice, docs/chaos.md).
+// the relay's rate is paused and resumed, then Redis stops and restarts.
 func TestChaosShort(t *testing.T) {
 	runScenario(t, scenario{
 		name: "short", rate: 150, total: 3000, poison: 12, drain: 60 * time.Second,
@@ -42,6 +39,7 @@ func TestChaosShort(t *testing.T) {
 			{faultRelay, faultCoordinator, faultWorker, faultLeaders},
 			{faultBroker},
 			{faultPause},
+			{faultRedis},
 		},
 	})
 }
@@ -51,13 +49,9 @@ func TestChaosShort(t *testing.T) {
 // ledger holds them until Redis is down). The worker drops the acks that
 // fail meanwhile ("acks failed; their leases will expire and the jobs run
 // again"), so jobs whose handler had succeeded run again once their leases
-// expire: a job with an idempotency key executes twice. It fails until the
-// worker keeps an ack it could not send; it runs with SLUICE_CHAOS_FULL=1
-// (make chaos), so that `go test ./...` stays green meanwhile.
+// expire: a job with an idempotency key executed twice. Fixed: the worker
+// retries acks and idempotency records while Redis is away.
 func TestRegressionRedisRestartRunsNoKeyTwice(t *testing.T) {
-	if os.Getenv("SLUICE_CHAOS_FULL") != "1" {
-		t.Skip("known bug (docs/chaos.md): runs with SLUICE_CHAOS_FULL=1 (make chaos)")
-	}
 	runScenario(t, scenario{
 		name: "redis", rate: 150, total: 1500, poison: 6, drain: 60 * time.Second,
 		steps: [][]fault{{faultRedisMidAck}},
@@ -69,13 +63,8 @@ func TestRegressionRedisRestartRunsNoKeyTwice(t *testing.T) {
 // returns the error of loading the scripts and closes its Redis pool, but
 // the process does not exit; it serves /healthz 200 and /readyz 503
 // ("redis: client is closed") for ever and consumes nothing, and the error
-// is not logged. It fails until the worker retries (or exits); it runs with
-// SLUICE_CHAOS_FULL=1 (make chaos), so that `go test ./...` stays green
-// meanwhile.
+// is not logged. Fixed: the worker waits for Redis at start, and says so.
 func TestRegressionWorkerStartedWhileRedisIsDown(t *testing.T) {
-	if os.Getenv("SLUICE_CHAOS_FULL") != "1" {
-		t.Skip("known bug (docs/chaos.md): runs with SLUICE_CHAOS_FULL=1 (make chaos)")
-	}
 	b := newBed(t)
 	w := b.workers[0]
 	b.redis.Stop()
@@ -113,6 +102,7 @@ func TestChaosFull(t *testing.T) {
 			{faultLeaders},
 			{faultPause},
 			{faultRelay, faultCoordinator, faultWorker, faultLeaders},
+			{faultWorker, faultRedis, faultLeaders},
 			{faultWorker, faultLeaders, faultPause},
 			{faultBroker},
 			{faultRelay, faultWorker, faultPause},
