@@ -370,7 +370,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		timeout = w.cfg.Timeout
 	}
 	if key := j.IdempotencyKey; key != "" {
-		mark, err := w.pool.IdempotencyBegin(ctx, key, cl.ID, timeout+w.cfg.Lease)
+		mark, err := w.pool.IdempotencyBegin(ctx, key, cl.ID, cl.Attempt, timeout+w.cfg.Lease)
 		switch {
 		case err != nil:
 			c.settle(ctx, h, nil, err, maxAttempts)
@@ -431,8 +431,10 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		return
 	}
 	if key := j.IdempotencyKey; key != "" {
-		if err := c.untilRedisAnswers("recording the idempotency key", func() error {
-			return w.pool.IdempotencyEnd(context.WithoutCancel(ctx), key, cl.ID, herr == nil, w.cfg.IdempotencyTTL)
+		// As long as the running mark holds (timeout + lease from its
+		// start), no other attempt runs: keep trying that long.
+		if err := c.untilRedisAnswers("recording the idempotency key", timeout+w.cfg.Lease, func() error {
+			return w.pool.IdempotencyEnd(context.WithoutCancel(ctx), key, cl.ID, cl.Attempt, herr == nil, w.cfg.IdempotencyTTL)
 		}); err != nil {
 			c.log.Warn("recording the idempotency key failed", "job", cl.ID, "key", key, "err", err)
 		}
@@ -477,13 +479,13 @@ func (c *consumer) settle(ctx context.Context, h *heldJob, result []byte, herr e
 }
 
 // untilRedisAnswers runs do again, with backoff, while Redis cannot serve
-// (restarting, loading its AOF, unreachable), for up to a lease. The job
+// (restarting, loading its AOF, unreachable), for up to within. The job
 // stays held meanwhile, so the lease keeper keeps its lease once Redis is
 // back. Dropping the write instead would let the lease expire and the job
 // run again: an ack or an idempotency key lost to a Redis restart is a job
 // run twice with one key (found by the chaos suite).
-func (c *consumer) untilRedisAnswers(what string, do func() error) error {
-	deadline := time.Now().Add(c.w.cfg.Lease)
+func (c *consumer) untilRedisAnswers(what string, within time.Duration, do func() error) error {
+	deadline := time.Now().Add(within)
 	for attempt := 1; ; attempt++ {
 		err := do()
 		if err == nil || !queue.Transient(err) || time.Now().After(deadline) {
@@ -533,7 +535,7 @@ func (c *consumer) acker() {
 			done[i] = queue.Done{Job: r.job.claimed, Result: r.result, Topic: r.job.topic}
 		}
 		var ok []bool
-		err := c.untilRedisAnswers("acking", func() (err error) {
+		err := c.untilRedisAnswers("acking", w.cfg.Lease, func() (err error) {
 			ok, err = w.pool.AckMany(context.Background(), c.part, done, w.cfg.Now(), w.cfg.ResultTTL)
 			return err
 		})

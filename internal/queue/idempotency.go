@@ -3,16 +3,21 @@ package queue
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"time"
 )
 
-// idemBeginScript marks an idempotency key as running for a job, unless a
-// job with the key ran to completion within the TTL or runs now.
+// idemBeginScript marks an idempotency key as running for one attempt of a
+// job, unless a job with the key ran to completion within the TTL or an
+// attempt runs now. The mark names the attempt: a job whose lease was lost
+// while its attempt may still run (a stalled worker, a Redis outage longer
+// than the lease) is claimed again as a new attempt, and that attempt must
+// wait for the earlier one's mark to end or expire, not run beside it.
 //
 // KEYS[1] idem:<key>
-// ARGV[1] "running:<id>"   ARGV[2] how long the mark holds, ms
-// Returns "" when the caller may run (marked, or already ours: a retry),
-// else the mark in force: "done:<id>" or "running:<other id>".
+// ARGV[1] "running:<id>:<attempt>"   ARGV[2] how long the mark holds, ms
+// Returns "" when the caller may run (marked, or already this attempt's),
+// else the mark in force: "done:<id>" or "running:<id>:<attempt>".
 var idemBeginScript = newScript(`
 local v = redis.call('GET', KEYS[1])
 if not v or v == ARGV[1] then
@@ -28,7 +33,7 @@ return v
 // is touched.
 //
 // KEYS[1] idem:<key>
-// ARGV[1] "running:<id>"   ARGV[2] "done:<id>", or "" after a failure   ARGV[3] TTL, ms
+// ARGV[1] "running:<id>:<attempt>"   ARGV[2] "done:<id>", or "" after a failure   ARGV[3] TTL, ms
 // Returns 1 when the mark was the job's, else 0.
 var idemEndScript = newScript(`
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
@@ -45,11 +50,12 @@ func (p *Pool) idemKey(key string) (string, int) {
 	return p.layout.Keys(part).Idempotency(key), part
 }
 
-// IdempotencyBegin claims key for job id for up to hold. It returns "" when
-// the job may run, else the mark in force ("done:<id>" or "running:<id>").
-func (p *Pool) IdempotencyBegin(ctx context.Context, key, id string, hold time.Duration) (string, error) {
+// IdempotencyBegin claims key for an attempt of job id for up to hold. It
+// returns "" when the attempt may run, else the mark in force ("done:<id>"
+// or "running:<id>:<attempt>").
+func (p *Pool) IdempotencyBegin(ctx context.Context, key, id string, attempt int, hold time.Duration) (string, error) {
 	k, part := p.idemKey(key)
-	res, err := runScript(ctx, p.byPart[part], idemBeginScript, []string{k}, "running:"+id, hold.Milliseconds())
+	res, err := runScript(ctx, p.byPart[part], idemBeginScript, []string{k}, runningMark(id, attempt), hold.Milliseconds())
 	if err != nil {
 		return "", fmt.Errorf("idempotency key %q: %w", key, err)
 	}
@@ -57,14 +63,16 @@ func (p *Pool) IdempotencyBegin(ctx context.Context, key, id string, hold time.D
 	return s, nil
 }
 
-// IdempotencyEnd records the end of job id's run of key: done (kept for
-// ttl) or failed (the key is free again).
-func (p *Pool) IdempotencyEnd(ctx context.Context, key, id string, succeeded bool, ttl time.Duration) error {
+func runningMark(id string, attempt int) string { return "running:" + id + ":" + strconv.Itoa(attempt) }
+
+// IdempotencyEnd records the end of an attempt of job id's run of key: done
+// (kept for ttl) or failed (the key is free again).
+func (p *Pool) IdempotencyEnd(ctx context.Context, key, id string, attempt int, succeeded bool, ttl time.Duration) error {
 	k, part := p.idemKey(key)
 	done := ""
 	if succeeded {
 		done = "done:" + id
 	}
-	_, err := runScript(ctx, p.byPart[part], idemEndScript, []string{k}, "running:"+id, done, ttl.Milliseconds())
+	_, err := runScript(ctx, p.byPart[part], idemEndScript, []string{k}, runningMark(id, attempt), done, ttl.Milliseconds())
 	return err
 }

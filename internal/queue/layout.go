@@ -88,7 +88,7 @@ func (k Keys) Leases() string { return k.prefix + "leases" }
 // Dead is the sorted set of dead job ids by time of death (Unix ms).
 func (k Keys) Dead() string { return k.prefix + "dead" }
 
-// Idempotency is the marker of an idempotency key: "running:<job id>"
+// Idempotency is the marker of an idempotency key: "running:<job id>:<attempt>"
 // while a job with that key runs, "done:<job id>" for the key's TTL after
 // one succeeded. It lives in the partition PartitionOf(key) picks, whatever
 // the jobs' groups.
