@@ -185,7 +185,9 @@ func (cm *CanaryMonitor) Run(ctx context.Context, valid func() bool) {
 			return
 		}
 		if !time.Now().Before(nextSend) {
-			if round%cm.cfg.Replan == 0 {
+			// Plan every Replan rounds, and every round while a topic has
+			// no routes yet (the gate did not answer: it may start later).
+			if round%cm.cfg.Replan == 0 || len(routes) < len(cm.cfg.Topics) {
 				routes = cm.plan(ctx, routes)
 			}
 			round++

@@ -27,15 +27,35 @@ import (
 // and a consumer per partition completes them as the worker's built-in
 // handler does. A partition's consumer can be stopped.
 type canaryPipeline struct {
-	b       *bed
-	gate    *httptest.Server
-	stopped sync.Map // partition -> true
+	b         *bed
+	gate      *httptest.Server
+	mu        sync.Mutex
+	stopped   map[int]chan struct{} // partition -> closed when it runs again
+	topicDown atomic.Bool           // GET /v1/topics/{topic} answers 503
+}
+
+// stop stops a partition's consumer until resume.
+func (cp *canaryPipeline) stop(part int) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.stopped[part] = make(chan struct{})
+}
+
+func (cp *canaryPipeline) resume(part int) {
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	close(cp.stopped[part])
+	delete(cp.stopped, part)
 }
 
 func newCanaryPipeline(t *testing.T, b *bed, kafkaPartitions int) *canaryPipeline {
-	cp := &canaryPipeline{b: b}
+	cp := &canaryPipeline{b: b, stopped: map[int]chan struct{}{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/topics/{topic}", func(w http.ResponseWriter, r *http.Request) {
+		if cp.topicDown.Load() {
+			http.Error(w, "Kafka is unavailable", 503)
+			return
+		}
 		io.WriteString(w, `{"topic":"jobs","partitions":`+strconv.Itoa(kafkaPartitions)+`}`)
 	})
 	mux.HandleFunc("POST /v1/topics/{topic}/jobs", func(w http.ResponseWriter, r *http.Request) {
@@ -65,14 +85,22 @@ func newCanaryPipeline(t *testing.T, b *bed, kafkaPartitions int) *canaryPipelin
 }
 
 func (cp *canaryPipeline) consume(ctx context.Context, part int) {
+	wake := cp.b.layout.Keys(part).Wake()
 	for ctx.Err() == nil {
-		if _, stopped := cp.stopped.Load(part); stopped {
-			time.Sleep(20 * time.Millisecond) // a dead consumer: nothing to wait on
+		cp.mu.Lock()
+		stopped := cp.stopped[part]
+		cp.mu.Unlock()
+		if stopped != nil {
+			select {
+			case <-stopped:
+			case <-ctx.Done():
+			}
 			continue
 		}
 		jobs, err := cp.b.pool.Claim(ctx, part, 10, time.Now().Add(time.Minute))
 		if err != nil || len(jobs) == 0 {
-			time.Sleep(20 * time.Millisecond) // idle; the real worker blocks on the wake list
+			// Idle: block on the wake list, as the worker does.
+			cp.b.pool.Client(part).BLPop(ctx, 200*time.Millisecond, wake)
 			continue
 		}
 		envs, _ := cp.b.pool.Envelopes(ctx, part, jobs)
@@ -141,7 +169,7 @@ func TestCanaryAlertsNameTheStuckPartitionAndClear(t *testing.T) {
 		t.Fatalf("%v stale paths while everything flows", n)
 	}
 
-	cp.stopped.Store(2, true)
+	cp.stop(2)
 	stoppedAt := time.Now()
 	testenv.WaitFor(t, 10*time.Second, "an alert", func() bool { return len(mon.Alerts()) > 0 })
 	took := time.Since(stoppedAt)
@@ -162,7 +190,7 @@ func TestCanaryAlertsNameTheStuckPartitionAndClear(t *testing.T) {
 		t.Errorf("%v stale paths, want 1", n)
 	}
 
-	cp.stopped.Delete(2)
+	cp.resume(2)
 	testenv.WaitFor(t, 10*time.Second, "the alert to clear", func() bool { return len(mon.Alerts()) == 0 })
 	testenv.WaitFor(t, 5*time.Second, "the webhook to hear both", func() bool {
 		return strings.Join(wh.statuses(), ",") == "firing,resolved"
@@ -184,4 +212,31 @@ func TestCanaryAlertsNameTheStuckPartitionAndClear(t *testing.T) {
 	if len(f.Stages) != 0 || f.Canaries["jobs"][queue.StageCompleted] < 3 {
 		t.Errorf("partition 2's funnel: user %v, canaries %v: canaries must count apart", f.Stages, f.Canaries)
 	}
+}
+
+// A monitor that could not read a topic's partitions (the gate not up yet)
+// tries again the next round, not only at the next replan.
+func TestCanaryMonitorPlansOnceTheGateAnswers(t *testing.T) {
+	b := newBed(t, 2)
+	cp := newCanaryPipeline(t, b, 2)
+	cp.topicDown.Store(true)
+	cfg := coordinator.DefaultCanaryConfig()
+	cfg.GateURL, cfg.Topics = cp.gate.URL, []string{"jobs"}
+	cfg.Interval, cfg.Grace = time.Second, 500*time.Millisecond // Replan stays 10 rounds
+	reg := ops.NewRegistry()
+	mon, err := coordinator.NewCanaryMonitor(cfg, b.pool, reg, "test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); mon.Run(ctx, func() bool { return true }) }()
+	defer func() { cancel(); <-done }()
+	testenv.WaitFor(t, 5*time.Second, "a failed first plan", func() bool {
+		return testenv.Metric(t, reg, "sluice_canary_send_errors_total") >= 1
+	})
+	cp.topicDown.Store(false)
+	testenv.WaitFor(t, 4*time.Second, "canaries within a few rounds of the gate answering", func() bool {
+		return testenv.Metric(t, reg, "sluice_canary_latency_seconds") >= 2
+	})
 }
