@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/retry"
 )
 
 // Config configures a coordinator. DefaultConfig sets the defaults; the
@@ -189,7 +190,7 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.Sleep == nil {
-		cfg.Sleep = sleep
+		cfg.Sleep = retry.Sleep
 	}
 	if cfg.Reducer == nil {
 		cfg.Reducer = JSONReducer(cfg.SpillAbove, cfg.SpillDir)
@@ -329,16 +330,4 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
-}
-
-// sleep waits for d or until ctx ends, and returns ctx's error in that case.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/retry"
 )
 
 // Callback states, in the group hash's callback_state (GET /v1/groups/{id}).
@@ -68,7 +69,7 @@ func (w *groupWatcher) run(ctx context.Context) {
 			failing = true
 			w.log.Warn("group watcher: Redis failing; retrying every second", "err", err)
 		}
-		sleep(ctx, time.Second)
+		retry.Sleep(ctx, time.Second)
 	}
 	for ctx.Err() == nil {
 		if !time.Now().Before(nextScan) {
@@ -173,7 +174,7 @@ func (w *groupWatcher) redo(ctx context.Context, log *slog.Logger, what string, 
 		if !logged {
 			log.Warn("group watcher: Redis call failed; retrying", "doing", what, "err", err)
 		}
-		if sleep(ctx, wait) != nil {
+		if retry.Sleep(ctx, wait) != nil {
 			return false
 		}
 		wait = min(2*wait, redisRetryMax)

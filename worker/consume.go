@@ -497,7 +497,7 @@ func (c *consumer) untilRedisAnswers(what string, within time.Duration, do func(
 		if attempt == 1 {
 			c.log.Warn(what+" failed; retrying while Redis is away", "err", err)
 		}
-		sleepUntil(context.Background(), time.Now, time.Now().Add(retry.Backoff(50*time.Millisecond, time.Second, attempt)))
+		retry.Sleep(context.Background(), retry.Backoff(50*time.Millisecond, time.Second, attempt))
 	}
 }
 

@@ -225,7 +225,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		if attempt == 1 {
 			w.log.Warn("Redis does not answer yet; waiting for it before consuming", "err", err)
 		}
-		if sleepUntil(ctx, time.Now, time.Now().Add(retry.Backoff(100*time.Millisecond, 2*time.Second, attempt))) != nil {
+		if retry.Sleep(ctx, retry.Backoff(100*time.Millisecond, 2*time.Second, attempt)) != nil {
 			return nil
 		}
 	}

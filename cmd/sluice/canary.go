@@ -13,7 +13,6 @@ import (
 	"github.com/sluicehq/sluice/coordinator"
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/ops"
-	"github.com/sluicehq/sluice/internal/queue"
 )
 
 func init() {
@@ -38,23 +37,17 @@ func registerCanaryFlags(fs *flag.FlagSet, c *coordinator.CanaryConfig, topics *
 }
 
 type canaryCmdFlags struct {
-	cfg            coordinator.CanaryConfig
-	topics         cli.ListFlag
-	listen         string
-	stage          string
-	redisAddr      string
-	partitions     int
-	partitionAddrs string
-	logging        cli.Logging
+	cfg     coordinator.CanaryConfig
+	topics  cli.ListFlag
+	listen  string
+	redis   redisFlags
+	logging cli.Logging
 }
 
 func (f *canaryCmdFlags) register(fs *flag.FlagSet) {
 	f.cfg = coordinator.DefaultCanaryConfig()
 	fs.StringVar(&f.listen, "listen", ":8084", "address for /healthz, /readyz and /metrics")
-	fs.StringVar(&f.stage, "stage", "dev", "stage name: Redis keys under sluice:{<stage>:p<N>}:")
-	fs.StringVar(&f.redisAddr, "redis-addr", "127.0.0.1:6379", "Redis address of every partition not in --redis-partition-addrs")
-	fs.StringVar(&f.partitionAddrs, "redis-partition-addrs", "", "partitions on Redis servers of their own: \"0=host:port,3=host:port\"")
-	fs.IntVar(&f.partitions, "redis-partitions", 8, "Redis partitions in the layout (as the relay's and the workers')")
+	f.redis.register(fs)
 	registerCanaryFlags(fs, &f.cfg, &f.topics)
 	f.logging.Register(fs)
 }
@@ -72,11 +65,7 @@ func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(f.cfg.Topics) == 0 {
 		return fmt.Errorf("--canary-topics: name at least one topic")
 	}
-	addrs, err := queue.ParsePartitionAddrs(f.partitionAddrs, f.partitions)
-	if err != nil {
-		return fmt.Errorf("--redis-partition-addrs: %w", err)
-	}
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: queue.Layout{Stage: f.stage, Partitions: f.partitions}, Addr: f.redisAddr, PartitionAddrs: addrs})
+	pool, err := f.redis.pool()
 	if err != nil {
 		return err
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/funnel"
 	"github.com/sluicehq/sluice/internal/kafka"
-	"github.com/sluicehq/sluice/internal/queue"
 )
 
 func init() {
@@ -31,22 +30,16 @@ func init() {
 }
 
 type statsFlags struct {
-	stage          string
-	redisAddr      string
-	partitions     int
-	partitionAddrs string
-	kafka          kafka.Config
-	consumerGroup  string
-	gateMetrics    cli.ListFlag
-	output         string
-	timeout        time.Duration
+	redis         redisFlags
+	kafka         kafka.Config
+	consumerGroup string
+	gateMetrics   cli.ListFlag
+	output        string
+	timeout       time.Duration
 }
 
 func (f *statsFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.stage, "stage", "dev", "stage name: Redis keys under sluice:{<stage>:p<N>}:")
-	fs.StringVar(&f.redisAddr, "redis-addr", "127.0.0.1:6379", "Redis address of every partition not in --redis-partition-addrs")
-	fs.StringVar(&f.partitionAddrs, "redis-partition-addrs", "", "partitions on Redis servers of their own: \"0=host:port,3=host:port\"")
-	fs.IntVar(&f.partitions, "redis-partitions", 8, "Redis partitions in the layout (as the relay's and the workers')")
+	f.redis.register(fs)
 	f.kafka.Register(fs, "sluice-stats")
 	fs.StringVar(&f.consumerGroup, "consumer-group", "sluice-relay", "the relays' --consumer-group (the lag of <group>.<topic> is read); needs --kafka-brokers")
 	fs.Var(&f.gateMetrics, "gate-metrics", "the gates' /metrics URLs, comma-separated: every gate, for the accepted and produced counts")
@@ -91,16 +84,12 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // the report's backbone: without it there is nothing to say.
 func (f *statsFlags) gather(ctx context.Context) (funnel.Input, error) {
 	in := funnel.Input{Now: time.Now()}
-	addrs, err := queue.ParsePartitionAddrs(f.partitionAddrs, f.partitions)
-	if err != nil {
-		return in, fmt.Errorf("--redis-partition-addrs: %w", err)
-	}
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: queue.Layout{Stage: f.stage, Partitions: f.partitions}, Addr: f.redisAddr, PartitionAddrs: addrs})
+	pool, err := f.redis.pool()
 	if err != nil {
 		return in, err
 	}
 	defer pool.Close()
-	for p := range f.partitions {
+	for p := range f.redis.partitions {
 		pf, err := pool.Funnel(ctx, p)
 		if err != nil {
 			return in, fmt.Errorf("Redis: %w (check --redis-addr, --redis-partitions and --stage)", err)

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/sluicehq/sluice/internal/retry"
 )
 
 // Defaults for the LockConfig fields left zero.
@@ -489,7 +491,7 @@ func acquire(ctx context.Context, cfg LockConfig) (*Lease, error) {
 			failing = true
 			cfg.Log.Warn("consul: cannot contend for the lock; retrying", "every", cfg.RetryWait, "err", err)
 		}
-		if err := sleep(ctx, cfg.RetryWait); err != nil {
+		if err := retry.Sleep(ctx, cfg.RetryWait); err != nil {
 			return nil, err
 		}
 	}
@@ -603,7 +605,7 @@ func (l *Lease) contend(ctx context.Context) error {
 			continue
 		}
 		if refused {
-			if err := sleep(ctx, l.cfg.lockDelayPoll()); err != nil {
+			if err := retry.Sleep(ctx, l.cfg.lockDelayPoll()); err != nil {
 				return err
 			}
 		}
@@ -660,7 +662,7 @@ func Hold(ctx context.Context, cfg LockConfig, fn func(ctx context.Context, leas
 			return nil
 		}
 		if !lost {
-			if sleep(ctx, cfg.RetryWait) != nil {
+			if retry.Sleep(ctx, cfg.RetryWait) != nil {
 				return nil
 			}
 		}
@@ -726,16 +728,4 @@ func nextIndex(prev, got uint64) uint64 {
 		return 1
 	}
 	return got
-}
-
-// sleep waits for d or until ctx ends, and returns ctx's error in that case.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

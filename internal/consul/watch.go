@@ -12,6 +12,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice/internal/retry"
 )
 
 // Defaults for the WatchOptions fields left zero.
@@ -170,7 +172,7 @@ func (w *watchLoop) run(ctx context.Context, query func(*api.QueryOptions) (*api
 			w.index = 0
 			d := w.backoff
 			w.backoff = min(2*w.backoff, w.opts.RetryMax)
-			if sleep(ctx, d/2+rand.N(d/2+1)) != nil {
+			if retry.Sleep(ctx, d/2+rand.N(d/2+1)) != nil {
 				return
 			}
 			continue

@@ -1,9 +1,11 @@
-// Package retry holds the backoff shared by the parts that retry: a wait
-// that doubles per attempt up to a bound, with jitter so that many callers
-// failing together do not retry in step.
+// Package retry holds what the parts that retry share: a backoff that
+// doubles per attempt up to a bound, with jitter so that many callers
+// failing together do not retry in step, and a sleep that ends with its
+// context.
 package retry
 
 import (
+	"context"
 	"math/rand/v2"
 	"time"
 )
@@ -17,4 +19,16 @@ func Backoff(first, max time.Duration, attempt int) time.Duration {
 	}
 	d = min(d, max)
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
+}
+
+// Sleep waits for d, or until ctx ends, and then returns ctx's error.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
