@@ -31,18 +31,33 @@ type Claimed struct {
 // KEYS[6+2g]        group:<candidate g>
 // ARGV[1] K, most jobs to claim   ARGV[2] lease deadline, Unix ms   ARGV[3] m
 // ARGV[3+g]         name of candidate g
+// ARGV[4+m]         the quantum: the most jobs one group gives a claim while
+// other candidates could give theirs
 // Returns a flat array: id, group, attempt for each claimed job, in the
 // order served. Candidates no longer active are skipped; a candidate whose
 // list ran dry leaves the fair order with its virtual finish recorded.
+//
+// The candidates come in fair order (lowest virtual time first), and the
+// script reads only as many as it needs: the first ones that fill K jobs
+// with at most the quantum from each. Per-group work is most of a claim's
+// cost, so a partition of bulk groups pays it once per quantum of jobs
+// instead of once per job. The fair order holds between claims (a group's
+// virtual time moves by the jobs it gave, so it waits its turn after a
+// quantum) and within one claim among the groups read: fairness at the
+// grain of the quantum. One-job groups (the gate's default) still cost a
+// group each.
 //
 // The script decides the order on list lengths first, then pops each
 // group's share with one LPOP and writes the leases with one ZADD and one
 // HSET: per job, Redis runs one command (the attempt count) instead of five.
 // The stage funnel's dequeued field of each group's topic counts the claims.
 var claimScript = newScript(luaFunnel + `
-local K, deadline, m = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-local cand = {}
+local K, deadline, m, quantum = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4+tonumber(ARGV[3])])
+local cand, supply = {}, 0
 for g = 1, m do
+  -- Enough candidates once they fill the claim without any giving more
+  -- than the quantum; the rest are not read at all.
+  if supply >= K then break end
   local name = ARGV[3+g]
   local score = redis.call('ZSCORE', KEYS[1], name)
   if score then
@@ -58,22 +73,33 @@ for g = 1, m do
     if remaining <= 100 then w = w * 4 elseif remaining <= 10000 then w = w * 2 end
     local left = redis.call('LLEN', KEYS[6+2*g-1])
     cand[#cand+1] = {g = g, name = name, score = tonumber(score), w = w, left = left, take = 0, topic = f[7] or '?'}
+    supply = supply + math.min(left, quantum)
   end
 end
 -- Weighted fair queueing on the counts: the candidate with the lowest
 -- virtual time goes next, each job advancing its group by 1/weight.
 local vt = tonumber(redis.call('GET', KEYS[2]) or '0')
 local order = {}
+-- A group gives at most the quantum; past it only when every candidate
+-- read is at its quantum or dry and the claim is still not full (there
+-- were no more candidates).
+local cap = quantum
 while #order < K do
   local best
   for _, c in ipairs(cand) do
-    if c.take < c.left and (not best or c.score < best.score) then best = c end
+    if c.take < c.left and c.take < cap and (not best or c.score < best.score) then best = c end
   end
-  if not best then break end
-  if best.score > vt then vt = best.score end
-  best.score = best.score + 1 / best.w
-  best.take = best.take + 1
-  order[#order+1] = best
+  if not best and cap < K then
+    cap = K
+  elseif not best then
+    break
+  end
+  if best then
+    if best.score > vt then vt = best.score end
+    best.score = best.score + 1 / best.w
+    best.take = best.take + 1
+    order[#order+1] = best
+  end
 end
 local funnel = {}
 for _, c in ipairs(cand) do
@@ -141,11 +167,13 @@ func (p *Pool) Claim(ctx context.Context, part, max int, leaseUntil time.Time) (
 		return nil, err
 	}
 	ks := []string{keys.Groups(), keys.VirtualTime(), keys.Inflight(), keys.Attempts(), keys.Leases(), keys.Stats()}
-	args := []any{max, leaseUntil.UnixMilli(), len(names)}
+	args := make([]any, 0, 4+len(names))
+	args = append(args, max, leaseUntil.UnixMilli(), len(names))
 	for _, g := range names {
 		ks = append(ks, keys.Ready(g), keys.Group(g))
 		args = append(args, g)
 	}
+	args = append(args, ClaimQuantum)
 	res, err := runScript(ctx, c, claimScript, ks, args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim on partition %d: %w", part, err)
@@ -160,6 +188,12 @@ func (p *Pool) Claim(ctx context.Context, part, max int, leaseUntil time.Time) (
 	}
 	return out, nil
 }
+
+// ClaimQuantum is the most jobs a group gives one claim while other groups
+// could give theirs: fairness at the grain of a few jobs, which the
+// workers start at nearly the same moment anyway, for a claim that reads
+// K/ClaimQuantum groups instead of K.
+const ClaimQuantum = 8
 
 // MaxBatch bounds the jobs one script call claims or acks: the scripts
 // pass a batch to a single command with unpack, which Lua's stack limits

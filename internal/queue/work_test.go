@@ -295,3 +295,67 @@ func TestReleaseUncountsAndWakeSignals(t *testing.T) {
 		t.Fatalf("after a release: %+v (the attempt must not count, the order must hold)", again)
 	}
 }
+
+// Bulk groups give a claim a quantum of jobs each: a claim of 64 among 100
+// equal groups reads 8 of them, 8 jobs each, and over many claims no group
+// runs more than a quantum ahead of another.
+func TestClaimServesBulkGroupsAQuantumEach(t *testing.T) {
+	p, _ := onePartition(t)
+	ctx := context.Background()
+	for g := range 100 {
+		enqueueGroup(t, p, "bulk"+strconv.Itoa(g), 100, 1)
+	}
+	served := map[string]int{}
+	for round := range 60 {
+		jobs, err := p.Claim(ctx, 0, 64, now.Add(time.Minute))
+		if err != nil || len(jobs) != 64 {
+			t.Fatalf("claim %d: %d jobs, %v", round, len(jobs), err)
+		}
+		per := map[string]int{}
+		for _, j := range jobs {
+			per[j.Group]++
+			served[j.Group]++
+		}
+		if round == 0 && len(per) != 64/ClaimQuantum {
+			t.Fatalf("the first claim took from %d groups, want %d: %v", len(per), 64/ClaimQuantum, per)
+		}
+		for g, n := range per {
+			if n > ClaimQuantum {
+				t.Fatalf("claim %d: group %s gave %d jobs, more than the quantum %d", round, g, n, ClaimQuantum)
+			}
+		}
+	}
+	lo, hi := 100, 0
+	for g := range 100 {
+		n := served["bulk"+strconv.Itoa(g)]
+		lo, hi = min(lo, n), max(hi, n)
+	}
+	if hi-lo > ClaimQuantum {
+		t.Fatalf("after 3,840 jobs the groups got between %d and %d: more than a quantum apart", lo, hi)
+	}
+}
+
+// Groups of one job each (the gate's default) fill a claim one group each,
+// and a bulk group among them gives no more than the quantum while they can
+// give theirs.
+func TestClaimFillsFromOneJobGroups(t *testing.T) {
+	p, _ := onePartition(t)
+	ctx := context.Background()
+	enqueueGroup(t, p, "bulk", 1000, 1)
+	for g := range 100 {
+		enqueueGroup(t, p, "one"+strconv.Itoa(g), 1, 1)
+	}
+	jobs, err := p.Claim(ctx, 0, 32, now.Add(time.Minute))
+	if err != nil || len(jobs) != 32 {
+		t.Fatalf("claim: %d jobs, %v", len(jobs), err)
+	}
+	bulk := 0
+	for _, j := range jobs {
+		if j.Group == "bulk" {
+			bulk++
+		}
+	}
+	if bulk > ClaimQuantum {
+		t.Fatalf("the bulk group gave %d of 32 jobs while one-job groups waited", bulk)
+	}
+}
