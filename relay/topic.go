@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/retry"
 )
 
 // Headers the relay writes on records it produces.
@@ -390,7 +391,7 @@ func (r *Relay) countStage(ctx context.Context, topic, stage string, n int, log 
 // committed, only once Redis took it.
 func (r *Relay) cancelGroups(ctx context.Context, topic string, groups []string, log *slog.Logger) error {
 	for _, g := range groups {
-		backoff := firstRedisBackoff
+		failures := 0
 		for {
 			n, err := r.pool.CancelGroup(ctx, g, r.now())
 			if err == nil {
@@ -402,7 +403,7 @@ func (r *Relay) cancelGroups(ctx context.Context, topic string, groups []string,
 				return ctx.Err()
 			}
 			log.Warn("cancelling a bulk group failed; retrying", "group", g, "err", err)
-			if err := waitBackoff(ctx, &backoff); err != nil {
+			if err := waitBackoff(ctx, &failures); err != nil {
 				return err
 			}
 		}
@@ -453,7 +454,7 @@ func (r *Relay) item(topic string, m *sarama.ConsumerMessage, now time.Time) (qu
 func (r *Relay) enqueue(ctx context.Context, topic string, lease *consul.Lease, items []queue.Item, log *slog.Logger) ([]queue.Result, error) {
 	start := time.Now()
 	defer func() { r.m.enqueueTime.Observe(time.Since(start).Seconds()) }()
-	backoff := firstRedisBackoff
+	failures := 0
 	failing := false
 	// Reserve each Redis's share of the batch with its memory guard, once.
 	bytes := map[*redis.Client]uint64{}
@@ -485,7 +486,7 @@ func (r *Relay) enqueue(ctx context.Context, topic string, lease *consul.Lease, 
 			failing = true
 		}
 		r.m.redisRetries.WithLabelValues(topic).Inc()
-		if err := waitBackoff(ctx, &backoff); err != nil {
+		if err := waitBackoff(ctx, &failures); err != nil {
 			return nil, err
 		}
 	}
@@ -495,7 +496,7 @@ func (r *Relay) enqueue(ctx context.Context, topic string, lease *consul.Lease, 
 // takes them: a message is only settled, and its offset committed, once its
 // dead letter or requeued copy is durable.
 func (r *Relay) produce(ctx context.Context, lease *consul.Lease, msgs []kafka.Message, log *slog.Logger) error {
-	backoff := firstRedisBackoff
+	failures := 0
 	for {
 		if !lease.Valid() {
 			return errLeaseLost
@@ -515,24 +516,19 @@ func (r *Relay) produce(ctx context.Context, lease *consul.Lease, msgs []kafka.M
 		}
 		log.Warn("producing to Kafka failed; retrying", "count", len(failed), "err", results[0].Err)
 		msgs = failed
-		if err := waitBackoff(ctx, &backoff); err != nil {
+		if err := waitBackoff(ctx, &failures); err != nil {
 			return err
 		}
 	}
 }
 
-// waitBackoff waits out *backoff, or until ctx ends, then doubles it up to
-// maxRedisBackoff for the next failure.
-func waitBackoff(ctx context.Context, backoff *time.Duration) error {
-	t := time.NewTimer(*backoff)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-	}
-	*backoff = min(*backoff*2, maxRedisBackoff)
-	return nil
+// waitBackoff counts one more failure and waits the backoff after it
+// (firstRedisBackoff doubled per failure up to maxRedisBackoff, with jitter,
+// so relays of many topics failing together do not retry in step), or
+// until ctx ends.
+func waitBackoff(ctx context.Context, failures *int) error {
+	*failures++
+	return retry.Sleep(ctx, retry.Backoff(firstRedisBackoff, maxRedisBackoff, *failures))
 }
 
 // deadLetter is a poison message's record for <topic>.dlq: the original key
