@@ -2,77 +2,20 @@ package relay
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"math"
-	"strconv"
-	"strings"
 	"sync"
 
 	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice/internal/limits"
 )
 
-// Rate is a topic's relay rate, as stored in Consul KV at
-// sluice/<stage>/relay/<topic>/rate. Accepted forms:
-//
-//	{"rate": 5000, "burst": 10000}   jobs per second and burst (burst defaults to rate, at least 1)
-//	{"paused": true}                 relay nothing until changed
-//	5000                             jobs per second
-//	paused                           as {"paused": true}
-//
-// A missing key means unlimited: a topic nobody limited relays as fast as
-// Redis takes it (the memory guard still applies).
-type Rate struct {
-	PerSecond float64 `json:"rate,omitempty"`
-	Burst     int     `json:"burst,omitempty"`
-	Paused    bool    `json:"paused,omitempty"`
-	Unlimited bool    `json:"-"`
-}
+// Rate is a topic's relay rate (Consul KV sluice/<stage>/relay/<topic>/rate);
+// the type and its parser live in internal/limits, shared with the admin
+// API, which writes what the relay reads.
+type Rate = limits.Rate
 
-func (r Rate) String() string {
-	switch {
-	case r.Paused:
-		return "paused"
-	case r.Unlimited:
-		return "unlimited"
-	}
-	return fmt.Sprintf("%g/s burst %d", r.PerSecond, r.burst())
-}
-
-func (r Rate) burst() int {
-	if r.Burst > 0 {
-		return r.Burst
-	}
-	return max(int(math.Ceil(r.PerSecond)), 1)
-}
-
-// ParseRate reads a rate value; see Rate.
-func ParseRate(value []byte) (Rate, error) {
-	s := strings.TrimSpace(string(value))
-	switch {
-	case s == "paused":
-		return Rate{Paused: true}, nil
-	case strings.HasPrefix(s, "{"):
-		var r Rate
-		dec := json.NewDecoder(strings.NewReader(s))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&r); err != nil {
-			return Rate{}, fmt.Errorf("rate %q: %v", s, err)
-		}
-		if r.Paused {
-			return Rate{Paused: true}, nil
-		}
-		if r.PerSecond <= 0 || r.Burst < 0 {
-			return Rate{}, fmt.Errorf("rate %q: want a positive rate (or \"paused\") and a burst >= 0", s)
-		}
-		return r, nil
-	}
-	v, err := strconv.ParseFloat(s, 64)
-	if err != nil || v <= 0 || math.IsInf(v, 0) || math.IsNaN(v) {
-		return Rate{}, fmt.Errorf("rate %q: want jobs per second, a JSON object or \"paused\"", s)
-	}
-	return Rate{PerSecond: v}, nil
-}
+// ParseRate reads a rate value; see limits.Rate.
+func ParseRate(value []byte) (Rate, error) { return limits.ParseRate(value) }
 
 // throttle applies a topic's Rate to every partition's batches: a token
 // bucket shared by all of the topic's partitions, and a pause gate.
@@ -106,7 +49,7 @@ func (t *throttle) Set(r Rate) {
 		t.limiter.SetLimit(rate.Inf)
 	default:
 		t.limiter.SetLimit(rate.Limit(r.PerSecond))
-		t.limiter.SetBurst(r.burst())
+		t.limiter.SetBurst(r.EffectiveBurst())
 	}
 	if wasPaused {
 		close(t.resumed)

@@ -3,12 +3,10 @@ package worker
 import (
 	"container/heap"
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"math"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,56 +15,21 @@ import (
 
 	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/limits"
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
-// Limit is the execution rate limit of a resource key, as stored in Consul
-// KV at sluice/<stage>/limits/<resource>. Accepted forms:
-//
-//	{"rate": 10, "burst": 1}   starts per second; how many may start at once after a quiet spell (default 1)
-//	10                         as {"rate": 10}
-//
-// A missing key means unlimited. Unlike the relay's rate, burst defaults
-// to 1, not to the rate: with burst 1 no one-second window holds more than
-// the rate's starts; with burst b, up to rate+b-1.
-type Limit struct {
-	PerSecond float64 `json:"rate"`
-	Burst     int     `json:"burst,omitempty"`
-}
+// Limit is the execution rate limit of a resource key (Consul KV
+// sluice/<stage>/limits/<resource>); the type and its parser live in
+// internal/limits, shared with the admin API, which writes what the
+// workers read.
+type Limit = limits.Limit
 
-// String is the limit's definition, the same on every worker: the Redis
-// schedule notices a change by it.
-func (l Limit) String() string {
-	return strconv.FormatFloat(l.PerSecond, 'g', -1, 64) + "/s burst " + strconv.Itoa(l.burst())
-}
-
-func (l Limit) burst() int { return max(l.Burst, 1) }
-
-// ParseLimit reads a limit value; see Limit.
-func ParseLimit(value []byte) (Limit, error) {
-	s := strings.TrimSpace(string(value))
-	var l Limit
-	if strings.HasPrefix(s, "{") {
-		dec := json.NewDecoder(strings.NewReader(s))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&l); err != nil {
-			return Limit{}, fmt.Errorf("limit %q: %v", s, err)
-		}
-	} else {
-		v, err := strconv.ParseFloat(s, 64)
-		if err != nil {
-			return Limit{}, fmt.Errorf("limit %q: want starts per second or {\"rate\": N, \"burst\": B}", s)
-		}
-		l.PerSecond = v
-	}
-	if !(l.PerSecond > 0) || math.IsInf(l.PerSecond, 0) || l.PerSecond > maxLimitRate || l.Burst < 0 {
-		return Limit{}, fmt.Errorf("limit %q: want a rate in (0, %d] per second and a burst >= 0", s, maxLimitRate)
-	}
-	return l, nil
-}
+// ParseLimit reads a limit value; see limits.Limit.
+func ParseLimit(value []byte) (Limit, error) { return limits.ParseLimit(value) }
 
 // maxLimitRate keeps the slot spacing at a whole microsecond or more.
-const maxLimitRate = 1_000_000
+const maxLimitRate = limits.MaxLimitRate
 
 // resourceKey is what a job's limit is looked up by: its resource, else its
 // tenant, else its type.
@@ -254,7 +217,7 @@ func (c *consumer) admit(ctx context.Context, h *heldJob, j *job.Job, handler Ha
 		now := cfg.Now()
 		slot, err := l.pool.Reserve(ctx, queue.Reservation{
 			Resource: key, Job: id, Limit: lim.String(),
-			Interval: slotInterval(lim, cfg.RateLimitMargin), Burst: lim.burst(),
+			Interval: slotInterval(lim, cfg.RateLimitMargin), Burst: lim.EffectiveBurst(),
 			Hold: cfg.RateLimitLead, NotBefore: notBefore, Throttles: throttles,
 		}, now)
 		if err != nil {
@@ -334,7 +297,7 @@ func (l *limiter) admitStart(ctx context.Context, key, id string, lim Limit) (me
 func startGuard(margin time.Duration) time.Duration { return min(margin/5, time.Millisecond) }
 
 // windowCap is the most starts a limit allows in a one-second window.
-func windowCap(l Limit) int { return int(math.Ceil(l.PerSecond)) + l.burst() - 1 }
+func windowCap(l Limit) int { return int(math.Ceil(l.PerSecond)) + l.EffectiveBurst() - 1 }
 
 // recordStart wraps the handler of an admitted job: when it starts, the
 // window log learns the actual start time (a stalled process can start a
