@@ -1,0 +1,833 @@
+// Sluice dashboard: polls the coordinator's admin API (docs/admin.md) and
+// draws what it answers. Plain DOM, no framework, no build step.
+//
+// Every value from the API reaches the page as text (textContent, attribute
+// values set one by one), never as markup: job ids, errors and DLQ payloads
+// are whatever a client or a failing handler wrote. The page's CSP forbids
+// inline script too, so a slip would still not run.
+'use strict';
+
+(function () {
+  const API = '/api/v1';
+  const POLL_MS = 2000;
+  // /groups scans every partition's group keys, and the Kafka DLQ read goes
+  // to the brokers: docs/admin.md asks for a few seconds between such reads.
+  const GROUPS_EVERY = 2; // polls
+  const DLQ_EVERY = 2;
+  // /stats (the funnel, with Kafka's lag) only serves the topic list and the
+  // problems line here.
+  const STATS_EVERY = 5;
+  const SPARK_POINTS = 60; // two minutes of polls
+  const TOKEN_KEY = 'sluice.admin.token';
+  const REQUEST_TIMEOUT_MS = 8000;
+
+  // ---------------------------------------------------------------- helpers
+
+  const $ = (sel) => document.querySelector(sel);
+
+  // el builds an element; strings among the children become text nodes.
+  function el(tag, props, ...children) {
+    const e = document.createElement(tag);
+    if (props) {
+      for (const [k, v] of Object.entries(props)) {
+        if (v === undefined || v === null || v === false) continue;
+        if (k === 'class') e.className = v;
+        else if (k === 'text') e.textContent = v;
+        else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
+        else e.setAttribute(k, v === true ? '' : String(v));
+      }
+    }
+    for (const c of children) {
+      if (c === null || c === undefined) continue;
+      e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return e;
+  }
+
+  const nf = new Intl.NumberFormat('en-US');
+  const nf1 = new Intl.NumberFormat('en-US', { maximumFractionDigits: 1 });
+  function num(v) {
+    if (v === null || v === undefined || Number.isNaN(v)) return '—';
+    return Number.isInteger(v) ? nf.format(v) : nf1.format(v);
+  }
+  function rateText(v) {
+    if (v === null || v === undefined) return '—';
+    if (v > 0 && v < 0.1) return '<0.1';
+    return nf1.format(v);
+  }
+  function clock(iso) {
+    if (!iso) return '—';
+    const d = new Date(iso);
+    if (Number.isNaN(d.getTime())) return String(iso);
+    return d.toLocaleTimeString('en-GB', { hour12: false });
+  }
+  function dateTime(iso) {
+    if (!iso) return '';
+    const d = new Date(iso);
+    return Number.isNaN(d.getTime()) ? String(iso) : d.toISOString();
+  }
+  function duration(sec) {
+    if (sec === null || sec === undefined || !Number.isFinite(sec)) return '—';
+    if (sec < 1) return Math.round(sec * 1000) + ' ms';
+    if (sec < 90) return nf1.format(sec) + ' s';
+    if (sec < 5400) return Math.round(sec / 60) + ' min';
+    if (sec < 172800) return nf1.format(sec / 3600) + ' h';
+    return nf1.format(sec / 86400) + ' d';
+  }
+  function ago(iso, now) {
+    if (!iso) return '—';
+    const t = new Date(iso).getTime();
+    if (Number.isNaN(t)) return String(iso);
+    return duration(Math.max(0, (now - t) / 1000)) + ' ago';
+  }
+
+  function setText(node, text) {
+    const s = String(text);
+    if (node.textContent !== s) node.textContent = s;
+  }
+
+  // syncRows keeps one <tr> per item, keyed, so a poll updates cells in place:
+  // no flicker, and an editor's input keeps its focus and what is typed.
+  function syncRows(tbody, items, key, create, update) {
+    const seen = new Set();
+    let prev = null;
+    for (const item of items) {
+      const k = String(key(item));
+      seen.add(k);
+      let tr = tbody.querySelector(`tr[data-key="${CSS.escape(k)}"]`);
+      if (!tr) {
+        tr = create(item);
+        tr.dataset.key = k;
+      }
+      update(tr, item);
+      // Keep the API's order.
+      const want = prev ? prev.nextSibling : tbody.firstChild;
+      if (tr !== want) tbody.insertBefore(tr, want);
+      prev = tr;
+    }
+    for (const tr of Array.from(tbody.rows)) {
+      if (!seen.has(tr.dataset.key)) tr.remove();
+    }
+  }
+
+  // ------------------------------------------------------------------- API
+
+  class ApiError extends Error {
+    constructor(status, message, fix) {
+      super(message);
+      this.status = status; // 0: no answer
+      this.fix = fix || '';
+    }
+    get text() { return this.fix ? `${this.message} — fix: ${this.fix}` : this.message; }
+  }
+
+  let token = '';
+
+  async function api(method, path, body) {
+    const headers = { Accept: 'application/json' };
+    if (token) headers.Authorization = 'Bearer ' + token;
+    const init = { method, headers, cache: 'no-store', credentials: 'omit', redirect: 'error' };
+    if (typeof AbortSignal.timeout === 'function') init.signal = AbortSignal.timeout(REQUEST_TIMEOUT_MS);
+    if (body !== undefined) {
+      headers['Content-Type'] = 'application/json';
+      init.body = JSON.stringify(body);
+    }
+    let resp;
+    try {
+      resp = await fetch(API + path, init);
+    } catch (e) {
+      throw new ApiError(0, `no answer from the admin API (${e.name === 'TimeoutError' ? 'timed out' : e.message})`);
+    }
+    const text = await resp.text().catch(() => '');
+    let data = null;
+    try { data = text ? JSON.parse(text) : null; } catch (_) { data = null; }
+    if (!resp.ok) {
+      const msg = data && typeof data.error === 'string' ? data.error : (text.trim().slice(0, 300) || resp.statusText);
+      throw new ApiError(resp.status, `${resp.status}: ${msg}`, data && typeof data.fix === 'string' ? data.fix : '');
+    }
+    return data;
+  }
+
+  // ------------------------------------------------------------ connection
+
+  const conn = {
+    lastOK: null,       // Date of the last poll that reached the API
+    downSince: null,    // Date of the first failed poll in a row
+    failures: 0,
+  };
+
+  function showConn(state, text) {
+    const c = $('#conn');
+    c.className = state;
+    setText(c, text);
+  }
+
+  function banner(text) {
+    const b = $('#banner');
+    if (!text) { b.hidden = true; b.textContent = ''; return; }
+    setText(b, text);
+    b.hidden = false;
+  }
+
+  // A section's own error (a 503 because its store is away, say) shows under
+  // its heading; the rest of the page goes on.
+  function sectionError(id, err) {
+    const sec = document.getElementById(id);
+    let p = sec.querySelector(':scope > p.section-error');
+    if (!p) {
+      p = el('p', { class: 'msg bad section-error', role: 'alert' });
+      sec.querySelector('h2').after(p);
+    }
+    if (err) { setText(p, err.text || String(err)); p.hidden = false; } else { p.hidden = true; p.textContent = ''; }
+  }
+
+  // ------------------------------------------------------------ auth, login
+
+  let role = '';
+
+  function readHashToken() {
+    const m = /(?:^#|&)token=([^&]*)/.exec(location.hash);
+    if (!m) return;
+    try { sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1])); } catch (_) { /* storage off: keep it in memory */ }
+    token = decodeURIComponent(m[1]);
+    // Out of the address bar and the history, where it would be seen.
+    history.replaceState(null, '', location.pathname + location.search);
+  }
+
+  function showLogin(message) {
+    stopPolling();
+    $('#main').hidden = true;
+    $('#login').hidden = false;
+    $('#signout').hidden = !token;
+    setText($('#login-msg'), message || '');
+    const input = $('#token');
+    input.value = '';
+    input.focus();
+  }
+
+  function authFailed(err) {
+    if (err.status === 401) {
+      showLogin(token ? `The admin API refused this token (${err.text}). Enter a valid one.`
+        : 'The admin API needs a token. Enter one.');
+      showConn('bad', 'token refused');
+    } else {
+      showLogin(`The admin API denies access (${err.text}).`);
+      showConn('bad', 'access denied');
+    }
+  }
+
+  async function whoami() {
+    const me = await api('GET', '/whoami');
+    role = me && me.role ? me.role : '';
+    document.body.classList.toggle('readonly', role !== 'admin');
+    const r = $('#role');
+    setText(r, me && me.insecure ? 'no authentication (insecure mode)' : `role: ${role}`);
+    $('#readonly-note').hidden = role === 'admin';
+  }
+
+  async function openDashboard() {
+    try {
+      await whoami();
+    } catch (err) {
+      if (err.status === 401 || err.status === 403) { authFailed(err); return; }
+      // Unreachable or failing: show the page with the failure; polling
+      // goes on and recovers by itself.
+    }
+    $('#login').hidden = true;
+    $('#main').hidden = false;
+    $('#signout').hidden = !token;
+    startPolling();
+  }
+
+  // --------------------------------------------------------------- polling
+
+  let tick = 0;
+  let timer = null;
+  let polling = false;
+  let inFlight = null;
+
+  function startPolling() {
+    polling = true;
+    tick = 0;
+    schedule(0);
+  }
+  function stopPolling() {
+    polling = false;
+    clearTimeout(timer);
+  }
+  function schedule(ms) {
+    clearTimeout(timer);
+    if (polling) timer = setTimeout(pollLoop, ms);
+  }
+  async function pollLoop() {
+    if (!polling) return;
+    await refresh(false);
+    schedule(POLL_MS);
+  }
+
+  // refresh polls what is due (everything when all is true, after an action)
+  // and renders it. Polls never overlap: a slow API slows the page down
+  // instead of piling requests up.
+  async function refresh(all) {
+    if (inFlight) return inFlight;
+    inFlight = (async () => {
+      const n = tick++;
+      const due = (every) => all || n % every === 0;
+      const jobs = [
+        ['partitions', api('GET', '/partitions'), renderPartitions],
+        ['canary', api('GET', '/canary'), renderCanary],
+        ['rates', Promise.all([api('GET', '/rates'), api('GET', '/limits')]), renderRates],
+      ];
+      if (due(STATS_EVERY)) jobs.push(['stats', api('GET', '/stats'), renderStats]);
+      // The role again now and then (a page opened while the API was away
+      // has none yet, and hides the write controls until it has).
+      if (!role || due(STATS_EVERY)) jobs.push(['whoami', whoami(), () => {}]);
+      if (due(GROUPS_EVERY)) jobs.push(['groups', api('GET', '/groups?limit=100'), renderGroups]);
+      if (due(DLQ_EVERY)) jobs.push(['dead', loadDeadLetters(), renderDeadLetters]);
+      const results = await Promise.allSettled(jobs.map((j) => j[1]));
+      let reached = false;
+      let down = null;
+      for (let i = 0; i < jobs.length; i++) {
+        const [section, , render] = jobs[i];
+        const r = results[i];
+        if (r.status === 'fulfilled') {
+          reached = true;
+          try {
+            render(r.value);
+            sectionError(sectionOf(section), null);
+          } catch (e) {
+            sectionError(sectionOf(section), new ApiError(0, 'the page could not draw this answer: ' + e.message));
+          }
+          continue;
+        }
+        const err = r.reason instanceof ApiError ? r.reason : new ApiError(0, String(r.reason));
+        if (err.status === 401 || err.status === 403) { authFailed(err); return; }
+        if (err.status === 0) { down = err; continue; }
+        reached = true;
+        sectionError(sectionOf(section), err);
+      }
+      noteConnection(reached, down);
+    })();
+    try { await inFlight; } finally { inFlight = null; }
+  }
+
+  function sectionOf(job) { return job === 'stats' || job === 'whoami' ? 'partitions' : job; }
+
+  function noteConnection(reached, down) {
+    const now = new Date();
+    if (reached) {
+      conn.lastOK = now;
+      conn.downSince = null;
+      conn.failures = 0;
+      $('#main').classList.remove('stale-data');
+      banner('');
+      showConn('ok', `live · updated ${clock(now.toISOString())}`);
+      return;
+    }
+    conn.failures++;
+    if (!conn.downSince) conn.downSince = now;
+    $('#main').classList.add('stale-data');
+    const since = clock(conn.downSince.toISOString());
+    const last = conn.lastOK ? `The numbers below are from ${clock(conn.lastOK.toISOString())}.` : 'Nothing has been read yet.';
+    banner(`The admin API is unreachable since ${since} (${conn.failures} ${conn.failures === 1 ? 'try' : 'tries'}; ${down ? down.message : ''}). ${last} Retrying every ${POLL_MS / 1000} s.`);
+    showConn('bad', `API unreachable since ${since}`);
+  }
+
+  // ------------------------------------------------------------ partitions
+
+  // Throughput per partition, from the `completed` counter of successive
+  // polls over the API's own `at` (the coordinator's clock, not the page's).
+  const spark = new Map(); // partition -> {at, completed, rates: []}
+  const totalSpark = { rates: [] };
+
+  function trackThroughput(at, parts) {
+    const t = new Date(at).getTime();
+    let total = 0;
+    let anyRate = false;
+    for (const p of parts) {
+      let s = spark.get(p.partition);
+      if (!s) { s = { at: null, completed: null, rates: [] }; spark.set(p.partition, s); }
+      if (s.at !== null && t > s.at && typeof p.completed === 'number' && p.completed >= s.completed) {
+        const r = (p.completed - s.completed) / ((t - s.at) / 1000);
+        s.rates.push(r);
+        if (s.rates.length > SPARK_POINTS) s.rates.shift();
+        total += r;
+        anyRate = true;
+      }
+      if (t !== s.at) { s.at = t; s.completed = p.completed; }
+    }
+    if (anyRate) {
+      totalSpark.rates.push(total);
+      if (totalSpark.rates.length > SPARK_POINTS) totalSpark.rates.shift();
+    }
+  }
+
+  const SVG = 'http://www.w3.org/2000/svg';
+  function sparkSVG(label) {
+    const svg = document.createElementNS(SVG, 'svg');
+    svg.setAttribute('class', 'spark');
+    svg.setAttribute('viewBox', `0 0 ${SPARK_POINTS - 1} 20`);
+    svg.setAttribute('preserveAspectRatio', 'none');
+    svg.setAttribute('role', 'img');
+    const title = document.createElementNS(SVG, 'title');
+    title.textContent = label;
+    const area = document.createElementNS(SVG, 'polygon');
+    area.setAttribute('class', 'area');
+    const line = document.createElementNS(SVG, 'polyline');
+    svg.append(title, area, line);
+    return svg;
+  }
+  function drawSpark(svg, rates, what) {
+    const peak = Math.max(0, ...rates);
+    const n = rates.length;
+    const x0 = SPARK_POINTS - n; // newest at the right edge
+    const pts = rates.map((r, i) => `${x0 + i},${(19 - (peak > 0 ? (r / peak) * 18 : 0)).toFixed(2)}`);
+    svg.querySelector('polyline').setAttribute('points', pts.join(' '));
+    svg.querySelector('polygon').setAttribute('points', n > 1 ? `${x0},20 ${pts.join(' ')} ${SPARK_POINTS - 1},20` : '');
+    const label = n === 0 ? `${what}: no throughput measured yet`
+      : `${what}: jobs finished per second over the last ${Math.round((n * POLL_MS) / 1000)} s, now ${rateText(rates[n - 1])}, peak ${rateText(peak)}`;
+    svg.setAttribute('aria-label', label);
+    svg.querySelector('title').textContent = label;
+  }
+
+  function pwqdText(p) {
+    if (p.pwqd === null || p.pwqd === undefined) return p.ready > 0 && !p.workers ? '∞ (no workers)' : '—';
+    return nf1.format(p.pwqd);
+  }
+
+  function renderPartitions(d) {
+    const parts = (d && d.partitions) || [];
+    trackThroughput(d.at, parts);
+    const tbody = $('#partitions-table tbody');
+    syncRows(tbody, parts, (p) => p.partition, () => {
+      const tr = el('tr', null,
+        el('th', { scope: 'row' }), el('td', { class: 'num' }), el('td', { class: 'num' }), el('td', { class: 'num' }),
+        el('td', { class: 'num' }), el('td', { class: 'num' }), el('td', { class: 'num' }), el('td', { class: 'num' }), el('td'));
+      tr.cells[8].append(sparkSVG('throughput'));
+      return tr;
+    }, (tr, p) => {
+      const c = tr.cells;
+      setText(c[0], p.partition);
+      setText(c[1], num(p.ready));
+      setText(c[2], num(p.inflight));
+      setText(c[3], num(p.delayed));
+      setText(c[4], num(p.dead));
+      c[4].classList.toggle('bad-num', p.dead > 0);
+      let w = num(p.workers);
+      if (p.consumers !== undefined && p.consumers !== 1) w += ` (${num(p.consumers)} consumers)`;
+      if (p.pin) w += ` · pinned ${num(p.pin.workers)}`;
+      setText(c[5], w);
+      setText(c[6], pwqdText(p));
+      const s = spark.get(p.partition);
+      setText(c[7], s && s.rates.length ? rateText(s.rates[s.rates.length - 1]) : '—');
+      drawSpark(c[8].querySelector('svg'), s ? s.rates : [], `partition ${p.partition}`);
+    });
+    $('#partitions-empty').hidden = parts.length > 0;
+    const tot = totalSpark.rates;
+    const sum = (f) => parts.reduce((a, p) => a + (p[f] || 0), 0);
+    setText($('#partitions-sub'), `${parts.length} partitions · ${num(sum('ready'))} ready · ${num(sum('inflight'))} in flight · ` +
+      `${num(sum('dead'))} dead · ${tot.length ? rateText(tot[tot.length - 1]) : '—'} jobs/s · ` +
+      (d.holder ? 'this coordinator holds the lock' : 'this coordinator is a standby'));
+    drawSpark($('#total-spark'), tot, 'all partitions');
+    deadTotal = sum('dead');
+  }
+
+  // ------------------------------------------------------------ stats line
+
+  let topics = []; // the job topics the funnel knows, for the rate and DLQ panels
+
+  function renderStats(r) {
+    topics = ((r && r.topics) || []).map((t) => t.topic).filter(Boolean);
+    const probs = (r && r.problems) || [];
+    const ul = $('#problems');
+    ul.replaceChildren(...probs.map((p) => el('li', { text: p })));
+    $('#problems-box').hidden = probs.length === 0;
+  }
+
+  // ---------------------------------------------------------------- groups
+
+  const groupRate = new Map(); // group -> {t, finished, rate}
+
+  function renderGroups(d) {
+    const now = Date.now();
+    const bulk = ((d && d.bulk) || []).slice();
+    // Running groups first, newest first; finished ones after.
+    bulk.sort((a, b) => (!!a.completed_at - !!b.completed_at) || String(b.first_at || '').localeCompare(String(a.first_at || '')));
+    const tbody = $('#groups-table tbody');
+    syncRows(tbody, bulk, (g) => g.group, () => {
+      const bar = el('progress', { max: '1', value: '0' });
+      return el('tr', null,
+        el('td', { class: 'id' }), el('td'),
+        el('td', null, el('div', { class: 'progress-wrap' }, bar, el('span'))),
+        el('td', { class: 'num' }), el('td', { class: 'num' }), el('td', { class: 'num' }), el('td', { class: 'num' }),
+        el('td', { class: 'num' }), el('td'), el('td'));
+    }, (tr, g) => {
+      const c = tr.cells;
+      const finished = (g.done || 0) + (g.dead || 0) + (g.cancelled || 0);
+      const total = g.total || 0;
+      setText(c[0], g.group);
+      setText(c[1], g.topic || '—');
+      const bar = c[2].querySelector('progress');
+      bar.max = Math.max(total, 1);
+      bar.value = Math.min(finished, bar.max);
+      const pct = total > 0 ? (100 * finished) / total : 0;
+      bar.setAttribute('aria-label', `group ${g.group}: ${num(finished)} of ${num(total)} finished`);
+      setText(c[2].querySelector('span'), `${nf1.format(pct)}%`);
+      setText(c[3], num(g.done));
+      setText(c[4], num(g.dead));
+      c[4].classList.toggle('bad-num', g.dead > 0);
+      setText(c[5], num(g.cancelled));
+      setText(c[6], num(total));
+      // The done rate between polls, smoothed, gives the ETA.
+      let r = groupRate.get(g.group);
+      if (!r) { r = { t: now, finished, rate: null }; groupRate.set(g.group, r); }
+      else if (now > r.t && finished !== r.finished) {
+        const inst = Math.max(0, (finished - r.finished) / ((now - r.t) / 1000));
+        r.rate = r.rate === null ? inst : 0.5 * r.rate + 0.5 * inst;
+        r.t = now; r.finished = finished;
+      } else if (now - r.t > 15000 && r.rate !== null) {
+        r.rate = 0; // nothing finished for 15 s
+      }
+      let eta, state;
+      if (g.completed_at) {
+        eta = '—';
+        state = `completed ${clock(g.completed_at)}` + (g.callback_state ? ` · callback ${g.callback_state}` : '');
+      } else {
+        const left = Math.max(0, total - finished);
+        eta = r.rate > 0 ? duration(left / r.rate) : (r.rate === 0 ? 'stalled' : 'measuring…');
+        const bits = [];
+        if (g.running) bits.push(`${num(g.running)} running`);
+        if (g.queued) bits.push(`${num(g.queued)} queued`);
+        if (g.failed) bits.push(`${num(g.failed)} retrying`);
+        state = bits.join(' · ') || 'waiting';
+      }
+      setText(c[7], completedOrRate(g, r));
+      setText(c[8], eta);
+      setText(c[9], state);
+    });
+    for (const k of groupRate.keys()) if (!bulk.some((g) => g.group === k)) groupRate.delete(k);
+    $('#groups-empty').hidden = bulk.length > 0;
+    const running = bulk.filter((g) => !g.completed_at).length;
+    const active = ((d && d.active) || []).length;
+    setText($('#groups-sub'), `${running} bulk groups running, ${bulk.length - running} finished · ${num(active)} groups with ready jobs`);
+  }
+  function completedOrRate(g, r) {
+    if (g.completed_at) return '—';
+    return r.rate === null ? '—' : rateText(r.rate);
+  }
+
+  // ---------------------------------------------------------------- canary
+
+  function renderCanary(d) {
+    const now = Date.now();
+    const paths = (d && d.paths) || [];
+    const diag = $('#canary-diagnosis');
+    const alerts = (d && d.alerts) || [];
+    if (!d || !d.monitor) {
+      diag.replaceChildren(el('p', { class: 'muted', text: 'No canary monitor runs (the coordinator holding the lock needs --canary-topics).' }));
+    } else if (alerts.length) {
+      diag.replaceChildren(el('p', { class: 'msg bad', text: 'Diagnosis:' }),
+        el('ul', { class: 'alerts' }, ...alerts.map((a) => el('li', { text: a }))));
+    } else if (paths.length) {
+      diag.replaceChildren(el('p', { class: 'okline', text: `All ${paths.length} paths complete their canaries in time.` }));
+    } else {
+      diag.replaceChildren(el('p', { class: 'muted', text: 'No canary has completed yet.' }));
+    }
+    const tbody = $('#canary-table tbody');
+    syncRows(tbody, paths, (p) => `${p.topic}/${p.kafka_partition}/${p.redis_partition}`,
+      () => el('tr', null, el('td'), el('td', { class: 'num' }), el('td', { class: 'num' }), el('td'),
+        el('td', { class: 'num' }), el('td', { class: 'num' }), el('td')),
+      (tr, p) => {
+        const c = tr.cells;
+        setText(c[0], p.topic);
+        setText(c[1], p.kafka_partition);
+        setText(c[2], p.redis_partition);
+        setText(c[3], p.done ? `${clock(p.done)} (${ago(p.done, now)})` : 'never');
+        c[3].title = dateTime(p.done);
+        setText(c[4], duration(p.age));
+        setText(c[5], p.done ? duration(p.latency) : '—');
+        tr.classList.toggle('stale', !!p.stale);
+        const badge = c[6].firstChild || c[6].appendChild(el('span'));
+        badge.className = 'badge ' + (p.stale ? 'bad' : 'ok');
+        setText(badge, p.stale ? 'STALE' : 'ok');
+      });
+    $('#canary-empty').hidden = paths.length > 0;
+    const stale = paths.filter((p) => p.stale).length;
+    const bits = [];
+    if (d && d.monitor) {
+      bits.push(`${paths.length} paths`, stale ? `${stale} stale` : 'none stale');
+      if (d.interval) bits.push(`every ${duration(d.interval)} + ${duration(d.grace)} grace`);
+      if (d.last_round) bits.push(`last round ${clock(d.last_round)}`);
+      if (d.holder) bits.push(`by ${d.holder}`);
+    }
+    setText($('#canary-sub'), bits.join(' · '));
+  }
+
+  // ----------------------------------------------------------- dead letters
+
+  let deadTotal = 0;
+
+  async function loadDeadLetters() {
+    // The Kafka DLQ is per topic: every topic the page knows of.
+    const ts = knownTopics();
+    const [redisDLQ, ...kafka] = await Promise.allSettled([
+      api('GET', '/dlq?source=redis&limit=50'),
+      ...ts.map((t) => api('GET', `/dlq?source=kafka&topic=${encodeURIComponent(t)}&limit=50`)),
+    ]);
+    const auth = [redisDLQ, ...kafka].find((r) => r.status === 'rejected' && (r.reason.status === 401 || r.reason.status === 403));
+    if (auth) throw auth.reason;
+    if (redisDLQ.status === 'rejected' && kafka.every((r) => r.status === 'rejected')) throw redisDLQ.reason;
+    return { redis: redisDLQ, kafka: kafka.map((r, i) => ({ topic: ts[i], r })) };
+  }
+
+  function knownTopics() {
+    const s = new Set(topics);
+    for (const r of lastRates) s.add(r.topic);
+    return Array.from(s).sort();
+  }
+
+  function deadMsg(text, bad) {
+    const m = $('#dead-msg');
+    m.className = 'msg ' + (bad ? 'bad' : 'ok');
+    setText(m, text);
+  }
+
+  // act runs an admin action from a button, shows its outcome in msgNode,
+  // and polls at once so the page shows the effect.
+  async function act(button, msgNode, what, fn) {
+    button.disabled = true;
+    try {
+      const out = await fn();
+      msgNode(what(out), false);
+    } catch (err) {
+      if (err.status === 401 || err.status === 403) {
+        msgNode(err.status === 403 && role !== 'admin' ? `Not allowed with a read-only token (${err.text}).` : err.text, true);
+        if (err.status === 401) authFailed(err);
+      } else {
+        msgNode(err.text || String(err), true);
+      }
+    } finally {
+      button.disabled = false;
+    }
+    await refresh(true);
+  }
+
+  function renderDeadLetters(d) {
+    const now = Date.now();
+    // Redis dead set.
+    const rt = $('#deadset-table tbody');
+    if (d.redis.status === 'fulfilled') {
+      sectionError('dead', null);
+      const entries = d.redis.value.entries || [];
+      syncRows(rt, entries, (e) => e.id, (e) => {
+        const replay = el('button', { type: 'button', class: 'replay write', text: 'Replay' });
+        const purge = el('button', { type: 'button', class: 'purge danger write', text: 'Purge…' });
+        replay.addEventListener('click', () => act(replay, deadMsg, (o) => `Replayed ${e.id}: ${o.replayed} back in its ready queue.`,
+          () => api('POST', '/dlq/replay', { source: 'redis', topic: e.topic, ids: [e.id] })));
+        purge.addEventListener('click', () => {
+          if (!window.confirm(`Purge dead job ${e.id}? Its record is deleted and it cannot be replayed.`)) return;
+          act(purge, deadMsg, (o) => `Purged ${e.id} (${o.purged}).`,
+            () => api('POST', '/dlq/purge', { source: 'redis', topic: e.topic, ids: [e.id] }));
+        });
+        return el('tr', null, el('td', { class: 'id' }), el('td', { class: 'num' }), el('td'), el('td', { class: 'id' }),
+          el('td', { class: 'num' }), el('td'), el('td', { class: 'err' }), el('td', { class: 'actions' }, replay, ' ', purge));
+      }, (tr, e) => {
+        const c = tr.cells;
+        setText(c[0], e.id);
+        setText(c[1], e.partition);
+        setText(c[2], e.type || '—');
+        setText(c[3], e.group || '—');
+        setText(c[4], num(e.attempts));
+        setText(c[5], e.dead_at ? `${clock(e.dead_at)} (${ago(e.dead_at, now)})` : '—');
+        c[5].title = dateTime(e.dead_at);
+        setText(c[6], e.last_error || '');
+      });
+      $('#deadset-empty').hidden = entries.length > 0;
+      const more = d.redis.value.next_cursor ? ' (the newest 50 shown)' : '';
+      setText($('#deadset-sub'), `${num(deadTotal)} dead jobs across the partitions${more}`);
+    } else {
+      sectionError('dead', d.redis.reason);
+    }
+
+    // Kafka DLQ, every topic.
+    const rows = [];
+    const errs = [];
+    let more = false;
+    for (const { topic, r } of d.kafka) {
+      if (r.status === 'rejected') { errs.push(`${topic}.dlq: ${r.reason.text || r.reason}`); continue; }
+      for (const e of r.value.entries || []) rows.push({ topic, e });
+      if (r.value.next_cursor) more = true;
+    }
+    const kt = $('#dlq-table tbody');
+    syncRows(kt, rows, (x) => `${x.topic}/${x.e.id}`, ({ topic, e }) => {
+      const replay = el('button', { type: 'button', class: 'replay write', text: 'Replay' });
+      replay.addEventListener('click', () => act(replay, deadMsg, (o) => `Replayed ${topic}.dlq ${e.id} to ${topic}: ${o.replayed} produced.`,
+        () => api('POST', '/dlq/replay', { source: 'kafka', topic, ids: [e.id] })));
+      return el('tr', null, el('td'), el('td', { class: 'num' }), el('td', { class: 'num' }), el('td', { class: 'id' }),
+        el('td'), el('td', { class: 'err' }), el('td', { class: 'actions' }, replay));
+    }, (tr, { topic, e }) => {
+      const c = tr.cells;
+      setText(c[0], topic);
+      setText(c[1], e.partition);
+      setText(c[2], e.offset);
+      setText(c[3], e.source_record ? `${e.key || ''} (from ${e.source_record})` : (e.key || '—'));
+      setText(c[4], e.timestamp ? `${clock(e.timestamp)} (${ago(e.timestamp, now)})` : '—');
+      setText(c[5], e.reason || '');
+      c[5].title = e.value ? `${e.value_bytes} bytes: ${e.value}` : '';
+    });
+    $('#dlq-empty').hidden = rows.length > 0 || errs.length > 0;
+    const errLine = $('#dlq-err');
+    setText(errLine, errs.join('; '));
+    errLine.hidden = errs.length === 0;
+    setText($('#dlq-sub'), d.kafka.length === 0 ? 'no topics known yet'
+      : `${rows.length} records in ${d.kafka.map((k) => k.topic + '.dlq').join(', ')}${more ? ' (the oldest 50 per topic shown)' : ''}`);
+  }
+
+  function purgeAll(button, source) {
+    const ts = knownTopics();
+    const what = source === 'redis' ? 'every job in the Redis dead set' : `every record of ${ts.map((t) => t + '.dlq').join(', ')}`;
+    if (!window.confirm(`Purge ${what}? This cannot be undone.`)) return;
+    act(button, deadMsg, (outs) => `Purged ${outs.reduce((a, o) => a + (o.purged || 0), 0)} entries.`, () => {
+      if (source === 'redis') return api('POST', '/dlq/purge', { source, all: true }).then((o) => [o]);
+      return Promise.all(ts.map((topic) => api('POST', '/dlq/purge', { source, topic, all: true })));
+    });
+  }
+
+  // ----------------------------------------------------------- rate limits
+
+  let lastRates = [];
+
+  // The editor sends what was typed: a number as a number, anything else
+  // as it is, so the API's own parser (the relay's, the worker's) judges
+  // it and its message is what the operator reads.
+  function typed(v) {
+    const s = v.trim();
+    return /^[-+]?(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$/.test(s) ? Number(s) : s;
+  }
+
+  function rateInForce(r) {
+    if (r.unlimited) return 'unlimited';
+    const b = r.burst ? `, burst ${num(r.burst)}` : '';
+    return r.paused ? `PAUSED (was ${num(r.rate)}/s${b})` : `${num(r.rate)} jobs/s${b}`;
+  }
+
+  function editorForm(label, onSave, extra) {
+    const rate = el('input', { type: 'text', class: 'rate', inputmode: 'decimal', 'aria-label': `${label}: new rate` });
+    const burst = el('input', { type: 'text', class: 'rate', inputmode: 'numeric', placeholder: 'burst', 'aria-label': `${label}: burst (optional)` });
+    for (const i of [rate, burst]) i.addEventListener('input', () => { i.dataset.dirty = '1'; });
+    const save = el('button', { type: 'submit', class: 'save', text: 'Save' });
+    const msg = el('span', { class: 'msg', role: 'status', 'aria-live': 'polite' });
+    const form = el('form', { class: 'inline editor write', 'aria-label': `${label} editor` }, rate, burst, save, ...(extra || []), msg);
+    const say = (text, bad) => { msg.className = 'msg ' + (bad ? 'bad' : 'ok'); setText(msg, text); };
+    form.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const body = { rate: typed(rate.value) };
+      if (burst.value.trim() !== '') body.burst = typed(burst.value);
+      act(save, say, () => { delete rate.dataset.dirty; delete burst.dataset.dirty; return 'Saved.'; }, () => onSave(body));
+    });
+    return { form, rate, burst, say };
+  }
+  // fill puts the value in force into an editor the operator is not using.
+  function fill(input, v) {
+    if (document.activeElement === input || input.dataset.dirty) return;
+    const s = v === null || v === undefined ? '' : String(v);
+    if (input.value !== s) input.value = s;
+  }
+
+  function renderRates([rates, limits]) {
+    lastRates = (rates && rates.rates) || [];
+    const byTopic = new Map(lastRates.map((r) => [r.topic, r]));
+    for (const t of topics) if (!byTopic.has(t)) byTopic.set(t, { topic: t, unlimited: true });
+    const list = Array.from(byTopic.values()).sort((a, b) => a.topic.localeCompare(b.topic));
+    syncRows($('#relay-table tbody'), list, (r) => r.topic, (r) => {
+      const topic = r.topic;
+      const path = `/rates/${encodeURIComponent(topic)}`;
+      const unl = el('button', { type: 'button', text: 'Unlimited' });
+      const ed = editorForm(`relay rate of ${topic}`, (body) => api('PUT', path, body), [unl]);
+      unl.addEventListener('click', () => act(unl, ed.say, () => 'Unlimited.', () => api('PUT', path, { unlimited: true })));
+      const pause = el('button', { type: 'button', class: 'pause write' });
+      pause.addEventListener('click', () => {
+        const paused = pause.dataset.paused === '1';
+        act(pause, ed.say, () => (paused ? 'Resumed.' : 'Paused.'), () => api('POST', `${path}/${paused ? 'resume' : 'pause'}`));
+      });
+      const tr = el('tr', null, el('th', { scope: 'row' }), el('td'), el('td', null, ed.form), el('td', null, pause));
+      tr._ed = ed;
+      return tr;
+    }, (tr, r) => {
+      const c = tr.cells;
+      setText(c[0], r.topic);
+      setText(c[1], rateInForce(r));
+      c[1].classList.toggle('bad-num', !!r.paused);
+      fill(tr._ed.rate, r.unlimited ? '' : r.rate);
+      fill(tr._ed.burst, r.unlimited ? '' : r.burst);
+      const pause = c[3].querySelector('button');
+      pause.dataset.paused = r.paused ? '1' : '0';
+      setText(pause, r.paused ? 'Resume' : 'Pause');
+      pause.setAttribute('aria-label', `${r.paused ? 'Resume' : 'Pause'} the relay of ${r.topic}`);
+    });
+    $('#relay-empty').hidden = list.length > 0;
+
+    const ls = ((limits && limits.limits) || []).slice().sort((a, b) => a.resource.localeCompare(b.resource));
+    syncRows($('#limits-table tbody'), ls, (l) => l.resource, (l) => {
+      const path = `/limits/${encodeURIComponent(l.resource)}`;
+      const del = el('button', { type: 'button', class: 'danger', text: 'Remove' });
+      const ed = editorForm(`execution limit of ${l.resource}`, (body) => api('PUT', path, body), [del]);
+      del.addEventListener('click', () => {
+        if (!window.confirm(`Remove the execution limit of ${l.resource}? Its jobs then start unthrottled.`)) return;
+        act(del, ed.say, () => 'Removed.', () => api('DELETE', path));
+      });
+      const tr = el('tr', null, el('th', { scope: 'row' }), el('td'), el('td', null, ed.form));
+      tr._ed = ed;
+      return tr;
+    }, (tr, l) => {
+      setText(tr.cells[0], l.resource);
+      setText(tr.cells[1], `${num(l.rate)} starts/s` + (l.burst ? `, burst ${num(l.burst)}` : ''));
+      fill(tr._ed.rate, l.rate);
+      fill(tr._ed.burst, l.burst);
+    });
+    $('#limits-empty').hidden = ls.length > 0;
+  }
+
+  // ------------------------------------------------------------------ start
+
+  function wire() {
+    $('#login-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      token = $('#token').value.trim();
+      try { sessionStorage.setItem(TOKEN_KEY, token); } catch (_) { /* in memory only */ }
+      openDashboard();
+    });
+    $('#signout').addEventListener('click', () => {
+      try { sessionStorage.removeItem(TOKEN_KEY); } catch (_) { /* nothing kept */ }
+      token = '';
+      showLogin('Token forgotten.');
+    });
+    $('#deadset-purge').addEventListener('click', (ev) => purgeAll(ev.currentTarget, 'redis'));
+    $('#dlq-purge').addEventListener('click', (ev) => purgeAll(ev.currentTarget, 'kafka'));
+    const nf = $('#limit-new');
+    nf.addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      const res = $('#limit-new-resource').value.trim();
+      const msg = nf.querySelector('.msg');
+      const say = (text, bad) => { msg.className = 'msg ' + (bad ? 'bad' : 'ok'); setText(msg, text); };
+      if (!res) { say('Name the resource.', true); return; }
+      act(nf.querySelector('button'), say, () => `Set the limit of ${res}.`,
+        () => api('PUT', `/limits/${encodeURIComponent(res)}`, { rate: typed($('#limit-new-rate').value) }));
+    });
+    window.addEventListener('hashchange', () => {
+      if (/(?:^#|&)token=/.test(location.hash)) { readHashToken(); openDashboard(); }
+    });
+  }
+
+  function main() {
+    wire();
+    try { token = sessionStorage.getItem(TOKEN_KEY) || ''; } catch (_) { token = ''; }
+    readHashToken();
+    // Without a token, ask whoami anyway: a coordinator in insecure mode
+    // (sluice dev) needs none, and one that does answers 401 or 403.
+    openDashboard();
+  }
+
+  if (document.readyState === 'loading') document.addEventListener('DOMContentLoaded', main);
+  else main();
+})();
