@@ -10,7 +10,7 @@ GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.slu
 TEST_P  ?= 2
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build run test deps redis consul modules fuzz bench bench-gate bench-relay bench-asynq bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
+.PHONY: all build run test deps redis chromium consul modules fuzz bench bench-gate bench-relay bench-asynq bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
 
 all: build
 
@@ -20,7 +20,7 @@ bin/sluice: $(GOFILES) go.mod go.sum
 	$(GO) build -o $@ ./cmd/sluice
 
 ## deps: everything the tests and `sluice dev` need besides Go.
-deps: redis consul modules
+deps: redis chromium consul modules
 
 # redis-server from Debian's package, when missing.
 redis:
@@ -30,6 +30,16 @@ redis:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends redis-server >/dev/null; \
 	}
 	@redis-server --version
+
+# chromium from Debian's package, when missing: the dashboard's test drives
+# the page in it, headless (cmd/sluice/dev_dashboard_test.go).
+chromium:
+	@command -v chromium >/dev/null 2>&1 || { \
+		echo "chromium not found: installing it with apt"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	}
+	@chromium --version 2>/dev/null
 
 # The Consul agent, built from its Go module at the version pinned in
 # tools/go.mod (v1.15.4, MPL-2.0) into bin/consul.
