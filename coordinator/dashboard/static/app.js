@@ -470,7 +470,7 @@
       const bar = c[2].querySelector('progress');
       bar.max = Math.max(total, 1);
       bar.value = Math.min(finished, bar.max);
-      const pct = total > 0 ? (100 * finished) / total : 0;
+      const pct = total > 0 ? Math.min(100, (100 * finished) / total) : 0;
       bar.setAttribute('aria-label', `group ${g.group}: ${num(finished)} of ${num(total)} finished`);
       setText(c[2].querySelector('span'), `${nf1.format(pct)}%`);
       setText(c[3], num(g.done));
@@ -494,7 +494,7 @@
         state = `completed ${clock(g.completed_at)}` + (g.callback_state ? ` · callback ${g.callback_state}` : '');
       } else {
         const left = Math.max(0, total - finished);
-        eta = r.rate > 0 ? duration(left / r.rate) : (r.rate === 0 ? 'stalled' : 'measuring…');
+        eta = left === 0 ? 'finishing' : r.rate > 0 ? duration(left / r.rate) : (r.rate === 0 ? 'stalled' : 'measuring…');
         const bits = [];
         if (g.running) bits.push(`${num(g.running)} running`);
         if (g.queued) bits.push(`${num(g.queued)} queued`);
@@ -714,7 +714,6 @@
   function editorForm(label, onSave, extra) {
     const rate = el('input', { type: 'text', class: 'rate', inputmode: 'decimal', 'aria-label': `${label}: new rate` });
     const burst = el('input', { type: 'text', class: 'rate', inputmode: 'numeric', placeholder: 'burst', 'aria-label': `${label}: burst (optional)` });
-    for (const i of [rate, burst]) i.addEventListener('input', () => { i.dataset.dirty = '1'; });
     const save = el('button', { type: 'submit', class: 'save', text: 'Save' });
     const msg = el('span', { class: 'msg', role: 'status', 'aria-live': 'polite' });
     const form = el('form', { class: 'inline editor write', 'aria-label': `${label} editor` }, rate, burst, save, ...(extra || []), msg);
@@ -723,15 +722,19 @@
       ev.preventDefault();
       const body = { rate: typed(rate.value) };
       if (burst.value.trim() !== '') body.burst = typed(burst.value);
-      act(save, say, () => { delete rate.dataset.dirty; delete burst.dataset.dirty; return 'Saved.'; }, () => onSave(body));
+      // Once saved, what is typed is what is in force: polls fill it again.
+      act(save, say, () => { rate.dataset.filled = rate.value; burst.dataset.filled = burst.value; return 'Saved.'; }, () => onSave(body));
     });
     return { form, rate, burst, say };
   }
-  // fill puts the value in force into an editor the operator is not using.
+  // fill puts the value in force into an editor the operator is not using:
+  // one whose value is still the one the page put there last (typing,
+  // pasting or a browser's autofill all change it) and that has no focus.
   function fill(input, v) {
-    if (document.activeElement === input || input.dataset.dirty) return;
+    if (document.activeElement === input || input.value !== (input.dataset.filled || '')) return;
     const s = v === null || v === undefined ? '' : String(v);
-    if (input.value !== s) input.value = s;
+    input.value = s;
+    input.dataset.filled = s;
   }
 
   function renderRates([rates, limits]) {
