@@ -128,3 +128,33 @@ func TestErrorClasses(t *testing.T) {
 		t.Error("ParseAcks(2) accepted")
 	}
 }
+
+// Close races with the first acks=all Produce, which creates the second
+// producer: under -race nothing is read unsynchronised, that producer is
+// closed with the rest, and an acks=all Produce after Close answers an
+// error instead of opening a producer nobody closes.
+func TestCloseWhileTheAcksAllProducerStarts(t *testing.T) {
+	k := testenv.Kafka(t, testenv.Topic("jobs", 1))
+	cfg := Config{Brokers: k.Brokers(), ClientID: "test", Version: "3.6.0", Compression: "none"}
+	p, err := NewProducer(&cfg, ProducerOptions{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := make(chan struct{})
+	produced := make(chan error, 1)
+	go func() {
+		close(started)
+		_, err := p.Produce(context.Background(), AcksAll, nil)
+		produced <- err
+	}()
+	<-started
+	if err := p.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if err := <-produced; err != nil && !errors.Is(err, errClosed) {
+		t.Fatalf("the racing acks=all Produce: %v", err)
+	}
+	if _, err := p.Produce(context.Background(), AcksAll, []Message{{Topic: "jobs", Value: []byte("x"), Partition: -1}}); !errors.Is(err, errClosed) {
+		t.Fatalf("an acks=all Produce after Close: %v, want %v", err, errClosed)
+	}
+}

@@ -46,6 +46,9 @@ type Producer struct {
 	all     sarama.AsyncProducer
 	allErr  error
 
+	closeMu sync.RWMutex
+	closed  bool
+
 	wg sync.WaitGroup
 }
 
@@ -150,16 +153,40 @@ func (p *Producer) dispatch(ap sarama.AsyncProducer) {
 // Per-message failures are in the results; the error is ctx's when it ended
 // first, in which case the messages may still be written later.
 func (p *Producer) Produce(ctx context.Context, acks Acks, msgs []Message) ([]Result, error) {
+	// Held while messages are handed over: Close waits for that, and a
+	// Produce after Close gets an error, not a send on a closed channel.
+	p.closeMu.RLock()
+	pend, err := p.handOver(ctx, acks, msgs)
+	p.closeMu.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	if len(msgs) == 0 {
+		return pend.results, nil
+	}
+	select {
+	case <-pend.done:
+		return pend.results, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// handOver gives msgs to the producer of acks; the caller holds closeMu.
+func (p *Producer) handOver(ctx context.Context, acks Acks, msgs []Message) (*pending, error) {
+	pend := &pending{results: make([]Result, len(msgs)), done: make(chan struct{})}
+	if p.closed {
+		return pend, errClosed
+	}
 	ap := p.leader
 	if acks == AcksAll {
 		var err error
 		if ap, err = p.allProducer(); err != nil {
-			return nil, err
+			return pend, err
 		}
 	}
-	pend := &pending{results: make([]Result, len(msgs)), done: make(chan struct{})}
 	if len(msgs) == 0 {
-		return pend.results, nil
+		return pend, nil
 	}
 	pend.remaining.Store(int32(len(msgs)))
 	slots := make([]slot, len(msgs))
@@ -182,19 +209,28 @@ func (p *Producer) Produce(ctx context.Context, acks Acks, msgs []Message) ([]Re
 			for k := i; k < len(msgs); k++ {
 				slots[k].finish(-1, -1, ctx.Err())
 			}
-			return nil, ctx.Err()
+			return pend, ctx.Err()
 		}
 	}
-	select {
-	case <-pend.done:
-		return pend.results, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return pend, nil
 }
 
+// errClosed answers an acks=all Produce after Close.
+var errClosed = errors.New("kafka producer closed")
+
 // Close flushes what is buffered and closes both producers and the client.
+// Call it after the last Produce has returned.
 func (p *Producer) Close() error {
+	// Through the once: an acks=all producer being created right now is
+	// finished (and closed below) before Close reads p.all, and none is
+	// created after.
+	p.allOnce.Do(func() { p.allErr = errClosed })
+	p.closeMu.Lock()
+	defer p.closeMu.Unlock()
+	if p.closed {
+		return nil
+	}
+	p.closed = true
 	errs := []error{p.leader.Close()}
 	if p.all != nil {
 		errs = append(errs, p.all.Close())
