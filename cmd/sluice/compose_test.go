@@ -1,0 +1,1490 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/patternmatcher"
+	"github.com/moby/patternmatcher/ignorefile"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/sluicehq/sluice/internal/cli"
+)
+
+// There is no Docker engine where the tests run, so deploy/compose cannot be
+// started here. These tests hold the stack to the binary instead, so that a
+// renamed flag, a moved port or a forgotten topic fails `go test` rather than
+// the first `docker compose up` on someone's host:
+//
+//   - every sluice service runs a real command, every --flag and SLUICE_*
+//     variable it sets is one of that command's flags (read from its own
+//     --help, with internal/cli's SLUICE_<PART>_<FLAG> / SLUICE_<FLAG> rules),
+//     and each value parses with the command's own flag set;
+//   - ports, healthchecks, Prometheus targets and the addresses the parts dial
+//     agree with the --listen of the service they name and with depends_on;
+//   - the parts agree on the stage and Redis layout; the topics the relays,
+//     gate and canaries use are created by kafka-init, with their .dlq; the
+//     canary token is a gate token with +canary;
+//   - the files mounted into Prometheus and Grafana exist and are the ones
+//     their configs load;
+//   - the Dockerfile is multi-stage, static, non-root and on go.mod's Go, and
+//     .dockerignore keeps nothing out that the build needs.
+
+var (
+	repoRoot   = filepath.Join("..", "..")
+	composeDir = filepath.Join(repoRoot, "deploy", "compose")
+)
+
+// ---- the compose file -------------------------------------------------------
+
+// composeFile is the part of the compose specification the stack uses.
+// Decoding is strict (a misspelt key such as "healtcheck" is an error);
+// top-level keys other than these must be x- extensions.
+type composeFile struct {
+	Name     string                    `yaml:"name"`
+	Services map[string]composeService `yaml:"services"`
+	Volumes  map[string]any            `yaml:"volumes"`
+	Networks map[string]any            `yaml:"networks"`
+	Secrets  map[string]any            `yaml:"secrets"`
+	Configs  map[string]any            `yaml:"configs"`
+	Other    map[string]any            `yaml:",inline"`
+}
+
+type composeService struct {
+	Image           string         `yaml:"image"`
+	Build           *composeBuild  `yaml:"build"`
+	Hostname        string         `yaml:"hostname"`
+	ContainerName   string         `yaml:"container_name"`
+	Restart         string         `yaml:"restart"`
+	Entrypoint      cmdLine        `yaml:"entrypoint"`
+	Command         cmdLine        `yaml:"command"`
+	Environment     composeEnv     `yaml:"environment"`
+	EnvFile         any            `yaml:"env_file"`
+	Ports           []string       `yaml:"ports"` // short syntax
+	Expose          []string       `yaml:"expose"`
+	Volumes         []string       `yaml:"volumes"` // short syntax
+	DependsOn       dependsOn      `yaml:"depends_on"`
+	Healthcheck     *composeHealth `yaml:"healthcheck"`
+	StopGracePeriod string         `yaml:"stop_grace_period"`
+	StopSignal      string         `yaml:"stop_signal"`
+	User            string         `yaml:"user"`
+	Init            *bool          `yaml:"init"`
+	ReadOnly        bool           `yaml:"read_only"`
+	Tmpfs           any            `yaml:"tmpfs"`
+	Labels          any            `yaml:"labels"`
+	Deploy          any            `yaml:"deploy"`
+	Networks        any            `yaml:"networks"`
+	Secrets         any            `yaml:"secrets"`
+	Configs         any            `yaml:"configs"`
+	Profiles        []string       `yaml:"profiles"`
+	Ulimits         any            `yaml:"ulimits"`
+	MemLimit        string         `yaml:"mem_limit"`
+	CapAdd          []string       `yaml:"cap_add"`
+	CapDrop         []string       `yaml:"cap_drop"`
+	SecurityOpt     []string       `yaml:"security_opt"`
+	Logging         any            `yaml:"logging"`
+}
+
+type composeBuild struct {
+	Context    string         `yaml:"context"`
+	Dockerfile string         `yaml:"dockerfile"`
+	Target     string         `yaml:"target"`
+	Args       map[string]any `yaml:"args"`
+}
+
+// UnmarshalYAML takes build's short form too: `build: ../..`.
+func (b *composeBuild) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.ScalarNode {
+		b.Context = n.Value
+		return nil
+	}
+	type plain composeBuild
+	return n.Decode((*plain)(b))
+}
+
+type composeHealth struct {
+	Test          cmdLine `yaml:"test"`
+	Interval      string  `yaml:"interval"`
+	Timeout       string  `yaml:"timeout"`
+	StartPeriod   string  `yaml:"start_period"`
+	StartInterval string  `yaml:"start_interval"`
+	Retries       int     `yaml:"retries"`
+	Disable       bool    `yaml:"disable"`
+}
+
+// cmdLine is a command, entrypoint or healthcheck test: a list, or a string
+// that a shell splits (shell is then set).
+type cmdLine struct {
+	args  []string
+	shell string
+}
+
+func (c *cmdLine) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind == yaml.ScalarNode {
+		c.shell = n.Value
+		return nil
+	}
+	return n.Decode(&c.args)
+}
+
+func (c cmdLine) String() string {
+	if c.shell != "" {
+		return c.shell
+	}
+	return strings.Join(c.args, " ")
+}
+
+// composeEnv is a service's environment, from the map or the list form; a
+// nil value is a variable passed through from the host.
+type composeEnv map[string]*string
+
+func (e *composeEnv) UnmarshalYAML(n *yaml.Node) error {
+	*e = composeEnv{}
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind == yaml.SequenceNode {
+		var list []string
+		if err := n.Decode(&list); err != nil {
+			return err
+		}
+		for _, kv := range list {
+			k, v, ok := strings.Cut(kv, "=")
+			if !ok {
+				(*e)[k] = nil
+				continue
+			}
+			(*e)[k] = &v
+		}
+		return nil
+	}
+	var m map[string]any // decoding a map applies the << merges
+	if err := n.Decode(&m); err != nil {
+		return err
+	}
+	for k, v := range m {
+		if v == nil {
+			(*e)[k] = nil
+			continue
+		}
+		s := fmt.Sprint(v)
+		(*e)[k] = &s
+	}
+	return nil
+}
+
+// dependsOn maps each dependency to its condition (the list form means
+// service_started).
+type dependsOn map[string]string
+
+func (d *dependsOn) UnmarshalYAML(n *yaml.Node) error {
+	*d = dependsOn{}
+	if n.Kind == yaml.AliasNode {
+		n = n.Alias
+	}
+	if n.Kind == yaml.SequenceNode {
+		var list []string
+		if err := n.Decode(&list); err != nil {
+			return err
+		}
+		for _, s := range list {
+			(*d)[s] = "service_started"
+		}
+		return nil
+	}
+	var m map[string]struct {
+		Condition string `yaml:"condition"`
+		Restart   bool   `yaml:"restart"`
+		Required  *bool  `yaml:"required"`
+	}
+	if err := n.Decode(&m); err != nil {
+		return err
+	}
+	for k, v := range m {
+		(*d)[k] = v.Condition
+		if v.Condition == "" {
+			(*d)[k] = "service_started"
+		}
+	}
+	return nil
+}
+
+// interpolate applies compose's variable substitution as on a host with none
+// of the variables set: ${VAR:-default} and ${VAR-default} take the default,
+// $$ is a dollar. A variable without a default is an error, because the
+// stack should start from a clean checkout without an .env file.
+func interpolate(text string) (string, error) {
+	re := regexp.MustCompile(`\$(\$|\{([A-Za-z_][A-Za-z0-9_]*)(:?[-?+])?([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))`)
+	var errs []string
+	out := re.ReplaceAllStringFunc(text, func(m string) string {
+		sub := re.FindStringSubmatch(m)
+		switch {
+		case sub[1] == "$":
+			return "$"
+		case sub[5] != "":
+			errs = append(errs, fmt.Sprintf("$%s has no default", sub[5]))
+			return ""
+		}
+		switch sub[3] {
+		case ":-", "-":
+			return sub[4]
+		case ":+", "+":
+			return ""
+		case "":
+			errs = append(errs, fmt.Sprintf("${%s} has no default (write ${%s:-value})", sub[2], sub[2]))
+		default:
+			errs = append(errs, fmt.Sprintf("${%s%s%s} requires the variable", sub[2], sub[3], sub[4]))
+		}
+		return ""
+	})
+	if len(errs) > 0 {
+		return "", fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return out, nil
+}
+
+func loadCompose(t *testing.T) *composeFile {
+	t.Helper()
+	path := filepath.Join(composeDir, "compose.yaml")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := interpolate(string(raw))
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	var f composeFile
+	dec := yaml.NewDecoder(strings.NewReader(text))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	for k := range f.Other {
+		if !strings.HasPrefix(k, "x-") {
+			t.Errorf("compose.yaml: unknown top-level key %q (extensions start with x-)", k)
+		}
+	}
+	if len(f.Services) == 0 {
+		t.Fatalf("compose.yaml: no services")
+	}
+	return &f
+}
+
+// ---- the binary's flags -----------------------------------------------------
+
+// helpFlag is one line of a command's --help: its flag, the environment
+// variable the help names, and the default it shows.
+type helpFlag struct{ env, def string }
+
+var helpLineRE = regexp.MustCompile(`^  --([a-z0-9][a-z0-9-]*)\s+(SLUICE_[A-Z0-9_]+)\s+(.*)$`)
+var helpDefaultRE = regexp.MustCompile(`\(default ([^()]*)\)$`)
+
+// commandFlags runs `sluice <cmd> --help` in process and reads its flags.
+func commandFlags(t *testing.T, cmd string) map[string]helpFlag {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{cmd, "--help"}, &out, &errOut); code != 0 {
+		t.Fatalf("sluice %s --help: exit %d: %s", cmd, code, errOut.String())
+	}
+	flags := map[string]helpFlag{}
+	for _, line := range strings.Split(out.String(), "\n") {
+		m := helpLineRE.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		// The help names each flag's variable; it must be the one
+		// internal/cli reads, or the help lies to operators.
+		if want := cli.EnvName(cmd, m[1]); m[2] != want {
+			t.Errorf("sluice %s --help names %s for --%s, internal/cli reads %s", cmd, m[2], m[1], want)
+		}
+		f := helpFlag{env: m[2]}
+		if d := helpDefaultRE.FindStringSubmatch(strings.TrimSpace(m[3])); d != nil {
+			f.def = d[1]
+		}
+		flags[m[1]] = f
+	}
+	if len(flags) == 0 {
+		t.Fatalf("sluice %s --help lists no flags:\n%s", cmd, out.String())
+	}
+	return flags
+}
+
+// parseArgs runs the command's flag parsing on args and stops at --help, so
+// nothing starts: exit 0 means every value parsed. The context is cancelled
+// as well, in case an argument ever swallowed the --help.
+func parseArgs(cmd string, args ...string) (ok bool, msg string) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	var out, errOut bytes.Buffer
+	code := run(ctx, append(append([]string{cmd}, args...), "--help"), &out, &errOut)
+	if code == 0 {
+		return true, ""
+	}
+	// The flag package prints its complaint first, then the usage.
+	msg = strings.TrimSpace(errOut.String())
+	if first, _, _ := strings.Cut(out.String(), "\n"); !strings.HasPrefix(first, "Usage:") {
+		msg = strings.TrimSpace(first + " " + msg)
+	}
+	return false, msg
+}
+
+// sluicePart is a sluice service with its flags resolved as the binary
+// resolves them: the command line, then SLUICE_<PART>_<FLAG>, then
+// SLUICE_<FLAG>, then the default.
+type sluicePart struct {
+	service string
+	svc     composeService
+	cmd     string
+	flags   map[string]helpFlag
+	given   map[string]string // from the command line
+	env     map[string]string // from the environment
+	envVar  map[string]string // which variable gave env[flag]
+}
+
+func (p *sluicePart) has(flag string) bool { _, ok := p.flags[flag]; return ok }
+
+func (p *sluicePart) value(flag string) string {
+	if v, ok := p.given[flag]; ok {
+		return v
+	}
+	if v, ok := p.env[flag]; ok {
+		return v
+	}
+	return p.flags[flag].def
+}
+
+// where names where a flag's value comes from, for messages.
+func (p *sluicePart) where(flag string) string {
+	if _, ok := p.given[flag]; ok {
+		return fmt.Sprintf("service %s: --%s", p.service, flag)
+	}
+	if v, ok := p.envVar[flag]; ok {
+		return fmt.Sprintf("service %s: %s (--%s)", p.service, v, flag)
+	}
+	return fmt.Sprintf("service %s: --%s's default", p.service, flag)
+}
+
+// isSluice reports whether a service runs the sluice image: it is built
+// from the repository, or is the image those builds are tagged with.
+func isSluice(svc composeService, sluiceImage string) bool {
+	return svc.Build != nil || (sluiceImage != "" && svc.Image == sluiceImage)
+}
+
+// resolveParts checks each sluice service's command and environment against
+// its command's --help and returns them resolved.
+func resolveParts(t *testing.T, f *composeFile) map[string]*sluicePart {
+	known := map[string]bool{}
+	for _, c := range commands() {
+		known[c.name] = true
+	}
+	// Go's runtime and the HTTP client read these; sluice reads only SLUICE_*.
+	runtimeEnv := []string{"GOGC", "GOMEMLIMIT", "GOMAXPROCS", "GODEBUG", "GOTRACEBACK", "TZ", "SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY"}
+
+	sluiceImage := ""
+	for _, svc := range f.Services {
+		if svc.Build != nil && svc.Image != "" {
+			sluiceImage = svc.Image
+		}
+	}
+	helps := map[string]map[string]helpFlag{}
+	parts := map[string]*sluicePart{}
+	for _, name := range sortedKeys(f.Services) {
+		svc := f.Services[name]
+		if !isSluice(svc, sluiceImage) {
+			continue
+		}
+		if svc.Entrypoint.shell != "" || len(svc.Entrypoint.args) > 0 {
+			t.Errorf("service %s: sets an entrypoint; the image's is /sluice and the command names the part", name)
+		}
+		if svc.Command.shell != "" {
+			t.Errorf("service %s: command is a string; write it as a list, [\"<part>\", \"--flag=value\", ...]", name)
+			continue
+		}
+		if len(svc.Command.args) == 0 {
+			t.Errorf("service %s: no command: it would only print the usage", name)
+			continue
+		}
+		cmd := svc.Command.args[0]
+		if !known[cmd] {
+			t.Errorf("service %s: %q is not a sluice command", name, cmd)
+			continue
+		}
+		if helps[cmd] == nil {
+			helps[cmd] = commandFlags(t, cmd)
+		}
+		p := &sluicePart{service: name, svc: svc, cmd: cmd, flags: helps[cmd],
+			given: map[string]string{}, env: map[string]string{}, envVar: map[string]string{}}
+		parts[name] = p
+
+		for _, arg := range svc.Command.args[1:] {
+			// Each argument stands alone (--name=value, or --name for a
+			// switch), so it parses alone below and no value can be
+			// taken for a flag.
+			if !strings.HasPrefix(arg, "--") {
+				t.Errorf("service %s: command argument %q is not a --flag (write flags as --name=value)", name, arg)
+				continue
+			}
+			flagName, val, hasVal := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
+			if !p.has(flagName) {
+				t.Errorf("service %s: --%s is not a flag of `sluice %s` (see sluice %s --help)", name, flagName, cmd, cmd)
+				continue
+			}
+			if _, dup := p.given[flagName]; dup {
+				t.Errorf("service %s: --%s is given twice", name, flagName)
+			}
+			if !hasVal {
+				val = "true"
+			}
+			p.given[flagName] = val
+			if ok, msg := parseArgs(cmd, arg); !ok {
+				t.Errorf("service %s: %s does not parse: %s", name, arg, msg)
+			}
+		}
+
+		// Which flag reads each variable, exactly as cli.Parse looks them
+		// up: the part's own variable first, then the shared one.
+		used := map[string]bool{}
+		shadowed := map[string]string{} // shared variable -> the part's one that wins
+		for _, flagName := range sortedKeys(p.flags) {
+			own, shared := cli.EnvName(cmd, flagName), cli.SharedEnvName(flagName)
+			v := own
+			val, ok := svc.Environment[own]
+			if ok {
+				if _, both := svc.Environment[shared]; both {
+					shadowed[shared] = own
+				}
+			} else if val, ok = svc.Environment[shared]; ok {
+				v = shared
+			} else {
+				continue
+			}
+			used[v] = true
+			if val == nil {
+				t.Errorf("service %s: %s is passed through from the host; give it a value (or ${VAR:-default})", name, v)
+				continue
+			}
+			if _, onCmd := p.given[flagName]; onCmd {
+				t.Errorf("service %s: %s and --%s both set the flag; the command line wins, so the variable is dead", name, v, flagName)
+			}
+			if ok, msg := parseArgs(cmd, "--"+flagName+"="+*val); !ok {
+				t.Errorf("service %s: %s=%q does not parse as --%s: %s", name, v, *val, flagName, msg)
+			}
+			p.env[flagName], p.envVar[flagName] = *val, v
+		}
+		for _, v := range sortedKeys(svc.Environment) {
+			switch {
+			case used[v]:
+			case shadowed[v] != "":
+				t.Errorf("service %s: %s is shadowed by %s, so it does nothing here", name, v, shadowed[v])
+			case strings.HasPrefix(v, "SLUICE_"):
+				t.Errorf("service %s: %s names no flag of `sluice %s` (sluice ignores it): want SLUICE_%s_<FLAG> or SLUICE_<FLAG> of a flag in sluice %s --help",
+					name, v, cmd, strings.ToUpper(cmd), cmd)
+			case !slices.Contains(runtimeEnv, v):
+				t.Errorf("service %s: environment %s is read by neither sluice nor Go's runtime", name, v)
+			}
+		}
+	}
+	return parts
+}
+
+// ---- addresses and ports ----------------------------------------------------
+
+// listenPort is the port of a part's --listen, which must be reachable from
+// the other containers.
+func (p *sluicePart) listenPort(t *testing.T) string {
+	host, port, err := net.SplitHostPort(p.value("listen"))
+	if err != nil {
+		t.Errorf("%s: %q: %v", p.where("listen"), p.value("listen"), err)
+		return ""
+	}
+	if host != "" && host != "0.0.0.0" && host != "::" {
+		t.Errorf("%s: %q listens on %s only; other containers and Prometheus cannot reach it", p.where("listen"), p.value("listen"), host)
+	}
+	return port
+}
+
+// servicePorts is what a service listens on inside the compose network.
+func servicePorts(t *testing.T, f *composeFile, parts map[string]*sluicePart, name string) []string {
+	if p, ok := parts[name]; ok {
+		return []string{p.listenPort(t)}
+	}
+	svc := f.Services[name]
+	arg := func(flag, def string) string {
+		for i, a := range svc.Command.args {
+			if a == flag && i+1 < len(svc.Command.args) {
+				return svc.Command.args[i+1]
+			}
+			if v, ok := strings.CutPrefix(a, flag+"="); ok {
+				return v
+			}
+		}
+		return def
+	}
+	image, _, _ := strings.Cut(svc.Image, ":")
+	switch image {
+	case "redis", "valkey/valkey":
+		return []string{arg("--port", "6379")}
+	case "hashicorp/consul":
+		return []string{arg("-http-port", "8500")}
+	case "prom/prometheus":
+		_, port, _ := net.SplitHostPort(arg("--web.listen-address", ":9090"))
+		return []string{port}
+	case "grafana/grafana", "grafana/grafana-oss":
+		if v := svc.Environment["GF_SERVER_HTTP_PORT"]; v != nil {
+			return []string{*v}
+		}
+		return []string{"3000"}
+	case "apache/kafka", "apache/kafka-native":
+		var ports []string
+		for _, l := range kafkaAdvertised(svc) {
+			if host, port, _ := net.SplitHostPort(l); host == name {
+				ports = append(ports, port)
+			}
+		}
+		return ports
+	}
+	return nil
+}
+
+// kafkaAdvertised is a Kafka service's advertised host:port addresses.
+func kafkaAdvertised(svc composeService) []string {
+	v := svc.Environment["KAFKA_ADVERTISED_LISTENERS"]
+	if v == nil {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(*v, ",") {
+		if _, hp, ok := strings.Cut(strings.TrimSpace(l), "://"); ok {
+			out = append(out, hp)
+		}
+	}
+	return out
+}
+
+// dependsClosure is every service name comes up after, transitively.
+func dependsClosure(f *composeFile, name string) map[string]bool {
+	seen := map[string]bool{}
+	var walk func(string)
+	walk = func(s string) {
+		for dep := range f.Services[s].DependsOn {
+			if !seen[dep] {
+				seen[dep] = true
+				walk(dep)
+			}
+		}
+	}
+	walk(name)
+	return seen
+}
+
+// checkDial checks an address a part dials (host:port): the host is a
+// service that comes up before the part, listening on that port.
+func checkDial(t *testing.T, f *composeFile, parts map[string]*sluicePart, p *sluicePart, flag, hostport string) {
+	t.Helper()
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		t.Errorf("%s: %q: %v", p.where(flag), hostport, err)
+		return
+	}
+	if _, ok := f.Services[host]; !ok {
+		t.Errorf("%s: %q: no service %s in compose.yaml (a container reaches another by its service name)", p.where(flag), hostport, host)
+		return
+	}
+	if ports := servicePorts(t, f, parts, host); !slices.Contains(ports, port) {
+		t.Errorf("%s: %q: service %s listens on %v, not %s", p.where(flag), hostport, host, ports, port)
+	}
+	if !dependsClosure(f, p.service)[host] {
+		t.Errorf("%s: %q: service %s does not depend on %s, so it may start before it", p.where(flag), hostport, p.service, host)
+	}
+}
+
+// containerPort is the container side of a short-syntax port mapping
+// ("127.0.0.1:8080:8080", "8080:8080", "8080", with an optional /tcp).
+func containerPort(mapping string) string {
+	mapping, _, _ = strings.Cut(mapping, "/")
+	i := strings.LastIndex(mapping, ":")
+	return mapping[i+1:]
+}
+
+// mount is a short-syntax volume: a bind mount (source a path, relative to
+// the compose file) or a named volume.
+type mount struct{ source, target string }
+
+func (m mount) bind() bool {
+	return strings.HasPrefix(m.source, ".") || strings.HasPrefix(m.source, "/")
+}
+
+func mounts(svc composeService) []mount {
+	var out []mount
+	for _, v := range svc.Volumes {
+		parts := strings.Split(v, ":")
+		if len(parts) == 1 {
+			out = append(out, mount{target: parts[0]}) // anonymous volume
+			continue
+		}
+		out = append(out, mount{source: parts[0], target: parts[1]})
+	}
+	return out
+}
+
+// hostPathOf is the file on the host mounted at a container path: a bind
+// mount of it or of a directory holding it ("" when none).
+func hostPathOf(svc composeService, containerPath string) string {
+	for _, m := range mounts(svc) {
+		if !m.bind() {
+			continue
+		}
+		if containerPath == m.target {
+			return filepath.Join(composeDir, m.source)
+		}
+		if rel, ok := strings.CutPrefix(containerPath, strings.TrimSuffix(m.target, "/")+"/"); ok {
+			return filepath.Join(composeDir, m.source, rel)
+		}
+	}
+	return ""
+}
+
+func sameFile(a, b string) bool {
+	aa, err1 := filepath.Abs(a)
+	bb, err2 := filepath.Abs(b)
+	return err1 == nil && err2 == nil && aa == bb
+}
+
+// ---- the tests --------------------------------------------------------------
+
+// TestComposeServices checks the compose stack's services against the
+// binary and against each other.
+func TestComposeServices(t *testing.T) {
+	f := loadCompose(t)
+	parts := resolveParts(t, f)
+	if t.Failed() {
+		t.FailNow() // the checks below read flags the ones above rejected
+	}
+
+	byCmd := map[string][]*sluicePart{}
+	for _, name := range sortedKeys(parts) {
+		byCmd[parts[name].cmd] = append(byCmd[parts[name].cmd], parts[name])
+	}
+	// The issue's stack: every part, with a standby relay on the lock.
+	for cmd, want := range map[string]int{"gate": 1, "relay": 2, "worker": 1, "coordinator": 1} {
+		if len(byCmd[cmd]) < want {
+			t.Errorf("compose.yaml runs %d sluice %s services, want at least %d", len(byCmd[cmd]), cmd, want)
+		}
+	}
+
+	// Every service: dependencies exist and their conditions can be met.
+	for _, name := range sortedKeys(f.Services) {
+		svc := f.Services[name]
+		for dep, cond := range svc.DependsOn {
+			d, ok := f.Services[dep]
+			switch {
+			case !ok:
+				t.Errorf("service %s depends on %s, which is not a service", name, dep)
+			case cond == "service_healthy" && (d.Healthcheck == nil || d.Healthcheck.Disable):
+				t.Errorf("service %s waits for %s to be healthy, but %s has no healthcheck", name, dep, dep)
+			case cond == "service_completed_successfully" && d.Restart != "no" && d.Restart != "on-failure" && d.Restart != "":
+				t.Errorf("service %s waits for %s to complete, but %s restarts %q", name, dep, dep, d.Restart)
+			case cond != "service_started" && cond != "service_healthy" && cond != "service_completed_successfully":
+				t.Errorf("service %s: depends_on %s: condition %q is not a compose condition", name, dep, cond)
+			}
+		}
+		if svc.Build == nil {
+			// Pinned: a floating tag changes the stack under its users.
+			_, tag, ok := strings.Cut(svc.Image, ":")
+			if !ok || tag == "latest" || !regexp.MustCompile(`\d`).MatchString(tag) {
+				t.Errorf("service %s: image %q is not pinned to a version", name, svc.Image)
+			}
+		}
+		for _, m := range mounts(svc) {
+			switch {
+			case m.bind():
+				if _, err := os.Stat(filepath.Join(composeDir, m.source)); err != nil {
+					t.Errorf("service %s: mounts %s, which does not exist: %v", name, m.source, err)
+				}
+			case m.source != "":
+				if _, ok := f.Volumes[m.source]; !ok {
+					t.Errorf("service %s: volume %s is not declared under volumes:", name, m.source)
+				}
+			}
+		}
+		if svc.StopGracePeriod != "" {
+			if _, err := time.ParseDuration(svc.StopGracePeriod); err != nil {
+				t.Errorf("service %s: stop_grace_period %q: %v", name, svc.StopGracePeriod, err)
+			}
+		}
+	}
+
+	for _, name := range sortedKeys(parts) {
+		p := parts[name]
+		svc := p.svc
+		port := p.listenPort(t)
+
+		if b := svc.Build; b == nil || !sameFile(filepath.Join(composeDir, b.Context), repoRoot) {
+			t.Errorf("service %s: build.context must be the repository root (../..), to build ./cmd/sluice", name)
+		} else if df := orDefault(b.Dockerfile, "Dockerfile"); !sameFile(filepath.Join(composeDir, b.Context, df), filepath.Join(repoRoot, "Dockerfile")) {
+			t.Errorf("service %s: build.dockerfile %q is not the repository's Dockerfile", name, b.Dockerfile)
+		}
+		if svc.Restart != "unless-stopped" && svc.Restart != "always" && svc.Restart != "on-failure" {
+			t.Errorf("service %s: restart %q: a part that exits (Redis or Consul away at start) must come back", name, svc.Restart)
+		}
+		for _, mapping := range svc.Ports {
+			if cp := containerPort(mapping); cp != port {
+				t.Errorf("service %s: publishes %q, but %s is %q: container port %s serves nothing", name, mapping, p.where("listen"), p.value("listen"), cp)
+			}
+		}
+
+		// Healthcheck: the probe GETs the part's own /readyz.
+		h := svc.Healthcheck
+		switch {
+		case h == nil || h.Disable:
+			t.Errorf("service %s: no healthcheck (want [\"CMD\", \"/probe\", \"http://127.0.0.1:%s/readyz\"])", name, port)
+		case len(h.Test.args) != 3 || h.Test.args[0] != "CMD" || h.Test.args[1] != "/probe":
+			t.Errorf("service %s: healthcheck %q: the image has no shell; want [\"CMD\", \"/probe\", \"http://127.0.0.1:%s/readyz\"]", name, h.Test, port)
+		default:
+			u, err := url.Parse(h.Test.args[2])
+			if err != nil || u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost" || u.Port() != port || u.Path != "/readyz" {
+				t.Errorf("service %s: healthcheck GETs %s, want http://127.0.0.1:%s/readyz (%s is %q)", name, h.Test.args[2], port, p.where("listen"), p.value("listen"))
+			}
+			for what, d := range map[string]string{"interval": h.Interval, "timeout": h.Timeout, "start_period": h.StartPeriod} {
+				if d == "" {
+					continue
+				}
+				if _, err := time.ParseDuration(d); err != nil {
+					t.Errorf("service %s: healthcheck %s %q: %v", name, what, d, err)
+				}
+			}
+			// The probe gives up after 2 s and says why; Docker's timeout
+			// must leave it that time.
+			if d, err := time.ParseDuration(h.Timeout); err == nil && d <= 2*time.Second {
+				t.Errorf("service %s: healthcheck timeout %s: want more than the probe's own 2s", name, h.Timeout)
+			}
+		}
+
+		// Graceful stop: Docker's SIGKILL must come after the part's drain.
+		grace, err := time.ParseDuration(svc.StopGracePeriod)
+		if err != nil {
+			t.Errorf("service %s: stop_grace_period %q: set one (Docker's default is 10s)", name, svc.StopGracePeriod)
+		} else if p.has("drain-timeout") {
+			if drain, err := time.ParseDuration(p.value("drain-timeout")); err == nil && grace <= drain {
+				t.Errorf("service %s: stop_grace_period %s is not longer than %s %s: Docker kills it mid-drain", name, grace, p.where("drain-timeout"), drain)
+			}
+		}
+
+		// What the part dials.
+		for _, flag := range []string{"redis-addr", "consul-addr"} {
+			if p.has(flag) && p.value(flag) != "" {
+				checkDial(t, f, parts, p, flag, p.value(flag))
+			}
+		}
+		if p.has("redis-partition-addrs") && p.value("redis-partition-addrs") != "" {
+			for _, pa := range strings.Split(p.value("redis-partition-addrs"), ",") {
+				_, addr, _ := strings.Cut(pa, "=")
+				checkDial(t, f, parts, p, "redis-partition-addrs", strings.TrimSpace(addr))
+			}
+		}
+		if p.has("kafka-brokers") {
+			for _, b := range strings.Split(p.value("kafka-brokers"), ",") {
+				checkDial(t, f, parts, p, "kafka-brokers", strings.TrimSpace(b))
+			}
+		}
+		if p.has("canary-topics") && p.value("canary-topics") != "" {
+			u, err := url.Parse(p.value("canary-gate"))
+			if err != nil || u.Host == "" {
+				t.Errorf("%s: %q is not a URL", p.where("canary-gate"), p.value("canary-gate"))
+			} else {
+				checkDial(t, f, parts, p, "canary-gate", u.Host)
+			}
+		}
+		// A worker with no Consul runs no execution rate limits at all:
+		// limits set in Consul would be silently ignored.
+		if p.cmd == "worker" && p.value("consul-addr") == "" {
+			t.Errorf("service %s: worker without --consul-addr ignores the rate limits in Consul", name)
+		}
+	}
+
+	checkAgreement(t, parts, byCmd)
+	checkTopicsAndTokens(t, f, byCmd)
+	checkRedisAndKafka(t, f)
+	checkPrometheus(t, f, parts)
+	checkGrafana(t, f, parts)
+}
+
+// checkAgreement: the parts agree on what they share.
+func checkAgreement(t *testing.T, parts map[string]*sluicePart, byCmd map[string][]*sluicePart) {
+	// The stage and the layout name Redis keys and Consul paths: a part
+	// that differs reads and writes keys nobody else sees.
+	for _, flag := range []string{"stage", "redis-partitions", "redis-addr", "redis-partition-addrs"} {
+		var first *sluicePart
+		for _, name := range sortedKeys(parts) {
+			p := parts[name]
+			if !p.has(flag) {
+				continue
+			}
+			if first == nil {
+				first = p
+				continue
+			}
+			if p.value(flag) != first.value(flag) {
+				t.Errorf("%s is %q but %s is %q: every part must agree", p.where(flag), p.value(flag), first.where(flag), first.value(flag))
+			}
+		}
+	}
+	// Relays of a topic contend for one lock: same Consul, same topics.
+	relays := byCmd["relay"]
+	for _, r := range relays[min(1, len(relays)):] {
+		for _, flag := range []string{"consul-addr", "topics", "consumer-group"} {
+			if r.value(flag) != relays[0].value(flag) {
+				t.Errorf("%s is %q but %s is %q: the relays would not share the lock and offsets", r.where(flag), r.value(flag), relays[0].where(flag), relays[0].value(flag))
+			}
+		}
+	}
+	// The scaler's floor is the workers' starting size (coordinator --help:
+	// "set it to the workers' --workers").
+	for _, c := range byCmd["coordinator"] {
+		for _, w := range byCmd["worker"] {
+			if c.value("scale-base") != w.value("workers") {
+				t.Errorf("%s is %s but %s is %s: the scaler would resize the workers at once", c.where("scale-base"), c.value("scale-base"), w.where("workers"), w.value("workers"))
+			}
+		}
+	}
+}
+
+// createdTopics are the topics the stack's init service creates with
+// kafka-topics.sh --create.
+func createdTopics(f *composeFile) (map[string]bool, string) {
+	re := regexp.MustCompile(`kafka-topics\.sh[^\n]*--create[^\n]*--topic[ =]"?([A-Za-z0-9._-]+)`)
+	for _, name := range sortedKeys(f.Services) {
+		svc := f.Services[name]
+		script := svc.Entrypoint.String() + " " + svc.Command.String()
+		if ms := re.FindAllStringSubmatch(script, -1); ms != nil {
+			topics := map[string]bool{}
+			for _, m := range ms {
+				topics[m[1]] = true
+			}
+			return topics, name
+		}
+	}
+	return nil, ""
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// checkTopicsAndTokens: every topic a part uses exists, with what the relay
+// needs beside it, and the canaries can get through the gate.
+func checkTopicsAndTokens(t *testing.T, f *composeFile, byCmd map[string][]*sluicePart) {
+	topics, initSvc := createdTopics(f)
+	if topics == nil {
+		t.Errorf("no service creates topics with kafka-topics.sh --create: the parts never create them")
+		return
+	}
+	// The relays, gate and canaries run after the topics exist.
+	for _, cmd := range []string{"gate", "relay"} {
+		for _, p := range byCmd[cmd] {
+			if f.Services[p.service].DependsOn[initSvc] != "service_completed_successfully" {
+				t.Errorf("service %s: does not wait for %s to complete (condition service_completed_successfully): it may start before its topics exist", p.service, initSvc)
+			}
+		}
+	}
+	need := func(p *sluicePart, flag, topic string) {
+		if !topics[topic] {
+			t.Errorf("%s names topic %s, which %s does not create", p.where(flag), topic, initSvc)
+		}
+	}
+	for _, r := range byCmd["relay"] {
+		for _, topic := range splitList(r.value("topics")) {
+			need(r, "topics", topic)
+			need(r, "topics", topic+".dlq") // the relay refuses to start without it
+		}
+	}
+	for _, g := range byCmd["gate"] {
+		for _, topic := range splitList(g.value("topics")) {
+			need(g, "topics", topic)
+		}
+	}
+
+	// Gate tokens: "<token> <scope>[,<scope>]" separated by ';'.
+	gateScopes := map[string][]string{}
+	for _, g := range byCmd["gate"] {
+		if g.value("tokens") == "" && g.value("tokens-file") == "" && g.value("allow-no-auth") != "true" {
+			t.Errorf("service %s: the gate has no --tokens or --tokens-file and refuses to start without them", g.service)
+		}
+		if g.value("allow-no-auth") == "true" {
+			t.Errorf("%s: a compose stack publishes the gate; give it tokens", g.where("allow-no-auth"))
+		}
+		for _, line := range strings.Split(g.value("tokens"), ";") {
+			fields := strings.Fields(line)
+			if len(fields) == 0 {
+				continue
+			}
+			if len(fields) != 2 || len(fields[0]) < 16 {
+				t.Errorf("%s: entry %q: want \"<token of 16+ characters> <topics>\"", g.where("tokens"), line)
+				continue
+			}
+			gateScopes[fields[0]] = splitList(fields[1])
+		}
+	}
+	for _, cmd := range []string{"coordinator", "canary"} {
+		for _, c := range byCmd[cmd] {
+			canaryTopics := splitList(c.value("canary-topics"))
+			if len(canaryTopics) == 0 {
+				continue
+			}
+			scopes, ok := gateScopes[c.value("canary-token")]
+			if !ok && len(gateScopes) > 0 {
+				t.Errorf("%s: not one of the gate's --tokens: the canaries get 401", c.where("canary-token"))
+				continue
+			}
+			if ok && !slices.Contains(scopes, "+canary") {
+				t.Errorf("%s: the gate's token has scope %v without +canary: the canaries get 403", c.where("canary-token"), scopes)
+			}
+			for _, topic := range canaryTopics {
+				need(c, "canary-topics", topic)
+				if ok && !slices.Contains(scopes, topic) && !slices.Contains(scopes, "*") {
+					t.Errorf("%s: the gate's token may not write %s", c.where("canary-token"), topic)
+				}
+				relayed := false
+				for _, r := range byCmd["relay"] {
+					relayed = relayed || slices.Contains(splitList(r.value("topics")), topic)
+				}
+				if !relayed {
+					t.Errorf("%s: no relay relays %s, so its canaries always go stale", c.where("canary-topics"), topic)
+				}
+			}
+		}
+	}
+}
+
+// checkRedisAndKafka: the settings sluice's guarantees rest on.
+func checkRedisAndKafka(t *testing.T, f *composeFile) {
+	for _, name := range sortedKeys(f.Services) {
+		svc := f.Services[name]
+		image, _, _ := strings.Cut(svc.Image, ":")
+		switch image {
+		case "redis":
+			args := map[string]string{}
+			for i := 0; i+1 < len(svc.Command.args); i++ {
+				if strings.HasPrefix(svc.Command.args[i], "--") {
+					args[svc.Command.args[i]] = svc.Command.args[i+1]
+				}
+			}
+			for flag, want := range map[string]string{
+				"--appendonly":       "yes",      // a restart keeps the queues
+				"--appendfsync":      "everysec", // at most a second lost
+				"--maxmemory-policy": "noeviction",
+			} {
+				if args[flag] != want {
+					t.Errorf("service %s: %s %q, want %s", name, flag, args[flag], want)
+				}
+			}
+			// The relay's memory guard works on a fraction of maxmemory; a
+			// Redis without one cannot be guarded.
+			if m := args["--maxmemory"]; m == "" || m == "0" {
+				t.Errorf("service %s: no --maxmemory: the relay's memory guard cannot work", name)
+			}
+		case "apache/kafka", "apache/kafka-native":
+			if len(svc.Entrypoint.args) > 0 || svc.Entrypoint.shell != "" {
+				continue // the image run as a tool (kafka-init), not a broker
+			}
+			env := func(k string) string {
+				if v := svc.Environment[k]; v != nil {
+					return *v
+				}
+				return ""
+			}
+			if !strings.Contains(env("KAFKA_PROCESS_ROLES"), "controller") {
+				t.Errorf("service %s: KAFKA_PROCESS_ROLES %q: want KRaft (a controller role, no ZooKeeper)", name, env("KAFKA_PROCESS_ROLES"))
+			}
+			if env("KAFKA_AUTO_CREATE_TOPICS_ENABLE") != "false" {
+				t.Errorf("service %s: KAFKA_AUTO_CREATE_TOPICS_ENABLE must be false: topics are created by operators, never by requests", name)
+			}
+			if len(kafkaAdvertised(svc)) == 0 {
+				t.Errorf("service %s: no KAFKA_ADVERTISED_LISTENERS", name)
+			}
+		}
+	}
+}
+
+// checkPrometheus: every part is scraped at its --listen, and the alert
+// rules are the repository's.
+func checkPrometheus(t *testing.T, f *composeFile, parts map[string]*sluicePart) {
+	var name string
+	for _, n := range sortedKeys(f.Services) {
+		if strings.HasPrefix(f.Services[n].Image, "prom/prometheus:") {
+			name = n
+		}
+	}
+	if name == "" {
+		t.Errorf("compose.yaml: no prom/prometheus service")
+		return
+	}
+	svc := f.Services[name]
+	configPath := "/etc/prometheus/prometheus.yml"
+	for _, a := range svc.Command.args {
+		if v, ok := strings.CutPrefix(a, "--config.file="); ok {
+			configPath = v
+		}
+	}
+	hostConfig := hostPathOf(svc, configPath)
+	if hostConfig == "" {
+		t.Errorf("service %s: nothing is mounted at its config %s", name, configPath)
+		return
+	}
+	raw, err := os.ReadFile(hostConfig)
+	if err != nil {
+		t.Errorf("service %s: %v", name, err)
+		return
+	}
+	var cfg struct {
+		Global        map[string]any `yaml:"global"`
+		RuleFiles     []string       `yaml:"rule_files"`
+		Alerting      map[string]any `yaml:"alerting"`
+		ScrapeConfigs []struct {
+			JobName       string `yaml:"job_name"`
+			MetricsPath   string `yaml:"metrics_path"`
+			StaticConfigs []struct {
+				Targets []string          `yaml:"targets"`
+				Labels  map[string]string `yaml:"labels"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		t.Errorf("%s: %v", hostConfig, err)
+		return
+	}
+	alerts := filepath.Join(repoRoot, "deploy", "prometheus", "alerts.yml")
+	loadsAlerts := false
+	for _, rf := range cfg.RuleFiles {
+		host := hostPathOf(svc, rf)
+		if host == "" {
+			t.Errorf("%s: rule file %s: nothing is mounted there in service %s", hostConfig, rf, name)
+			continue
+		}
+		if _, err := os.Stat(host); err != nil {
+			t.Errorf("%s: rule file %s: %v", hostConfig, rf, err)
+		}
+		loadsAlerts = loadsAlerts || sameFile(host, alerts)
+	}
+	if !loadsAlerts {
+		t.Errorf("%s: rule_files do not load deploy/prometheus/alerts.yml", hostConfig)
+	}
+
+	targets := map[string]string{} // host:port -> job
+	for _, sc := range cfg.ScrapeConfigs {
+		if sc.MetricsPath != "" && sc.MetricsPath != "/metrics" {
+			t.Errorf("%s: job %s scrapes %s; the parts serve /metrics", hostConfig, sc.JobName, sc.MetricsPath)
+		}
+		for _, st := range sc.StaticConfigs {
+			for _, tg := range st.Targets {
+				targets[tg] = sc.JobName
+				host, port, err := net.SplitHostPort(tg)
+				if err != nil {
+					t.Errorf("%s: job %s: target %q: %v", hostConfig, sc.JobName, tg, err)
+					continue
+				}
+				if host == "localhost" || host == "127.0.0.1" {
+					host = name // Prometheus itself
+				}
+				if _, ok := f.Services[host]; !ok {
+					t.Errorf("%s: job %s: target %s is no service of compose.yaml", hostConfig, sc.JobName, tg)
+					continue
+				}
+				if ports := servicePorts(t, f, parts, host); !slices.Contains(ports, port) {
+					t.Errorf("%s: job %s: target %s, but service %s listens on %v", hostConfig, sc.JobName, tg, host, ports)
+				}
+			}
+		}
+	}
+	for _, pn := range sortedKeys(parts) {
+		p := parts[pn]
+		want := net.JoinHostPort(pn, p.listenPort(t))
+		if _, ok := targets[want]; !ok {
+			t.Errorf("%s: service %s (%s %q) is not scraped: want target %s", hostConfig, pn, p.where("listen"), p.value("listen"), want)
+		}
+	}
+}
+
+// checkGrafana: the provisioned data source is the stack's Prometheus and
+// the provisioned dashboard folder holds deploy/grafana/sluice.json.
+func checkGrafana(t *testing.T, f *composeFile, parts map[string]*sluicePart) {
+	var name string
+	for _, n := range sortedKeys(f.Services) {
+		if img, _, _ := strings.Cut(f.Services[n].Image, ":"); img == "grafana/grafana" || img == "grafana/grafana-oss" {
+			name = n
+		}
+	}
+	if name == "" {
+		t.Errorf("compose.yaml: no grafana/grafana service")
+		return
+	}
+	svc := f.Services[name]
+	prov := "/etc/grafana/provisioning"
+	if v := svc.Environment["GF_PATHS_PROVISIONING"]; v != nil {
+		prov = *v
+	}
+	hostProv := hostPathOf(svc, prov)
+	if hostProv == "" {
+		t.Errorf("service %s: nothing is mounted at %s", name, prov)
+		return
+	}
+	readAll := func(sub string) map[string][]byte {
+		files, _ := filepath.Glob(filepath.Join(hostProv, sub, "*.y*ml"))
+		if len(files) == 0 {
+			t.Errorf("service %s: no provisioning file in %s", name, filepath.Join(hostProv, sub))
+		}
+		out := map[string][]byte{}
+		for _, file := range files {
+			b, err := os.ReadFile(file)
+			if err != nil {
+				t.Error(err)
+			}
+			out[file] = b
+		}
+		return out
+	}
+	strict := func(file string, b []byte, v any) bool {
+		dec := yaml.NewDecoder(bytes.NewReader(b))
+		dec.KnownFields(true)
+		if err := dec.Decode(v); err != nil {
+			t.Errorf("%s: %v", file, err)
+			return false
+		}
+		return true
+	}
+
+	hasDefault := false
+	for file, b := range readAll("datasources") {
+		var ds struct {
+			APIVersion  int `yaml:"apiVersion"`
+			Datasources []struct {
+				Name      string         `yaml:"name"`
+				UID       string         `yaml:"uid"`
+				Type      string         `yaml:"type"`
+				Access    string         `yaml:"access"`
+				URL       string         `yaml:"url"`
+				IsDefault bool           `yaml:"isDefault"`
+				Editable  bool           `yaml:"editable"`
+				JSONData  map[string]any `yaml:"jsonData"`
+			} `yaml:"datasources"`
+		}
+		if !strict(file, b, &ds) {
+			continue
+		}
+		for _, d := range ds.Datasources {
+			if d.Type != "prometheus" {
+				continue
+			}
+			// The dashboard's datasource variable starts on the default.
+			hasDefault = hasDefault || d.IsDefault
+			u, err := url.Parse(d.URL)
+			if err != nil || u.Port() == "" {
+				t.Errorf("%s: data source %s: url %q: want http://<service>:<port>", file, d.Name, d.URL)
+				continue
+			}
+			if _, ok := f.Services[u.Hostname()]; !ok {
+				t.Errorf("%s: data source %s: %s is no service of compose.yaml", file, d.Name, u.Hostname())
+			} else if ports := servicePorts(t, f, parts, u.Hostname()); !slices.Contains(ports, u.Port()) {
+				t.Errorf("%s: data source %s: %s, but service %s listens on %v", file, d.Name, d.URL, u.Hostname(), ports)
+			}
+		}
+	}
+	if !hasDefault {
+		t.Errorf("service %s: no default Prometheus data source: the dashboard's datasource variable starts empty", name)
+	}
+
+	dashboard := filepath.Join(repoRoot, "deploy", "grafana", "sluice.json")
+	loaded := false
+	for file, b := range readAll("dashboards") {
+		var dp struct {
+			APIVersion int `yaml:"apiVersion"`
+			Providers  []struct {
+				Name                  string `yaml:"name"`
+				OrgID                 int    `yaml:"orgId"`
+				Folder                string `yaml:"folder"`
+				FolderUID             string `yaml:"folderUid"`
+				Type                  string `yaml:"type"`
+				DisableDeletion       bool   `yaml:"disableDeletion"`
+				AllowUIUpdates        bool   `yaml:"allowUiUpdates"`
+				UpdateIntervalSeconds int    `yaml:"updateIntervalSeconds"`
+				Options               struct {
+					Path                      string `yaml:"path"`
+					FoldersFromFilesStructure bool   `yaml:"foldersFromFilesStructure"`
+				} `yaml:"options"`
+			} `yaml:"providers"`
+		}
+		if !strict(file, b, &dp) {
+			continue
+		}
+		for _, pr := range dp.Providers {
+			host := hostPathOf(svc, filepath.ToSlash(filepath.Join(pr.Options.Path, "sluice.json")))
+			if host == "" {
+				t.Errorf("%s: provider %s reads %s, where service %s mounts nothing", file, pr.Name, pr.Options.Path, name)
+				continue
+			}
+			loaded = loaded || sameFile(host, dashboard)
+		}
+	}
+	if !loaded {
+		t.Errorf("service %s: no dashboard provider reads deploy/grafana/sluice.json", name)
+	}
+	if v := svc.Environment["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]; v != nil {
+		if host := hostPathOf(svc, *v); host == "" || !sameFile(host, dashboard) {
+			t.Errorf("service %s: GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH %s is not the mounted deploy/grafana/sluice.json", name, *v)
+		}
+	}
+}
+
+// dockerStage is one FROM ... stage of a Dockerfile, its instructions with
+// continuation lines joined.
+type dockerStage struct {
+	from, name string
+	lines      []string
+}
+
+func readDockerfile(t *testing.T, path string) []dockerStage {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stages []dockerStage
+	var cur strings.Builder
+	flush := func() {
+		line := strings.TrimSpace(cur.String())
+		cur.Reset()
+		if line == "" {
+			return
+		}
+		fields := strings.Fields(line)
+		if strings.EqualFold(fields[0], "FROM") {
+			st := dockerStage{}
+			for _, fl := range fields[1:] {
+				if strings.HasPrefix(fl, "--") {
+					continue // --platform
+				}
+				if st.from == "" {
+					st.from = fl
+				} else if !strings.EqualFold(fl, "AS") {
+					st.name = fl
+				}
+			}
+			stages = append(stages, st)
+			return
+		}
+		if len(stages) == 0 {
+			if !strings.EqualFold(fields[0], "ARG") {
+				t.Errorf("%s: %q before the first FROM", path, line)
+			}
+			return
+		}
+		stages[len(stages)-1].lines = append(stages[len(stages)-1].lines, line)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		trimmed := strings.TrimSpace(line)
+		if strings.HasPrefix(trimmed, "#") {
+			continue
+		}
+		if s, ok := strings.CutSuffix(trimmed, "\\"); ok {
+			cur.WriteString(s + " ")
+			continue
+		}
+		cur.WriteString(trimmed)
+		flush()
+	}
+	flush()
+	return stages
+}
+
+// goModVersion is the Go the module builds with: go.mod's toolchain line,
+// else its go line.
+func goModVersion(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "go.mod"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var goLine, toolchain string
+	for _, line := range strings.Split(string(raw), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) == 2 && fields[0] == "go" {
+			goLine = fields[1]
+		}
+		if len(fields) == 2 && fields[0] == "toolchain" {
+			toolchain = strings.TrimPrefix(fields[1], "go")
+		}
+	}
+	if toolchain != "" {
+		return toolchain
+	}
+	return goLine
+}
+
+// TestComposeDockerfile checks the image the stack builds: multi-stage, a
+// static build of ./cmd/sluice on go.mod's Go, a distroless or scratch final
+// stage run by a numeric non-root user, /sluice as the entrypoint, and a
+// .dockerignore that keeps out nothing the build reads.
+func TestComposeDockerfile(t *testing.T) {
+	path := filepath.Join(repoRoot, "Dockerfile")
+	stages := readDockerfile(t, path)
+	if len(stages) < 2 {
+		t.Fatalf("%s: %d stage(s), want a builder and a final stage", path, len(stages))
+	}
+	builder, final := stages[0], stages[len(stages)-1]
+
+	// The builder: golang:<go.mod's version>[-variant].
+	want := goModVersion(t)
+	image, tag, _ := strings.Cut(builder.from, ":")
+	version, _, _ := strings.Cut(tag, "-")
+	if image != "golang" && image != "docker.io/library/golang" {
+		t.Errorf("%s: builder FROM %s, want golang:%s", path, builder.from, want)
+	} else if version != want {
+		t.Errorf("%s: builder FROM %s, but go.mod wants Go %s", path, builder.from, want)
+	}
+
+	// The go build of ./cmd/sluice, one command of a RUN (split at &&, ;),
+	// and whether its stage sets CGO_ENABLED=0 for every command.
+	var build string
+	stageStatic, probeBuilt := false, false
+	for _, st := range stages[:len(stages)-1] {
+		static := false
+		for _, line := range st.lines {
+			word, rest, _ := strings.Cut(line, " ")
+			switch strings.ToUpper(word) {
+			case "ENV", "ARG":
+				static = static || regexp.MustCompile(`\bCGO_ENABLED[= ]"?0\b`).MatchString(rest)
+			case "RUN":
+				for _, c := range regexp.MustCompile(`&&|;`).Split(rest, -1) {
+					if strings.Contains(c, "go build") && strings.Contains(c, "./cmd/sluice") {
+						build, stageStatic = strings.TrimSpace(c), static
+					}
+					probeBuilt = probeBuilt || strings.Contains(c, "go build") && strings.Contains(c, "./deploy/compose/probe")
+				}
+			}
+		}
+	}
+	switch {
+	case build == "":
+		t.Errorf("%s: no RUN go build ... ./cmd/sluice in a build stage", path)
+	case !stageStatic && !regexp.MustCompile(`\bCGO_ENABLED=0\b`).MatchString(build):
+		t.Errorf("%s: %q: want CGO_ENABLED=0, a static binary for the distroless/scratch stage", path, build)
+	case !strings.Contains(build, "-trimpath"):
+		t.Errorf("%s: %q: want -trimpath", path, build)
+	}
+
+	// The final stage.
+	if !strings.HasPrefix(final.from, "gcr.io/distroless/static") && final.from != "scratch" {
+		t.Errorf("%s: final stage FROM %s, want gcr.io/distroless/static... or scratch", path, final.from)
+	}
+	var user, entrypoint string
+	copies := map[string]string{} // destination -> COPY line
+	for _, line := range final.lines {
+		word, rest, _ := strings.Cut(line, " ")
+		switch strings.ToUpper(word) {
+		case "USER":
+			user = strings.TrimSpace(rest)
+		case "ENTRYPOINT":
+			entrypoint = strings.TrimSpace(rest)
+		case "COPY":
+			fields := strings.Fields(rest)
+			copies[fields[len(fields)-1]] = line
+		}
+	}
+	uid, _, _ := strings.Cut(user, ":")
+	if n, err := strconv.Atoi(uid); err != nil || n == 0 {
+		t.Errorf("%s: final stage USER %q, want a numeric non-root uid (e.g. 65532:65532)", path, user)
+	}
+	if entrypoint != `["/sluice"]` {
+		t.Errorf("%s: ENTRYPOINT %s, want [\"/sluice\"] (compose gives the part as the command)", path, entrypoint)
+	}
+	if c, ok := copies["/sluice"]; !ok || !strings.Contains(c, "--from=") {
+		t.Errorf("%s: the final stage does not COPY --from the builder to /sluice", path)
+	}
+	// compose.yaml's healthchecks run /probe.
+	if _, ok := copies["/probe"]; !ok || !probeBuilt {
+		t.Errorf("%s: the final stage lacks /probe, built from ./deploy/compose/probe; the services' healthchecks run it", path)
+	}
+
+	// .dockerignore: nothing the build reads is left out of the context.
+	ignore, err := os.Open(filepath.Join(repoRoot, ".dockerignore"))
+	if err != nil {
+		t.Fatalf(".dockerignore: %v", err)
+	}
+	defer ignore.Close()
+	patterns, err := ignorefile.ReadAll(ignore)
+	if err != nil {
+		t.Fatalf(".dockerignore: %v", err)
+	}
+	pm, err := patternmatcher.New(patterns)
+	if err != nil {
+		t.Fatalf(".dockerignore: %v", err)
+	}
+	if !pm.Exclusions() && len(patterns) == 0 {
+		t.Errorf(".dockerignore is empty: .git, bin and .sluice would go into every build's context")
+	}
+	needed := []string{"go.mod", "go.sum"}
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	list := exec.Command(goBin, "list", "-deps", "-f",
+		`{{if and .Module .Module.Main}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{range .EmbedFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{end}}`,
+		"./cmd/sluice", "./deploy/compose/probe")
+	list.Dir = repoRoot
+	out, err := list.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	root, _ := filepath.Abs(repoRoot)
+	for _, file := range strings.Fields(string(out)) {
+		rel, err := filepath.Rel(root, file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		needed = append(needed, filepath.ToSlash(rel))
+	}
+	for _, file := range needed {
+		if excluded, _ := pm.MatchesOrParentMatches(file); excluded {
+			t.Errorf(".dockerignore excludes %s, which the image's go build reads", file)
+		}
+	}
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
