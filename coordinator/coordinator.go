@@ -15,7 +15,9 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/consul"
+	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/retry"
@@ -94,6 +96,9 @@ type Config struct {
 	// none are sent.
 	Canary CanaryConfig
 
+	// Admin configures the admin API (admin.go, docs/admin.md).
+	Admin AdminConfig
+
 	// Reducer makes the reducer of each group; nil: JSONReducer.
 	Reducer ReducerFactory
 	// Now is the clock of the timestamps recorded; default time.Now.
@@ -128,6 +133,8 @@ func DefaultConfig() Config {
 		ConsumerTTL:         15 * time.Second,
 		StatsEvery:          5 * time.Second,
 		Canary:              DefaultCanaryConfig(),
+		Admin: AdminConfig{ConsumerGroup: "sluice-relay",
+			Kafka: kafka.Config{ClientID: "sluice-coordinator", Version: "3.6.0", Compression: "none"}},
 	}
 }
 
@@ -179,6 +186,12 @@ type Coordinator struct {
 	close  sync.Once
 	params atomic.Pointer[Params] // in force: Consul's, else cfg.Scaling
 	canary *CanaryMonitor         // nil: no canaries
+	// pins are the operators' scale pins in force (pins.go); targets, the
+	// scaler's target per partition while this process holds the lock (0:
+	// unknown), for the admin API.
+	pins    atomic.Pointer[map[int]admin.Pin]
+	targets []atomic.Int64
+	admin   *adminAPI
 }
 
 // New checks cfg and builds a coordinator; it connects to nothing yet.
@@ -219,8 +232,9 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 	reg := ops.NewRegistry()
 	c := &Coordinator{
 		cfg: cfg, log: log, pool: pool, consul: cc, http: newCallbackClient(cfg.CallbackTimeout),
-		reg: reg, m: newMetrics(reg),
+		reg: reg, m: newMetrics(reg), targets: make([]atomic.Int64, cfg.Partitions),
 	}
+	c.admin = newAdminAPI(c)
 	p := cfg.Scaling
 	c.params.Store(&p)
 	if len(cfg.Canary.Topics) > 0 {
@@ -257,7 +271,9 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		wctx, stop := context.WithCancel(ctx)
 		watched := make(chan struct{})
 		go func() { defer close(watched); c.watchParams(wctx) }()
-		defer func() { stop(); <-watched }()
+		pinsWatched := make(chan struct{})
+		go func() { defer close(pinsWatched); c.watchPins(wctx) }()
+		defer func() { stop(); <-watched; <-pinsWatched }()
 	}
 	key, _ := consul.Key(c.cfg.Stage, "coordinator", "lock")
 	lockDelay := consul.FlagLockDelay(c.cfg.LockDelay)
@@ -302,6 +318,7 @@ func (c *Coordinator) Serve(ctx context.Context, ln net.Listener) error {
 	defer c.Close()
 	mux := http.NewServeMux()
 	ops.Mount(mux, c.reg, c.ready)
+	c.admin.mount(mux) // /api/v1/ and the dashboard at /: admin.go
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	opsDone := make(chan error, 1)
 	go func() { opsDone <- ops.Serve(ctx, c.log, srv, ln, time.Second) }()

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/queue"
 )
@@ -46,7 +47,12 @@ func (c *Coordinator) newScaler(valid func() bool) *scaler {
 
 // run runs a cycle at once, then every ScaleEvery, until ctx ends.
 func (s *scaler) run(ctx context.Context) {
-	defer s.c.m.resetScaling()
+	defer func() {
+		s.c.m.resetScaling()
+		for i := range s.c.targets {
+			s.c.targets[i].Store(0)
+		}
+	}()
 	p := s.c.Params()
 	s.log.Info("scaler started", "every", s.c.cfg.ScaleEvery, "params", p.String())
 	t := time.NewTicker(s.c.cfg.ScaleEvery)
@@ -116,6 +122,15 @@ func (s *scaler) partition(ctx context.Context, p Params, part int) {
 		st.idle = false
 		log.Info("scaler: the partition has live consumers again", "consumers", obs.Consumers, "workers", obs.Workers)
 	}
+	if pin, ok := s.c.pinOf(part); ok {
+		// An operator's pin comes before the parameters, paused or not
+		// (docs/admin.md#scaling); with no live consumer there is nobody
+		// to command, as for Decide.
+		if obs.Consumers > 0 {
+			s.pinnedCycle(ctx, st, part, pin, load.Checkpoint, live, log)
+		}
+		return
+	}
 	if p.Paused {
 		// Measure, command nothing; on resume, start from what runs.
 		st.State = State{}
@@ -150,9 +165,40 @@ func (s *scaler) partition(ctx context.Context, p Params, part int) {
 		log.Debug("scaling: no command", "reason", d.Reason, "workers", next.Target)
 	}
 	st.State = next
-	if st.Target > 0 {
-		m.scaleTarget.WithLabelValues(label).Set(float64(st.Target))
+	s.setTarget(part, st.Target)
+}
+
+// setTarget records partition part's target for the metrics and the admin
+// API (0: unknown).
+func (s *scaler) setTarget(part, target int) {
+	s.c.targets[part].Store(int64(target))
+	if target > 0 {
+		s.c.m.scaleTarget.WithLabelValues(strconv.Itoa(part)).Set(float64(target))
 	}
+}
+
+// pinnedCycle is a pinned partition's cycle: the pin's command, if one is
+// due, pushed as Decide's are.
+func (s *scaler) pinnedCycle(ctx context.Context, st *partScaling, part int, pin admin.Pin, checkpoint int, live map[string]queue.Beat, log *slog.Logger) {
+	before := st.State
+	cmd, ok := s.pinned(st, part, pin, checkpoint, live)
+	if ok {
+		if !s.valid() {
+			st.State = before
+			return // the lock is gone: the next holder decides
+		}
+		if err := s.c.pool.PushCommand(ctx, cmd); err != nil {
+			st.State = before // decided again next cycle
+			if ctx.Err() == nil {
+				s.c.m.redisErrors.Inc()
+				log.Warn("scaler: pushing a pinned command failed; again next cycle", "type", cmd.Type, "target", cmd.TargetWorkers, "err", err)
+			}
+			return
+		}
+		s.c.m.scaleDecisions.WithLabelValues(strconv.Itoa(part), cmd.Type).Inc()
+		log.Info("scaling decision", "type", cmd.Type, "workers", cmd.TargetWorkers, "was", before.Target, "reason", cmd.Reason)
+	}
+	s.setTarget(part, st.Target)
 }
 
 // observe turns a partition's load into an Observation: the live

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 
 	"github.com/sluicehq/sluice/coordinator"
+	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
@@ -20,7 +21,9 @@ func init() {
 		"per-worker queue depth (PWQD = ready jobs / live workers): SCALE_UP / SCALE_DOWN commands on the partition's\n"+
 		"cmd list. The --scale-* flags are defaults; the JSON in Consul KV sluice/<stage>/scaling overrides them live.\n"+
 		"With --canary-topics it also runs the heartbeat canary monitor (see sluice canary).\n"+
-		"Other coordinators stand by. Ops: /healthz, /readyz, /metrics.")
+		"Other coordinators stand by. Ops: /healthz, /readyz, /metrics. Every coordinator, standby too, serves the\n"+
+		"admin API under /api/v1/ (bearer tokens from --admin-tokens / --admin-tokens-file; docs/admin.md) and the\n"+
+		"web dashboard at /.")
 }
 
 // coordinatorFlags are sluice coordinator's flags: the coordinator's Config
@@ -30,6 +33,10 @@ type coordinatorFlags struct {
 	canaryTopics   cli.ListFlag
 	listen         string
 	partitionAddrs string
+	adminTokens    string
+	adminFile      string
+	adminInsecure  bool
+	gateMetrics    cli.ListFlag
 	logging        cli.Logging
 }
 
@@ -66,6 +73,16 @@ func (f *coordinatorFlags) register(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.ConsumerTTL, "consumer-ttl", c.ConsumerTTL, "a consumer's heartbeat older than this no longer counts (ten times older: removed)")
 	cli.DurationVar(fs, &c.StatsEvery, "stats-every", c.StatsEvery, "how often the partitions' in-flight, delayed and dead jobs and the stage funnel are read into metrics (0: never)")
 	registerCanaryFlags(fs, &c.Canary, &f.canaryTopics)
+	// The admin API (docs/admin.md).
+	fs.StringVar(&f.adminTokens, "admin-tokens", "", "admin API bearer tokens with their roles: \"<token> admin;<token> read\" (kept as SHA-256 hashes); prefer --admin-tokens-file, as flags show in ps")
+	fs.StringVar(&f.adminFile, "admin-tokens-file", "", "file of admin API tokens: one \"<token> <role>\" per line (role read or admin), # comments")
+	fs.BoolVar(&f.adminInsecure, "admin-insecure", false, "without tokens, serve the admin API to anyone as admin (sluice dev on localhost only); without it and without tokens the API answers 403")
+	c.Admin.Kafka.Register(fs, "sluice-coordinator")
+	c.Admin.Kafka.Brokers = nil // optional: without, the Kafka DLQ endpoints answer 503
+	fs.Lookup("kafka-brokers").DefValue = ""
+	fs.Lookup("kafka-brokers").Usage = "Kafka brokers, comma-separated host:port: the admin API reads and replays <topic>.dlq and reads the relays' lag (none: those answer 503)"
+	fs.StringVar(&c.Admin.ConsumerGroup, "consumer-group", c.Admin.ConsumerGroup, "the relays' --consumer-group, for their lag in /api/v1/stats")
+	fs.Var(&f.gateMetrics, "gate-metrics", "the gates' /metrics URLs, comma-separated, for the gate's counts in /api/v1/stats")
 	f.logging.Register(fs)
 }
 
@@ -76,6 +93,13 @@ func (f *coordinatorFlags) build(log *slog.Logger) (*coordinator.Coordinator, er
 		return nil, fmt.Errorf("--redis-partition-addrs: %w", err)
 	}
 	f.cfg.Canary.Topics = f.canaryTopics
+	if f.cfg.Admin.Auth, err = admin.NewAuth(f.adminTokens, f.adminFile, f.adminInsecure); err != nil {
+		return nil, err
+	}
+	f.cfg.Admin.GateMetrics = f.gateMetrics
+	if !f.cfg.Admin.Auth.Configured() && !f.adminInsecure {
+		log.Warn("the admin API has no tokens: it answers 403 until --admin-tokens or --admin-tokens-file is set")
+	}
 	return coordinator.New(f.cfg, log)
 }
 

@@ -178,9 +178,10 @@ func Build(in Input) Report {
 	return r
 }
 
-// open is a stage map's relayed jobs that have not ended.
+// open is a stage map's relayed jobs that have not ended. A dead job an
+// operator replayed (admin API) is open again.
 func open(s map[string]int64) int64 {
-	return s[queue.StageRelayed] - s[queue.StageCompleted] - s[queue.StageDead] - s[queue.StageCancelled]
+	return s[queue.StageRelayed] + s[queue.StageReplayed] - s[queue.StageCompleted] - s[queue.StageDead] - s[queue.StageCancelled]
 }
 
 func topic(name string, stages map[string]int64, in Input) Topic {
@@ -197,7 +198,9 @@ func topic(name string, stages map[string]int64, in Input) Topic {
 		if t.Gate.Failed > 0 {
 			t.Notes = append(t.Notes, fmt.Sprintf("%d valid jobs were not produced (answered 5xx or 504): their clients resend them", t.Gate.Failed))
 		}
-		inKafka := t.Gate.Accepted - t.RelayedOut
+		// Records replayed from <topic>.dlq by the admin API were produced
+		// without a gate.
+		inKafka := t.Gate.Accepted + stages[queue.StageDLQReplayed] - t.RelayedOut
 		t.InKafka = &inKafka
 		switch {
 		case inKafka < 0:

@@ -1,0 +1,127 @@
+package coordinator
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/admin"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+const (
+	defaultGroupLimit = 100
+	maxGroupLimit     = 1000
+)
+
+func groupInfo(name string, part int, st queue.GroupStatus) admin.GroupInfo {
+	g := admin.GroupInfo{
+		Group: name, Partition: part, Topic: st.Topic, Total: st.Total, Relayed: st.Relayed, Queued: st.Queued,
+		Running: st.Running, Done: st.Done, Failed: st.Failed, Dead: st.Dead, Cancelled: st.Cancelled,
+		FirstAt: admin.TimePtr(st.FirstAt), ClosedAt: admin.TimePtr(st.ClosedAt), CancelledAt: admin.TimePtr(st.CancelledAt),
+		CompletedAt: admin.TimePtr(st.CompletedAt), CallbackURL: st.CallbackURL, CallbackState: st.CallbackState,
+		CallbackAttempts: st.CallbackAttempts, CallbackError: st.CallbackError,
+	}
+	if st.Total > 0 {
+		p := min(float64(st.Done+st.Dead+st.Cancelled)/float64(st.Total), 1)
+		g.Progress = &p
+	}
+	return g
+}
+
+// groupList is the active groups of every partition in fair order, and
+// the bulk groups a SCAN of the partitions' group hashes finds.
+func (a *adminAPI) groupList(r *http.Request, _ admin.Role) (any, error) {
+	ctx := r.Context()
+	limit := defaultGroupLimit
+	if s := r.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxGroupLimit {
+			return nil, badRequest(fmt.Sprintf("limit %q: want 1..%d", s, maxGroupLimit), "")
+		}
+		limit = n
+	}
+	out := admin.GroupList{Active: []admin.ActiveGroup{}, Bulk: []admin.GroupInfo{}}
+	layout := a.c.pool.Layout()
+	for part := range layout.Partitions {
+		k, c := layout.Keys(part), a.c.pool.Client(part)
+		names, err := c.ZRange(ctx, k.Groups(), 0, int64(limit-1)).Result()
+		if err != nil {
+			return nil, a.redisErr(err)
+		}
+		pipe := c.Pipeline()
+		lens := make([]*redis.IntCmd, len(names))
+		for i, n := range names {
+			lens[i] = pipe.LLen(ctx, k.Ready(n))
+		}
+		if len(names) > 0 {
+			if _, err := pipe.Exec(ctx); err != nil {
+				return nil, a.redisErr(err)
+			}
+		}
+		for i, n := range names {
+			out.Active = append(out.Active, admin.ActiveGroup{Partition: part, Group: n, Ready: lens[i].Val()})
+		}
+	}
+	// Bulk groups: no index holds them, so each partition's group hashes
+	// are scanned (O(keys) for Redis, in steps) until limit are found.
+	for part := range layout.Partitions {
+		if len(out.Bulk) >= limit {
+			break
+		}
+		k, c := layout.Keys(part), a.c.pool.Client(part)
+		prefix := k.Group("")
+		it := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		for len(out.Bulk) < limit && it.Next(ctx) {
+			name := it.Val()[len(prefix):]
+			total, err := c.HGet(ctx, it.Val(), "total").Int64()
+			if err != nil || total <= 0 {
+				continue
+			}
+			st, err := a.c.pool.GroupStatus(ctx, name)
+			if err != nil {
+				return nil, a.redisErr(err)
+			}
+			if st.Found {
+				out.Bulk = append(out.Bulk, groupInfo(name, part, st))
+			}
+		}
+		if err := it.Err(); err != nil {
+			return nil, a.redisErr(err)
+		}
+	}
+	return out, nil
+}
+
+func (a *adminAPI) groupGet(r *http.Request, _ admin.Role) (any, error) {
+	name := r.PathValue("group")
+	st, err := a.c.pool.GroupStatus(r.Context(), name)
+	if err != nil {
+		return nil, a.redisErr(err)
+	}
+	if !st.Found {
+		return nil, notFound(fmt.Sprintf("no group %q in Redis", name), "its jobs may still be in Kafka, or it ended and expired")
+	}
+	return groupInfo(name, a.c.pool.Layout().PartitionOf(name), st), nil
+}
+
+func (a *adminAPI) groupCancel(r *http.Request, _ admin.Role) (any, error) {
+	name := r.PathValue("group")
+	st, err := a.c.pool.GroupStatus(r.Context(), name)
+	if err != nil {
+		return nil, a.redisErr(err)
+	}
+	if !st.Found {
+		// A typo must not leave a cancelled group behind; the gate's
+		// DELETE /v1/groups/{id} cancels one still on its way.
+		return nil, notFound(fmt.Sprintf("no group %q in Redis", name),
+			"if its jobs are still in Kafka, cancel it at the gate: DELETE /v1/groups/{id}")
+	}
+	n, err := a.c.pool.CancelGroup(r.Context(), name, a.c.cfg.Now())
+	if err != nil {
+		return nil, a.redisErr(err)
+	}
+	return admin.CancelResult{Group: name, Removed: n}, nil
+}

@@ -1,0 +1,447 @@
+package coordinator
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/IBM/sarama"
+
+	"github.com/sluicehq/sluice/internal/admin"
+	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// The relay's <topic>.dlq (docs/admin.md#dead-letters). Kafka deletes
+// records only as a prefix of a partition (DeleteRecords moves its log
+// start offset), so a replay or purge by ids must name a partition's
+// oldest records, and the list reads oldest first.
+
+// The relay's headers on a dead letter (relay/topic.go: parts do not
+// import each other, so they are named again here). A replayed record
+// goes without them: it is a fresh attempt, with the relay's requeue count
+// started over.
+const (
+	dlqHeaderReason   = "sluice-dlq-reason"
+	dlqHeaderSource   = "sluice-source"
+	dlqHeaderRequeues = "sluice-relay-requeues"
+)
+
+// valueExcerpt is how much of a record's value a list shows.
+const valueExcerpt = 1024
+
+// kafkaClient connects to the configured brokers; no brokers is a 503
+// that names the flag.
+func (a *adminAPI) kafkaClient() (sarama.Client, error) {
+	cfg := a.c.cfg.Admin.Kafka
+	if len(cfg.Brokers) == 0 {
+		return nil, &admin.Error{Status: http.StatusServiceUnavailable, Message: "the coordinator has no Kafka brokers configured",
+			Fix: "start the coordinator with --kafka-brokers host:port (the relays' brokers)"}
+	}
+	sc, err := cfg.Sarama()
+	if err != nil {
+		return nil, a.kafkaErr(err)
+	}
+	sc.Consumer.Return.Errors = true
+	client, err := sarama.NewClient(cfg.Brokers, sc)
+	if err != nil {
+		return nil, a.kafkaErr(err)
+	}
+	return client, nil
+}
+
+// dlqPartitions are <topic>.dlq's partitions, sorted; an unknown topic is
+// a 404.
+func (a *adminAPI) dlqPartitions(client sarama.Client, topic string) (string, []int32, error) {
+	if topic == "" {
+		return "", nil, badRequest("no topic", "name the job topic (its <topic>.dlq is read), e.g. topic=jobs")
+	}
+	dlq := topic + ".dlq"
+	parts, err := client.Partitions(dlq)
+	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+		return "", nil, notFound(fmt.Sprintf("Kafka has no topic %s", dlq), "name a job topic whose relay has a DLQ topic")
+	}
+	if err != nil {
+		return "", nil, a.kafkaErr(err)
+	}
+	parts = slices.Clone(parts)
+	slices.Sort(parts)
+	return dlq, parts, nil
+}
+
+// bounds are a partition's log start and end offsets.
+func (a *adminAPI) bounds(client sarama.Client, topic string, p int32) (oldest, newest int64, err error) {
+	if oldest, err = client.GetOffset(topic, p, sarama.OffsetOldest); err != nil {
+		return 0, 0, a.kafkaErr(err)
+	}
+	if newest, err = client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
+		return 0, 0, a.kafkaErr(err)
+	}
+	return oldest, newest, nil
+}
+
+// readRange reads partition p's records from offset from up to (not
+// including) to, at most max of them.
+func (a *adminAPI) readRange(ctx context.Context, client sarama.Client, topic string, p int32, from, to int64, max int) ([]*sarama.ConsumerMessage, error) {
+	if from >= to || max <= 0 {
+		return nil, nil
+	}
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return nil, a.kafkaErr(err)
+	}
+	defer consumer.Close()
+	pc, err := consumer.ConsumePartition(topic, p, from)
+	if err != nil {
+		return nil, a.kafkaErr(fmt.Errorf("reading %s/%d from offset %d: %w", topic, p, from, err))
+	}
+	defer pc.Close()
+	var out []*sarama.ConsumerMessage
+	for len(out) < max {
+		select {
+		case m := <-pc.Messages():
+			if m.Offset >= to {
+				return out, nil
+			}
+			out = append(out, m)
+			if m.Offset+1 >= to {
+				return out, nil
+			}
+		case err := <-pc.Errors():
+			return nil, a.kafkaErr(err)
+		case <-ctx.Done():
+			return nil, a.kafkaErr(fmt.Errorf("reading %s/%d up to offset %d: %w", topic, p, to, ctx.Err()))
+		}
+	}
+	return out, nil
+}
+
+// ParseKafkaID reads a DLQ record's id, "<partition>:<offset>".
+func ParseKafkaID(s string) (int32, int64, error) {
+	ps, os, ok := strings.Cut(strings.TrimSpace(s), ":")
+	p, err1 := strconv.ParseInt(ps, 10, 32)
+	off, err2 := strconv.ParseInt(os, 10, 64)
+	if !ok || err1 != nil || err2 != nil || p < 0 || off < 0 {
+		return 0, 0, badRequest(fmt.Sprintf("Kafka DLQ id %q: want <partition>:<offset>", s), "")
+	}
+	return int32(p), off, nil
+}
+
+// ParseKafkaCursor reads a Kafka DLQ cursor: "<partition>:<next offset>"
+// pairs, comma-separated.
+func ParseKafkaCursor(s string) (map[int32]int64, error) {
+	out := map[int32]int64{}
+	if s == "" {
+		return out, nil
+	}
+	for _, pair := range strings.Split(s, ",") {
+		p, off, err := ParseKafkaID(pair)
+		if err != nil {
+			return nil, badRequest(fmt.Sprintf("cursor %q: want the next_cursor of the page before", s), "")
+		}
+		out[p] = off
+	}
+	return out, nil
+}
+
+func kafkaEntry(m *sarama.ConsumerMessage, whole bool) admin.DLQEntry {
+	off := m.Offset
+	e := admin.DLQEntry{ID: fmt.Sprintf("%d:%d", m.Partition, m.Offset), Partition: int(m.Partition), Offset: &off,
+		Key: strings.ToValidUTF8(string(m.Key), "\uFFFD"), ValueBytes: len(m.Value)}
+	if !m.Timestamp.IsZero() {
+		ts := m.Timestamp
+		e.Timestamp = &ts
+	}
+	for _, h := range m.Headers {
+		if h == nil {
+			continue
+		}
+		switch string(h.Key) {
+		case dlqHeaderReason:
+			e.Reason = string(h.Value)
+		case dlqHeaderSource:
+			e.SourceRecord = string(h.Value)
+		}
+		if whole {
+			if e.Headers == nil {
+				e.Headers = map[string]string{}
+			}
+			e.Headers[string(h.Key)] = strings.ToValidUTF8(string(h.Value), "\uFFFD")
+		}
+	}
+	switch {
+	case !whole:
+		v := m.Value
+		if len(v) > valueExcerpt {
+			v = v[:valueExcerpt]
+		}
+		e.Value = strings.ToValidUTF8(string(v), "\uFFFD")
+	case utf8.Valid(m.Value):
+		e.Value = string(m.Value)
+	default:
+		e.ValueBase64 = base64.StdEncoding.EncodeToString(m.Value)
+	}
+	return e
+}
+
+func (a *adminAPI) kafkaList(ctx context.Context, topic string, limit int, cursor string) (any, error) {
+	from, err := ParseKafkaCursor(cursor)
+	if err != nil {
+		return nil, err
+	}
+	client, err := a.kafkaClient()
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	dlq, parts, err := a.dlqPartitions(client, topic)
+	if err != nil {
+		return nil, err
+	}
+	out := admin.DLQList{Source: admin.SourceKafka, Topic: topic, Entries: []admin.DLQEntry{}}
+	var next []string
+	more := false
+	for _, p := range parts {
+		oldest, newest, err := a.bounds(client, dlq, p)
+		if err != nil {
+			return nil, err
+		}
+		start := oldest
+		if c, ok := from[p]; ok && c > start {
+			start = c
+		}
+		msgs, err := a.readRange(ctx, client, dlq, p, start, newest, limit-len(out.Entries))
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range msgs {
+			out.Entries = append(out.Entries, kafkaEntry(m, false))
+			start = m.Offset + 1
+		}
+		if start < newest {
+			more = true
+		}
+		next = append(next, fmt.Sprintf("%d:%d", p, start))
+	}
+	if more {
+		out.NextCursor = strings.Join(next, ",")
+	}
+	return out, nil
+}
+
+func (a *adminAPI) kafkaEntry(ctx context.Context, topic, id string) (any, error) {
+	p, off, err := ParseKafkaID(id)
+	if err != nil {
+		return nil, err
+	}
+	client, err := a.kafkaClient()
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	dlq, parts, err := a.dlqPartitions(client, topic)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Contains(parts, p) {
+		return nil, notFound(fmt.Sprintf("%s has no partition %d", dlq, p), "")
+	}
+	oldest, newest, err := a.bounds(client, dlq, p)
+	if err != nil {
+		return nil, err
+	}
+	if off < oldest || off >= newest {
+		return nil, notFound(fmt.Sprintf("no record %s in %s (its partition holds offsets %d..%d)", id, dlq, oldest, newest-1),
+			"it may have been replayed or purged already")
+	}
+	msgs, err := a.readRange(ctx, client, dlq, p, off, off+1, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(msgs) == 0 || msgs[0].Offset != off {
+		return nil, notFound(fmt.Sprintf("no record %s in %s", id, dlq), "")
+	}
+	return kafkaEntry(msgs[0], true), nil
+}
+
+// kafkaPlan is what a replay or purge does to one partition: delete up to
+// (not including) upto, after replaying msgs.
+type kafkaPlan struct {
+	p    int32
+	upto int64
+	msgs []*sarama.ConsumerMessage
+}
+
+// kafkaAct replays or purges DLQ records. Everything is checked before
+// anything is done: ids that are not a partition's oldest records refuse
+// the whole request.
+func (a *adminAPI) kafkaAct(ctx context.Context, act admin.DLQAction, replay bool) (admin.DLQResult, error) {
+	named := map[int32]map[int64]bool{}
+	for _, id := range act.IDs {
+		p, off, err := ParseKafkaID(id)
+		if err != nil {
+			return admin.DLQResult{}, err
+		}
+		if named[p] == nil {
+			named[p] = map[int64]bool{}
+		}
+		named[p][off] = true
+	}
+	client, err := a.kafkaClient()
+	if err != nil {
+		return admin.DLQResult{}, err
+	}
+	defer client.Close()
+	dlq, parts, err := a.dlqPartitions(client, act.Topic)
+	if err != nil {
+		return admin.DLQResult{}, err
+	}
+	missing := 0
+	var plans []kafkaPlan
+	for _, p := range parts {
+		ids := named[p]
+		if !act.All && len(ids) == 0 {
+			continue
+		}
+		oldest, newest, err := a.bounds(client, dlq, p)
+		if err != nil {
+			return admin.DLQResult{}, err
+		}
+		plan := kafkaPlan{p: p, upto: newest}
+		if !act.All {
+			plan.upto = oldest
+			for off := range ids {
+				if off < oldest || off >= newest {
+					missing++
+					delete(ids, off)
+				} else if off+1 > plan.upto {
+					plan.upto = off + 1
+				}
+			}
+			if len(ids) == 0 {
+				continue
+			}
+		}
+		if replay || !act.All {
+			msgs, err := a.readRange(ctx, client, dlq, p, oldest, plan.upto, int(plan.upto-oldest))
+			if err != nil {
+				return admin.DLQResult{}, err
+			}
+			for _, m := range msgs {
+				if !act.All && !ids[m.Offset] {
+					return admin.DLQResult{}, badRequest(
+						fmt.Sprintf("%s partition %d: record %d:%d comes before the ones named and is not named: Kafka deletes a partition's records only oldest first", dlq, p, p, m.Offset),
+						"name every record from the partition's oldest up to the last one you mean (sluice dlq ls lists them oldest first), or use --all")
+				}
+			}
+			plan.msgs = msgs
+		}
+		plans = append(plans, plan)
+	}
+	done := 0
+	if replay {
+		var msgs []kafka.Message
+		for _, plan := range plans {
+			for _, m := range plan.msgs {
+				msgs = append(msgs, replayMessage(act.Topic, m))
+			}
+		}
+		if len(msgs) > 0 {
+			if err := a.produce(ctx, msgs); err != nil {
+				return admin.DLQResult{}, err
+			}
+			if err := a.c.pool.CountStage(ctx, act.Topic, queue.StageDLQReplayed, false, int64(len(msgs))); err != nil {
+				// Produced already: the count is only the funnel's.
+				a.log.Warn("counting replayed DLQ records failed; the funnel will show them as unexplained", "topic", act.Topic, "count", len(msgs), "err", err)
+			}
+		}
+		done = len(msgs)
+	}
+	upto := map[int32]int64{}
+	for _, plan := range plans {
+		upto[plan.p] = plan.upto
+		if !replay {
+			if act.All {
+				oldest, _, err := a.bounds(client, dlq, plan.p)
+				if err != nil {
+					return admin.DLQResult{}, err
+				}
+				done += int(max(plan.upto-oldest, 0))
+			} else {
+				done += len(plan.msgs)
+			}
+		}
+	}
+	if len(upto) > 0 {
+		if err := a.deleteRecords(client, dlq, upto); err != nil {
+			return admin.DLQResult{}, err
+		}
+	}
+	res := admin.DLQResult{Missing: missing}
+	if replay {
+		res.Replayed = &done
+	} else {
+		res.Purged = &done
+	}
+	a.log.Info("Kafka DLQ changed", "topic", dlq, "replay", replay, "done", done, "missing", missing, "deleted_up_to", upto)
+	return res, nil
+}
+
+// replayMessage is a dead letter produced anew to its topic: key, value
+// and headers as they came, without the relay's.
+func replayMessage(topic string, m *sarama.ConsumerMessage) kafka.Message {
+	var headers []sarama.RecordHeader
+	for _, h := range m.Headers {
+		if h == nil {
+			continue
+		}
+		switch string(h.Key) {
+		case dlqHeaderReason, dlqHeaderSource, dlqHeaderRequeues:
+			continue
+		}
+		headers = append(headers, *h)
+	}
+	return kafka.Message{Topic: topic, Key: m.Key, Value: m.Value, Partition: -1, Headers: headers}
+}
+
+// produce writes msgs with acks=all and the murmur2 key partitioner (the
+// gate's producer), each one or the request fails.
+func (a *adminAPI) produce(ctx context.Context, msgs []kafka.Message) error {
+	cfg := a.c.cfg.Admin.Kafka
+	prod, err := kafka.NewProducer(&cfg, kafka.ProducerOptions{}, a.log)
+	if err != nil {
+		return a.kafkaErr(err)
+	}
+	defer prod.Close()
+	res, err := prod.Produce(ctx, kafka.AcksAll, msgs)
+	if err != nil {
+		return a.kafkaErr(err)
+	}
+	for _, r := range res {
+		if r.Err != nil {
+			// Some may be written: a replay again writes them twice, which
+			// the relay's dedupe by job id absorbs. Nothing is deleted.
+			return a.kafkaErr(fmt.Errorf("producing to %s: %w (nothing was deleted from the DLQ; replaying again is safe: the relay dedupes by job id)", msgs[0].Topic, r.Err))
+		}
+	}
+	return nil
+}
+
+func (a *adminAPI) deleteRecords(client sarama.Client, topic string, upto map[int32]int64) error {
+	adm, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		return a.kafkaErr(err)
+	}
+	// Not closed: closing it closes the shared client, which the caller
+	// closes.
+	if err := adm.DeleteRecords(topic, upto); err != nil {
+		return a.kafkaErr(fmt.Errorf("deleting records of %s up to %v: %w", topic, upto, err))
+	}
+	return nil
+}

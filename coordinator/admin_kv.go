@@ -1,0 +1,371 @@
+package coordinator
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+
+	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/sluicehq/sluice/internal/admin"
+	"github.com/sluicehq/sluice/internal/consul"
+	"github.com/sluicehq/sluice/internal/limits"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// The Consul-backed endpoints of docs/admin.md: relay rates, execution
+// limits, scale pins. Values are checked with the readers' own parsers
+// (internal/limits) before they are written, so the API cannot write what
+// a relay or worker would refuse.
+
+func (a *adminAPI) key(parts ...string) (string, error) {
+	k, err := consul.Key(a.c.cfg.Stage, parts...)
+	if err != nil {
+		return "", badRequest(err.Error(), "")
+	}
+	return k, nil
+}
+
+func (a *adminAPI) kv() *consulapi.KV { return a.c.consul.KV() }
+
+func rateState(topic string, value []byte, exists bool) (admin.RateState, error) {
+	st := admin.RateState{Topic: topic}
+	if !exists {
+		st.Unlimited = true
+		return st, nil
+	}
+	r, err := limits.ParseRate(value)
+	if err != nil {
+		return st, err
+	}
+	st.Rate, st.Burst, st.Paused = r.PerSecond, r.Burst, r.Paused
+	return st, nil
+}
+
+func (a *adminAPI) rateList(r *http.Request, _ admin.Role) (any, error) {
+	prefix, err := a.key("relay")
+	if err != nil {
+		return nil, err
+	}
+	pairs, _, err := a.kv().List(prefix+"/", (&consulapi.QueryOptions{}).WithContext(r.Context()))
+	if err != nil {
+		return nil, a.consulErr(err)
+	}
+	out := admin.RateList{Rates: []admin.RateState{}}
+	for _, p := range pairs {
+		topic, ok := strings.CutSuffix(strings.TrimPrefix(p.Key, prefix+"/"), "/rate")
+		if !ok || topic == "" || strings.Contains(topic, "/") {
+			continue
+		}
+		st, err := rateState(topic, p.Value, true)
+		if err != nil {
+			// Shown, not hidden: the relay keeps its last good rate and
+			// logs the same error.
+			st.Error = err.Error()
+		}
+		out.Rates = append(out.Rates, st)
+	}
+	return out, nil
+}
+
+// readRate reads topic's rate key: the state and the key's modify index
+// (0: absent), for a check-and-set write.
+func (a *adminAPI) readRate(r *http.Request, topic string) (string, admin.RateState, uint64, error) {
+	key, err := a.key("relay", topic, "rate")
+	if err != nil {
+		return "", admin.RateState{}, 0, err
+	}
+	pair, _, err := a.kv().Get(key, (&consulapi.QueryOptions{}).WithContext(r.Context()))
+	if err != nil {
+		return "", admin.RateState{}, 0, a.consulErr(err)
+	}
+	if pair == nil {
+		st, _ := rateState(topic, nil, false)
+		return key, st, 0, nil
+	}
+	st, err := rateState(topic, pair.Value, true)
+	if err != nil {
+		st.Error = err.Error()
+	}
+	return key, st, pair.ModifyIndex, nil
+}
+
+func (a *adminAPI) rateGet(r *http.Request, _ admin.Role) (any, error) {
+	_, st, _, err := a.readRate(r, r.PathValue("topic"))
+	return st, err
+}
+
+// writeRate writes (or, for unlimited, deletes) topic's rate if the key
+// is still at index (0: absent): a concurrent change makes it a 409.
+func (a *adminAPI) writeRate(r *http.Request, key string, rate limits.Rate, index uint64) error {
+	wo := (&consulapi.WriteOptions{}).WithContext(r.Context())
+	var ok bool
+	var err error
+	if rate.Unlimited {
+		if index == 0 {
+			return nil
+		}
+		ok, _, err = a.kv().DeleteCAS(&consulapi.KVPair{Key: key, ModifyIndex: index}, wo)
+	} else {
+		if _, perr := limits.ParseRate(rate.Encode()); perr != nil {
+			return badRequest(perr.Error(), "")
+		}
+		ok, _, err = a.kv().CAS(&consulapi.KVPair{Key: key, Value: rate.Encode(), ModifyIndex: index}, wo)
+	}
+	if err != nil {
+		return a.consulErr(err)
+	}
+	if !ok {
+		return &admin.Error{Status: http.StatusConflict, Message: key + " changed while this request ran", Fix: "read it again and retry"}
+	}
+	return nil
+}
+
+func (a *adminAPI) rateSet(r *http.Request, _ admin.Role) (any, error) {
+	topic := r.PathValue("topic")
+	var body admin.RateSet
+	if err := decodeBody(r, &body); err != nil {
+		return nil, err
+	}
+	key, _, index, err := a.readRate(r, topic)
+	if err != nil {
+		return nil, err
+	}
+	rate := limits.Rate{PerSecond: body.Rate, Burst: body.Burst, Unlimited: body.Unlimited}
+	switch {
+	case body.Unlimited && (body.Rate != 0 || body.Burst != 0):
+		return nil, badRequest("unlimited takes no rate or burst", "")
+	case !body.Unlimited && !(body.Rate > 0):
+		return nil, badRequest(fmt.Sprintf("rate %g: want jobs per second > 0 (or unlimited: true; pause with POST .../pause)", body.Rate), "")
+	}
+	if err := a.writeRate(r, key, rate, index); err != nil {
+		return nil, err
+	}
+	_, st, _, err := a.readRate(r, topic)
+	return st, err
+}
+
+func (a *adminAPI) ratePause(r *http.Request, _ admin.Role) (any, error) {
+	topic := r.PathValue("topic")
+	key, st, index, err := a.readRate(r, topic)
+	if err != nil {
+		return nil, err
+	}
+	if st.Error != "" {
+		return nil, badRequest("the rate in Consul does not parse: "+st.Error, "set it first: sluice rate set "+topic+" <rate>")
+	}
+	if !st.Paused {
+		// The rate in force is kept in the value, for resume.
+		if err := a.writeRate(r, key, limits.Rate{Paused: true, PerSecond: st.Rate, Burst: st.Burst}, index); err != nil {
+			return nil, err
+		}
+	}
+	_, st, _, err = a.readRate(r, topic)
+	return st, err
+}
+
+func (a *adminAPI) rateResume(r *http.Request, _ admin.Role) (any, error) {
+	topic := r.PathValue("topic")
+	key, st, index, err := a.readRate(r, topic)
+	if err != nil {
+		return nil, err
+	}
+	if st.Paused {
+		// Back to what was in force before the pause; a pause of an
+		// unlimited topic (or a bare "paused") resumes to unlimited.
+		rate := limits.Rate{PerSecond: st.Rate, Burst: st.Burst, Unlimited: !(st.Rate > 0)}
+		if err := a.writeRate(r, key, rate, index); err != nil {
+			return nil, err
+		}
+	}
+	_, st, _, err = a.readRate(r, topic)
+	return st, err
+}
+
+func (a *adminAPI) limitList(r *http.Request, _ admin.Role) (any, error) {
+	prefix, err := a.key("limits")
+	if err != nil {
+		return nil, err
+	}
+	pairs, _, err := a.kv().List(prefix+"/", (&consulapi.QueryOptions{}).WithContext(r.Context()))
+	if err != nil {
+		return nil, a.consulErr(err)
+	}
+	out := admin.LimitList{Limits: []admin.LimitState{}}
+	for _, p := range pairs {
+		res := strings.TrimPrefix(p.Key, prefix+"/")
+		if res == "" || strings.Contains(res, "/") {
+			continue
+		}
+		st := admin.LimitState{Resource: res}
+		if l, err := limits.ParseLimit(p.Value); err != nil {
+			st.Error = err.Error()
+		} else {
+			st.Rate, st.Burst = l.PerSecond, l.Burst
+		}
+		out.Limits = append(out.Limits, st)
+	}
+	return out, nil
+}
+
+func (a *adminAPI) limitGet(r *http.Request, _ admin.Role) (any, error) {
+	res := r.PathValue("resource")
+	key, err := a.key("limits", res)
+	if err != nil {
+		return nil, err
+	}
+	pair, _, err := a.kv().Get(key, (&consulapi.QueryOptions{}).WithContext(r.Context()))
+	if err != nil {
+		return nil, a.consulErr(err)
+	}
+	if pair == nil {
+		return nil, notFound(fmt.Sprintf("resource %q has no limit (unlimited)", res), "set one: sluice limits set "+res+" <rate>")
+	}
+	st := admin.LimitState{Resource: res}
+	if l, err := limits.ParseLimit(pair.Value); err != nil {
+		st.Error = err.Error()
+	} else {
+		st.Rate, st.Burst = l.PerSecond, l.Burst
+	}
+	return st, nil
+}
+
+func (a *adminAPI) limitSet(r *http.Request, _ admin.Role) (any, error) {
+	res := r.PathValue("resource")
+	key, err := a.key("limits", res)
+	if err != nil {
+		return nil, err
+	}
+	var body admin.LimitState
+	if err := decodeBody(r, &body); err != nil {
+		return nil, err
+	}
+	if body.Resource != "" && body.Resource != res {
+		return nil, badRequest(fmt.Sprintf("the body names resource %q, the path %q", body.Resource, res), "")
+	}
+	l := limits.Limit{PerSecond: body.Rate, Burst: body.Burst}
+	if _, err := limits.ParseLimit(l.Encode()); err != nil {
+		return nil, badRequest(err.Error(), "")
+	}
+	if _, err := a.kv().Put(&consulapi.KVPair{Key: key, Value: l.Encode()}, (&consulapi.WriteOptions{}).WithContext(r.Context())); err != nil {
+		return nil, a.consulErr(err)
+	}
+	return admin.LimitState{Resource: res, Rate: l.PerSecond, Burst: l.Burst}, nil
+}
+
+func (a *adminAPI) limitDelete(r *http.Request, _ admin.Role) (any, error) {
+	res := r.PathValue("resource")
+	key, err := a.key("limits", res)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := a.kv().Delete(key, (&consulapi.WriteOptions{}).WithContext(r.Context())); err != nil {
+		return nil, a.consulErr(err)
+	}
+	return map[string]any{"resource": res, "unlimited": true}, nil
+}
+
+// live sums a load's live heartbeats: workers and consumers.
+func (a *adminAPI) live(load queue.PartitionLoad) (workers, consumers int) {
+	for _, b := range load.Consumers {
+		if load.Now.Sub(b.At) <= a.c.cfg.ConsumerTTL {
+			workers += b.Workers
+			consumers++
+		}
+	}
+	return workers, consumers
+}
+
+// readPins reads the pins from Consul (not the watch's copy: a write
+// just made shows at once).
+func (a *adminAPI) readPins(r *http.Request) (map[int]admin.Pin, error) {
+	prefix, err := pinsPrefix(a.c.cfg.Stage)
+	if err != nil {
+		return nil, badRequest(err.Error(), "")
+	}
+	pairs, _, err := a.kv().List(prefix, (&consulapi.QueryOptions{}).WithContext(r.Context()))
+	if err != nil {
+		return nil, a.consulErr(err)
+	}
+	values := map[string][]byte{}
+	for _, p := range pairs {
+		if name := strings.TrimPrefix(p.Key, prefix); name != "" {
+			values[name] = p.Value
+		}
+	}
+	pins, _ := parsePins(values, a.c.cfg.Partitions)
+	return pins, nil
+}
+
+func (a *adminAPI) scaleList(r *http.Request, _ admin.Role) (any, error) {
+	pins, err := a.readPins(r)
+	if err != nil {
+		return nil, err
+	}
+	p := a.c.Params()
+	out := admin.ScaleList{Holder: a.c.Holds(), Partitions: []admin.ScalePartition{}, Params: admin.ScaleParams{
+		Threshold: p.Threshold, Cycles: p.Cycles, Base: p.Base, Max: p.Limit(), HalfLife: p.HalfLife.Seconds(), Paused: p.Paused,
+	}}
+	for part := range a.c.cfg.Partitions {
+		sp, err := a.scalePartition(r, part, pins)
+		if err != nil {
+			return nil, err
+		}
+		out.Partitions = append(out.Partitions, sp)
+	}
+	return out, nil
+}
+
+func (a *adminAPI) scalePartition(r *http.Request, part int, pins map[int]admin.Pin) (admin.ScalePartition, error) {
+	load, err := a.c.pool.Load(r.Context(), part, 10*a.c.cfg.ConsumerTTL)
+	if err != nil {
+		return admin.ScalePartition{}, a.redisErr(err)
+	}
+	sp := admin.ScalePartition{Partition: part, Checkpoint: load.Checkpoint, Target: a.target(part)}
+	sp.Workers, sp.Consumers = a.live(load)
+	if pin, ok := pins[part]; ok {
+		sp.Pin = &pin
+	}
+	return sp, nil
+}
+
+func (a *adminAPI) scaleSet(r *http.Request, role admin.Role) (any, error) {
+	part, err := strconv.Atoi(r.PathValue("partition"))
+	if err != nil || part < 0 || part >= a.c.cfg.Partitions {
+		return nil, badRequest(fmt.Sprintf("partition %q: want 0..%d", r.PathValue("partition"), a.c.cfg.Partitions-1), "")
+	}
+	var body admin.ScaleSet
+	if err := decodeBody(r, &body); err != nil {
+		return nil, err
+	}
+	prefix, _ := pinsPrefix(a.c.cfg.Stage)
+	key := prefix + strconv.Itoa(part)
+	wo := (&consulapi.WriteOptions{}).WithContext(r.Context())
+	switch {
+	case body.Auto && body.Workers != 0:
+		return nil, badRequest("name workers or auto, not both", "")
+	case body.Auto:
+		if _, err := a.kv().Delete(key, wo); err != nil {
+			return nil, a.consulErr(err)
+		}
+	case body.Workers < 1 || body.Workers > MaxWorkers:
+		return nil, badRequest(fmt.Sprintf("workers %d: want 1..%d (or auto: true)", body.Workers, MaxWorkers), "")
+	default:
+		pin := admin.Pin{Workers: body.Workers, At: a.c.cfg.Now().UTC(), By: "admin API (" + role.String() + " token)"}
+		v, _ := json.Marshal(pin)
+		if _, err := ParsePin(v); err != nil {
+			return nil, badRequest(err.Error(), "")
+		}
+		if _, err := a.kv().Put(&consulapi.KVPair{Key: key, Value: v}, wo); err != nil {
+			return nil, a.consulErr(err)
+		}
+	}
+	pins, err := a.readPins(r)
+	if err != nil {
+		return nil, err
+	}
+	return a.scalePartition(r, part, pins)
+}
+

@@ -1,0 +1,622 @@
+package coordinator_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/sluicehq/sluice/coordinator"
+	"github.com/sluicehq/sluice/internal/admin"
+	"github.com/sluicehq/sluice/internal/funnel"
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/limits"
+	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+const (
+	adminToken = "admin-token-for-tests"
+	readToken  = "read-token-for-tests"
+)
+
+// withAdmin gives the coordinator an admin and a read token.
+func withAdmin(t *testing.T, mutate func(*coordinator.Config)) func(*coordinator.Config) {
+	auth, err := admin.NewAuth(adminToken+" admin;"+readToken+" read", "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return func(c *coordinator.Config) {
+		c.Admin.Auth = auth
+		if mutate != nil {
+			mutate(c)
+		}
+	}
+}
+
+// call sends method path to the coordinator with token ("": none) and body
+// (nil: none); it returns the status and the answer.
+func (r *running) call(t *testing.T, method, path, token string, body any) (int, []byte) {
+	t.Helper()
+	var in io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, "http://"+r.addr+path, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(path, "/api/") && ct != "application/json" {
+		t.Errorf("%s %s: Content-Type %q", method, path, ct)
+	}
+	return resp.StatusCode, out
+}
+
+// must calls and decodes a 200 answer into out.
+func (r *running) must(t *testing.T, method, path string, body, out any) {
+	t.Helper()
+	code, b := r.call(t, method, path, adminToken, body)
+	if code != http.StatusOK {
+		t.Fatalf("%s %s: %d %s", method, path, code, b)
+	}
+	if out != nil {
+		// Fresh: a field the answer leaves out must not keep an old value.
+		if v := reflect.ValueOf(out); v.Kind() == reflect.Pointer {
+			v.Elem().SetZero()
+		}
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s %s: %v in %s", method, path, err, b)
+		}
+	}
+}
+
+func apiError(t *testing.T, b []byte) admin.Error {
+	t.Helper()
+	var e admin.Error
+	if err := json.Unmarshal(b, &e); err != nil || e.Message == "" {
+		t.Fatalf("not an error answer: %s (%v)", b, err)
+	}
+	return e
+}
+
+// TestAdminAuth: no token 401, an unknown one 401, a read token reads but
+// cannot change (403), an admin token can; no tokens configured is 403
+// with the flag to set, and --admin-insecure lets everyone in. Each
+// request is counted by route and code.
+func TestAdminAuth(t *testing.T) {
+	b := newBed(t, 2)
+	c := b.start(t, "c1", withAdmin(t, nil))
+	for _, tc := range []struct {
+		method, path, token string
+		body                any
+		want                int
+	}{
+		{"GET", "/api/v1/whoami", "", nil, 401},
+		{"GET", "/api/v1/whoami", "not-a-token-at-all", nil, 401},
+		{"GET", "/api/v1/whoami", readToken, nil, 200},
+		{"GET", "/api/v1/rates/jobs", readToken, nil, 200},
+		{"PUT", "/api/v1/rates/jobs", readToken, admin.RateSet{Rate: 5}, 403},
+		{"POST", "/api/v1/rates/jobs/pause", readToken, nil, 403},
+		{"PUT", "/api/v1/rates/jobs", adminToken, admin.RateSet{Rate: 5}, 200},
+		{"GET", "/api/v1/nothing-here", adminToken, nil, 404},
+	} {
+		code, body := c.call(t, tc.method, tc.path, tc.token, tc.body)
+		if code != tc.want {
+			t.Errorf("%s %s with %q: %d %s, want %d", tc.method, tc.path, tc.token, code, body, tc.want)
+		}
+		if code >= 400 {
+			apiError(t, body)
+		}
+	}
+	var who admin.WhoAmI
+	_, body := c.call(t, "GET", "/api/v1/whoami", readToken, nil)
+	if json.Unmarshal(body, &who); who.Role != "read" {
+		t.Errorf("whoami with the read token: %s", body)
+	}
+	if n := testenv.Metric(t, c.c.Registry(), "sluice_coordinator_admin_requests_total", "code", "403", "route", "PUT /api/v1/rates/{topic}"); n != 1 {
+		t.Errorf("403s on PUT rates counted %g, want 1", n)
+	}
+
+	none := b.start(t, "c2", nil)
+	code, body := none.call(t, "GET", "/api/v1/whoami", adminToken, nil)
+	if e := apiError(t, body); code != 403 || !strings.Contains(e.Fix, "--admin-tokens") {
+		t.Errorf("without tokens: %d %s, want 403 naming --admin-tokens", code, body)
+	}
+	insecure, err := admin.NewAuth("", "", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := b.start(t, "c3", func(c *coordinator.Config) { c.Admin.Auth = insecure })
+	if code, body := open.call(t, "POST", "/api/v1/rates/jobs/pause", "", nil); code != 200 {
+		t.Errorf("--admin-insecure: %d %s", code, body)
+	}
+}
+
+// deadJob enqueues a job in its own group and fails it to the dead set.
+func (b *bed) deadJob(t *testing.T, id, topic, cause string) int {
+	t.Helper()
+	ctx := context.Background()
+	group := "g-" + id
+	env := fmt.Sprintf(`{"id":%q,"topic":%q,"type":"email","group":%q,"payload":{}}`, id, topic, group)
+	if _, err := b.pool.Enqueue(ctx, 1, []queue.Item{{ID: id, Group: group, Topic: topic, Weight: 1, Envelope: []byte(env)}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	part := b.layout.PartitionOf(group)
+	jobs, err := b.pool.Claim(ctx, part, 10, time.Now().Add(time.Minute))
+	if err != nil || len(jobs) != 1 || jobs[0].ID != id {
+		t.Fatalf("claim: %v %v", jobs, err)
+	}
+	if r, err := b.pool.Fail(ctx, part, jobs[0], cause, time.Time{}, time.Now(), queue.DeadLimits{Max: 100, Keep: time.Hour}); r != queue.FailDead || err != nil {
+		t.Fatalf("fail: %d %v", r, err)
+	}
+	return part
+}
+
+// balanced checks that the funnel explains every job in Redis.
+func (b *bed) balanced(t *testing.T) {
+	t.Helper()
+	in, err := funnel.Gather(context.Background(), b.pool, funnel.Sources{}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := funnel.Build(in); len(r.Problems) > 0 {
+		t.Errorf("the funnel does not balance: %v", r.Problems)
+	}
+}
+
+// TestAdminDeadJobReplayedRunsAgain: a dead job lists with its error and
+// attempts, replays to ready with its attempts reset, is claimed and runs
+// again; the funnel balances throughout; a purge removes one for good; a
+// replay of what is gone is a 409.
+func TestAdminDeadJobReplayedRunsAgain(t *testing.T) {
+	b := newBed(t, 4)
+	c := b.start(t, "c1", withAdmin(t, nil))
+	part := b.deadJob(t, "job-a", "jobs", "smtp: 550 no such mailbox")
+	b.deadJob(t, "job-b", "jobs", "boom")
+	b.deadJob(t, "job-c", "other", "bang")
+	b.balanced(t)
+
+	var list admin.DLQList
+	c.must(t, "GET", "/api/v1/dlq?source=redis&topic=jobs", nil, &list)
+	if len(list.Entries) != 2 || list.NextCursor != "" {
+		t.Fatalf("dead jobs of topic jobs: %+v", list)
+	}
+	// Paging one at a time finds all three, newest first, none twice.
+	var seen []string
+	cursor := ""
+	for range 5 {
+		var page admin.DLQList
+		c.must(t, "GET", "/api/v1/dlq?source=redis&limit=1&cursor="+cursor, nil, &page)
+		for _, e := range page.Entries {
+			seen = append(seen, e.ID)
+		}
+		if cursor = page.NextCursor; cursor == "" {
+			break
+		}
+	}
+	if slices.Sort(seen); !slices.Equal(seen, []string{"job-a", "job-b", "job-c"}) {
+		t.Errorf("paging by one found %v", seen)
+	}
+	var e admin.DLQEntry
+	c.must(t, "GET", "/api/v1/dlq/entry?source=redis&id=job-a", nil, &e)
+	if e.LastError != "smtp: 550 no such mailbox" || e.Attempts != 1 || e.Topic != "jobs" || e.Type != "email" || e.Partition != part || e.DeadAt == nil || len(e.Envelope) == 0 {
+		t.Errorf("entry: %+v", e)
+	}
+
+	var res admin.DLQResult
+	c.must(t, "POST", "/api/v1/dlq/replay", admin.DLQAction{Source: "redis", IDs: []string{"job-a"}}, &res)
+	if res.Replayed == nil || *res.Replayed != 1 || res.Missing != 0 {
+		t.Fatalf("replay: %+v", res)
+	}
+	b.balanced(t)
+	jobs, err := b.pool.Claim(context.Background(), part, 10, time.Now().Add(time.Minute))
+	if err != nil || len(jobs) != 1 || jobs[0].ID != "job-a" || jobs[0].Attempt != 1 {
+		t.Fatalf("the replayed job is not claimed as a first attempt: %+v %v", jobs, err)
+	}
+	if ok, err := b.pool.Ack(context.Background(), part, jobs[0], []byte("sent"), time.Now(), time.Hour); !ok || err != nil {
+		t.Fatalf("ack: %v %v", ok, err)
+	}
+	b.balanced(t)
+	if st, _ := b.pool.GroupStatus(context.Background(), "g-job-a"); st.Done != 1 || st.Dead != 0 {
+		t.Errorf("the group after the replay ran: %+v", st)
+	}
+
+	c.must(t, "POST", "/api/v1/dlq/purge", admin.DLQAction{Source: "redis", IDs: []string{"job-b"}}, &res)
+	if res.Purged == nil || *res.Purged != 1 {
+		t.Errorf("purge: %+v", res)
+	}
+	if n, _ := b.pool.Client(b.layout.PartitionOf("g-job-b")).Exists(context.Background(), b.layout.Keys(b.layout.PartitionOf("g-job-b")).Job("job-b")).Result(); n != 0 {
+		t.Error("the purged job's hash is still there")
+	}
+	code, body := c.call(t, "POST", "/api/v1/dlq/replay", adminToken, admin.DLQAction{Source: "redis", IDs: []string{"job-b", "job-c"}})
+	if code != 409 || !strings.Contains(string(body), "1 of the named") {
+		t.Errorf("a replay of a purged and a dead job: %d %s", code, body)
+	}
+	code, body = c.call(t, "GET", "/api/v1/dlq/entry?source=redis&id=job-b", adminToken, nil)
+	if code != 404 {
+		t.Errorf("entry of a purged job: %d %s", code, body)
+	}
+	c.must(t, "POST", "/api/v1/dlq/purge", admin.DLQAction{Source: "redis", All: true}, &res)
+	c.must(t, "GET", "/api/v1/dlq?source=redis", nil, &list)
+	if len(list.Entries) != 0 {
+		t.Errorf("after purging all: %+v", list.Entries)
+	}
+	for _, bad := range []admin.DLQAction{{Source: "redis"}, {Source: "mongo", All: true}, {Source: "redis", All: true, IDs: []string{"x"}}} {
+		if code, body := c.call(t, "POST", "/api/v1/dlq/replay", adminToken, bad); code != 400 {
+			t.Errorf("replay %+v: %d %s, want 400", bad, code, body)
+		}
+	}
+}
+
+// TestAdminKafkaDLQReplayReachesTheTopic: the relay's <topic>.dlq lists
+// oldest first with the reason; a replay of a record that is not the
+// oldest is refused before anything happens; a replay of the oldest
+// produces its key and value to the topic (murmur2 by key) and deletes it
+// from the DLQ (DeleteRecords); a purge of all empties it.
+func TestAdminKafkaDLQReplayReachesTheTopic(t *testing.T) {
+	k := testenv.Kafka(t, testenv.Topic("jobs", 4), testenv.Topic("jobs.dlq", 1))
+	b := newBed(t, 2)
+	c := b.start(t, "c1", withAdmin(t, func(c *coordinator.Config) { c.Admin.Kafka.Brokers = k.Brokers() }))
+	kc := kafka.Config{Brokers: k.Brokers(), Version: "3.6.0", Compression: "none", ClientID: "test"}
+	prod, err := kafka.NewProducer(&kc, kafka.ProducerOptions{}, slog.New(slog.NewTextHandler(testWriter{t, "producer"}, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prod.Close()
+	var msgs []kafka.Message
+	for i := range 3 {
+		msgs = append(msgs, kafka.Message{Topic: "jobs.dlq", Key: []byte(fmt.Sprintf("group-%d", i)), Value: []byte(fmt.Sprintf(`{"bad":%d`, i)), Partition: 0,
+			Headers: []sarama.RecordHeader{{Key: []byte("sluice-dlq-reason"), Value: []byte("envelope: unexpected end of JSON input")}, {Key: []byte("sluice-source"), Value: []byte(fmt.Sprintf("jobs/1/%d", i))}, {Key: []byte("trace"), Value: []byte("t1")}}})
+	}
+	if res, err := prod.Produce(context.Background(), kafka.AcksAll, msgs); err != nil || res[2].Err != nil {
+		t.Fatal(res, err)
+	}
+
+	var list admin.DLQList
+	c.must(t, "GET", "/api/v1/dlq?source=kafka&topic=jobs&limit=2", nil, &list)
+	if len(list.Entries) != 2 || list.Entries[0].ID != "0:0" || list.Entries[1].ID != "0:1" || list.NextCursor != "0:2" ||
+		list.Entries[0].Reason != "envelope: unexpected end of JSON input" || list.Entries[0].Key != "group-0" || list.Entries[0].SourceRecord != "jobs/1/0" {
+		t.Fatalf("first page: %+v", list)
+	}
+	c.must(t, "GET", "/api/v1/dlq?source=kafka&topic=jobs&cursor="+list.NextCursor, nil, &list)
+	if len(list.Entries) != 1 || list.Entries[0].ID != "0:2" || list.NextCursor != "" {
+		t.Fatalf("second page: %+v", list)
+	}
+	var e admin.DLQEntry
+	c.must(t, "GET", "/api/v1/dlq/entry?source=kafka&topic=jobs&id=0:1", nil, &e)
+	if e.Value != `{"bad":1` || e.Headers["trace"] != "t1" {
+		t.Errorf("entry 0:1: %+v", e)
+	}
+
+	code, body := c.call(t, "POST", "/api/v1/dlq/replay", adminToken, admin.DLQAction{Source: "kafka", Topic: "jobs", IDs: []string{"0:1"}})
+	if code != 400 || !strings.Contains(string(body), "oldest") {
+		t.Fatalf("replaying 0:1 before 0:0: %d %s", code, body)
+	}
+	var res admin.DLQResult
+	c.must(t, "POST", "/api/v1/dlq/replay", admin.DLQAction{Source: "kafka", Topic: "jobs", IDs: []string{"0:0"}}, &res)
+	if res.Replayed == nil || *res.Replayed != 1 {
+		t.Fatalf("replay: %+v", res)
+	}
+	// It reached the topic, in the partition the gate's partitioner picks
+	// for its key, without the relay's headers.
+	want := sarama.NewMurmur2Partitioner("jobs")
+	p, _ := want.Partition(&sarama.ProducerMessage{Key: sarama.StringEncoder("group-0")}, 4)
+	got := readOne(t, k.Brokers(), "jobs", p)
+	if string(got.Value) != `{"bad":0` || string(got.Key) != "group-0" || len(got.Headers) != 1 || string(got.Headers[0].Key) != "trace" {
+		t.Errorf("replayed record: key %s value %s headers %d", got.Key, got.Value, len(got.Headers))
+	}
+	c.must(t, "GET", "/api/v1/dlq?source=kafka&topic=jobs", nil, &list)
+	if len(list.Entries) != 2 || list.Entries[0].ID != "0:1" {
+		t.Errorf("after the replay the DLQ holds %+v", list.Entries)
+	}
+	if n := b.stage(t, "jobs", queue.StageDLQReplayed); n != 1 {
+		t.Errorf("dlq_replayed counted %d", n)
+	}
+	c.must(t, "POST", "/api/v1/dlq/purge", admin.DLQAction{Source: "kafka", Topic: "jobs", All: true}, &res)
+	if res.Purged == nil || *res.Purged != 2 {
+		t.Errorf("purge all: %+v", res)
+	}
+	c.must(t, "GET", "/api/v1/dlq?source=kafka&topic=jobs", nil, &list)
+	if len(list.Entries) != 0 {
+		t.Errorf("after purging all: %+v", list.Entries)
+	}
+	if code, body := c.call(t, "GET", "/api/v1/dlq?source=kafka&topic=nope", adminToken, nil); code != 404 {
+		t.Errorf("an unknown topic: %d %s", code, body)
+	}
+
+	// Without brokers: 503 naming the flag.
+	nok := b.start(t, "c2", withAdmin(t, nil))
+	code, body = nok.call(t, "GET", "/api/v1/dlq?source=kafka&topic=jobs", adminToken, nil)
+	if e := apiError(t, body); code != 503 || !strings.Contains(e.Fix, "--kafka-brokers") {
+		t.Errorf("without Kafka: %d %s", code, body)
+	}
+}
+
+func (b *bed) stage(t *testing.T, topic, stage string) int64 {
+	t.Helper()
+	var n int64
+	for p := range b.layout.Partitions {
+		f, err := b.pool.Funnel(context.Background(), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += f.Stages[topic][stage]
+	}
+	return n
+}
+
+// readOne reads the first record of topic's partition p.
+func readOne(t *testing.T, brokers []string, topic string, p int32) *sarama.ConsumerMessage {
+	t.Helper()
+	c, err := sarama.NewConsumer(brokers, sarama.NewConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	pc, err := c.ConsumePartition(topic, p, sarama.OffsetOldest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	select {
+	case m := <-pc.Messages():
+		return m
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no record in %s/%d", topic, p)
+	}
+	return nil
+}
+
+// TestAdminRatePauseResumeRestoresTheRate: set, pause (the relay's parser
+// reads it as paused, with the rate kept), resume (the rate is back), and
+// unlimited (the key goes); values the relay would refuse are a 400.
+func TestAdminRatePauseResumeRestoresTheRate(t *testing.T) {
+	b := newBed(t, 2)
+	c := b.start(t, "c1", withAdmin(t, nil))
+	kv := b.consul.Client().KV()
+	value := func() string {
+		p, _, err := kv.Get("sluice/test/relay/jobs/rate", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p == nil {
+			return ""
+		}
+		return string(p.Value)
+	}
+	var st admin.RateState
+	c.must(t, "GET", "/api/v1/rates/jobs", nil, &st)
+	if !st.Unlimited {
+		t.Errorf("no key: %+v", st)
+	}
+	c.must(t, "PUT", "/api/v1/rates/jobs", admin.RateSet{Rate: 50, Burst: 100}, &st)
+	if st.Rate != 50 || st.Burst != 100 || st.Paused || value() != `{"rate":50,"burst":100}` {
+		t.Errorf("set: %+v %s", st, value())
+	}
+	c.must(t, "POST", "/api/v1/rates/jobs/pause", nil, &st)
+	r, err := limits.ParseRate([]byte(value()))
+	if err != nil || !r.Paused || r.PerSecond != 50 || !st.Paused || st.Rate != 50 {
+		t.Errorf("paused: %+v, Consul %s reads as %+v %v", st, value(), r, err)
+	}
+	c.must(t, "POST", "/api/v1/rates/jobs/pause", nil, &st) // twice: no change
+	c.must(t, "POST", "/api/v1/rates/jobs/resume", nil, &st)
+	if st.Paused || st.Rate != 50 || st.Burst != 100 || value() != `{"rate":50,"burst":100}` {
+		t.Errorf("resumed: %+v %s", st, value())
+	}
+	var list admin.RateList
+	c.must(t, "GET", "/api/v1/rates", nil, &list)
+	if len(list.Rates) != 1 || list.Rates[0].Topic != "jobs" {
+		t.Errorf("list: %+v", list)
+	}
+	c.must(t, "PUT", "/api/v1/rates/jobs", admin.RateSet{Unlimited: true}, &st)
+	if !st.Unlimited || value() != "" {
+		t.Errorf("unlimited: %+v %q", st, value())
+	}
+	// Pausing an unlimited topic resumes to unlimited.
+	c.must(t, "POST", "/api/v1/rates/jobs/pause", nil, &st)
+	c.must(t, "POST", "/api/v1/rates/jobs/resume", nil, &st)
+	if !st.Unlimited || value() != "" {
+		t.Errorf("resumed from unlimited: %+v %q", st, value())
+	}
+	for _, bad := range []string{`{"rate":0}`, `{"rate":-1}`, `{"rate":5,"unlimited":true}`, `{"rate":"fast"}`, `{"rat":5}`, ``} {
+		req, _ := http.NewRequest("PUT", "http://"+c.addr+"/api/v1/rates/jobs", strings.NewReader(bad))
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 400 {
+			t.Errorf("PUT %s: %d, want 400", bad, resp.StatusCode)
+		}
+	}
+}
+
+// TestAdminLimits: set, read, list, unset; a value the workers would
+// refuse is a 400.
+func TestAdminLimits(t *testing.T) {
+	b := newBed(t, 2)
+	c := b.start(t, "c1", withAdmin(t, nil))
+	if code, _ := c.call(t, "GET", "/api/v1/limits/smtp", adminToken, nil); code != 404 {
+		t.Errorf("no limit: %d", code)
+	}
+	var st admin.LimitState
+	c.must(t, "PUT", "/api/v1/limits/smtp", admin.LimitState{Rate: 10, Burst: 2}, &st)
+	p, _, err := b.consul.Client().KV().Get("sluice/test/limits/smtp", nil)
+	if err != nil || p == nil {
+		t.Fatal(p, err)
+	}
+	if l, err := limits.ParseLimit(p.Value); err != nil || l.PerSecond != 10 || l.Burst != 2 {
+		t.Errorf("Consul holds %s: %+v %v", p.Value, l, err)
+	}
+	c.must(t, "GET", "/api/v1/limits/smtp", nil, &st)
+	var list admin.LimitList
+	c.must(t, "GET", "/api/v1/limits", nil, &list)
+	if st.Rate != 10 || len(list.Limits) != 1 || list.Limits[0].Resource != "smtp" {
+		t.Errorf("get %+v, list %+v", st, list)
+	}
+	if code, _ := c.call(t, "PUT", "/api/v1/limits/smtp", adminToken, admin.LimitState{Rate: 2e6}); code != 400 {
+		t.Errorf("a rate over the maximum: %d", code)
+	}
+	c.must(t, "DELETE", "/api/v1/limits/smtp", nil, nil)
+	if code, _ := c.call(t, "GET", "/api/v1/limits/smtp", adminToken, nil); code != 404 {
+		t.Errorf("after unset: %d", code)
+	}
+}
+
+// TestAdminGroupsAndPartitions: a bulk group shows with its progress and
+// its ready jobs among the active groups; it can be read and cancelled;
+// the partitions show the depth; an unknown group is a 404.
+func TestAdminGroupsAndPartitions(t *testing.T) {
+	b := newBed(t, 2)
+	c := b.start(t, "c1", withAdmin(t, nil))
+	ctx := context.Background()
+	var items []queue.Item
+	for i := range 4 {
+		id := job.BulkID("news", int64(i))
+		items = append(items, queue.Item{ID: id, Group: "news", Topic: "jobs", Weight: 1, GroupTotal: 4, Envelope: []byte(`{"id":"` + id + `"}`)})
+	}
+	items = append(items, queue.Item{Close: true, Group: "news", Topic: "jobs", GroupTotal: 4})
+	if _, err := b.pool.Enqueue(ctx, 1, items, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	part := b.layout.PartitionOf("news")
+	jobs, err := b.pool.Claim(ctx, part, 1, time.Now().Add(time.Minute))
+	if err != nil || len(jobs) != 1 {
+		t.Fatal(jobs, err)
+	}
+	if ok, err := b.pool.Ack(ctx, part, jobs[0], nil, time.Now(), time.Hour); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	var list admin.GroupList
+	c.must(t, "GET", "/api/v1/groups", nil, &list)
+	if len(list.Active) != 1 || list.Active[0].Group != "news" || list.Active[0].Ready != 3 || list.Active[0].Partition != part {
+		t.Errorf("active: %+v", list.Active)
+	}
+	if len(list.Bulk) != 1 || list.Bulk[0].Total != 4 || list.Bulk[0].Done != 1 || list.Bulk[0].Progress == nil || *list.Bulk[0].Progress != 0.25 {
+		t.Errorf("bulk: %+v", list.Bulk)
+	}
+	var parts admin.Partitions
+	c.must(t, "GET", "/api/v1/partitions", nil, &parts)
+	if len(parts.Partitions) != 2 || parts.Partitions[part].Ready != 3 || parts.Partitions[part].Completed != 1 || parts.Partitions[part].ActiveGroups != 1 {
+		t.Errorf("partitions: %+v", parts)
+	}
+	var cancel admin.CancelResult
+	c.must(t, "POST", "/api/v1/groups/news/cancel", nil, &cancel)
+	if cancel.Removed != 3 {
+		t.Errorf("cancel: %+v", cancel)
+	}
+	var g admin.GroupInfo
+	c.must(t, "GET", "/api/v1/groups/news", nil, &g)
+	if g.Cancelled != 3 || g.CancelledAt == nil || g.CompletedAt == nil {
+		t.Errorf("after cancel: %+v", g)
+	}
+	if code, _ := c.call(t, "POST", "/api/v1/groups/nope/cancel", adminToken, nil); code != 404 {
+		t.Errorf("cancel of an unknown group: %d", code)
+	}
+	var stats funnel.Report
+	c.must(t, "GET", "/api/v1/stats", nil, &stats)
+	if len(stats.Problems) != 0 || len(stats.Topics) != 1 {
+		t.Errorf("stats: %+v", stats)
+	}
+	var can admin.CanaryState
+	c.must(t, "GET", "/api/v1/canary", nil, &can)
+	if can.Monitor || len(can.Paths) != 0 {
+		t.Errorf("canary without a monitor: %+v", can)
+	}
+}
+
+// TestAdminScalePinHonouredByTheScaler: a pin commands its partition to
+// the pinned count with the reason "pinned by operator", even above the
+// maximum and under a backlog the scaler would double for; the scaler does
+// not undo it over further cycles; auto hands the partition back.
+func TestAdminScalePinHonouredByTheScaler(t *testing.T) {
+	b := newBed(t, 2)
+	c := b.start(t, "c1", withAdmin(t, scaling(fastParams())))
+	c.waitHolding(t)
+	cons := b.consumer(t, 0, 2)
+	b.backlog(t, 0, 500)
+	var sp admin.ScalePartition
+	c.must(t, "PUT", "/api/v1/scale/0", admin.ScaleSet{Workers: 3}, &sp)
+	if sp.Pin == nil || sp.Pin.Workers != 3 {
+		t.Fatalf("pin: %+v", sp)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the pinned command", func() bool {
+		for _, cmd := range cons.commands() {
+			if cmd.TargetWorkers == 3 && strings.HasPrefix(cmd.Reason, "pinned by operator") {
+				return true
+			}
+		}
+		return false
+	})
+	n := len(cons.commands())
+	c.waitCycles(t, 6) // the backlog would have doubled the workers by now
+	if got := cons.commands(); len(got) != n || cons.workers.Load() != 3 {
+		t.Errorf("the scaler changed a pinned partition: %+v, workers %d", got[n:], cons.workers.Load())
+	}
+	var list admin.ScaleList
+	c.must(t, "GET", "/api/v1/scale", nil, &list)
+	if p := list.Partitions[0]; p.Pin == nil || p.Target == nil || *p.Target != 3 || p.Workers != 3 || !list.Holder {
+		t.Errorf("scale show: %+v", list.Partitions[0])
+	}
+	c.must(t, "PUT", "/api/v1/scale/0", admin.ScaleSet{Auto: true}, &sp)
+	if sp.Pin != nil {
+		t.Errorf("auto left %+v", sp.Pin)
+	}
+	testenv.WaitFor(t, 10*time.Second, "the scaler to scale the backlog again", func() bool { return cons.workers.Load() > 3 })
+	for _, bad := range []admin.ScaleSet{{}, {Workers: -1}, {Workers: 20000}, {Workers: 2, Auto: true}} {
+		if code, body := c.call(t, "PUT", "/api/v1/scale/0", adminToken, bad); code != 400 {
+			t.Errorf("PUT scale %+v: %d %s", bad, code, body)
+		}
+	}
+	if code, _ := c.call(t, "PUT", "/api/v1/scale/9", adminToken, admin.ScaleSet{Workers: 2}); code != 400 {
+		t.Errorf("an unknown partition: %d", code)
+	}
+}
+
+// TestAdminUnreachableStores: with Redis down the Redis-backed endpoints
+// answer 503 naming --redis-addr; with Consul down the Consul-backed ones
+// name --consul-addr.
+func TestAdminUnreachableStores(t *testing.T) {
+	b := newBed(t, 2)
+	c := b.start(t, "c1", withAdmin(t, nil))
+	b.consul.Stop()
+	code, body := c.call(t, "GET", "/api/v1/rates/jobs", adminToken, nil)
+	if e := apiError(t, body); code != 503 || !strings.Contains(e.Fix, "--consul-addr") {
+		t.Errorf("Consul down: %d %s", code, body)
+	}
+	b.redis.Stop()
+	for _, path := range []string{"/api/v1/partitions", "/api/v1/stats", "/api/v1/dlq?source=redis", "/api/v1/groups"} {
+		code, body := c.call(t, "GET", path, adminToken, nil)
+		if e := apiError(t, body); code != 503 || !strings.Contains(e.Fix, "--redis-addr") {
+			t.Errorf("%s with Redis down: %d %s", path, code, body)
+		}
+	}
+}

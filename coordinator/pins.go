@@ -1,0 +1,134 @@
+package coordinator
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/sluicehq/sluice/internal/admin"
+	"github.com/sluicehq/sluice/internal/consul"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// Scale pins (docs/admin.md#scaling): `sluice scale set <partition> <n>`
+// writes {"workers":n,"at":...,"by":...} to Consul at
+// sluice/<stage>/scaling/pins/<partition>. Every coordinator follows the
+// prefix, so a new holder honours the pins in force; the holder's scaler
+// commands a pinned partition to the pin instead of deciding, until the
+// key goes (`scale set <partition> auto`). Consul, not the holder's
+// memory: a pin must survive the failover that an on-call may be causing.
+
+// pinReason starts the reason of every command a pin causes.
+const pinReason = "pinned by operator"
+
+// pinsPrefix is the Consul prefix of the stage's pins.
+func pinsPrefix(stage string) (string, error) {
+	k, err := consul.Key(stage, "scaling", "pins")
+	return k + "/", err
+}
+
+// ParsePin reads a pin's value: {"workers": n, "at": ..., "by": ...}, n
+// in 1..MaxWorkers. Unknown fields are refused: a typo must not pin a
+// partition to 0 workers.
+func ParsePin(value []byte) (admin.Pin, error) {
+	var p admin.Pin
+	dec := json.NewDecoder(bytes.NewReader(value))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return admin.Pin{}, fmt.Errorf("scale pin %q: %v", value, err)
+	}
+	if dec.More() {
+		return admin.Pin{}, fmt.Errorf("scale pin %q: more than one JSON value", value)
+	}
+	if p.Workers < 1 || p.Workers > MaxWorkers {
+		return admin.Pin{}, fmt.Errorf("scale pin %q: workers %d: want 1..%d", value, p.Workers, MaxWorkers)
+	}
+	return p, nil
+}
+
+// parsePins reads the prefix's keys: partition number -> pin. Keys that
+// are not a partition of the layout, or values that do not parse, are
+// skipped with an error each.
+func parsePins(values map[string][]byte, partitions int) (map[int]admin.Pin, []error) {
+	out := map[int]admin.Pin{}
+	var errs []error
+	for name, v := range values {
+		part, err := strconv.Atoi(name)
+		if err != nil || part < 0 || part >= partitions {
+			errs = append(errs, fmt.Errorf("scale pin key %q: not a partition 0..%d", name, partitions-1))
+			continue
+		}
+		p, err := ParsePin(v)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out[part] = p
+	}
+	return out, errs
+}
+
+// watchPins follows the pins until ctx ends; on Consul errors (and for a
+// value that does not parse) the last known pins stay in force.
+func (c *Coordinator) watchPins(ctx context.Context) {
+	prefix, _ := pinsPrefix(c.cfg.Stage)
+	log := c.log.With("prefix", prefix)
+	consul.WatchPrefix(ctx, c.consul, prefix, consul.WatchOptions{Log: log}, func(values map[string][]byte) {
+		pins, errs := parsePins(values, c.cfg.Partitions)
+		old := c.pins.Load()
+		for _, err := range errs {
+			log.Error("ignoring an invalid scale pin", "err", err)
+			if old != nil {
+				// A pin written wrong keeps the partition's last pin, if any.
+				for part, p := range *old {
+					if _, ok := pins[part]; !ok && values[strconv.Itoa(part)] != nil {
+						pins[part] = p
+					}
+				}
+			}
+		}
+		c.pins.Store(&pins)
+		log.Info("scale pins in force", "pins", len(pins))
+	})
+}
+
+// pinOf is partition part's pin, if any.
+func (c *Coordinator) pinOf(part int) (admin.Pin, bool) {
+	m := c.pins.Load()
+	if m == nil {
+		return admin.Pin{}, false
+	}
+	p, ok := (*m)[part]
+	return p, ok
+}
+
+// pinned commands a pinned partition: to the pin when the target differs,
+// or again when a live consumer missed it (resend). It replaces Decide for
+// the cycle; the state it leaves (target = level = the pin) is where the
+// scaler starts from once the pin goes.
+func (s *scaler) pinned(st *partScaling, part int, pin admin.Pin, checkpoint int, live map[string]queue.Beat) (queue.Command, bool) {
+	was := st.Target
+	if was == 0 {
+		was = checkpoint
+	}
+	var d Decision
+	if was != pin.Workers {
+		st.mismatch = 0
+		d = Decision{Type: queue.ScaleUp, Target: pin.Workers, Reason: pinReason}
+		if pin.Workers < was {
+			d.Type = queue.ScaleDown
+		}
+		if pin.By != "" {
+			d.Reason = fmt.Sprintf("%s (%s, %s)", pinReason, pin.By, pin.At.UTC().Format("2006-01-02T15:04:05Z"))
+		}
+	} else if d = s.resend(st, pin.Workers, live, Decision{}); d.Type != "" {
+		d.Reason = pinReason + ": " + d.Reason
+	}
+	st.State = State{Target: pin.Workers, Level: float64(pin.Workers), At: s.c.cfg.Now()}
+	if d.Type == "" {
+		return queue.Command{}, false
+	}
+	return queue.Command{Type: d.Type, Partition: part, TargetWorkers: d.Target, Reason: d.Reason}, true
+}

@@ -1,0 +1,276 @@
+package admin
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The wire types of the admin API, docs/admin.md. Times are RFC 3339 (Go's
+// encoding, to the nanosecond the server had); durations are seconds.
+
+// Error is every error answer: what went wrong and what to do about it.
+type Error struct {
+	Status  int    `json:"-"`
+	Message string `json:"error"`
+	Fix     string `json:"fix,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Fix == "" {
+		return e.Message
+	}
+	return e.Message + " (fix: " + e.Fix + ")"
+}
+
+// WhoAmI is GET /api/v1/whoami.
+type WhoAmI struct {
+	Role     string `json:"role"`
+	Insecure bool   `json:"insecure,omitempty"`
+}
+
+// Partitions is GET /api/v1/partitions.
+type Partitions struct {
+	At time.Time `json:"at"`
+	// Holder is true when the answering coordinator holds the lock (its
+	// scaler's targets are then known).
+	Holder     bool        `json:"holder"`
+	Partitions []Partition `json:"partitions"`
+}
+
+// Partition is one Redis partition's state.
+type Partition struct {
+	Partition int   `json:"partition"`
+	Ready     int64 `json:"ready"`
+	Delayed   int64 `json:"delayed"`
+	Inflight  int64 `json:"inflight"`
+	Dead      int64 `json:"dead"`
+	// Workers are the live workers (summed heartbeats), Consumers their
+	// count; Checkpoint the worker-count checkpoint (0: none).
+	Workers    int `json:"workers"`
+	Consumers  int `json:"consumers"`
+	Checkpoint int `json:"checkpoint"`
+	// Target is the scaler's target per consumer: nil unless the answering
+	// coordinator holds the lock.
+	Target *int `json:"target"`
+	Pin    *Pin `json:"pin"`
+	// PWQD is ready / workers; nil without workers.
+	PWQD *float64 `json:"pwqd"`
+	// Completed counts the partition's acks since its counters began: diff
+	// two reads for throughput.
+	Completed    int64 `json:"completed"`
+	ActiveGroups int64 `json:"active_groups"`
+}
+
+// Pin is an operator's fixed worker count for a partition.
+type Pin struct {
+	Workers int       `json:"workers"`
+	At      time.Time `json:"at"`
+	By      string    `json:"by,omitempty"`
+}
+
+// DLQ sources.
+const (
+	SourceRedis = "redis"
+	SourceKafka = "kafka"
+)
+
+// DLQList is GET /api/v1/dlq.
+type DLQList struct {
+	Source     string     `json:"source"`
+	Topic      string     `json:"topic,omitempty"`
+	Entries    []DLQEntry `json:"entries"`
+	NextCursor string     `json:"next_cursor,omitempty"`
+}
+
+// DLQEntry is a dead job (source redis) or a record of <topic>.dlq
+// (source kafka).
+type DLQEntry struct {
+	ID        string `json:"id"`
+	Partition int    `json:"partition"`
+	// Redis: the job.
+	Topic     string     `json:"topic,omitempty"`
+	Group     string     `json:"group,omitempty"`
+	Type      string     `json:"type,omitempty"`
+	Attempts  int        `json:"attempts,omitempty"`
+	LastError string     `json:"last_error,omitempty"`
+	DeadAt    *time.Time `json:"dead_at,omitempty"`
+	// Envelope is the job's whole envelope (GET /api/v1/dlq/entry only).
+	Envelope json.RawMessage `json:"envelope,omitempty"`
+	// Kafka: the record.
+	Offset       *int64            `json:"offset,omitempty"`
+	Key          string            `json:"key,omitempty"`
+	Reason       string            `json:"reason,omitempty"`
+	SourceRecord string            `json:"source_record,omitempty"`
+	Value        string            `json:"value,omitempty"`
+	ValueBase64  string            `json:"value_base64,omitempty"`
+	ValueBytes   int               `json:"value_bytes,omitempty"`
+	Timestamp    *time.Time        `json:"timestamp,omitempty"`
+	Headers      map[string]string `json:"headers,omitempty"`
+}
+
+// DLQAction is the body of POST /api/v1/dlq/replay and /purge.
+type DLQAction struct {
+	Source string   `json:"source"`
+	Topic  string   `json:"topic,omitempty"`
+	IDs    []string `json:"ids,omitempty"`
+	All    bool     `json:"all,omitempty"`
+}
+
+// DLQResult answers a replay (Replayed set) or a purge (Purged set).
+type DLQResult struct {
+	Replayed *int `json:"replayed,omitempty"`
+	Purged   *int `json:"purged,omitempty"`
+	// Missing are named ids no longer there.
+	Missing int `json:"missing"`
+	// Skipped says why some were left as they are (a cancelled group).
+	Skipped []string `json:"skipped,omitempty"`
+}
+
+// RateList is GET /api/v1/rates.
+type RateList struct {
+	Rates []RateState `json:"rates"`
+}
+
+// RateState is a topic's relay rate. A paused rate keeps the rate it
+// resumes to.
+type RateState struct {
+	Topic     string  `json:"topic"`
+	Rate      float64 `json:"rate,omitempty"`
+	Burst     int     `json:"burst,omitempty"`
+	Paused    bool    `json:"paused"`
+	Unlimited bool    `json:"unlimited"`
+	// Error is set when the value in Consul does not parse (the relay
+	// keeps its last good rate meanwhile).
+	Error string `json:"error,omitempty"`
+}
+
+// RateSet is the body of PUT /api/v1/rates/{topic}.
+type RateSet struct {
+	Rate      float64 `json:"rate,omitempty"`
+	Burst     int     `json:"burst,omitempty"`
+	Unlimited bool    `json:"unlimited,omitempty"`
+}
+
+// LimitList is GET /api/v1/limits.
+type LimitList struct {
+	Limits []LimitState `json:"limits"`
+}
+
+// LimitState is a resource's execution limit (also PUT's body).
+type LimitState struct {
+	Resource string  `json:"resource,omitempty"`
+	Rate     float64 `json:"rate"`
+	Burst    int     `json:"burst,omitempty"`
+	// Error is set when the value in Consul does not parse.
+	Error string `json:"error,omitempty"`
+}
+
+// GroupList is GET /api/v1/groups.
+type GroupList struct {
+	Active []ActiveGroup `json:"active"`
+	Bulk   []GroupInfo   `json:"bulk"`
+}
+
+// ActiveGroup is a group in a partition's fair order.
+type ActiveGroup struct {
+	Partition int    `json:"partition"`
+	Group     string `json:"group"`
+	Ready     int64  `json:"ready"`
+}
+
+// GroupInfo is what Redis knows of a group.
+type GroupInfo struct {
+	Group     string `json:"group"`
+	Partition int    `json:"partition"`
+	Topic     string `json:"topic,omitempty"`
+	// Total is a bulk group's size (0: not closed yet, or not bulk).
+	Total     int64 `json:"total"`
+	Relayed   int64 `json:"relayed"`
+	Queued    int64 `json:"queued"`
+	Running   int64 `json:"running"`
+	Done      int64 `json:"done"`
+	Failed    int64 `json:"failed"`
+	Dead      int64 `json:"dead"`
+	Cancelled int64 `json:"cancelled"`
+	// Progress is (done + dead + cancelled) / total; nil without a total.
+	Progress         *float64   `json:"progress"`
+	FirstAt          *time.Time `json:"first_at"`
+	ClosedAt         *time.Time `json:"closed_at"`
+	CancelledAt      *time.Time `json:"cancelled_at"`
+	CompletedAt      *time.Time `json:"completed_at"`
+	CallbackURL      string     `json:"callback_url,omitempty"`
+	CallbackState    string     `json:"callback_state,omitempty"`
+	CallbackAttempts int64      `json:"callback_attempts,omitempty"`
+	CallbackError    string     `json:"callback_error,omitempty"`
+}
+
+// CancelResult answers POST /api/v1/groups/{group}/cancel.
+type CancelResult struct {
+	Group   string `json:"group"`
+	Removed int    `json:"removed"`
+}
+
+// ScaleList is GET /api/v1/scale.
+type ScaleList struct {
+	Holder     bool             `json:"holder"`
+	Params     ScaleParams      `json:"params"`
+	Partitions []ScalePartition `json:"partitions"`
+}
+
+// ScaleParams are the scaling parameters in force.
+type ScaleParams struct {
+	Threshold float64 `json:"threshold"`
+	Cycles    int     `json:"cycles"`
+	Base      int     `json:"base"`
+	Max       int     `json:"max"`
+	HalfLife  float64 `json:"half_life"`
+	Paused    bool    `json:"paused"`
+}
+
+// ScalePartition is one partition's workers as the scaler sees them.
+type ScalePartition struct {
+	Partition  int  `json:"partition"`
+	Workers    int  `json:"workers"`
+	Consumers  int  `json:"consumers"`
+	Checkpoint int  `json:"checkpoint"`
+	Target     *int `json:"target"`
+	Pin        *Pin `json:"pin"`
+}
+
+// ScaleSet is the body of PUT /api/v1/scale/{partition}: a pin, or auto.
+type ScaleSet struct {
+	Workers int  `json:"workers,omitempty"`
+	Auto    bool `json:"auto,omitempty"`
+}
+
+// CanaryState is GET /api/v1/canary.
+type CanaryState struct {
+	// Monitor is false when no canary monitor has run on the stage.
+	Monitor   bool         `json:"monitor"`
+	Holder    string       `json:"holder,omitempty"`
+	Interval  float64      `json:"interval"`
+	Grace     float64      `json:"grace"`
+	LastRound *time.Time   `json:"last_round"`
+	Paths     []CanaryPath `json:"paths"`
+	Alerts    []string     `json:"alerts"`
+}
+
+// CanaryPath is one path's state.
+type CanaryPath struct {
+	Topic          string     `json:"topic"`
+	KafkaPartition int32      `json:"kafka_partition"`
+	RedisPartition int        `json:"redis_partition"`
+	Age            float64    `json:"age"`
+	Latency        float64    `json:"latency"`
+	Sent           *time.Time `json:"sent"`
+	Done           *time.Time `json:"done"`
+	Stale          bool       `json:"stale"`
+}
+
+// TimePtr is t, or nil when zero: absent times are null on the wire.
+func TimePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}

@@ -1,0 +1,143 @@
+package funnel
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strconv"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/sluicehq/sluice/internal/canary"
+	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// Sources say where Gather reads the optional inputs.
+type Sources struct {
+	// Kafka, when it names brokers, is read for the relay's lag of every
+	// topic, as consumer group <ConsumerGroup>.<topic>.
+	Kafka         *kafka.Config
+	ConsumerGroup string
+	// GateMetrics are the gates' /metrics URLs.
+	GateMetrics []string
+	// KafkaTimeout bounds the dial to Kafka; 0: 5 s.
+	KafkaTimeout time.Duration
+}
+
+// RedisError is Gather's failure to read Redis, the report's backbone.
+type RedisError struct{ Err error }
+
+func (e *RedisError) Error() string { return "Redis: " + e.Err.Error() }
+func (e *RedisError) Unwrap() error { return e.Err }
+
+// Gather reads the report's inputs: every partition's funnel and the
+// canaries from Redis (required: a failure is a *RedisError), the relay's
+// lag from Kafka and the gates' counters (optional: a Kafka failure is
+// said in the report; a gate that cannot be read is an error, since it was
+// named). sluice stats and the admin API's /api/v1/stats share it.
+func Gather(ctx context.Context, pool *queue.Pool, src Sources, now time.Time) (Input, error) {
+	in := Input{Now: now}
+	for p := range pool.Layout().Partitions {
+		pf, err := pool.Funnel(ctx, p)
+		if err != nil {
+			return in, &RedisError{err}
+		}
+		in.Partitions = append(in.Partitions, pf)
+	}
+	var err error
+	if in.CanarySettings, in.CanaryMonitor, in.CanaryRecords, err = canary.Read(ctx, pool); err != nil {
+		return in, &RedisError{err}
+	}
+	topics := map[string]bool{}
+	for _, pf := range in.Partitions {
+		for t := range pf.Stages {
+			topics[t] = true
+		}
+	}
+	if len(src.GateMetrics) > 0 {
+		in.Gate = map[string]map[string]float64{}
+		for _, u := range src.GateMetrics {
+			if err := scrapeGateJobs(ctx, u, in.Gate); err != nil {
+				return in, fmt.Errorf("gate metrics %s: %w", u, err)
+			}
+		}
+		for t := range in.Gate {
+			topics[t] = true
+		}
+	}
+	if src.Kafka != nil && len(src.Kafka.Brokers) > 0 {
+		in.KafkaLag, in.KafkaErr = lag(src, topics)
+	}
+	return in, nil
+}
+
+func lag(src Sources, topics map[string]bool) (map[string]int64, string) {
+	sc, err := src.Kafka.Sarama()
+	if err != nil {
+		return nil, err.Error()
+	}
+	sc.Net.DialTimeout = src.KafkaTimeout
+	if sc.Net.DialTimeout <= 0 {
+		sc.Net.DialTimeout = 5 * time.Second
+	}
+	client, err := sarama.NewClient(src.Kafka.Brokers, sc)
+	if err != nil {
+		return nil, fmt.Sprintf("Kafka %v: %v", []string(src.Kafka.Brokers), err)
+	}
+	defer client.Close()
+	out := map[string]int64{}
+	for t := range topics {
+		total, _, err := kafka.Lag(client, src.ConsumerGroup+"."+t, t)
+		if err != nil {
+			return out, fmt.Sprintf("Kafka lag of %s: %v", t, err)
+		}
+		out[t] = total
+	}
+	return out, ""
+}
+
+var gateJobsLine = regexp.MustCompile(`^sluice_gate_jobs_total\{([^}]*)\} (\S+)`)
+var label = regexp.MustCompile(`(\w+)="([^"]*)"`)
+
+// scrapeGateJobs adds a gate's sluice_gate_jobs_total to into, by topic and
+// outcome.
+func scrapeGateJobs(ctx context.Context, url string, into map[string]map[string]float64) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("answered %s", resp.Status)
+	}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		m := gateJobsLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		v, err := strconv.ParseFloat(m[2], 64)
+		if err != nil {
+			continue
+		}
+		labels := map[string]string{}
+		for _, l := range label.FindAllStringSubmatch(m[1], -1) {
+			labels[l[1]] = l[2]
+		}
+		t := labels["topic"]
+		if into[t] == nil {
+			into[t] = map[string]float64{}
+		}
+		into[t][labels["outcome"]] += v
+	}
+	return sc.Err()
+}
