@@ -332,4 +332,3 @@ func (a *adminAPI) deadAct(r *http.Request, act admin.DLQAction, replay bool) (a
 	a.log.Info("dead set changed", "replay", replay, "done", done, "missing", missing, "skipped", len(res.Skipped), "topic", act.Topic, "all", act.All)
 	return res, nil
 }
-

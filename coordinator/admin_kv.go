@@ -368,4 +368,3 @@ func (a *adminAPI) scaleSet(r *http.Request, role admin.Role) (any, error) {
 	}
 	return a.scalePartition(r, part, pins)
 }
-
