@@ -81,6 +81,8 @@
     return duration(Math.max(0, (now - t) / 1000)) + ' ago';
   }
 
+  function plural(n, what) { return `${num(n)} ${what}${n === 1 ? '' : 's'}`; }
+
   function setText(node, text) {
     const s = String(text);
     if (node.textContent !== s) node.textContent = s;
@@ -340,6 +342,11 @@
   const spark = new Map(); // partition -> {at, completed, rates: []}
   const totalSpark = { rates: [] };
 
+  // A sample spans at least MIN_SAMPLE_MS: the page also polls right after
+  // an action, and a few hundred milliseconds hold one batch of acks or
+  // none, which would draw spikes and gaps that are not there.
+  const MIN_SAMPLE_MS = 1500;
+
   function trackThroughput(at, parts) {
     const t = new Date(at).getTime();
     let total = 0;
@@ -347,14 +354,18 @@
     for (const p of parts) {
       let s = spark.get(p.partition);
       if (!s) { s = { at: null, completed: null, rates: [] }; spark.set(p.partition, s); }
-      if (s.at !== null && t > s.at && typeof p.completed === 'number' && p.completed >= s.completed) {
+      if (typeof p.completed !== 'number') continue;
+      if (s.at !== null && t - s.at < MIN_SAMPLE_MS && p.completed >= s.completed) continue;
+      if (s.at !== null && t > s.at && p.completed >= s.completed) {
         const r = (p.completed - s.completed) / ((t - s.at) / 1000);
         s.rates.push(r);
         if (s.rates.length > SPARK_POINTS) s.rates.shift();
         total += r;
         anyRate = true;
       }
-      if (t !== s.at) { s.at = t; s.completed = p.completed; }
+      // A counter that went back (its Redis lost the stats hash) starts over.
+      s.at = t;
+      s.completed = p.completed;
     }
     if (anyRate) {
       totalSpark.rates.push(total);
@@ -446,7 +457,21 @@
 
   // ---------------------------------------------------------------- groups
 
-  const groupRate = new Map(); // group -> {t, finished, rate}
+  // A group's finish rate is measured over a window of its recent polls,
+  // not between two: jobs finish in batches (claims and acks are batched),
+  // and polls right after an action come a moment apart.
+  const RATE_WINDOW_MS = 20000;
+  const groupSeen = new Map(); // group -> [{t, finished}], oldest first
+
+  function groupRate(group, now, finished) {
+    let seen = groupSeen.get(group);
+    if (!seen) { seen = []; groupSeen.set(group, seen); }
+    seen.push({ t: now, finished });
+    while (seen.length > 2 && now - seen[1].t >= RATE_WINDOW_MS) seen.shift();
+    const first = seen[0];
+    if (now - first.t < MIN_SAMPLE_MS * 2) return null; // not measured yet
+    return Math.max(0, (finished - first.finished) / ((now - first.t) / 1000));
+  }
 
   function renderGroups(d) {
     const now = Date.now();
@@ -478,44 +503,31 @@
       c[4].classList.toggle('bad-num', g.dead > 0);
       setText(c[5], num(g.cancelled));
       setText(c[6], num(total));
-      // The done rate between polls, smoothed, gives the ETA.
-      let r = groupRate.get(g.group);
-      if (!r) { r = { t: now, finished, rate: null }; groupRate.set(g.group, r); }
-      else if (now > r.t && finished !== r.finished) {
-        const inst = Math.max(0, (finished - r.finished) / ((now - r.t) / 1000));
-        r.rate = r.rate === null ? inst : 0.5 * r.rate + 0.5 * inst;
-        r.t = now; r.finished = finished;
-      } else if (now - r.t > 15000 && r.rate !== null) {
-        r.rate = 0; // nothing finished for 15 s
-      }
+      // The finish rate over the last polls gives the ETA.
+      const rate = g.completed_at ? null : groupRate(g.group, now, finished);
       let eta, state;
       if (g.completed_at) {
         eta = '—';
         state = `completed ${clock(g.completed_at)}` + (g.callback_state ? ` · callback ${g.callback_state}` : '');
       } else {
         const left = Math.max(0, total - finished);
-        eta = left === 0 ? 'finishing' : r.rate > 0 ? duration(left / r.rate) : (r.rate === 0 ? 'stalled' : 'measuring…');
+        eta = left === 0 ? 'finishing' : rate > 0 ? duration(left / rate) : (rate === 0 ? 'stalled' : 'measuring…');
         const bits = [];
         if (g.running) bits.push(`${num(g.running)} running`);
         if (g.queued) bits.push(`${num(g.queued)} queued`);
         if (g.failed) bits.push(`${num(g.failed)} retrying`);
         state = bits.join(' · ') || 'waiting';
       }
-      setText(c[7], completedOrRate(g, r));
+      setText(c[7], rate === null ? '—' : rateText(rate));
       setText(c[8], eta);
       setText(c[9], state);
     });
-    for (const k of groupRate.keys()) if (!bulk.some((g) => g.group === k)) groupRate.delete(k);
+    for (const k of groupSeen.keys()) if (!bulk.some((g) => g.group === k && !g.completed_at)) groupSeen.delete(k);
     $('#groups-empty').hidden = bulk.length > 0;
     const running = bulk.filter((g) => !g.completed_at).length;
     const active = ((d && d.active) || []).length;
-    setText($('#groups-sub'), `${running} bulk groups running, ${bulk.length - running} finished · ${num(active)} groups with ready jobs`);
+    setText($('#groups-sub'), `${plural(running, 'bulk group')} running, ${bulk.length - running} finished · ${plural(active, 'group')} with ready jobs`);
   }
-  function completedOrRate(g, r) {
-    if (g.completed_at) return '—';
-    return r.rate === null ? '—' : rateText(r.rate);
-  }
-
   // ---------------------------------------------------------------- canary
 
   function renderCanary(d) {
@@ -622,7 +634,8 @@
       syncRows(rt, entries, (e) => e.id, (e) => {
         const replay = el('button', { type: 'button', class: 'replay write', text: 'Replay' });
         const purge = el('button', { type: 'button', class: 'purge danger write', text: 'Purge…' });
-        replay.addEventListener('click', () => act(replay, deadMsg, (o) => `Replayed ${e.id}: ${o.replayed} back in its ready queue.`,
+        replay.addEventListener('click', () => act(replay, deadMsg, (o) => (o.replayed ? `Replayed ${e.id}: back in its group's ready queue.`
+          : `${e.id} was not replayed: ${(o.skipped || []).join('; ') || 'no longer dead'}.`),
           () => api('POST', '/dlq/replay', { source: 'redis', topic: e.topic, ids: [e.id] })));
         purge.addEventListener('click', () => {
           if (!window.confirm(`Purge dead job ${e.id}? Its record is deleted and it cannot be replayed.`)) return;
@@ -706,6 +719,7 @@
   }
 
   function rateInForce(r) {
+    if (r.error) return `unreadable value in Consul (the relay keeps its last good rate): ${r.error}`;
     if (r.unlimited) return 'unlimited';
     const b = r.burst ? `, burst ${num(r.burst)}` : '';
     return r.paused ? `PAUSED (was ${num(r.rate)}/s${b})` : `${num(r.rate)} jobs/s${b}`;
@@ -760,7 +774,7 @@
       const c = tr.cells;
       setText(c[0], r.topic);
       setText(c[1], rateInForce(r));
-      c[1].classList.toggle('bad-num', !!r.paused);
+      c[1].classList.toggle('bad-num', !!r.paused || !!r.error);
       fill(tr._ed.rate, r.unlimited ? '' : r.rate);
       fill(tr._ed.burst, r.unlimited ? '' : r.burst);
       const pause = c[3].querySelector('button');
@@ -784,7 +798,9 @@
       return tr;
     }, (tr, l) => {
       setText(tr.cells[0], l.resource);
-      setText(tr.cells[1], `${num(l.rate)} starts/s` + (l.burst ? `, burst ${num(l.burst)}` : ''));
+      setText(tr.cells[1], l.error ? `unreadable value in Consul (the workers keep their last good limit): ${l.error}`
+        : `${num(l.rate)} starts/s` + (l.burst ? `, burst ${num(l.burst)}` : ''));
+      tr.cells[1].classList.toggle('bad-num', !!l.error);
       fill(tr._ed.rate, l.rate);
       fill(tr._ed.burst, l.burst);
     });
