@@ -45,8 +45,8 @@ import (
 //     .dockerignore keeps nothing out that the build needs.
 
 var (
-	repoRoot   = filepath.Join("..", "..")
-	composeDir = filepath.Join(repoRoot, "deploy", "compose")
+	composeRoot = filepath.Join("..", "..")
+	composeDir  = filepath.Join(composeRoot, "deploy", "compose")
 )
 
 // ---- the compose file -------------------------------------------------------
@@ -70,14 +70,14 @@ type composeService struct {
 	Hostname        string         `yaml:"hostname"`
 	ContainerName   string         `yaml:"container_name"`
 	Restart         string         `yaml:"restart"`
-	Entrypoint      cmdLine        `yaml:"entrypoint"`
-	Command         cmdLine        `yaml:"command"`
+	Entrypoint      composeCmd     `yaml:"entrypoint"`
+	Command         composeCmd     `yaml:"command"`
 	Environment     composeEnv     `yaml:"environment"`
 	EnvFile         any            `yaml:"env_file"`
 	Ports           []string       `yaml:"ports"` // short syntax
 	Expose          []string       `yaml:"expose"`
 	Volumes         []string       `yaml:"volumes"` // short syntax
-	DependsOn       dependsOn      `yaml:"depends_on"`
+	DependsOn       composeDepends `yaml:"depends_on"`
 	Healthcheck     *composeHealth `yaml:"healthcheck"`
 	StopGracePeriod string         `yaml:"stop_grace_period"`
 	StopSignal      string         `yaml:"stop_signal"`
@@ -117,23 +117,23 @@ func (b *composeBuild) UnmarshalYAML(n *yaml.Node) error {
 }
 
 type composeHealth struct {
-	Test          cmdLine `yaml:"test"`
-	Interval      string  `yaml:"interval"`
-	Timeout       string  `yaml:"timeout"`
-	StartPeriod   string  `yaml:"start_period"`
-	StartInterval string  `yaml:"start_interval"`
-	Retries       int     `yaml:"retries"`
-	Disable       bool    `yaml:"disable"`
+	Test          composeCmd `yaml:"test"`
+	Interval      string     `yaml:"interval"`
+	Timeout       string     `yaml:"timeout"`
+	StartPeriod   string     `yaml:"start_period"`
+	StartInterval string     `yaml:"start_interval"`
+	Retries       int        `yaml:"retries"`
+	Disable       bool       `yaml:"disable"`
 }
 
-// cmdLine is a command, entrypoint or healthcheck test: a list, or a string
+// composeCmd is a command, entrypoint or healthcheck test: a list, or a string
 // that a shell splits (shell is then set).
-type cmdLine struct {
+type composeCmd struct {
 	args  []string
 	shell string
 }
 
-func (c *cmdLine) UnmarshalYAML(n *yaml.Node) error {
+func (c *composeCmd) UnmarshalYAML(n *yaml.Node) error {
 	if n.Kind == yaml.AliasNode {
 		n = n.Alias
 	}
@@ -144,7 +144,7 @@ func (c *cmdLine) UnmarshalYAML(n *yaml.Node) error {
 	return n.Decode(&c.args)
 }
 
-func (c cmdLine) String() string {
+func (c composeCmd) String() string {
 	if c.shell != "" {
 		return c.shell
 	}
@@ -190,12 +190,12 @@ func (e *composeEnv) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// dependsOn maps each dependency to its condition (the list form means
+// composeDepends maps each dependency to its condition (the list form means
 // service_started).
-type dependsOn map[string]string
+type composeDepends map[string]string
 
-func (d *dependsOn) UnmarshalYAML(n *yaml.Node) error {
-	*d = dependsOn{}
+func (d *composeDepends) UnmarshalYAML(n *yaml.Node) error {
+	*d = composeDepends{}
 	if n.Kind == yaml.AliasNode {
 		n = n.Alias
 	}
@@ -226,11 +226,11 @@ func (d *dependsOn) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
-// interpolate applies compose's variable substitution as on a host with none
+// composeInterpolate applies compose's variable substitution as on a host with none
 // of the variables set: ${VAR:-default} and ${VAR-default} take the default,
 // $$ is a dollar. A variable without a default is an error, because the
 // stack should start from a clean checkout without an .env file.
-func interpolate(text string) (string, error) {
+func composeInterpolate(text string) (string, error) {
 	re := regexp.MustCompile(`\$(\$|\{([A-Za-z_][A-Za-z0-9_]*)(:?[-?+])?([^}]*)\}|([A-Za-z_][A-Za-z0-9_]*))`)
 	var errs []string
 	out := re.ReplaceAllStringFunc(text, func(m string) string {
@@ -267,7 +267,7 @@ func loadCompose(t *testing.T) *composeFile {
 	if err != nil {
 		t.Fatal(err)
 	}
-	text, err := interpolate(string(raw))
+	text, err := composeInterpolate(string(raw))
 	if err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
@@ -290,23 +290,23 @@ func loadCompose(t *testing.T) *composeFile {
 
 // ---- the binary's flags -----------------------------------------------------
 
-// helpFlag is one line of a command's --help: its flag, the environment
+// composeHelpFlag is one line of a command's --help: its flag, the environment
 // variable the help names, and the default it shows.
-type helpFlag struct{ env, def string }
+type composeHelpFlag struct{ env, def string }
 
-var helpLineRE = regexp.MustCompile(`^  --([a-z0-9][a-z0-9-]*)\s+(SLUICE_[A-Z0-9_]+)\s+(.*)$`)
-var helpDefaultRE = regexp.MustCompile(`\(default ([^()]*)\)$`)
+var composeHelpLineRE = regexp.MustCompile(`^  --([a-z0-9][a-z0-9-]*)\s+(SLUICE_[A-Z0-9_]+)\s+(.*)$`)
+var composeHelpDefaultRE = regexp.MustCompile(`\(default ([^()]*)\)$`)
 
-// commandFlags runs `sluice <cmd> --help` in process and reads its flags.
-func commandFlags(t *testing.T, cmd string) map[string]helpFlag {
+// composeCommandFlags runs `sluice <cmd> --help` in process and reads its flags.
+func composeCommandFlags(t *testing.T, cmd string) map[string]composeHelpFlag {
 	t.Helper()
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{cmd, "--help"}, &out, &errOut); code != 0 {
 		t.Fatalf("sluice %s --help: exit %d: %s", cmd, code, errOut.String())
 	}
-	flags := map[string]helpFlag{}
+	flags := map[string]composeHelpFlag{}
 	for _, line := range strings.Split(out.String(), "\n") {
-		m := helpLineRE.FindStringSubmatch(line)
+		m := composeHelpLineRE.FindStringSubmatch(line)
 		if m == nil {
 			continue
 		}
@@ -315,8 +315,8 @@ func commandFlags(t *testing.T, cmd string) map[string]helpFlag {
 		if want := cli.EnvName(cmd, m[1]); m[2] != want {
 			t.Errorf("sluice %s --help names %s for --%s, internal/cli reads %s", cmd, m[2], m[1], want)
 		}
-		f := helpFlag{env: m[2]}
-		if d := helpDefaultRE.FindStringSubmatch(strings.TrimSpace(m[3])); d != nil {
+		f := composeHelpFlag{env: m[2]}
+		if d := composeHelpDefaultRE.FindStringSubmatch(strings.TrimSpace(m[3])); d != nil {
 			f.def = d[1]
 		}
 		flags[m[1]] = f
@@ -327,10 +327,10 @@ func commandFlags(t *testing.T, cmd string) map[string]helpFlag {
 	return flags
 }
 
-// parseArgs runs the command's flag parsing on args and stops at --help, so
+// composeParseFlags runs the command's flag parsing on args and stops at --help, so
 // nothing starts: exit 0 means every value parsed. The context is cancelled
 // as well, in case an argument ever swallowed the --help.
-func parseArgs(cmd string, args ...string) (ok bool, msg string) {
+func composeParseFlags(cmd string, args ...string) (ok bool, msg string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	var out, errOut bytes.Buffer
@@ -346,22 +346,22 @@ func parseArgs(cmd string, args ...string) (ok bool, msg string) {
 	return false, msg
 }
 
-// sluicePart is a sluice service with its flags resolved as the binary
+// composePart is a sluice service with its flags resolved as the binary
 // resolves them: the command line, then SLUICE_<PART>_<FLAG>, then
 // SLUICE_<FLAG>, then the default.
-type sluicePart struct {
+type composePart struct {
 	service string
 	svc     composeService
 	cmd     string
-	flags   map[string]helpFlag
+	flags   map[string]composeHelpFlag
 	given   map[string]string // from the command line
 	env     map[string]string // from the environment
 	envVar  map[string]string // which variable gave env[flag]
 }
 
-func (p *sluicePart) has(flag string) bool { _, ok := p.flags[flag]; return ok }
+func (p *composePart) has(flag string) bool { _, ok := p.flags[flag]; return ok }
 
-func (p *sluicePart) value(flag string) string {
+func (p *composePart) value(flag string) string {
 	if v, ok := p.given[flag]; ok {
 		return v
 	}
@@ -372,7 +372,7 @@ func (p *sluicePart) value(flag string) string {
 }
 
 // where names where a flag's value comes from, for messages.
-func (p *sluicePart) where(flag string) string {
+func (p *composePart) where(flag string) string {
 	if _, ok := p.given[flag]; ok {
 		return fmt.Sprintf("service %s: --%s", p.service, flag)
 	}
@@ -382,15 +382,15 @@ func (p *sluicePart) where(flag string) string {
 	return fmt.Sprintf("service %s: --%s's default", p.service, flag)
 }
 
-// isSluice reports whether a service runs the sluice image: it is built
+// composeIsSluice reports whether a service runs the sluice image: it is built
 // from the repository, or is the image those builds are tagged with.
-func isSluice(svc composeService, sluiceImage string) bool {
+func composeIsSluice(svc composeService, sluiceImage string) bool {
 	return svc.Build != nil || (sluiceImage != "" && svc.Image == sluiceImage)
 }
 
-// resolveParts checks each sluice service's command and environment against
+// composeResolve checks each sluice service's command and environment against
 // its command's --help and returns them resolved.
-func resolveParts(t *testing.T, f *composeFile) map[string]*sluicePart {
+func composeResolve(t *testing.T, f *composeFile) map[string]*composePart {
 	known := map[string]bool{}
 	for _, c := range commands() {
 		known[c.name] = true
@@ -404,11 +404,11 @@ func resolveParts(t *testing.T, f *composeFile) map[string]*sluicePart {
 			sluiceImage = svc.Image
 		}
 	}
-	helps := map[string]map[string]helpFlag{}
-	parts := map[string]*sluicePart{}
-	for _, name := range sortedKeys(f.Services) {
+	helps := map[string]map[string]composeHelpFlag{}
+	parts := map[string]*composePart{}
+	for _, name := range composeKeys(f.Services) {
 		svc := f.Services[name]
-		if !isSluice(svc, sluiceImage) {
+		if !composeIsSluice(svc, sluiceImage) {
 			continue
 		}
 		if svc.Entrypoint.shell != "" || len(svc.Entrypoint.args) > 0 {
@@ -428,9 +428,9 @@ func resolveParts(t *testing.T, f *composeFile) map[string]*sluicePart {
 			continue
 		}
 		if helps[cmd] == nil {
-			helps[cmd] = commandFlags(t, cmd)
+			helps[cmd] = composeCommandFlags(t, cmd)
 		}
-		p := &sluicePart{service: name, svc: svc, cmd: cmd, flags: helps[cmd],
+		p := &composePart{service: name, svc: svc, cmd: cmd, flags: helps[cmd],
 			given: map[string]string{}, env: map[string]string{}, envVar: map[string]string{}}
 		parts[name] = p
 
@@ -454,7 +454,7 @@ func resolveParts(t *testing.T, f *composeFile) map[string]*sluicePart {
 				val = "true"
 			}
 			p.given[flagName] = val
-			if ok, msg := parseArgs(cmd, arg); !ok {
+			if ok, msg := composeParseFlags(cmd, arg); !ok {
 				t.Errorf("service %s: %s does not parse: %s", name, arg, msg)
 			}
 		}
@@ -463,7 +463,7 @@ func resolveParts(t *testing.T, f *composeFile) map[string]*sluicePart {
 		// up: the part's own variable first, then the shared one.
 		used := map[string]bool{}
 		shadowed := map[string]string{} // shared variable -> the part's one that wins
-		for _, flagName := range sortedKeys(p.flags) {
+		for _, flagName := range composeKeys(p.flags) {
 			own, shared := cli.EnvName(cmd, flagName), cli.SharedEnvName(flagName)
 			v := own
 			val, ok := svc.Environment[own]
@@ -484,12 +484,12 @@ func resolveParts(t *testing.T, f *composeFile) map[string]*sluicePart {
 			if _, onCmd := p.given[flagName]; onCmd {
 				t.Errorf("service %s: %s and --%s both set the flag; the command line wins, so the variable is dead", name, v, flagName)
 			}
-			if ok, msg := parseArgs(cmd, "--"+flagName+"="+*val); !ok {
+			if ok, msg := composeParseFlags(cmd, "--"+flagName+"="+*val); !ok {
 				t.Errorf("service %s: %s=%q does not parse as --%s: %s", name, v, *val, flagName, msg)
 			}
 			p.env[flagName], p.envVar[flagName] = *val, v
 		}
-		for _, v := range sortedKeys(svc.Environment) {
+		for _, v := range composeKeys(svc.Environment) {
 			switch {
 			case used[v]:
 			case shadowed[v] != "":
@@ -509,7 +509,7 @@ func resolveParts(t *testing.T, f *composeFile) map[string]*sluicePart {
 
 // listenPort is the port of a part's --listen, which must be reachable from
 // the other containers.
-func (p *sluicePart) listenPort(t *testing.T) string {
+func (p *composePart) listenPort(t *testing.T) string {
 	host, port, err := net.SplitHostPort(p.value("listen"))
 	if err != nil {
 		t.Errorf("%s: %q: %v", p.where("listen"), p.value("listen"), err)
@@ -521,8 +521,8 @@ func (p *sluicePart) listenPort(t *testing.T) string {
 	return port
 }
 
-// servicePorts is what a service listens on inside the compose network.
-func servicePorts(t *testing.T, f *composeFile, parts map[string]*sluicePart, name string) []string {
+// composeServicePorts is what a service listens on inside the compose network.
+func composeServicePorts(t *testing.T, f *composeFile, parts map[string]*composePart, name string) []string {
 	if p, ok := parts[name]; ok {
 		return []string{p.listenPort(t)}
 	}
@@ -554,7 +554,7 @@ func servicePorts(t *testing.T, f *composeFile, parts map[string]*sluicePart, na
 		return []string{"3000"}
 	case "apache/kafka", "apache/kafka-native":
 		var ports []string
-		for _, l := range kafkaAdvertised(svc) {
+		for _, l := range composeKafkaAdvertised(svc) {
 			if host, port, _ := net.SplitHostPort(l); host == name {
 				ports = append(ports, port)
 			}
@@ -564,8 +564,8 @@ func servicePorts(t *testing.T, f *composeFile, parts map[string]*sluicePart, na
 	return nil
 }
 
-// kafkaAdvertised is a Kafka service's advertised host:port addresses.
-func kafkaAdvertised(svc composeService) []string {
+// composeKafkaAdvertised is a Kafka service's advertised host:port addresses.
+func composeKafkaAdvertised(svc composeService) []string {
 	v := svc.Environment["KAFKA_ADVERTISED_LISTENERS"]
 	if v == nil {
 		return nil
@@ -579,8 +579,8 @@ func kafkaAdvertised(svc composeService) []string {
 	return out
 }
 
-// dependsClosure is every service name comes up after, transitively.
-func dependsClosure(f *composeFile, name string) map[string]bool {
+// composeDependsClosure is every service that name comes up after, transitively.
+func composeDependsClosure(f *composeFile, name string) map[string]bool {
 	seen := map[string]bool{}
 	var walk func(string)
 	walk = func(s string) {
@@ -595,9 +595,9 @@ func dependsClosure(f *composeFile, name string) map[string]bool {
 	return seen
 }
 
-// checkDial checks an address a part dials (host:port): the host is a
+// composeCheckDial checks an address a part dials (host:port): the host is a
 // service that comes up before the part, listening on that port.
-func checkDial(t *testing.T, f *composeFile, parts map[string]*sluicePart, p *sluicePart, flag, hostport string) {
+func composeCheckDial(t *testing.T, f *composeFile, parts map[string]*composePart, p *composePart, flag, hostport string) {
 	t.Helper()
 	host, port, err := net.SplitHostPort(hostport)
 	if err != nil {
@@ -608,47 +608,47 @@ func checkDial(t *testing.T, f *composeFile, parts map[string]*sluicePart, p *sl
 		t.Errorf("%s: %q: no service %s in compose.yaml (a container reaches another by its service name)", p.where(flag), hostport, host)
 		return
 	}
-	if ports := servicePorts(t, f, parts, host); !slices.Contains(ports, port) {
+	if ports := composeServicePorts(t, f, parts, host); !slices.Contains(ports, port) {
 		t.Errorf("%s: %q: service %s listens on %v, not %s", p.where(flag), hostport, host, ports, port)
 	}
-	if !dependsClosure(f, p.service)[host] {
+	if !composeDependsClosure(f, p.service)[host] {
 		t.Errorf("%s: %q: service %s does not depend on %s, so it may start before it", p.where(flag), hostport, p.service, host)
 	}
 }
 
-// containerPort is the container side of a short-syntax port mapping
+// composeContainerPort is the container side of a short-syntax port mapping
 // ("127.0.0.1:8080:8080", "8080:8080", "8080", with an optional /tcp).
-func containerPort(mapping string) string {
+func composeContainerPort(mapping string) string {
 	mapping, _, _ = strings.Cut(mapping, "/")
 	i := strings.LastIndex(mapping, ":")
 	return mapping[i+1:]
 }
 
-// mount is a short-syntax volume: a bind mount (source a path, relative to
+// composeMount is a short-syntax volume: a bind mount (source a path, relative to
 // the compose file) or a named volume.
-type mount struct{ source, target string }
+type composeMount struct{ source, target string }
 
-func (m mount) bind() bool {
+func (m composeMount) bind() bool {
 	return strings.HasPrefix(m.source, ".") || strings.HasPrefix(m.source, "/")
 }
 
-func mounts(svc composeService) []mount {
-	var out []mount
+func composeMounts(svc composeService) []composeMount {
+	var out []composeMount
 	for _, v := range svc.Volumes {
 		parts := strings.Split(v, ":")
 		if len(parts) == 1 {
-			out = append(out, mount{target: parts[0]}) // anonymous volume
+			out = append(out, composeMount{target: parts[0]}) // anonymous volume
 			continue
 		}
-		out = append(out, mount{source: parts[0], target: parts[1]})
+		out = append(out, composeMount{source: parts[0], target: parts[1]})
 	}
 	return out
 }
 
-// hostPathOf is the file on the host mounted at a container path: a bind
+// composeHostPath is the file on the host mounted at a container path: a bind
 // mount of it or of a directory holding it ("" when none).
-func hostPathOf(svc composeService, containerPath string) string {
-	for _, m := range mounts(svc) {
+func composeHostPath(svc composeService, containerPath string) string {
+	for _, m := range composeMounts(svc) {
 		if !m.bind() {
 			continue
 		}
@@ -662,7 +662,7 @@ func hostPathOf(svc composeService, containerPath string) string {
 	return ""
 }
 
-func sameFile(a, b string) bool {
+func composeSameFile(a, b string) bool {
 	aa, err1 := filepath.Abs(a)
 	bb, err2 := filepath.Abs(b)
 	return err1 == nil && err2 == nil && aa == bb
@@ -674,13 +674,13 @@ func sameFile(a, b string) bool {
 // binary and against each other.
 func TestComposeServices(t *testing.T) {
 	f := loadCompose(t)
-	parts := resolveParts(t, f)
+	parts := composeResolve(t, f)
 	if t.Failed() {
 		t.FailNow() // the checks below read flags the ones above rejected
 	}
 
-	byCmd := map[string][]*sluicePart{}
-	for _, name := range sortedKeys(parts) {
+	byCmd := map[string][]*composePart{}
+	for _, name := range composeKeys(parts) {
 		byCmd[parts[name].cmd] = append(byCmd[parts[name].cmd], parts[name])
 	}
 	// The issue's stack: every part, with a standby relay on the lock.
@@ -691,7 +691,7 @@ func TestComposeServices(t *testing.T) {
 	}
 
 	// Every service: dependencies exist and their conditions can be met.
-	for _, name := range sortedKeys(f.Services) {
+	for _, name := range composeKeys(f.Services) {
 		svc := f.Services[name]
 		for dep, cond := range svc.DependsOn {
 			d, ok := f.Services[dep]
@@ -713,11 +713,11 @@ func TestComposeServices(t *testing.T) {
 				t.Errorf("service %s: image %q is not pinned to a version", name, svc.Image)
 			}
 		}
-		for _, m := range mounts(svc) {
+		for _, m := range composeMounts(svc) {
 			switch {
 			case m.bind():
 				if _, err := os.Stat(filepath.Join(composeDir, m.source)); err != nil {
-					t.Errorf("service %s: mounts %s, which does not exist: %v", name, m.source, err)
+					t.Errorf("service %s: composeMounts %s, which does not exist: %v", name, m.source, err)
 				}
 			case m.source != "":
 				if _, ok := f.Volumes[m.source]; !ok {
@@ -732,21 +732,21 @@ func TestComposeServices(t *testing.T) {
 		}
 	}
 
-	for _, name := range sortedKeys(parts) {
+	for _, name := range composeKeys(parts) {
 		p := parts[name]
 		svc := p.svc
 		port := p.listenPort(t)
 
-		if b := svc.Build; b == nil || !sameFile(filepath.Join(composeDir, b.Context), repoRoot) {
+		if b := svc.Build; b == nil || !composeSameFile(filepath.Join(composeDir, b.Context), composeRoot) {
 			t.Errorf("service %s: build.context must be the repository root (../..), to build ./cmd/sluice", name)
-		} else if df := orDefault(b.Dockerfile, "Dockerfile"); !sameFile(filepath.Join(composeDir, b.Context, df), filepath.Join(repoRoot, "Dockerfile")) {
+		} else if df := composeOr(b.Dockerfile, "Dockerfile"); !composeSameFile(filepath.Join(composeDir, b.Context, df), filepath.Join(composeRoot, "Dockerfile")) {
 			t.Errorf("service %s: build.dockerfile %q is not the repository's Dockerfile", name, b.Dockerfile)
 		}
 		if svc.Restart != "unless-stopped" && svc.Restart != "always" && svc.Restart != "on-failure" {
 			t.Errorf("service %s: restart %q: a part that exits (Redis or Consul away at start) must come back", name, svc.Restart)
 		}
 		for _, mapping := range svc.Ports {
-			if cp := containerPort(mapping); cp != port {
+			if cp := composeContainerPort(mapping); cp != port {
 				t.Errorf("service %s: publishes %q, but %s is %q: container port %s serves nothing", name, mapping, p.where("listen"), p.value("listen"), cp)
 			}
 		}
@@ -791,18 +791,34 @@ func TestComposeServices(t *testing.T) {
 		// What the part dials.
 		for _, flag := range []string{"redis-addr", "consul-addr"} {
 			if p.has(flag) && p.value(flag) != "" {
-				checkDial(t, f, parts, p, flag, p.value(flag))
+				composeCheckDial(t, f, parts, p, flag, p.value(flag))
 			}
 		}
 		if p.has("redis-partition-addrs") && p.value("redis-partition-addrs") != "" {
 			for _, pa := range strings.Split(p.value("redis-partition-addrs"), ",") {
 				_, addr, _ := strings.Cut(pa, "=")
-				checkDial(t, f, parts, p, "redis-partition-addrs", strings.TrimSpace(addr))
+				composeCheckDial(t, f, parts, p, "redis-partition-addrs", strings.TrimSpace(addr))
 			}
 		}
 		if p.has("kafka-brokers") {
-			for _, b := range strings.Split(p.value("kafka-brokers"), ",") {
-				checkDial(t, f, parts, p, "kafka-brokers", strings.TrimSpace(b))
+			for _, b := range composeSplit(p.value("kafka-brokers")) {
+				composeCheckDial(t, f, parts, p, "kafka-brokers", b)
+			}
+		}
+		// The gates' /metrics for the admin API's stats: each URL a
+		// gate's --listen.
+		if p.has("gate-metrics") {
+			for _, raw := range composeSplit(p.value("gate-metrics")) {
+				u, err := url.Parse(raw)
+				if err != nil || u.Host == "" || u.Path != "/metrics" {
+					t.Errorf("%s: %q: want http://<gate service>:<port>/metrics", p.where("gate-metrics"), raw)
+					continue
+				}
+				if g, ok := parts[u.Hostname()]; !ok || g.cmd != "gate" {
+					t.Errorf("%s: %q: %s is not a gate service", p.where("gate-metrics"), raw, u.Hostname())
+					continue
+				}
+				composeCheckDial(t, f, parts, p, "gate-metrics", u.Host)
 			}
 		}
 		if p.has("canary-topics") && p.value("canary-topics") != "" {
@@ -810,7 +826,7 @@ func TestComposeServices(t *testing.T) {
 			if err != nil || u.Host == "" {
 				t.Errorf("%s: %q is not a URL", p.where("canary-gate"), p.value("canary-gate"))
 			} else {
-				checkDial(t, f, parts, p, "canary-gate", u.Host)
+				composeCheckDial(t, f, parts, p, "canary-gate", u.Host)
 			}
 		}
 		// A worker with no Consul runs no execution rate limits at all:
@@ -820,20 +836,20 @@ func TestComposeServices(t *testing.T) {
 		}
 	}
 
-	checkAgreement(t, parts, byCmd)
-	checkTopicsAndTokens(t, f, byCmd)
-	checkRedisAndKafka(t, f)
-	checkPrometheus(t, f, parts)
-	checkGrafana(t, f, parts)
+	composeCheckAgreement(t, parts, byCmd)
+	composeCheckTopics(t, f, byCmd)
+	composeCheckStores(t, f)
+	composeCheckPrometheus(t, f, parts)
+	composeCheckGrafana(t, f, parts)
 }
 
-// checkAgreement: the parts agree on what they share.
-func checkAgreement(t *testing.T, parts map[string]*sluicePart, byCmd map[string][]*sluicePart) {
+// composeCheckAgreement: the parts agree on what they share.
+func composeCheckAgreement(t *testing.T, parts map[string]*composePart, byCmd map[string][]*composePart) {
 	// The stage and the layout name Redis keys and Consul paths: a part
 	// that differs reads and writes keys nobody else sees.
 	for _, flag := range []string{"stage", "redis-partitions", "redis-addr", "redis-partition-addrs"} {
-		var first *sluicePart
-		for _, name := range sortedKeys(parts) {
+		var first *composePart
+		for _, name := range composeKeys(parts) {
 			p := parts[name]
 			if !p.has(flag) {
 				continue
@@ -856,6 +872,22 @@ func checkAgreement(t *testing.T, parts map[string]*sluicePart, byCmd map[string
 			}
 		}
 	}
+	// The admin API reads the relays' lag under their consumer group; its
+	// gate counts need every gate.
+	for _, c := range byCmd["coordinator"] {
+		if c.has("consumer-group") && len(relays) > 0 && c.value("consumer-group") != relays[0].value("consumer-group") {
+			t.Errorf("%s is %q but %s is %q: the admin API would read another group's lag", c.where("consumer-group"), c.value("consumer-group"), relays[0].where("consumer-group"), relays[0].value("consumer-group"))
+		}
+		if !c.has("gate-metrics") {
+			continue
+		}
+		for _, g := range byCmd["gate"] {
+			want := "http://" + net.JoinHostPort(g.service, g.listenPort(t)) + "/metrics"
+			if !slices.Contains(composeSplit(c.value("gate-metrics")), want) {
+				t.Errorf("%s: %q lacks %s: the admin API's funnel would miss that gate's counts", c.where("gate-metrics"), c.value("gate-metrics"), want)
+			}
+		}
+	}
 	// The scaler's floor is the workers' starting size (coordinator --help:
 	// "set it to the workers' --workers").
 	for _, c := range byCmd["coordinator"] {
@@ -867,11 +899,11 @@ func checkAgreement(t *testing.T, parts map[string]*sluicePart, byCmd map[string
 	}
 }
 
-// createdTopics are the topics the stack's init service creates with
+// composeCreatedTopics are the topics the stack's init service creates with
 // kafka-topics.sh --create.
-func createdTopics(f *composeFile) (map[string]bool, string) {
+func composeCreatedTopics(f *composeFile) (map[string]bool, string) {
 	re := regexp.MustCompile(`kafka-topics\.sh[^\n]*--create[^\n]*--topic[ =]"?([A-Za-z0-9._-]+)`)
-	for _, name := range sortedKeys(f.Services) {
+	for _, name := range composeKeys(f.Services) {
 		svc := f.Services[name]
 		script := svc.Entrypoint.String() + " " + svc.Command.String()
 		if ms := re.FindAllStringSubmatch(script, -1); ms != nil {
@@ -885,7 +917,7 @@ func createdTopics(f *composeFile) (map[string]bool, string) {
 	return nil, ""
 }
 
-func splitList(s string) []string {
+func composeSplit(s string) []string {
 	var out []string
 	for _, v := range strings.Split(s, ",") {
 		if v = strings.TrimSpace(v); v != "" {
@@ -895,10 +927,10 @@ func splitList(s string) []string {
 	return out
 }
 
-// checkTopicsAndTokens: every topic a part uses exists, with what the relay
+// composeCheckTopics: every topic a part uses exists, with what the relay
 // needs beside it, and the canaries can get through the gate.
-func checkTopicsAndTokens(t *testing.T, f *composeFile, byCmd map[string][]*sluicePart) {
-	topics, initSvc := createdTopics(f)
+func composeCheckTopics(t *testing.T, f *composeFile, byCmd map[string][]*composePart) {
+	topics, initSvc := composeCreatedTopics(f)
 	if topics == nil {
 		t.Errorf("no service creates topics with kafka-topics.sh --create: the parts never create them")
 		return
@@ -911,19 +943,19 @@ func checkTopicsAndTokens(t *testing.T, f *composeFile, byCmd map[string][]*slui
 			}
 		}
 	}
-	need := func(p *sluicePart, flag, topic string) {
+	need := func(p *composePart, flag, topic string) {
 		if !topics[topic] {
 			t.Errorf("%s names topic %s, which %s does not create", p.where(flag), topic, initSvc)
 		}
 	}
 	for _, r := range byCmd["relay"] {
-		for _, topic := range splitList(r.value("topics")) {
+		for _, topic := range composeSplit(r.value("topics")) {
 			need(r, "topics", topic)
 			need(r, "topics", topic+".dlq") // the relay refuses to start without it
 		}
 	}
 	for _, g := range byCmd["gate"] {
-		for _, topic := range splitList(g.value("topics")) {
+		for _, topic := range composeSplit(g.value("topics")) {
 			need(g, "topics", topic)
 		}
 	}
@@ -946,12 +978,41 @@ func checkTopicsAndTokens(t *testing.T, f *composeFile, byCmd map[string][]*slui
 				t.Errorf("%s: entry %q: want \"<token of 16+ characters> <topics>\"", g.where("tokens"), line)
 				continue
 			}
-			gateScopes[fields[0]] = splitList(fields[1])
+			gateScopes[fields[0]] = composeSplit(fields[1])
 		}
 	}
+	// The admin API (docs/admin.md): without tokens it answers 403 to
+	// everyone, and --admin-insecure would give anyone who reaches the port
+	// admin rights. Entries are "<token> <role>", role read or admin.
+	for _, c := range byCmd["coordinator"] {
+		if !c.has("admin-tokens") {
+			continue // a binary before the admin API
+		}
+		if c.value("admin-insecure") == "true" {
+			t.Errorf("%s: the API would take anyone as admin; give it tokens", c.where("admin-insecure"))
+		}
+		if c.value("admin-tokens") == "" && c.value("admin-tokens-file") == "" {
+			t.Errorf("service %s: no --admin-tokens or --admin-tokens-file: the admin API and the dashboard answer 403", c.service)
+		}
+		roles := map[string]bool{}
+		for _, entry := range strings.Split(c.value("admin-tokens"), ";") {
+			fields := strings.Fields(entry)
+			switch {
+			case len(fields) == 0:
+			case len(fields) != 2 || len(fields[0]) < 8 || fields[1] != "read" && fields[1] != "admin":
+				t.Errorf("%s: entry %q: want \"<token of 8+ characters> read|admin\"", c.where("admin-tokens"), entry)
+			default:
+				roles[fields[1]] = true
+			}
+		}
+		if c.value("admin-tokens") != "" && !roles["admin"] {
+			t.Errorf("%s: no admin token: nothing can replay, pause or edit", c.where("admin-tokens"))
+		}
+	}
+
 	for _, cmd := range []string{"coordinator", "canary"} {
 		for _, c := range byCmd[cmd] {
-			canaryTopics := splitList(c.value("canary-topics"))
+			canaryTopics := composeSplit(c.value("canary-topics"))
 			if len(canaryTopics) == 0 {
 				continue
 			}
@@ -970,7 +1031,7 @@ func checkTopicsAndTokens(t *testing.T, f *composeFile, byCmd map[string][]*slui
 				}
 				relayed := false
 				for _, r := range byCmd["relay"] {
-					relayed = relayed || slices.Contains(splitList(r.value("topics")), topic)
+					relayed = relayed || slices.Contains(composeSplit(r.value("topics")), topic)
 				}
 				if !relayed {
 					t.Errorf("%s: no relay relays %s, so its canaries always go stale", c.where("canary-topics"), topic)
@@ -980,9 +1041,9 @@ func checkTopicsAndTokens(t *testing.T, f *composeFile, byCmd map[string][]*slui
 	}
 }
 
-// checkRedisAndKafka: the settings sluice's guarantees rest on.
-func checkRedisAndKafka(t *testing.T, f *composeFile) {
-	for _, name := range sortedKeys(f.Services) {
+// composeCheckStores: the settings sluice's guarantees rest on.
+func composeCheckStores(t *testing.T, f *composeFile) {
+	for _, name := range composeKeys(f.Services) {
 		svc := f.Services[name]
 		image, _, _ := strings.Cut(svc.Image, ":")
 		switch image {
@@ -1023,18 +1084,18 @@ func checkRedisAndKafka(t *testing.T, f *composeFile) {
 			if env("KAFKA_AUTO_CREATE_TOPICS_ENABLE") != "false" {
 				t.Errorf("service %s: KAFKA_AUTO_CREATE_TOPICS_ENABLE must be false: topics are created by operators, never by requests", name)
 			}
-			if len(kafkaAdvertised(svc)) == 0 {
+			if len(composeKafkaAdvertised(svc)) == 0 {
 				t.Errorf("service %s: no KAFKA_ADVERTISED_LISTENERS", name)
 			}
 		}
 	}
 }
 
-// checkPrometheus: every part is scraped at its --listen, and the alert
+// composeCheckPrometheus: every part is scraped at its --listen, and the alert
 // rules are the repository's.
-func checkPrometheus(t *testing.T, f *composeFile, parts map[string]*sluicePart) {
+func composeCheckPrometheus(t *testing.T, f *composeFile, parts map[string]*composePart) {
 	var name string
-	for _, n := range sortedKeys(f.Services) {
+	for _, n := range composeKeys(f.Services) {
 		if strings.HasPrefix(f.Services[n].Image, "prom/prometheus:") {
 			name = n
 		}
@@ -1050,7 +1111,7 @@ func checkPrometheus(t *testing.T, f *composeFile, parts map[string]*sluicePart)
 			configPath = v
 		}
 	}
-	hostConfig := hostPathOf(svc, configPath)
+	hostConfig := composeHostPath(svc, configPath)
 	if hostConfig == "" {
 		t.Errorf("service %s: nothing is mounted at its config %s", name, configPath)
 		return
@@ -1079,10 +1140,10 @@ func checkPrometheus(t *testing.T, f *composeFile, parts map[string]*sluicePart)
 		t.Errorf("%s: %v", hostConfig, err)
 		return
 	}
-	alerts := filepath.Join(repoRoot, "deploy", "prometheus", "alerts.yml")
+	alerts := filepath.Join(composeRoot, "deploy", "prometheus", "alerts.yml")
 	loadsAlerts := false
 	for _, rf := range cfg.RuleFiles {
-		host := hostPathOf(svc, rf)
+		host := composeHostPath(svc, rf)
 		if host == "" {
 			t.Errorf("%s: rule file %s: nothing is mounted there in service %s", hostConfig, rf, name)
 			continue
@@ -1090,7 +1151,7 @@ func checkPrometheus(t *testing.T, f *composeFile, parts map[string]*sluicePart)
 		if _, err := os.Stat(host); err != nil {
 			t.Errorf("%s: rule file %s: %v", hostConfig, rf, err)
 		}
-		loadsAlerts = loadsAlerts || sameFile(host, alerts)
+		loadsAlerts = loadsAlerts || composeSameFile(host, alerts)
 	}
 	if !loadsAlerts {
 		t.Errorf("%s: rule_files do not load deploy/prometheus/alerts.yml", hostConfig)
@@ -1116,13 +1177,13 @@ func checkPrometheus(t *testing.T, f *composeFile, parts map[string]*sluicePart)
 					t.Errorf("%s: job %s: target %s is no service of compose.yaml", hostConfig, sc.JobName, tg)
 					continue
 				}
-				if ports := servicePorts(t, f, parts, host); !slices.Contains(ports, port) {
+				if ports := composeServicePorts(t, f, parts, host); !slices.Contains(ports, port) {
 					t.Errorf("%s: job %s: target %s, but service %s listens on %v", hostConfig, sc.JobName, tg, host, ports)
 				}
 			}
 		}
 	}
-	for _, pn := range sortedKeys(parts) {
+	for _, pn := range composeKeys(parts) {
 		p := parts[pn]
 		want := net.JoinHostPort(pn, p.listenPort(t))
 		if _, ok := targets[want]; !ok {
@@ -1131,11 +1192,11 @@ func checkPrometheus(t *testing.T, f *composeFile, parts map[string]*sluicePart)
 	}
 }
 
-// checkGrafana: the provisioned data source is the stack's Prometheus and
+// composeCheckGrafana: the provisioned data source is the stack's Prometheus and
 // the provisioned dashboard folder holds deploy/grafana/sluice.json.
-func checkGrafana(t *testing.T, f *composeFile, parts map[string]*sluicePart) {
+func composeCheckGrafana(t *testing.T, f *composeFile, parts map[string]*composePart) {
 	var name string
-	for _, n := range sortedKeys(f.Services) {
+	for _, n := range composeKeys(f.Services) {
 		if img, _, _ := strings.Cut(f.Services[n].Image, ":"); img == "grafana/grafana" || img == "grafana/grafana-oss" {
 			name = n
 		}
@@ -1149,7 +1210,7 @@ func checkGrafana(t *testing.T, f *composeFile, parts map[string]*sluicePart) {
 	if v := svc.Environment["GF_PATHS_PROVISIONING"]; v != nil {
 		prov = *v
 	}
-	hostProv := hostPathOf(svc, prov)
+	hostProv := composeHostPath(svc, prov)
 	if hostProv == "" {
 		t.Errorf("service %s: nothing is mounted at %s", name, prov)
 		return
@@ -1210,7 +1271,7 @@ func checkGrafana(t *testing.T, f *composeFile, parts map[string]*sluicePart) {
 			}
 			if _, ok := f.Services[u.Hostname()]; !ok {
 				t.Errorf("%s: data source %s: %s is no service of compose.yaml", file, d.Name, u.Hostname())
-			} else if ports := servicePorts(t, f, parts, u.Hostname()); !slices.Contains(ports, u.Port()) {
+			} else if ports := composeServicePorts(t, f, parts, u.Hostname()); !slices.Contains(ports, u.Port()) {
 				t.Errorf("%s: data source %s: %s, but service %s listens on %v", file, d.Name, d.URL, u.Hostname(), ports)
 			}
 		}
@@ -1219,7 +1280,7 @@ func checkGrafana(t *testing.T, f *composeFile, parts map[string]*sluicePart) {
 		t.Errorf("service %s: no default Prometheus data source: the dashboard's datasource variable starts empty", name)
 	}
 
-	dashboard := filepath.Join(repoRoot, "deploy", "grafana", "sluice.json")
+	dashboard := filepath.Join(composeRoot, "deploy", "grafana", "sluice.json")
 	loaded := false
 	for file, b := range readAll("dashboards") {
 		var dp struct {
@@ -1243,38 +1304,38 @@ func checkGrafana(t *testing.T, f *composeFile, parts map[string]*sluicePart) {
 			continue
 		}
 		for _, pr := range dp.Providers {
-			host := hostPathOf(svc, filepath.ToSlash(filepath.Join(pr.Options.Path, "sluice.json")))
+			host := composeHostPath(svc, filepath.ToSlash(filepath.Join(pr.Options.Path, "sluice.json")))
 			if host == "" {
-				t.Errorf("%s: provider %s reads %s, where service %s mounts nothing", file, pr.Name, pr.Options.Path, name)
+				t.Errorf("%s: provider %s reads %s, where service %s composeMounts nothing", file, pr.Name, pr.Options.Path, name)
 				continue
 			}
-			loaded = loaded || sameFile(host, dashboard)
+			loaded = loaded || composeSameFile(host, dashboard)
 		}
 	}
 	if !loaded {
 		t.Errorf("service %s: no dashboard provider reads deploy/grafana/sluice.json", name)
 	}
 	if v := svc.Environment["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]; v != nil {
-		if host := hostPathOf(svc, *v); host == "" || !sameFile(host, dashboard) {
+		if host := composeHostPath(svc, *v); host == "" || !composeSameFile(host, dashboard) {
 			t.Errorf("service %s: GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH %s is not the mounted deploy/grafana/sluice.json", name, *v)
 		}
 	}
 }
 
-// dockerStage is one FROM ... stage of a Dockerfile, its instructions with
+// composeDockerStage is one FROM ... stage of a Dockerfile, its instructions with
 // continuation lines joined.
-type dockerStage struct {
+type composeDockerStage struct {
 	from, name string
 	lines      []string
 }
 
-func readDockerfile(t *testing.T, path string) []dockerStage {
+func composeReadDockerfile(t *testing.T, path string) []composeDockerStage {
 	t.Helper()
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stages []dockerStage
+	var stages []composeDockerStage
 	var cur strings.Builder
 	flush := func() {
 		line := strings.TrimSpace(cur.String())
@@ -1284,7 +1345,7 @@ func readDockerfile(t *testing.T, path string) []dockerStage {
 		}
 		fields := strings.Fields(line)
 		if strings.EqualFold(fields[0], "FROM") {
-			st := dockerStage{}
+			st := composeDockerStage{}
 			for _, fl := range fields[1:] {
 				if strings.HasPrefix(fl, "--") {
 					continue // --platform
@@ -1322,11 +1383,11 @@ func readDockerfile(t *testing.T, path string) []dockerStage {
 	return stages
 }
 
-// goModVersion is the Go the module builds with: go.mod's toolchain line,
+// composeGoVersion is the Go the module builds with: go.mod's toolchain line,
 // else its go line.
-func goModVersion(t *testing.T) string {
+func composeGoVersion(t *testing.T) string {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(repoRoot, "go.mod"))
+	raw, err := os.ReadFile(filepath.Join(composeRoot, "go.mod"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1351,15 +1412,15 @@ func goModVersion(t *testing.T) string {
 // stage run by a numeric non-root user, /sluice as the entrypoint, and a
 // .dockerignore that keeps out nothing the build reads.
 func TestComposeDockerfile(t *testing.T) {
-	path := filepath.Join(repoRoot, "Dockerfile")
-	stages := readDockerfile(t, path)
+	path := filepath.Join(composeRoot, "Dockerfile")
+	stages := composeReadDockerfile(t, path)
 	if len(stages) < 2 {
 		t.Fatalf("%s: %d stage(s), want a builder and a final stage", path, len(stages))
 	}
 	builder, final := stages[0], stages[len(stages)-1]
 
 	// The builder: golang:<go.mod's version>[-variant].
-	want := goModVersion(t)
+	want := composeGoVersion(t)
 	image, tag, _ := strings.Cut(builder.from, ":")
 	version, _, _ := strings.Cut(tag, "-")
 	if image != "golang" && image != "docker.io/library/golang" {
@@ -1432,7 +1493,7 @@ func TestComposeDockerfile(t *testing.T) {
 	}
 
 	// .dockerignore: nothing the build reads is left out of the context.
-	ignore, err := os.Open(filepath.Join(repoRoot, ".dockerignore"))
+	ignore, err := os.Open(filepath.Join(composeRoot, ".dockerignore"))
 	if err != nil {
 		t.Fatalf(".dockerignore: %v", err)
 	}
@@ -1453,12 +1514,12 @@ func TestComposeDockerfile(t *testing.T) {
 	list := exec.Command(goBin, "list", "-deps", "-f",
 		`{{if and .Module .Module.Main}}{{$d := .Dir}}{{range .GoFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{range .EmbedFiles}}{{$d}}/{{.}}{{"\n"}}{{end}}{{end}}`,
 		"./cmd/sluice", "./deploy/compose/probe")
-	list.Dir = repoRoot
+	list.Dir = composeRoot
 	out, err := list.Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
-	root, _ := filepath.Abs(repoRoot)
+	root, _ := filepath.Abs(composeRoot)
 	for _, file := range strings.Fields(string(out)) {
 		rel, err := filepath.Rel(root, file)
 		if err != nil {
@@ -1473,14 +1534,14 @@ func TestComposeDockerfile(t *testing.T) {
 	}
 }
 
-func orDefault(s, def string) string {
+func composeOr(s, def string) string {
 	if s == "" {
 		return def
 	}
 	return s
 }
 
-func sortedKeys[V any](m map[string]V) []string {
+func composeKeys[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))
 	for k := range m {
 		keys = append(keys, k)
