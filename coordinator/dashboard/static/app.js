@@ -158,10 +158,17 @@
     failures: 0,
   };
 
+  // showConn sets the header's state. Only a change of state is announced
+  // to screen readers (#conn-say), not the time of every poll.
   function showConn(state, text) {
     const c = $('#conn');
     c.className = state;
     setText(c, text);
+    const say = $('#conn-say');
+    if (say.dataset.state !== state) {
+      say.dataset.state = state;
+      setText(say, text);
+    }
   }
 
   function banner(text) {
@@ -331,8 +338,10 @@
     $('#main').classList.add('stale-data');
     const since = clock(conn.downSince.toISOString());
     const last = conn.lastOK ? `The numbers below are from ${clock(conn.lastOK.toISOString())}.` : 'Nothing has been read yet.';
-    banner(`The admin API is unreachable since ${since} (${conn.failures} ${conn.failures === 1 ? 'try' : 'tries'}; ${down ? down.message : ''}). ${last} Retrying every ${POLL_MS / 1000} s.`);
-    showConn('bad', `API unreachable since ${since}`);
+    // The banner's words change only with the error, so that its alert
+    // is not read out again at every poll; the count is in the header.
+    banner(`The admin API is unreachable since ${since} (${down ? down.message : 'no answer'}). ${last} Retrying every ${POLL_MS / 1000} s.`);
+    showConn('bad', `API unreachable since ${since} (${conn.failures} failed ${conn.failures === 1 ? 'poll' : 'polls'})`);
   }
 
   // ------------------------------------------------------------ partitions
@@ -533,17 +542,23 @@
   function renderCanary(d) {
     const now = Date.now();
     const paths = (d && d.paths) || [];
-    const diag = $('#canary-diagnosis');
     const alerts = (d && d.alerts) || [];
-    if (!d || !d.monitor) {
-      diag.replaceChildren(el('p', { class: 'muted', text: 'No canary monitor runs (the coordinator holding the lock needs --canary-topics).' }));
-    } else if (alerts.length) {
-      diag.replaceChildren(el('p', { class: 'msg bad', text: 'Diagnosis:' }),
-        el('ul', { class: 'alerts' }, ...alerts.map((a) => el('li', { text: a }))));
-    } else if (paths.length) {
-      diag.replaceChildren(el('p', { class: 'okline', text: `All ${paths.length} paths complete their canaries in time.` }));
-    } else {
-      diag.replaceChildren(el('p', { class: 'muted', text: 'No canary has completed yet.' }));
+    // Redrawn only when its words change: it is a live region, read out
+    // again whenever it is replaced.
+    const sig = JSON.stringify([!!(d && d.monitor), alerts, paths.length]);
+    const diag = $('#canary-diagnosis');
+    if (diag.dataset.sig !== sig) {
+      diag.dataset.sig = sig;
+      if (!d || !d.monitor) {
+        diag.replaceChildren(el('p', { class: 'muted', text: 'No canary monitor runs (the coordinator holding the lock needs --canary-topics).' }));
+      } else if (alerts.length) {
+        diag.replaceChildren(el('p', { class: 'msg bad', text: 'Diagnosis:' }),
+          el('ul', { class: 'alerts' }, ...alerts.map((a) => el('li', { text: a }))));
+      } else if (paths.length) {
+        diag.replaceChildren(el('p', { class: 'okline', text: `All ${paths.length} paths complete their canaries in time.` }));
+      } else {
+        diag.replaceChildren(el('p', { class: 'muted', text: 'No canary has completed yet.' }));
+      }
     }
     const tbody = $('#canary-table tbody');
     syncRows(tbody, paths, (p) => `${p.topic}/${p.kafka_partition}/${p.redis_partition}`,
