@@ -219,7 +219,7 @@ func (a *adminAPI) stats(r *http.Request, _ admin.Role) (any, error) {
 		if errors.As(err, &re) {
 			return nil, a.redisErr(re.Err)
 		}
-		return nil, &admin.Error{Status: http.StatusServiceUnavailable, Message: err.Error(),
+		return nil, &admin.Error{Status: http.StatusServiceUnavailable, Message: "a gate's metrics: " + err.Error(),
 			Fix: "check the coordinator's --gate-metrics URLs"}
 	}
 	return funnel.Build(in), nil

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,12 +13,14 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/coordinator"
 	"github.com/sluicehq/sluice/gate"
+	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
@@ -50,7 +54,12 @@ type devConfig struct {
 	WorkerServe     string
 	StopTimeout     time.Duration
 	Pprof           bool
-	Logging         cli.Logging
+	// AdminTokens are the coordinator's admin API tokens ("<token> <role>;
+	// ..."); empty: one admin token is generated and written to
+	// <dir>/admin-token, unless AdminInsecure.
+	AdminTokens   string
+	AdminInsecure bool
+	Logging       cli.Logging
 }
 
 func (c *devConfig) register(fs *flag.FlagSet) {
@@ -72,6 +81,8 @@ func (c *devConfig) register(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.CanaryInterval, "canary-interval", 10*time.Second, "time between heartbeat canaries along each path (0: none)")
 	cli.DurationVar(fs, &c.StopTimeout, "stop-timeout", 15*time.Second, "how long each part may take to stop")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiler under the gate's /debug/pprof/")
+	fs.StringVar(&c.AdminTokens, "admin-tokens", "", "the coordinator's admin API tokens, \"<token> admin;<token> read\"; empty: an admin token is generated into <dir>/admin-token and printed")
+	fs.BoolVar(&c.AdminInsecure, "admin-insecure", false, "serve the admin API and dashboard without tokens (anyone who reaches the coordinator's address is admin)")
 	c.Logging.Register(fs)
 	fs.Lookup("log-format").DefValue = "text"
 	c.Logging.Format = "text"
@@ -219,6 +230,18 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	cf.cfg.RedisAddr, cf.cfg.Partitions, cf.cfg.ConsulAddr = cfg.RedisAddr, cfg.RedisPartitions, cfg.ConsulAddr
 	cf.cfg.Scaling.Base = wf.cfg.Workers
 	cf.cfg.LockDelay = 0 // one coordinator: nobody to protect from a stale holder
+	// The admin API and dashboard (docs/admin.md): the dev Kafka for the
+	// DLQ and the relay's lag, the dev gate's counters for the funnel.
+	cf.cfg.Admin.Kafka.Brokers = cli.ListFlag{cfg.KafkaAddr}
+	cf.gateMetrics = cli.ListFlag{"http://" + cfg.GateAddr + "/metrics"}
+	adminToken, err := devAdminToken(cfg, dir)
+	if err != nil {
+		return err
+	}
+	cf.adminTokens, cf.adminInsecure = cfg.AdminTokens, cfg.AdminInsecure
+	if adminToken != "" {
+		cf.adminTokens = adminToken + " admin"
+	}
 	if cfg.CanaryInterval > 0 {
 		// Canaries through the dev gate into every partition; until the
 		// gate (started last) answers, the monitor retries each round.
@@ -255,7 +278,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	stops = append(stops, stopGate)
 	cancelStart()
 
-	printBanner(stdout, cfg, dir)
+	printBanner(stdout, cfg, dir, adminToken)
 	if ready != nil {
 		ready()
 	}
@@ -333,7 +356,61 @@ func clearDevFences(ctx context.Context, cfg devConfig) error {
 	return nil
 }
 
-func printBanner(w io.Writer, cfg devConfig, dir string) {
+// devAdminToken is the admin token sluice dev generates when no tokens
+// are given and the API is not insecure: 32 random bytes, hex, written to
+// <dir>/admin-token (0600) so that `sluice ... --token-file` finds it, and
+// the same across restarts (a dashboard tab keeps working). "" when the
+// operator chose tokens or --admin-insecure.
+func devAdminToken(cfg devConfig, dir string) (string, error) {
+	if cfg.AdminTokens != "" || cfg.AdminInsecure {
+		return "", nil
+	}
+	path := filepath.Join(dir, "admin-token")
+	if b, err := os.ReadFile(path); err == nil && len(strings.TrimSpace(string(b))) >= 32 {
+		return strings.TrimSpace(string(b)), nil
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	tok := hex.EncodeToString(raw[:])
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(path, []byte(tok+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("admin token: %w", err)
+	}
+	return tok, nil
+}
+
+// adminLines is the banner's part on the admin API: how to use the CLI and
+// the dashboard against this stack.
+func adminLines(cfg devConfig, dir, token string) string {
+	coord := "http://" + cfg.CoordinatorAddr
+	env := ""
+	if coord != admin.DefaultURL {
+		env = "SLUICE_ADMIN_URL=" + coord + " "
+	}
+	switch {
+	case token != "":
+		return fmt.Sprintf(`The admin API, the dashboard and the admin commands (docs/admin.md); the admin token is in %[1]s:
+  dashboard  %[2]s/#token=%[3]s
+  export %[4]sSLUICE_ADMIN_TOKEN_FILE=%[1]s
+  sluice stats --api    sluice dlq ls --source redis    sluice rate get    sluice groups ls    sluice scale show    sluice canary status
+`, filepath.Join(dir, "admin-token"), coord, token, env)
+	case cfg.AdminInsecure:
+		return fmt.Sprintf(`The admin API, the dashboard and the admin commands (docs/admin.md), without authentication (--admin-insecure):
+  dashboard  %s/
+  %ssluice stats --api    sluice dlq ls --source redis    sluice rate get    sluice groups ls    sluice scale show
+`, coord, env)
+	}
+	return fmt.Sprintf(`The admin API, the dashboard and the admin commands (docs/admin.md), with the tokens of --admin-tokens:
+  dashboard  %s/#token=<token>
+  %sSLUICE_ADMIN_TOKEN=<token> sluice stats --api    sluice dlq ls --source redis    sluice rate get    sluice scale show
+`, coord, env)
+}
+
+func printBanner(w io.Writer, cfg devConfig, dir, adminToken string) {
 	gateURL := "http://" + cfg.GateAddr
 	fmt.Fprintf(w, `
 sluice dev is running (data in %s). Ctrl-C stops everything; jobs survive a restart.
@@ -346,7 +423,7 @@ sluice dev is running (data in %s). Ctrl-C stops everything; jobs survive a rest
   relay    http://%s/metrics   topic %q into %d Redis partitions (rate: sluice/dev/relay/%s/rate in Consul)
   worker   http://%s/metrics   every job type runs "noop"; type "sleep" sleeps {"ms": N}
            rate limits per resource (else tenant, else type): sluice/dev/limits/<resource> in Consul, e.g. {"rate": 10}
-  coord    http://%s/metrics   the coordinator: bulk groups' callbacks (lock sluice/dev/coordinator/lock in Consul)
+  coord    http://%s/metrics   the coordinator: admin API /api/v1/ and dashboard /; bulk groups' callbacks (lock sluice/dev/coordinator/lock in Consul)
            and per-partition scaling on PWQD; parameters: sluice/dev/scaling in Consul, e.g. {"threshold": 50}
            heartbeat canaries through every partition every %s (sluice_canary_* metrics)
 
@@ -357,9 +434,10 @@ Enqueue a job:
   curl -sS -X POST %s/v1/topics/%s/jobs -H 'Content-Type: application/json' \
     -d '{"type":"hello","payload":{"greeting":"<hi> & welcome"}}'
 
+%s
 `, dir, gateURL, gateURL, gateURL, gateURL, cfg.KafkaAddr, cfg.Topic, cfg.Partitions, cfg.Topic, cfg.Topic,
 		cfg.RedisAddr, onOff(cfg.RedisAOF), cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.Topic, cfg.RedisPartitions, cfg.Topic, cfg.WorkerAddr, cfg.CoordinatorAddr,
-		canaryEvery(cfg.CanaryInterval), cfg.RedisAddr, cfg.RedisPartitions, cfg.KafkaAddr, gateURL, gateURL, cfg.Topic)
+		canaryEvery(cfg.CanaryInterval), cfg.RedisAddr, cfg.RedisPartitions, cfg.KafkaAddr, gateURL, gateURL, cfg.Topic, adminLines(cfg, dir, adminToken))
 	if f, ok := w.(*os.File); ok {
 		f.Sync()
 	}

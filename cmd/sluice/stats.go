@@ -1,20 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
-	"regexp"
-	"strconv"
 	"time"
 
-	"github.com/IBM/sarama"
-
-	"github.com/sluicehq/sluice/internal/canary"
+	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/funnel"
 	"github.com/sluicehq/sluice/internal/kafka"
@@ -26,7 +21,10 @@ func init() {
 		"Kafka, held in Redis) and a gap that nothing explains flagged. Then each Redis partition's ready, delayed,\n"+
 		"in-flight and dead jobs against its counters, and the heartbeat canaries with their alerts.\n"+
 		"Reads Redis (the counters live there, across restarts), Kafka (the relay's lag) and the gates' /metrics.\n"+
-		"Exits 1 when something is unexplained or a canary is late. -o json for scripts. See docs/stats.md.")
+		"Exits 1 when something is unexplained or a canary is late. -o json for scripts. See docs/stats.md.\n"+
+		"Two modes: with --redis-addr (or --direct) it reads the stores itself, which works while the coordinator is\n"+
+		"down; without, it asks the coordinator's admin API (--admin-url, --token; docs/admin.md), which needs no\n"+
+		"store addresses.")
 }
 
 type statsFlags struct {
@@ -36,6 +34,8 @@ type statsFlags struct {
 	gateMetrics   cli.ListFlag
 	output        string
 	timeout       time.Duration
+	api, direct   bool
+	admin         adminFlags
 }
 
 func (f *statsFlags) register(fs *flag.FlagSet) {
@@ -43,8 +43,13 @@ func (f *statsFlags) register(fs *flag.FlagSet) {
 	f.kafka.Register(fs, "sluice-stats")
 	fs.StringVar(&f.consumerGroup, "consumer-group", "sluice-relay", "the relays' --consumer-group (the lag of <group>.<topic> is read); needs --kafka-brokers")
 	fs.Var(&f.gateMetrics, "gate-metrics", "the gates' /metrics URLs, comma-separated: every gate, for the accepted and produced counts")
-	fs.StringVar(&f.output, "o", "text", "output: text or json")
+	fs.StringVar(&f.output, "o", "text", "output: text (or table) or json")
 	cli.DurationVar(fs, &f.timeout, "timeout", 10*time.Second, "time limit of the whole read")
+	fs.BoolVar(&f.api, "api", false, "ask the coordinator's admin API (--admin-url), the default unless --redis-addr is given")
+	fs.BoolVar(&f.direct, "direct", false, "read Redis, Kafka and the gates directly (works while the coordinator is down), the default when --redis-addr is given")
+	fs.StringVar(&f.admin.url, "admin-url", admin.DefaultURL, "the coordinator's admin API, for the API mode (SLUICE_ADMIN_URL)")
+	fs.StringVar(&f.admin.token, "token", "", "bearer token for the admin API (else SLUICE_ADMIN_TOKEN)")
+	fs.StringVar(&f.admin.tokenFile, "token-file", "", "file whose first line is the admin API token (else SLUICE_ADMIN_TOKEN_FILE)")
 }
 
 func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -54,16 +59,49 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parse(fs, "stats", args, stdout); err != nil {
 		return err
 	}
+	if f.output == "table" {
+		f.output = "text"
+	}
 	if f.output != "text" && f.output != "json" {
 		return fmt.Errorf("-o %q: want text or json", f.output)
 	}
+	if f.api && f.direct {
+		return fmt.Errorf("--api and --direct: choose one")
+	}
+	// Direct when asked, or when Redis's address is given (as sluice dev's
+	// banner and every script before the admin API did); else the API.
+	direct := f.direct
+	if !f.api && !direct {
+		fs.Visit(func(fl *flag.Flag) {
+			if fl.Name == "redis-addr" || fl.Name == "redis-partition-addrs" {
+				direct = true
+			}
+		})
+	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
 	defer cancel()
-	in, err := f.gather(ctx)
-	if err != nil {
-		return err
+	var r funnel.Report
+	if direct {
+		in, err := f.gather(ctx)
+		if err != nil {
+			return err
+		}
+		r = funnel.Build(in)
+	} else {
+		f.admin.output, f.admin.timeout = "json", f.timeout
+		c, err := f.admin.client()
+		if err != nil {
+			return err
+		}
+		if err := c.Get(ctx, "/api/v1/stats", &r); err != nil {
+			err = explain(err)
+			var un *admin.UnreachableError
+			if errors.As(err, &un) {
+				err = fmt.Errorf("%w\n  Or read the stores directly: sluice stats --redis-addr <host:port> (--direct)", err)
+			}
+			return err
+		}
 	}
-	r := funnel.Build(in)
 	if f.output == "json" {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -79,109 +117,27 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
-// gather reads the report's inputs; Kafka and the gates are optional, and
-// a failure to read them is reported in the output, not fatal. Redis is
-// the report's backbone: without it there is nothing to say.
+// gather reads the report's inputs directly; Kafka and the gates are
+// optional, and a failure to read them is reported in the output, not
+// fatal. Redis is the report's backbone: without it there is nothing to
+// say.
 func (f *statsFlags) gather(ctx context.Context) (funnel.Input, error) {
-	in := funnel.Input{Now: time.Now()}
 	pool, err := f.redis.pool()
 	if err != nil {
-		return in, err
+		return funnel.Input{}, err
 	}
 	defer pool.Close()
-	for p := range f.redis.partitions {
-		pf, err := pool.Funnel(ctx, p)
-		if err != nil {
-			return in, fmt.Errorf("Redis: %w (check --redis-addr, --redis-partitions and --stage)", err)
-		}
-		in.Partitions = append(in.Partitions, pf)
-	}
-	if in.CanarySettings, in.CanaryMonitor, in.CanaryRecords, err = canary.Read(ctx, pool); err != nil {
-		return in, fmt.Errorf("Redis: %w", err)
-	}
-	topics := map[string]bool{}
-	for _, pf := range in.Partitions {
-		for t := range pf.Stages {
-			topics[t] = true
-		}
-	}
-	if len(f.gateMetrics) > 0 {
-		in.Gate = map[string]map[string]float64{}
-		for _, u := range f.gateMetrics {
-			if err := scrapeGateJobs(ctx, u, in.Gate); err != nil {
-				return in, fmt.Errorf("--gate-metrics %s: %w", u, err)
-			}
-		}
-		for t := range in.Gate {
-			topics[t] = true
-		}
-	}
+	src := funnel.Sources{ConsumerGroup: f.consumerGroup, GateMetrics: f.gateMetrics, KafkaTimeout: f.timeout / 2}
 	if len(f.kafka.Brokers) > 0 {
-		in.KafkaLag, in.KafkaErr = f.lag(topics)
+		src.Kafka = &f.kafka
+	}
+	in, err := funnel.Gather(ctx, pool, src, time.Now())
+	var re *funnel.RedisError
+	if errors.As(err, &re) {
+		return in, fmt.Errorf("%w (check --redis-addr, --redis-partitions and --stage)", err)
+	}
+	if err != nil {
+		return in, fmt.Errorf("--gate-metrics %w", err)
 	}
 	return in, nil
-}
-
-func (f *statsFlags) lag(topics map[string]bool) (map[string]int64, string) {
-	sc, err := f.kafka.Sarama()
-	if err != nil {
-		return nil, err.Error()
-	}
-	sc.Net.DialTimeout = f.timeout / 2
-	client, err := sarama.NewClient(f.kafka.Brokers, sc)
-	if err != nil {
-		return nil, fmt.Sprintf("Kafka %v: %v", f.kafka.Brokers, err)
-	}
-	defer client.Close()
-	out := map[string]int64{}
-	for t := range topics {
-		total, _, err := kafka.Lag(client, f.consumerGroup+"."+t, t)
-		if err != nil {
-			return out, fmt.Sprintf("Kafka lag of %s: %v", t, err)
-		}
-		out[t] = total
-	}
-	return out, ""
-}
-
-var gateJobsLine = regexp.MustCompile(`^sluice_gate_jobs_total\{([^}]*)\} (\S+)`)
-var label = regexp.MustCompile(`(\w+)="([^"]*)"`)
-
-// scrapeGateJobs adds a gate's sluice_gate_jobs_total to into, by topic and
-// outcome.
-func scrapeGateJobs(ctx context.Context, url string, into map[string]map[string]float64) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("answered %s", resp.Status)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		m := gateJobsLine.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		v, err := strconv.ParseFloat(m[2], 64)
-		if err != nil {
-			continue
-		}
-		labels := map[string]string{}
-		for _, l := range label.FindAllStringSubmatch(m[1], -1) {
-			labels[l[1]] = l[2]
-		}
-		t := labels["topic"]
-		if into[t] == nil {
-			into[t] = map[string]float64{}
-		}
-		into[t][labels["outcome"]] += v
-	}
-	return sc.Err()
 }

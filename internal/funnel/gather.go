@@ -62,7 +62,7 @@ func Gather(ctx context.Context, pool *queue.Pool, src Sources, now time.Time) (
 		in.Gate = map[string]map[string]float64{}
 		for _, u := range src.GateMetrics {
 			if err := scrapeGateJobs(ctx, u, in.Gate); err != nil {
-				return in, fmt.Errorf("gate metrics %s: %w", u, err)
+				return in, fmt.Errorf("%s: %w", u, err)
 			}
 		}
 		for t := range in.Gate {

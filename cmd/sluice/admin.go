@@ -1,0 +1,217 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/admin"
+	"github.com/sluicehq/sluice/internal/cli"
+)
+
+// The admin commands (docs/admin.md): thin clients of the coordinator's
+// admin API. Every one takes the flags of adminFlags; their subcommands
+// come first (sluice dlq ls ...), flags and arguments in any order after.
+
+// adminFlags are every admin command's flags.
+type adminFlags struct {
+	url       string
+	token     string
+	tokenFile string
+	output    string
+	timeout   time.Duration
+}
+
+func (f *adminFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.url, "admin-url", admin.DefaultURL, "the coordinator's admin API: its --listen address (SLUICE_ADMIN_URL)")
+	fs.StringVar(&f.token, "token", "", "bearer token for the admin API (else SLUICE_ADMIN_TOKEN)")
+	fs.StringVar(&f.tokenFile, "token-file", "", "file whose first line is the token (else SLUICE_ADMIN_TOKEN_FILE; sluice dev writes .sluice/admin-token)")
+	fs.StringVar(&f.output, "o", "table", "output: table, or json (the API's answer)")
+	cli.DurationVar(fs, &f.timeout, "timeout", 10*time.Second, "time limit of the request")
+}
+
+// client resolves the token (flag, file, then SLUICE_ADMIN_TOKEN and
+// SLUICE_ADMIN_TOKEN_FILE: the API's token is one across commands, so its
+// variable is not per command) and checks the output.
+func (f *adminFlags) client() (*admin.Client, error) {
+	if f.output != "table" && f.output != "json" {
+		return nil, fmt.Errorf("-o %q: want table or json", f.output)
+	}
+	tok := f.token
+	file := f.tokenFile
+	if tok == "" && file == "" {
+		tok = os.Getenv("SLUICE_ADMIN_TOKEN")
+		if tok == "" {
+			file = os.Getenv("SLUICE_ADMIN_TOKEN_FILE")
+		}
+	}
+	if tok == "" && file != "" {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("--token-file: %w", err)
+		}
+		tok, _, _ = strings.Cut(strings.TrimSpace(string(b)), "\n")
+		tok = strings.TrimSpace(tok)
+	}
+	return &admin.Client{BaseURL: f.url, Token: tok, HTTP: &http.Client{Timeout: f.timeout}}, nil
+}
+
+// parseArgs parses a command's flags wherever they are among its
+// positional arguments (sluice rate set jobs 50 --burst 100), and returns
+// the positional ones.
+func parseArgs(fs *flag.FlagSet, part string, args []string, stdout io.Writer) ([]string, error) {
+	fs.SetOutput(stdout)
+	var pos []string
+	for {
+		if err := cli.Parse(fs, part, args); err != nil {
+			var envErr *cli.EnvError
+			if cli.IsHelp(err) || errors.As(err, &envErr) {
+				return nil, err
+			}
+			return nil, errUsage
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+// adminCmd is one subcommand: its name, its arguments' synopsis, and what
+// it does with the positional arguments.
+type adminCmd struct {
+	name, synopsis string
+	register       func(fs *flag.FlagSet)
+	run            func(ctx context.Context, c *admin.Client, args []string, out io.Writer, json bool) error
+}
+
+// runAdmin dispatches `sluice <part> <sub> ...` to sub.
+func runAdmin(ctx context.Context, part string, subs []adminCmd, args []string, stdout io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprintf(stdout, "Usage: sluice %s <command> [flags] [arguments]\n\nCommands:\n", part)
+		for _, s := range subs {
+			fmt.Fprintf(stdout, "  sluice %s %s %s\n", part, s.name, s.synopsis)
+		}
+		fmt.Fprintf(stdout, "\nRun `sluice %s <command> --help` for the flags. See docs/admin.md.\n", part)
+		if len(args) == 0 {
+			return errUsage
+		}
+		return nil
+	}
+	for _, s := range subs {
+		if s.name != args[0] {
+			continue
+		}
+		fs := flag.NewFlagSet(part+" "+s.name, flag.ContinueOnError)
+		var f adminFlags
+		f.register(fs)
+		if s.register != nil {
+			s.register(fs)
+		}
+		pos, err := parseArgs(fs, part, args[1:], stdout)
+		if err != nil {
+			return err
+		}
+		c, err := f.client()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(ctx, f.timeout)
+		defer cancel()
+		return explain(s.run(ctx, c, pos, stdout, f.output == "json"))
+	}
+	return fmt.Errorf("unknown command %q: want one of %s (sluice %s --help)", args[0], subNames(subs), part)
+}
+
+func subNames(subs []adminCmd) string {
+	var n []string
+	for _, s := range subs {
+		n = append(n, s.name)
+	}
+	return strings.Join(n, ", ")
+}
+
+// explain adds what to check to an API error.
+func explain(err error) error {
+	var e *admin.Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	msg := e.Message
+	if e.Fix != "" {
+		msg += "\n  fix: " + e.Fix
+	}
+	switch e.Status {
+	case http.StatusUnauthorized:
+		msg += "\n  give the admin API's token: --token, --token-file, SLUICE_ADMIN_TOKEN or SLUICE_ADMIN_TOKEN_FILE (sluice dev: .sluice/admin-token)"
+	case http.StatusForbidden:
+		msg += "\n  this needs a token with the admin role (read tokens may only look)"
+	}
+	return fmt.Errorf("%s (HTTP %d)", msg, e.Status)
+}
+
+// wantArgs checks the count of positional arguments.
+func wantArgs(args []string, min, max int, synopsis string) error {
+	if len(args) < min || (max >= 0 && len(args) > max) {
+		return fmt.Errorf("want arguments %s, got %q", synopsis, args)
+	}
+	return nil
+}
+
+// show prints the API's answer: as JSON with json, else through table.
+func show[T any](ctx context.Context, c *admin.Client, method, path string, body any, out io.Writer, asJSON bool, table func(w *tabwriter.Writer, v T)) error {
+	var raw json.RawMessage
+	if err := c.Do(ctx, method, path, body, &raw); err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(out, raw)
+	}
+	var v T
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return fmt.Errorf("the answer of %s %s: %w", method, path, err)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	table(tw, v)
+	return tw.Flush()
+}
+
+func printJSON(out io.Writer, raw json.RawMessage) error {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		_, err = out.Write(raw)
+		return err
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
+
+// cell makes s fit a table cell: one line, at most n runes.
+func cell(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-1]) + "…"
+	}
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func stamp(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.Local().Format("2006-01-02 15:04:05")
+}
