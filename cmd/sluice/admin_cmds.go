@@ -298,7 +298,9 @@ func runGroups(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	var limit int
 	return runAdmin(ctx, "groups", []adminCmd{
 		{name: "ls", synopsis: "[--limit N]",
-			register: func(fs *flag.FlagSet) { fs.IntVar(&limit, "limit", 100, "active groups per partition, and bulk groups in all (1..1000)") },
+			register: func(fs *flag.FlagSet) {
+				fs.IntVar(&limit, "limit", 100, "active groups per partition, and bulk groups in all (1..1000)")
+			},
 			run: func(ctx context.Context, c *admin.Client, args []string, out io.Writer, asJSON bool) error {
 				if err := wantArgs(args, 0, 0, "none"); err != nil {
 					return err
