@@ -691,6 +691,7 @@ func TestComposeServices(t *testing.T) {
 	}
 
 	// Every service: dependencies exist and their conditions can be met.
+	hostPorts := map[string][]struct{ ip, service string }{} // published host port -> who
 	for _, name := range composeKeys(f.Services) {
 		svc := f.Services[name]
 		for dep, cond := range svc.DependsOn {
@@ -724,6 +725,25 @@ func TestComposeServices(t *testing.T) {
 					t.Errorf("service %s: volume %s is not declared under volumes:", name, m.source)
 				}
 			}
+		}
+		// Two services on one host port: `up` fails on the second.
+		for _, mapping := range svc.Ports {
+			mapping, _, _ = strings.Cut(mapping, "/")
+			hostSide := mapping[:max(0, strings.LastIndex(mapping, ":"))]
+			if hostSide == "" {
+				continue // a random host port
+			}
+			ip, port, ok := strings.Cut(hostSide, ":")
+			if !ok {
+				ip, port = "0.0.0.0", hostSide
+			}
+			// 0.0.0.0 takes the port on every address.
+			for _, other := range hostPorts[port] {
+				if other.ip == ip || other.ip == "0.0.0.0" || ip == "0.0.0.0" {
+					t.Errorf("service %s: publishes %s:%s, as service %s publishes %s:%s", name, ip, port, other.service, other.ip, port)
+				}
+			}
+			hostPorts[port] = append(hostPorts[port], struct{ ip, service string }{ip, name})
 		}
 		if svc.StopGracePeriod != "" {
 			if _, err := time.ParseDuration(svc.StopGracePeriod); err != nil {
@@ -827,6 +847,20 @@ func TestComposeServices(t *testing.T) {
 				t.Errorf("%s: %q is not a URL", p.where("canary-gate"), p.value("canary-gate"))
 			} else {
 				composeCheckDial(t, f, parts, p, "canary-gate", u.Host)
+			}
+		}
+		// What the parts check only once they start (relay.New,
+		// coordinator/canary.go), which --help parsing cannot reach.
+		if p.has("memory-high") && p.has("memory-low") {
+			hi, err1 := strconv.ParseFloat(p.value("memory-high"), 64)
+			lo, err2 := strconv.ParseFloat(p.value("memory-low"), 64)
+			if err1 != nil || err2 != nil || !(0 < lo && lo < hi && hi <= 1) {
+				t.Errorf("%s %q and %s %q: the relay wants 0 < low < high <= 1 and refuses to start", p.where("memory-low"), p.value("memory-low"), p.where("memory-high"), p.value("memory-high"))
+			}
+		}
+		if p.has("canary-interval") && p.value("canary-topics") != "" {
+			if d, err := time.ParseDuration(p.value("canary-interval")); err == nil && d < time.Second {
+				t.Errorf("%s %s: the canary monitor wants 1s or more and refuses to start", p.where("canary-interval"), d)
 			}
 		}
 		// A worker with no Consul runs no execution rate limits at all:
