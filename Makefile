@@ -70,6 +70,9 @@ fuzz:
 	$(GO) test ./internal/job -run '^$$' -fuzz '^FuzzStream$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./gate -run '^$$' -fuzz '^FuzzGroupBody$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./internal/canary -run '^$$' -fuzz '^FuzzDecoders$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/limits -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./internal/admin -run '^$$' -fuzz '^FuzzParseTokens$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./coordinator -run '^$$' -fuzz '^FuzzAdminDecoders$$' -fuzztime $(FUZZTIME)
 
 ## bench: Go benchmarks (numbers go to BENCHMARKS.md with the command).
 bench: deps
