@@ -435,7 +435,10 @@
       c[4].classList.toggle('bad-num', p.dead > 0);
       let w = num(p.workers);
       if (p.consumers !== undefined && p.consumers !== 1) w += ` (${num(p.consumers)} consumers)`;
-      if (p.pin) w += ` · pinned ${num(p.pin.workers)}`;
+      // The scaler's target (the holder's only) while the workers are not
+      // there yet: a scale-up or decay in progress.
+      if (typeof p.target === 'number' && p.target * Math.max(p.consumers || 0, 1) !== p.workers) w += ` → ${num(p.target)} per consumer`;
+      if (p.pin) w += ` · pinned at ${num(p.pin.workers)}`;
       setText(c[5], w);
       setText(c[6], pwqdText(p));
       const s = spark.get(p.partition);
