@@ -266,8 +266,8 @@ func TestDevDashboard(t *testing.T) {
 
 	cfg := devOnFreePorts(t, filepath.Join(t.TempDir(), ".sluice"))
 	cfg.CanaryInterval = time.Second
-	const token = "dashboard-test-token"
-	cfg.AdminTokens = token + " admin"
+	const token, readToken = "dashboard-test-token", "dashboard-read-token"
+	cfg.AdminTokens = token + " admin;" + readToken + " read"
 	startDev(t, cfg)
 	gate := "http://" + cfg.GateAddr
 	coord := "http://" + cfg.CoordinatorAddr
@@ -369,12 +369,14 @@ func TestDevDashboard(t *testing.T) {
 		items[i] = fmt.Sprintf(`{"n":%d}`, i)
 	}
 	postJSON(t, gate+"/v1/topics/jobs/groups", `{"id":"dash-bulk","type":"work","resource":"`+resource+`","items":[`+strings.Join(items, ",")+`]}`)
+	// The key is markup: the page must show it as text.
+	const poisonKey = `dash-<b>poison</b>`
 	kc, err := kgo.NewClient(kgo.SeedBrokers(cfg.KafkaAddr))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer kc.Close()
-	if err := kc.ProduceSync(ctx, &kgo.Record{Topic: cfg.Topic, Key: []byte("dash-poison"), Value: []byte(`not json <b>at all</b>`)}).FirstErr(); err != nil {
+	if err := kc.ProduceSync(ctx, &kgo.Record{Topic: cfg.Topic, Key: []byte(poisonKey), Value: []byte(`not json <b>at all</b>`)}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
 	deadKey := func(id string) (queue.Keys, error) {
@@ -431,8 +433,8 @@ func TestDevDashboard(t *testing.T) {
 		b.waitJS(t, "dead job "+id+" listed", 20*time.Second,
 			fmt.Sprintf(`!!document.querySelector('#deadset-table tr[data-key=%q]')`, id))
 	}
-	b.waitJS(t, "the poison record in the Kafka DLQ", 20*time.Second,
-		`[...document.querySelectorAll('#dlq-table tbody tr')].some(r => r.textContent.includes('dash-poison'))`)
+	b.waitJS(t, "the poison record in the Kafka DLQ, its key as text", 20*time.Second,
+		fmt.Sprintf(`[...document.querySelectorAll('#dlq-table tbody tr')].some(r => r.textContent.includes(%q))`, poisonKey))
 	if n := b.text(t, `String(document.querySelectorAll('#main b').length)`); n != "0" {
 		t.Errorf("data became markup: %s <b> elements in the page", n)
 	}
@@ -555,6 +557,16 @@ func TestDevDashboard(t *testing.T) {
 	}
 	if len(unexpected) > 0 {
 		t.Errorf("the page reported problems: %q", unexpected)
+	}
+
+	// A read token sees the page without the controls that change things;
+	// the API would refuse them anyway.
+	b.do(t, "opening the dashboard with a read token", 20*time.Second, chromedp.Navigate("about:blank"), chromedp.Navigate(coord+"/#token="+readToken))
+	b.waitJS(t, "the read-only page", 20*time.Second, `document.querySelector('#conn').textContent.startsWith('live') &&
+		document.querySelector('#role').textContent === 'role: read' && !document.querySelector('#readonly-note').hidden &&
+		document.querySelectorAll('#deadset-table tbody tr').length > 0`)
+	if n := b.text(t, `String([...document.querySelectorAll('button.replay, button.purge, button.pause, form.editor, #limit-new, #deadset-purge')].filter(e => e.offsetParent !== null).length)`); n != "0" {
+		t.Errorf("a read token's page shows %s controls that change things", n)
 	}
 
 	// An API that goes away: the page served through a stand-in that
