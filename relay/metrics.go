@@ -18,6 +18,7 @@ type metrics struct {
 	enqueueTime   prometheus.Histogram   //
 	lockAcquired  *prometheus.CounterVec // topic
 	consumeErrors *prometheus.CounterVec // topic
+	rewinds       *prometheus.CounterVec // topic
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -53,6 +54,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		redisRetries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_relay_redis_retries_total", Help: "Batches retried because Redis could not serve (down, loading, out of memory).",
 		}, []string{"topic"}),
+		rewinds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_relay_rewinds_total", Help: "Times the relay went back to the committed offsets because Redis restarted under writes not yet durable (--durable-after).",
+		}, []string{"topic"}),
 		consumeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_relay_consume_errors_total", Help: "Errors reading from Kafka.",
 		}, []string{"topic"}),
@@ -66,6 +70,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	reg.MustRegister(m.jobs, m.lag, m.rateWait, m.ratePaused, m.rateLimit, m.memPaused, m.memRatio,
-		m.lockHeld, m.lockAcquired, m.redisRetries, m.consumeErrors, m.batchSize, m.enqueueTime)
+		m.lockHeld, m.lockAcquired, m.redisRetries, m.consumeErrors, m.rewinds, m.batchSize, m.enqueueTime)
 	return m
 }

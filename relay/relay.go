@@ -49,6 +49,10 @@ type Config struct {
 	LockDelay      time.Duration
 	BatchSize      int
 	CommitEvery    time.Duration
+	// DurableAfter is how long Redis must have kept a write, without a
+	// restart, before its Kafka offset is committed (durable.go); 0
+	// commits as soon as Redis answers.
+	DurableAfter time.Duration
 	// LagEvery is how often the lag gauges are read from Kafka's end
 	// offsets, besides after each batch.
 	LagEvery      time.Duration
@@ -83,6 +87,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.LockDelay, "lock-delay", 5*time.Second, "Consul lock-delay after a holder's session expires; 0 for none")
 	fs.IntVar(&c.BatchSize, "batch-size", 1024, "most jobs per Redis pipeline and per rate-limit wait")
 	cli.DurationVar(fs, &c.CommitEvery, "commit-every", time.Second, "how often to commit Kafka offsets (only of jobs Redis accepted)")
+	cli.DurationVar(fs, &c.DurableAfter, "durable-after", 3*time.Second, "commit a Kafka offset only once Redis has kept the writes before it this long without restarting (its AOF fsync, every second with appendfsync everysec, has run); a Redis restart under younger writes makes the relay go on from the committed offsets. 0: commit as soon as Redis answers (appendfsync always)")
 	cli.DurationVar(fs, &c.LagEvery, "lag-every", 5*time.Second, "how often sluice_relay_lag_messages is read from Kafka's end offsets while the relay cannot write (it is also set after each batch)")
 	fs.Float64Var(&c.HighWatermark, "memory-high", 0.8, "pause relaying above this fraction of Redis maxmemory")
 	fs.Float64Var(&c.LowWatermark, "memory-low", 0.7, "resume relaying below this fraction of Redis maxmemory")
@@ -299,6 +304,11 @@ func (r *Relay) runTopic(ctx context.Context, topic string) error {
 		defer r.setHeld(topic, false)
 		log.Info("relaying", "token", lease.Token())
 		err := r.relayTopic(lctx, topic, lease, th, log)
+		for errors.Is(err, errRedisRestarted) && lctx.Err() == nil {
+			r.m.rewinds.WithLabelValues(topic).Inc()
+			log.Warn("Redis restarted under writes not yet durable: relaying again from the committed offsets (what Redis kept is deduplicated by job id)")
+			err = r.relayTopic(lctx, topic, lease, th, log)
+		}
 		if errors.Is(err, queue.ErrFenced) {
 			log.Error("a newer lock holder wrote to Redis: this relay is deposed and stops writing", "token", lease.Token())
 		}

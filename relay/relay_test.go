@@ -78,6 +78,7 @@ func (b *bed) config(mutate func(*relay.Config)) relay.Config {
 	cfg.LockTTL = 10 * time.Second // Consul's minimum
 	cfg.LockDelay = time.Second
 	cfg.CommitEvery = 100 * time.Millisecond
+	cfg.DurableAfter = 500 * time.Millisecond
 	cfg.MemorySample = 20 * time.Millisecond
 	if mutate != nil {
 		mutate(&cfg)

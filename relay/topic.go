@@ -56,8 +56,18 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 			return err
 		}
 	}
-	var om sarama.OffsetManager
+	var (
+		om      sarama.OffsetManager
+		durable *durableMarks
+	)
 	if !r.cfg.Shadow {
+		epoch := ""
+		if r.cfg.DurableAfter > 0 {
+			if epoch, err = r.currentEpoch(lctx, func(err error) { log.Warn("waiting for Redis before relaying", "err", err) }); err != nil {
+				return err
+			}
+		}
+		durable = newDurableMarks(r.cfg.DurableAfter, epoch, r.now)
 		if om, err = sarama.NewOffsetManagerFromClient(group, client); err != nil {
 			return fmt.Errorf("kafka offset manager: %w", err)
 		}
@@ -101,7 +111,7 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 				}
 				err = r.relayPartition(ctx, topic, p, start, nil, progress[p], co, lease, th, consumer, log.With("partition", p))
 			} else {
-				err = r.managedPartition(ctx, topic, p, om, progress[p], co, lease, th, consumer, log.With("partition", p))
+				err = r.managedPartition(ctx, topic, p, om, durable, progress[p], co, lease, th, consumer, log.With("partition", p))
 			}
 			if err != nil && ctx.Err() == nil {
 				once.Do(func() { first = err; cancel() })
@@ -109,12 +119,14 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 		}()
 	}
 	// The committer: marks are set only after Redis accepted a job and all
-	// before it, so a commit never skips a job. While the lease is valid it
-	// commits every CommitEvery; after that the new holder owns the offsets
-	// and we stop committing (a late commit could only move them back,
-	// which costs redelivered, deduped jobs, never lost ones).
+	// before it, and only once those writes are durable (durable.go), so a
+	// commit never skips a job. While the lease is valid it commits every
+	// CommitEvery; after that the new holder owns the offsets and we stop
+	// committing (a late commit could only move them back, which costs
+	// redelivered, deduped jobs, never lost ones).
 	lagDone := make(chan struct{})
 	go func() { defer close(lagDone); r.watchLag(ctx, client, topic, progress) }()
+	var restarted atomic.Bool
 	committerDone := make(chan struct{})
 	go func() {
 		defer close(committerDone)
@@ -125,9 +137,15 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if om != nil && lease.Valid() {
-					om.Commit()
+				if om == nil || !lease.Valid() {
+					continue
 				}
+				if r.settleDurable(ctx, durable) {
+					restarted.Store(true)
+					cancel()
+					return
+				}
+				om.Commit()
 			}
 		}
 	}()
@@ -137,10 +155,20 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 	<-lagDone
 	<-coDone
 	if om != nil {
-		if lease.Valid() {
-			om.Commit() // a graceful stop hands over with everything committed
+		if lease.Valid() && !restarted.Load() {
+			// A graceful stop hands over with every durable offset
+			// committed; the new holder relays the rest again, deduped.
+			sctx, scancel := context.WithTimeout(context.WithoutCancel(lctx), 2*time.Second)
+			if r.settleDurable(sctx, durable) {
+				restarted.Store(true)
+			}
+			scancel()
+			om.Commit()
 		}
 		om.Close() // always: its goroutines must not outlive the lease
+	}
+	if restarted.Load() && lctx.Err() == nil {
+		return errRedisRestarted
 	}
 	if first == nil && lctx.Err() == nil {
 		first = errors.New("all partition consumers stopped")
@@ -184,7 +212,7 @@ func seedGroup(client sarama.Client, group, topic string, parts []int32, log *sl
 
 // managedPartition relays one partition from its committed offset, marking
 // each batch's offsets once it is settled.
-func (r *Relay) managedPartition(ctx context.Context, topic string, partition int32, om sarama.OffsetManager, progress *atomic.Int64,
+func (r *Relay) managedPartition(ctx context.Context, topic string, partition int32, om sarama.OffsetManager, durable *durableMarks, progress *atomic.Int64,
 	co *coalescer, lease *consul.Lease, th *throttle, consumer sarama.Consumer, log *slog.Logger) error {
 	pom, err := om.ManagePartition(topic, partition)
 	if err != nil {
@@ -192,7 +220,8 @@ func (r *Relay) managedPartition(ctx context.Context, topic string, partition in
 	}
 	defer pom.AsyncClose()
 	next, _ := pom.NextOffset()
-	return r.relayPartition(ctx, topic, partition, next, func(o int64) { pom.MarkOffset(o, "") }, progress, co, lease, th, consumer, log)
+	mark := durable.track(partition, func(o int64) { pom.MarkOffset(o, "") })
+	return r.relayPartition(ctx, topic, partition, next, mark, progress, co, lease, th, consumer, log)
 }
 
 // relayPartition moves one Kafka partition's messages into Redis in

@@ -140,3 +140,28 @@ func Transient(err error) bool {
 	}
 	return false
 }
+
+// Epoch names the current lives of the pool's Redis servers: their run_ids,
+// which change with every restart. A write Redis answered, still under the
+// same epoch a while later, was not lost to a crash in between; under
+// another epoch it may have been (AOF with appendfsync everysec loses up to
+// a second or two when the host fails). The relay commits Kafka offsets by
+// it (relay/durable.go).
+func (p *Pool) Epoch(ctx context.Context) (string, error) {
+	ids := make([]string, len(p.distinct))
+	for i, c := range p.distinct {
+		info, err := c.Info(ctx, "server").Result()
+		if err != nil {
+			return "", fmt.Errorf("Redis %s: %w", p.addrs[i], err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+				ids[i] = v
+			}
+		}
+		if ids[i] == "" {
+			return "", fmt.Errorf("Redis %s: INFO server has no run_id", p.addrs[i])
+		}
+	}
+	return strings.Join(ids, ","), nil
+}
