@@ -586,6 +586,13 @@ func TestAdminScalePinHonouredByTheScaler(t *testing.T) {
 	if p := list.Partitions[0]; p.Pin == nil || p.Target == nil || *p.Target != 3 || p.Workers != 3 || !list.Holder {
 		t.Errorf("scale show: %+v", list.Partitions[0])
 	}
+	// A standby answers too, from Consul and Redis; only the target is
+	// the holder's to know.
+	standby := b.start(t, "c2", withAdmin(t, scaling(fastParams())))
+	standby.must(t, "GET", "/api/v1/scale", nil, &list)
+	if p := list.Partitions[0]; list.Holder || p.Target != nil || p.Pin == nil || p.Pin.Workers != 3 || p.Workers != 3 {
+		t.Errorf("scale show on the standby: holder %v %+v", list.Holder, p)
+	}
 	c.must(t, "PUT", "/api/v1/scale/0", admin.ScaleSet{Auto: true}, &sp)
 	if sp.Pin != nil {
 		t.Errorf("auto left %+v", sp.Pin)

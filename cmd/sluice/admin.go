@@ -127,7 +127,11 @@ func runAdmin(ctx context.Context, part string, subs []adminCmd, args []string, 
 		}
 		ctx, cancel := context.WithTimeout(ctx, f.timeout)
 		defer cancel()
-		return explain(s.run(ctx, c, pos, stdout, f.output == "json"))
+		err = s.run(ctx, c, pos, stdout, f.output == "json")
+		if errors.Is(err, errReported) {
+			return err
+		}
+		return explain(err)
 	}
 	return fmt.Errorf("unknown command %q: want one of %s (sluice %s --help)", args[0], subNames(subs), part)
 }

@@ -415,7 +415,9 @@ func runCanaryStatus(ctx context.Context, args []string, stdout, _ io.Writer) er
 			if err := wantArgs(args, 0, 0, "none"); err != nil {
 				return err
 			}
-			return show(ctx, c, "GET", "/api/v1/canary", nil, out, asJSON, func(w *tabwriter.Writer, s admin.CanaryState) {
+			alerting := false
+			err := show(ctx, c, "GET", "/api/v1/canary", nil, out, asJSON, func(w *tabwriter.Writer, s admin.CanaryState) {
+				alerting = len(s.Alerts) > 0
 				if !s.Monitor {
 					fmt.Fprintln(w, "no canary monitor has run on this stage (sluice coordinator --canary-topics, or sluice canary)")
 				} else {
@@ -438,6 +440,10 @@ func runCanaryStatus(ctx context.Context, args []string, stdout, _ io.Writer) er
 					fmt.Fprintln(w, "✓ every path is fresh")
 				}
 			})
+			if err == nil && alerting {
+				return errReported // exit 1, as sluice stats, for scripts and cron
+			}
+			return err
 		}},
 	}, args, stdout)
 }
