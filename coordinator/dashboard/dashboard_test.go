@@ -48,6 +48,24 @@ func TestHandlerServesThePageWithItsHeaders(t *testing.T) {
 			t.Errorf("GET %s: headers %v", c.path, resp.Header)
 		}
 	}
+	// Revalidation: the ETag of the content answers a 304 without a body.
+	for _, p := range []string{"/", "/app.js"} {
+		first := get(t, h, http.MethodGet, p)
+		tag := first.Header.Get("ETag")
+		if len(tag) < 10 {
+			t.Fatalf("GET %s: ETag %q", p, tag)
+		}
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, p, nil)
+		req.Header.Set("If-None-Match", tag)
+		h.ServeHTTP(rec, req)
+		if rec.Code != http.StatusNotModified || rec.Body.Len() != 0 {
+			t.Errorf("GET %s with If-None-Match %s: %d, %d bytes; want 304 and none", p, tag, rec.Code, rec.Body.Len())
+		}
+	}
+	if a, b := get(t, h, http.MethodGet, "/").Header.Get("ETag"), get(t, h, http.MethodGet, "/app.js").Header.Get("ETag"); a == b {
+		t.Errorf("index.html and app.js share the ETag %s", a)
+	}
 	if resp := get(t, h, http.MethodGet, "/nope.js"); resp.StatusCode != http.StatusNotFound {
 		t.Errorf("GET /nope.js: %d, want 404", resp.StatusCode)
 	}
