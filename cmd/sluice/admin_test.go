@@ -105,6 +105,19 @@ func TestCLIAdminCommandsAgainstDev(t *testing.T) {
 	if out := adminCLI(t, cfg, 0, "rate", "get"); !strings.Contains(out, "paused") {
 		t.Errorf("rate get while paused: %s", out)
 	}
+	// The gate took it, and it waits in Kafka: the paused relay leaves it.
+	testenv.WaitFor(t, 20*time.Second, "the job counted as waiting in Kafka", func() bool {
+		code, out, _ := cliRun("stats", "-o", "json", "--admin-url", "http://"+cfg.CoordinatorAddr, "--token-file", filepath.Join(cfg.Dir, "admin-token"))
+		var r funnel.Report
+		if code > 1 || json.Unmarshal([]byte(out), &r) != nil {
+			return false
+		}
+		tp := topicOf(r, cfg.Topic)
+		return tp.InKafka != nil && *tp.InKafka == 1
+	})
+	if code, _, errOut := cliRun("groups", "show", "while-paused", "--admin-url", "http://"+cfg.CoordinatorAddr, "--token-file", filepath.Join(cfg.Dir, "admin-token")); code != 1 || !strings.Contains(errOut, "HTTP 404") {
+		t.Errorf("the job reached Redis while the relay was paused: exit %d %s", code, errOut)
+	}
 	resumed := adminJSON[admin.RateState](t, cfg, "rate", "resume", cfg.Topic)
 	if resumed.Paused || resumed.Rate != 500 || resumed.Burst != 50 {
 		t.Errorf("rate resume: %+v", resumed)
