@@ -179,12 +179,15 @@
   }
 
   // A section's own error (a 503 because its store is away, say) shows under
-  // its heading; the rest of the page goes on.
-  function sectionError(id, err) {
+  // its heading; the rest of the page goes on. Each source of a section
+  // (job: one API read) has its own line, so that one read's success does
+  // not clear another's failure.
+  function sectionError(id, job, err) {
     const sec = document.getElementById(id);
-    let p = sec.querySelector(':scope > p.section-error');
+    let p = sec.querySelector(`:scope > p.section-error[data-job="${job}"]`);
+    if (!p && !err) return;
     if (!p) {
-      p = el('p', { class: 'msg bad section-error', role: 'alert' });
+      p = el('p', { class: 'msg bad section-error', role: 'alert', 'data-job': job });
       sec.querySelector('h2').after(p);
     }
     if (err) { setText(p, err.text || String(err)); p.hidden = false; } else { p.hidden = true; p.textContent = ''; }
@@ -278,7 +281,13 @@
   // and renders it. Polls never overlap: a slow API slows the page down
   // instead of piling requests up.
   async function refresh(all) {
-    if (inFlight) return inFlight;
+    if (inFlight) {
+      // An action's refresh waits for the poll under way, then reads
+      // everything: that poll may have left before the action was done.
+      if (!all) return inFlight;
+      await inFlight;
+      return refresh(true);
+    }
     inFlight = (async () => {
       const n = tick++;
       const due = (every) => all || n % every === 0;
@@ -303,9 +312,9 @@
           reached = true;
           try {
             render(r.value);
-            sectionError(sectionOf(section), null);
+            sectionError(sectionOf(section), section, null);
           } catch (e) {
-            sectionError(sectionOf(section), new ApiError(0, 'the page could not draw this answer: ' + e.message));
+            sectionError(sectionOf(section), section, new ApiError(0, 'the page could not draw this answer: ' + e.message));
           }
           continue;
         }
@@ -313,7 +322,7 @@
         if (err.status === 401 || err.status === 403) { authFailed(err); return; }
         if (err.status === 0) { down = err; continue; }
         reached = true;
-        sectionError(sectionOf(section), err);
+        sectionError(sectionOf(section), section, err);
       }
       noteConnection(reached, down);
     })();
@@ -647,7 +656,7 @@
     // Redis dead set.
     const rt = $('#deadset-table tbody');
     if (d.redis.status === 'fulfilled') {
-      sectionError('dead', null);
+      sectionError('dead', 'dead-redis', null);
       const entries = d.redis.value.entries || [];
       syncRows(rt, entries, (e) => e.id, (e) => {
         const replay = el('button', { type: 'button', class: 'replay write', text: 'Replay' });
@@ -677,7 +686,7 @@
       const more = d.redis.value.next_cursor ? ' (the newest 50 shown)' : '';
       setText($('#deadset-sub'), `${num(deadTotal)} dead jobs across the partitions${more}`);
     } else {
-      sectionError('dead', d.redis.reason);
+      sectionError('dead', 'dead-redis', d.redis.reason);
     }
 
     // Kafka DLQ, every topic.
