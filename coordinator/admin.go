@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/coordinator/dashboard"
 	"github.com/sluicehq/sluice/internal/admin"
@@ -264,7 +265,7 @@ func (a *adminAPI) partitions(r *http.Request, _ admin.Role) (any, error) {
 		pipe := cl.Pipeline()
 		done := pipe.HGet(ctx, k.Stats(), "done")
 		active := pipe.ZCard(ctx, k.Groups())
-		if _, err := pipe.Exec(ctx); err != nil && done.Err() == nil {
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
 			return nil, a.redisErr(err)
 		}
 		completed, _ := strconv.ParseInt(done.Val(), 10, 64)

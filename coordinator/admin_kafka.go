@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/IBM/sarama"
@@ -49,6 +50,10 @@ func (a *adminAPI) kafkaClient() (sarama.Client, error) {
 		return nil, a.kafkaErr(err)
 	}
 	sc.Consumer.Return.Errors = true
+	// An operator waits for the answer: a Kafka that is down is said in
+	// seconds, not after sarama's 30 s dial and its metadata retries.
+	sc.Net.DialTimeout = 5 * time.Second
+	sc.Metadata.Retry.Max = 1
 	client, err := sarama.NewClient(cfg.Brokers, sc)
 	if err != nil {
 		return nil, a.kafkaErr(err)

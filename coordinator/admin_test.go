@@ -351,6 +351,13 @@ func TestAdminKafkaDLQReplayReachesTheTopic(t *testing.T) {
 		t.Errorf("an unknown topic: %d %s", code, body)
 	}
 
+	// Kafka down: 503 naming the flag and the brokers.
+	k.Stop()
+	code, body = c.call(t, "GET", "/api/v1/dlq?source=kafka&topic=jobs", adminToken, nil)
+	if e := apiError(t, body); code != 503 || !strings.Contains(e.Fix, "--kafka-brokers") || !strings.Contains(e.Fix, k.Brokers()[0]) {
+		t.Errorf("with Kafka down: %d %s", code, body)
+	}
+
 	// Without brokers: 503 naming the flag.
 	nok := b.start(t, "c2", withAdmin(t, nil))
 	code, body = nok.call(t, "GET", "/api/v1/dlq?source=kafka&topic=jobs", adminToken, nil)
