@@ -1,0 +1,125 @@
+package queue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// kill enqueues id in group and fails it to the dead set at death.
+func kill(t *testing.T, p *Pool, id, group string, death time.Time) int {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := p.Enqueue(ctx, 1, []Item{item(id, group)}, death); err != nil {
+		t.Fatal(err)
+	}
+	part := p.Layout().PartitionOf(group)
+	jobs, err := p.Claim(ctx, part, 1, death.Add(time.Minute))
+	if err != nil || len(jobs) != 1 || jobs[0].ID != id {
+		t.Fatalf("claim %s: %v %v", id, jobs, err)
+	}
+	if r, err := p.Fail(ctx, part, jobs[0], "boom "+id, time.Time{}, death, DeadLimits{Max: 1000, Keep: time.Hour}); r != FailDead || err != nil {
+		t.Fatalf("fail %s: %d %v", id, r, err)
+	}
+	return part
+}
+
+// TestDeadPageWalksTiesByID: jobs that died in the same millisecond page
+// by id, none skipped, none twice, whatever the page size.
+func TestDeadPageWalksTiesByID(t *testing.T) {
+	r := testenv.Redis(t)
+	p := newPool(t, 1, r.Addr(), nil)
+	var want []string
+	for i := range 7 {
+		id := fmt.Sprintf("d%d", i)
+		kill(t, p, id, "g"+id, now.Add(time.Duration(i/3)*time.Millisecond)) // three per millisecond
+		want = append(want, id)
+	}
+	slices.Reverse(want) // newest first; ties by id, highest first
+	for size := 1; size <= 8; size++ {
+		var got []string
+		ms, id := int64(-1), ""
+		for range 20 {
+			refs, err := p.DeadPage(context.Background(), 0, ms, id, size)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(refs) == 0 {
+				break
+			}
+			for _, r := range refs {
+				got = append(got, r.ID)
+			}
+			last := refs[len(refs)-1]
+			ms, id = last.Score(), last.ID
+		}
+		if !slices.Equal(got, want) {
+			t.Errorf("pages of %d: %v, want %v", size, got, want)
+		}
+	}
+}
+
+// TestReplayDeadOutcomes: a replay makes the job ready again with its
+// attempts reset and the ready depth right; a second replay finds nothing;
+// a cancelled group's job stays dead; a job whose hash expired is taken off
+// the dead set; a purge deletes.
+func TestReplayDeadOutcomes(t *testing.T) {
+	r := testenv.Redis(t)
+	p := newPool(t, 2, r.Addr(), nil)
+	ctx := context.Background()
+	part := kill(t, p, "a", "ga", now)
+	if n, err := p.ReplayDead(ctx, part, "a", "ga", "jobs", now); n != ReplayDone || err != nil {
+		t.Fatalf("replay: %d %v", n, err)
+	}
+	if n, _ := p.ReplayDead(ctx, part, "a", "ga", "jobs", now); n != ReplayGone {
+		t.Errorf("a second replay: %d", n)
+	}
+	load, err := p.Load(ctx, part, time.Minute)
+	if err != nil || load.Ready != 1 {
+		t.Errorf("ready depth after the replay: %+v %v", load, err)
+	}
+	k := p.Layout().Keys(part)
+	if ttl := r.Client().TTL(ctx, k.Job("a")).Val(); ttl != -1 {
+		t.Errorf("the replayed job's hash still expires: %v", ttl)
+	}
+	jobs, err := p.Claim(ctx, part, 5, now.Add(time.Minute))
+	if err != nil || len(jobs) != 1 || jobs[0].Attempt != 1 {
+		t.Fatalf("claim after replay: %+v %v", jobs, err)
+	}
+	f, _ := p.Funnel(ctx, part)
+	if f.Stages["jobs"][StageReplayed] != 1 {
+		t.Errorf("funnel: %v", f.Stages)
+	}
+
+	part = kill(t, p, "b", "gb", now)
+	if _, err := p.CancelGroup(ctx, "gb", now); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := p.ReplayDead(ctx, part, "b", "gb", "jobs", now); n != ReplayCancelled {
+		t.Errorf("replay into a cancelled group: %d", n)
+	}
+
+	part = kill(t, p, "c", "gc", now)
+	r.Client().Del(ctx, p.Layout().Keys(part).Job("c"))
+	if n, _ := p.ReplayDead(ctx, part, "c", "gc", "jobs", now); n != ReplayExpired {
+		t.Errorf("replay of an expired job: %d", n)
+	}
+	if _, _, ok, _ := p.FindDead(ctx, "c"); ok {
+		t.Error("the expired job is still in the dead set")
+	}
+
+	part = kill(t, p, "d", "gd", now)
+	if ok, err := p.PurgeDead(ctx, part, "d"); !ok || err != nil {
+		t.Errorf("purge: %v %v", ok, err)
+	}
+	if ok, _ := p.PurgeDead(ctx, part, "d"); ok {
+		t.Error("a second purge found it")
+	}
+	if n := r.Client().Exists(ctx, p.Layout().Keys(part).Job("d")).Val(); n != 0 {
+		t.Error("the purged job's hash is still there")
+	}
+}
