@@ -583,5 +583,6 @@ func TestDevDashboard(t *testing.T) {
 		`document.querySelector('#conn').textContent.startsWith('API unreachable since') &&
 		 !document.querySelector('#banner').hidden && document.querySelector('#banner').textContent.includes('unreachable since') &&
 		 document.querySelector('#main').classList.contains('stale-data')`)
+	b.screenshot(t, "dashboard-unreachable.png")
 	t.Logf("dashboard test took %s", time.Since(started).Round(100*time.Millisecond))
 }

@@ -291,17 +291,21 @@
     inFlight = (async () => {
       const n = tick++;
       const due = (every) => all || n % every === 0;
-      const jobs = [
-        ['partitions', api('GET', '/partitions'), renderPartitions],
-        ['canary', api('GET', '/canary'), renderCanary],
-        ['rates', Promise.all([api('GET', '/rates'), api('GET', '/limits')]), renderRates],
-      ];
-      if (due(STATS_EVERY)) jobs.push(['stats', api('GET', '/stats'), renderStats]);
+      // The funnel first when due: it names the topics, which the rate
+      // table and the Kafka DLQ read need (drawn in this order too).
+      const stats = due(STATS_EVERY) ? api('GET', '/stats') : null;
+      const jobs = [];
+      if (stats) jobs.push(['stats', stats, renderStats]);
       // The role again now and then (a page opened while the API was away
       // has none yet, and hides the write controls until it has).
       if (!role || due(STATS_EVERY)) jobs.push(['whoami', whoami(), () => {}]);
+      jobs.push(
+        ['partitions', api('GET', '/partitions'), renderPartitions],
+        ['canary', api('GET', '/canary'), renderCanary],
+        ['rates', Promise.all([api('GET', '/rates'), api('GET', '/limits')]), renderRates],
+      );
       if (due(GROUPS_EVERY)) jobs.push(['groups', api('GET', '/groups?limit=100'), renderGroups]);
-      if (due(DLQ_EVERY)) jobs.push(['dead', loadDeadLetters(), renderDeadLetters]);
+      if (due(DLQ_EVERY)) jobs.push(['dead', loadDeadLetters(stats), renderDeadLetters]);
       const results = await Promise.allSettled(jobs.map((j) => j[1]));
       let reached = false;
       let down = null;
@@ -349,7 +353,7 @@
     const last = conn.lastOK ? `The numbers below are from ${clock(conn.lastOK.toISOString())}.` : 'Nothing has been read yet.';
     // The banner's words change only with the error, so that its alert
     // is not read out again at every poll; the count is in the header.
-    banner(`The admin API is unreachable since ${since} (${down ? down.message : 'no answer'}). ${last} Retrying every ${POLL_MS / 1000} s.`);
+    banner(`The admin API is unreachable since ${since}: ${down ? down.message : 'no answer'}. ${last} Retrying every ${POLL_MS / 1000} s.`);
     showConn('bad', `API unreachable since ${since} (${conn.failures} failed ${conn.failures === 1 ? 'poll' : 'polls'})`);
   }
 
@@ -468,8 +472,10 @@
 
   let topics = []; // the job topics the funnel knows, for the rate and DLQ panels
 
+  function topicsOf(r) { return ((r && r.topics) || []).map((t) => t.topic).filter(Boolean); }
+
   function renderStats(r) {
-    topics = ((r && r.topics) || []).map((t) => t.topic).filter(Boolean);
+    topics = topicsOf(r);
     const probs = (r && r.problems) || [];
     const ul = $('#problems');
     ul.replaceChildren(...probs.map((p) => el('li', { text: p })));
@@ -606,8 +612,14 @@
 
   let deadTotal = 0;
 
-  async function loadDeadLetters() {
-    // The Kafka DLQ is per topic: every topic the page knows of.
+  async function loadDeadLetters(stats) {
+    // The Kafka DLQ is per topic: every topic the page knows of, with the
+    // funnel's of this poll when it reads the funnel (the first poll knows
+    // of none before it).
+    if (stats) {
+      const r = await stats.catch(() => null);
+      if (r) topics = topicsOf(r);
+    }
     const ts = knownTopics();
     const [redisDLQ, ...kafka] = await Promise.allSettled([
       api('GET', '/dlq?source=redis&limit=50'),
@@ -715,7 +727,7 @@
       setText(c[5], e.reason || '');
       c[5].title = e.value ? `${e.value_bytes} bytes: ${e.value}` : '';
     });
-    $('#dlq-empty').hidden = rows.length > 0 || errs.length > 0;
+    $('#dlq-empty').hidden = rows.length > 0 || errs.length > 0 || d.kafka.length === 0;
     const errLine = $('#dlq-err');
     setText(errLine, errs.join('; '));
     errLine.hidden = errs.length === 0;
