@@ -200,8 +200,8 @@
   function readHashToken() {
     const m = /(?:^#|&)token=([^&]*)/.exec(location.hash);
     if (!m) return;
-    try { sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1])); } catch (_) { /* storage off: keep it in memory */ }
-    token = decodeURIComponent(m[1]);
+    try { token = decodeURIComponent(m[1]); } catch (_) { token = m[1]; } // a stray % is part of the token
+    try { sessionStorage.setItem(TOKEN_KEY, token); } catch (_) { /* storage off: keep it in memory */ }
     // Out of the address bar and the history, where it would be seen.
     history.replaceState(null, '', location.pathname + location.search);
   }
