@@ -46,17 +46,17 @@ func (f *adminFlags) client() (*admin.Client, error) {
 		return nil, fmt.Errorf("-o %q: want table or json", f.output)
 	}
 	tok := f.token
-	file := f.tokenFile
+	file, fileFrom := f.tokenFile, "--token-file"
 	if tok == "" && file == "" {
 		tok = os.Getenv("SLUICE_ADMIN_TOKEN")
 		if tok == "" {
-			file = os.Getenv("SLUICE_ADMIN_TOKEN_FILE")
+			file, fileFrom = os.Getenv("SLUICE_ADMIN_TOKEN_FILE"), "SLUICE_ADMIN_TOKEN_FILE"
 		}
 	}
 	if tok == "" && file != "" {
 		b, err := os.ReadFile(file)
 		if err != nil {
-			return nil, fmt.Errorf("--token-file: %w", err)
+			return nil, fmt.Errorf("%s: %w (sluice dev writes the token to <its --dir>/admin-token)", fileFrom, err)
 		}
 		tok, _, _ = strings.Cut(strings.TrimSpace(string(b)), "\n")
 		tok = strings.TrimSpace(tok)
@@ -150,7 +150,7 @@ func explain(err error) error {
 	if !errors.As(err, &e) {
 		return err
 	}
-	msg := e.Message
+	msg := fmt.Sprintf("%s (HTTP %d)", e.Message, e.Status)
 	if e.Fix != "" {
 		msg += "\n  fix: " + e.Fix
 	}
@@ -160,7 +160,7 @@ func explain(err error) error {
 	case http.StatusForbidden:
 		msg += "\n  this needs a token with the admin role (read tokens may only look)"
 	}
-	return fmt.Errorf("%s (HTTP %d)", msg, e.Status)
+	return errors.New(msg)
 }
 
 // wantArgs checks the count of positional arguments.

@@ -174,6 +174,9 @@ func rateTable(w *tabwriter.Writer, rates []admin.RateState) {
 			}
 		}
 		if r.Burst == 0 {
+			burst = "(= rate)"
+		}
+		if r.Unlimited {
 			burst = "-"
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", r.Topic, state, rate, burst)
