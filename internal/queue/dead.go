@@ -46,7 +46,8 @@ const (
 // id is taken off the dead set), -2 its group was cancelled (left dead).
 //
 // A bulk group that had completed stays completed: its completed_ms is set
-// (HSETNX), so the job's end does not queue the group a second time.
+// (HSETNX), so the job's end does not queue the group a second time, and
+// its hash keeps the expiry the watcher gave it (--keep).
 var replayScript = newScript(luaFunnel + `
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
 if redis.call('HEXISTS', KEYS[2], 'env') == 0 then
@@ -59,7 +60,10 @@ redis.call('PERSIST', KEYS[2])
 redis.call('HDEL', KEYS[2], 'state', 'dead_ms', 'attempts')
 redis.call('HSET', KEYS[2], 'replayed_ms', ARGV[4])
 if redis.call('EXISTS', KEYS[3]) == 1 then
-  redis.call('PERSIST', KEYS[3])
+  -- A group set to expire once ended must last while the job is open
+  -- again (its end sets the expiry anew), unless it completed: a bulk
+  -- group's completion is final and it keeps its --keep expiry.
+  if redis.call('HEXISTS', KEYS[3], 'completed_ms') == 0 then redis.call('PERSIST', KEYS[3]) end
   redis.call('HINCRBY', KEYS[3], 'dead', -1)
 end
 redis.call('RPUSH', KEYS[4], ARGV[1])

@@ -123,3 +123,48 @@ func TestReplayDeadOutcomes(t *testing.T) {
 		t.Error("the purged job's hash is still there")
 	}
 }
+
+// TestReplayKeepsACompletedBulkGroupFinal: replaying a dead item of a bulk
+// group that completed does not complete it again, and the group keeps its
+// expiry.
+func TestReplayKeepsACompletedBulkGroupFinal(t *testing.T) {
+	r := testenv.Redis(t)
+	p := newPool(t, 2, r.Addr(), nil)
+	ctx := context.Background()
+	it := item("bulk.0", "bulk")
+	it.GroupTotal = 1
+	if _, err := p.Enqueue(ctx, 1, []Item{it, closeItem("bulk", 1)}, now); err != nil {
+		t.Fatal(err)
+	}
+	part := p.Layout().PartitionOf("bulk")
+	jobs, err := p.Claim(ctx, part, 1, now.Add(time.Minute))
+	if err != nil || len(jobs) != 1 {
+		t.Fatal(jobs, err)
+	}
+	if r, err := p.Fail(ctx, part, jobs[0], "boom", time.Time{}, now, DeadLimits{Max: 10, Keep: time.Hour}); r != FailDead || err != nil {
+		t.Fatal(r, err)
+	}
+	if g, err := p.TakeCompleted(ctx, part); g != "bulk" || err != nil {
+		t.Fatalf("completed: %q %v", g, err)
+	}
+	if err := p.FinishCompleted(ctx, "bulk", map[string]any{"callback_state": "delivered"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	k := p.Layout().Keys(part)
+	if n, err := p.ReplayDead(ctx, part, "bulk.0", "bulk", "jobs", now); n != ReplayDone || err != nil {
+		t.Fatal(n, err)
+	}
+	if ttl := r.Client().TTL(ctx, k.Group("bulk")).Val(); ttl <= 0 {
+		t.Errorf("the completed group lost its expiry: %v", ttl)
+	}
+	jobs, err = p.Claim(ctx, part, 1, now.Add(time.Minute))
+	if err != nil || len(jobs) != 1 {
+		t.Fatal(jobs, err)
+	}
+	if ok, err := p.Ack(ctx, part, jobs[0], nil, now, time.Hour); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	if n := r.Client().LLen(ctx, k.Completed()).Val(); n != 0 {
+		t.Errorf("the group was queued as completed again (%d)", n)
+	}
+}
