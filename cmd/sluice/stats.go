@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admin"
@@ -88,6 +89,18 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		r = funnel.Build(in)
 	} else {
+		// The store flags say nothing to the API: the coordinator reads
+		// with its own. Said, so that nobody believes they were used.
+		var ignored []string
+		fs.Visit(func(fl *flag.Flag) {
+			switch fl.Name {
+			case "stage", "redis-partitions", "kafka-brokers", "consumer-group", "gate-metrics":
+				ignored = append(ignored, "--"+fl.Name)
+			}
+		})
+		if len(ignored) > 0 {
+			fmt.Fprintf(stderr, "sluice stats: %s ignored: the admin API reads with the coordinator's own flags (give --redis-addr or --direct to read directly)\n", strings.Join(ignored, ", "))
+		}
 		f.admin.output, f.admin.timeout = "json", f.timeout
 		c, err := f.admin.client()
 		if err != nil {
