@@ -98,6 +98,10 @@ type CanaryMonitor struct {
 	mu     sync.Mutex
 	alerts []string // the diagnosis in force; empty: all well
 	stale  map[canary.Path]bool
+	// owed: an earlier monitor told the webhook "firing" and stopped
+	// before "resolved" (queue.CanaryAlerting); this one resolves it once
+	// every path has completed a canary it sent.
+	owed bool
 }
 
 type canaryMetrics struct {
@@ -167,6 +171,12 @@ func (cm *CanaryMonitor) Run(ctx context.Context, valid func() bool) {
 		cm.m.stale.Reset()
 	}()
 	cm.log.Info("canary monitor started", "topics", cm.cfg.Topics, "interval", cm.cfg.Interval, "stale_after", settings.StaleAfter(), "gate", cm.cfg.GateURL)
+	if hashes, err := cm.pool.CanaryHashes(ctx); err == nil && hashes[0][queue.CanaryAlerting] != "" {
+		cm.mu.Lock()
+		cm.owed = true
+		cm.mu.Unlock()
+		cm.log.Warn("an earlier canary monitor left an alert firing: it is resolved here once every path completes a canary again")
+	}
 	var (
 		routes   map[string][]canary.Route
 		round    int
@@ -399,16 +409,36 @@ func (cm *CanaryMonitor) check(ctx context.Context, s canary.Settings, routes ma
 	cm.stale = stale
 	diagnosis := canary.Diagnose(statuses)
 	cm.alerts = diagnosis
+	// An alert an earlier monitor left firing is resolved once every path
+	// has completed a canary this monitor sent: before that, this one
+	// cannot tell (its paths are young), and a path still stuck goes stale
+	// here and fires again instead.
+	resolveOwed := cm.owed && len(stale) == 0 && len(statuses) > 0
+	for _, st := range statuses {
+		resolveOwed = resolveOwed && !st.DoneSent.Before(s.Started)
+	}
+	if len(fired) > 0 || resolveOwed {
+		cm.owed = false
+	}
 	cm.mu.Unlock()
 	if len(fired) > 0 {
 		cm.log.Error("canary alert: paths stuck", "stale_paths", len(stale), "new", pathNames(fired), "diagnosis", strings.Join(diagnosis, "; "))
 		cm.notify(ctx, "firing", statuses, diagnosis)
+		cm.setAlerting(ctx, true)
 	}
 	if len(cleared) > 0 {
 		cm.log.Info("canaries flow again", "cleared", pathNames(cleared), "still_stale", len(stale))
-		if len(stale) == 0 {
-			cm.notify(ctx, "resolved", statuses, nil)
-		}
+	}
+	if (len(cleared) > 0 || resolveOwed) && len(stale) == 0 {
+		cm.notify(ctx, "resolved", statuses, nil)
+		cm.setAlerting(ctx, false)
+	}
+}
+
+// setAlerting records whether an alert is out, for the next monitor.
+func (cm *CanaryMonitor) setAlerting(ctx context.Context, on bool) {
+	if err := cm.pool.SetCanaryAlerting(ctx, on); err != nil && ctx.Err() == nil {
+		cm.log.Warn("recording the canary alert's state failed", "firing", on, "err", err)
 	}
 }
 

@@ -240,3 +240,79 @@ func TestCanaryMonitorPlansOnceTheGateAnswers(t *testing.T) {
 		return testenv.Metric(t, reg, "sluice_canary_latency_seconds") >= 2
 	})
 }
+
+// A monitor that stops while its alert fires (the coordinator failed over)
+// leaves the alert out in Redis; the next monitor does not resolve it while
+// the path is still stuck (it fires again once it can tell), and resolves
+// it when every path completes its canaries. Without that, the webhook's
+// receiver would page about a stage that recovered under a new leader.
+func TestCanaryAlertLeftFiringIsResolvedByTheNextMonitor(t *testing.T) {
+	b := newBed(t, 4)
+	cp := newCanaryPipeline(t, b, 2)
+	wh := &webhook{}
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m map[string]any
+		json.NewDecoder(r.Body).Decode(&m)
+		wh.mu.Lock()
+		wh.posts = append(wh.posts, m)
+		wh.mu.Unlock()
+	}))
+	defer hook.Close()
+	cfg := coordinator.DefaultCanaryConfig()
+	cfg.GateURL, cfg.Topics, cfg.Webhook = cp.gate.URL, []string{"jobs"}, hook.URL
+	cfg.Interval, cfg.Grace = time.Second, 500*time.Millisecond
+	start := func(name string) (*coordinator.CanaryMonitor, func()) {
+		mon, err := coordinator.NewCanaryMonitor(cfg, b.pool, ops.NewRegistry(), name, slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { defer close(done); mon.Run(ctx, func() bool { return true }) }()
+		return mon, func() { cancel(); <-done }
+	}
+	alerting := func() bool {
+		n, err := b.pool.Client(0).HExists(context.Background(), b.layout.Keys(0).Canary(), queue.CanaryAlerting).Result()
+		return err == nil && n
+	}
+
+	first, stopFirst := start("first")
+	testenv.WaitFor(t, 10*time.Second, "the first monitor's canaries to flow", func() bool {
+		hashes, _ := b.pool.CanaryHashes(context.Background())
+		return len(canary.Records(hashes)) == 4 && len(first.Alerts()) == 0
+	})
+	cp.stop(2)
+	testenv.WaitFor(t, 10*time.Second, "the webhook to hear firing", func() bool { return strings.Join(wh.statuses(), ",") == "firing" })
+	if !alerting() {
+		t.Fatal("the firing alert is not recorded in Redis")
+	}
+	stopFirst() // the leader goes while its alert is out
+
+	_, stopSecond := start("second")
+	defer stopSecond()
+	// Partition 2 is still stuck: no resolution; once the new monitor can
+	// judge (two intervals plus the grace), it fires again.
+	testenv.WaitFor(t, 10*time.Second, "the new monitor to fire again", func() bool { return strings.Join(wh.statuses(), ",") == "firing,firing" })
+	cp.resume(2)
+	testenv.WaitFor(t, 10*time.Second, "the new monitor to resolve", func() bool { return strings.Join(wh.statuses(), ",") == "firing,firing,resolved" })
+	if alerting() {
+		t.Fatal("the alert is still recorded as out after the resolution")
+	}
+
+	// A failover while firing, then a recovery before the new monitor can
+	// judge: the new one resolves what the old one fired.
+	stopSecond()
+	cp.stop(1)
+	third, stopThird := start("third")
+	testenv.WaitFor(t, 10*time.Second, "the third monitor to fire", func() bool { return len(third.Alerts()) > 0 })
+	stopThird()
+	cp.resume(1)
+	_, stopFourth := start("fourth")
+	defer stopFourth()
+	testenv.WaitFor(t, 10*time.Second, "the fourth monitor to resolve the third's alert", func() bool {
+		return strings.Join(wh.statuses(), ",") == "firing,firing,resolved,firing,resolved"
+	})
+	if alerting() {
+		t.Fatal("the third monitor's alert is still recorded as out")
+	}
+}

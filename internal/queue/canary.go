@@ -15,6 +15,10 @@ const (
 	CanarySentPrefix = "sent:"
 	CanaryDonePrefix = "done:"
 	CanaryMonitor    = "monitor"
+	// CanaryAlerting, on partition 0, is set while a monitor has told its
+	// webhook "firing" and not yet "resolved": the next monitor (after a
+	// failover) owes the resolution.
+	CanaryAlerting = "alerting"
 )
 
 // canaryDoneScript records a completed canary unless a newer one (sent
@@ -66,6 +70,16 @@ func (p *Pool) RecordCanariesSent(ctx context.Context, fields map[int][]string, 
 // SetCanaryMonitor records the monitor's settings on partition 0.
 func (p *Pool) SetCanaryMonitor(ctx context.Context, value string) error {
 	return p.byPart[0].HSet(ctx, p.layout.Keys(0).Canary(), CanaryMonitor, value).Err()
+}
+
+// SetCanaryAlerting records on partition 0 whether an alert is out (see
+// CanaryAlerting).
+func (p *Pool) SetCanaryAlerting(ctx context.Context, on bool) error {
+	c, key := p.byPart[0], p.layout.Keys(0).Canary()
+	if on {
+		return c.HSet(ctx, key, CanaryAlerting, "1").Err()
+	}
+	return c.HDel(ctx, key, CanaryAlerting).Err()
 }
 
 // ForgetCanaries removes a partition's records of the given fields (with
