@@ -32,6 +32,9 @@ const (
 	lockTTL         = 10 * time.Second
 	lockDelay       = "0"
 	lease           = 3 * time.Second
+	// canaryInterval is the coordinators' canary interval (and grace): a
+	// path alerts 3 s after its last canary.
+	canaryInterval = time.Second
 )
 
 // bed is the topology: Redis, Consul and Kafka from testenv, and the sluice
@@ -113,7 +116,13 @@ func newBed(t *testing.T) *bed {
 		b.coords = append(b.coords, b.newPart(fmt.Sprintf("coordinator%d", i), func(int) []string {
 			return append(slicesConcat(common, redisFlags), "--consul-addr", b.consul.Addr(),
 				"--lock-ttl", lockTTL.String(), "--lock-delay", lockDelay,
-				"--scale-base", strconv.Itoa(workersPerPart), "--scale-every", "1s", "--stats-every", "1s")
+				"--scale-base", strconv.Itoa(workersPerPart), "--scale-every", "1s", "--stats-every", "1s",
+				// Canaries through every path while the faults strike: the
+				// alerts go to the ledger, and the last funnel check wants
+				// every path fresh again.
+				"--canary-topics", topic, "--canary-gate", "http://"+b.gates[0].listen,
+				"--canary-interval", canaryInterval.String(), "--canary-grace", canaryInterval.String(),
+				"--canary-webhook", b.ledger.url+"/canary")
 		}, "coordinator"))
 	}
 	return b

@@ -173,6 +173,10 @@ type verdict struct {
 	Funnel                               *funnel.Report
 	FunnelProblems                       []string
 	Settled                              time.Duration
+	// CanaryFired and CanaryResolved count the canary webhook's calls;
+	// CanaryLast is the last one's status ("" when none came).
+	CanaryFired, CanaryResolved int
+	CanaryLast                  string
 }
 
 // states reads every accepted job's state from Redis.
@@ -313,6 +317,25 @@ func verdictOf(t *testing.T, b *bed, l *loader, poison int, drain time.Duration)
 	if len(v.FunnelProblems) > 0 {
 		t.Logf("sluice stats -o json:\n%s", last)
 	}
+	// The canary alerts: the funnel check above already wants every path
+	// fresh; an alert that fired must have been resolved too, whichever
+	// coordinator led by then. The monitor judges 4 times an interval, so
+	// its resolved call may come just after the funnel's last read.
+	alerts := b.ledger.canaryAlerts()
+	waitUntil(5*time.Second, "the canary alerts to be resolved", func() bool {
+		alerts = b.ledger.canaryAlerts()
+		return len(alerts) == 0 || alerts[len(alerts)-1].Status != "firing"
+	})
+	for _, a := range alerts {
+		switch a.Status {
+		case "firing":
+			v.CanaryFired++
+		case "resolved":
+			v.CanaryResolved++
+		}
+		v.CanaryLast = a.Status
+		t.Logf("canary webhook at %s: %s %v", a.At.Format("15:04:05.000"), a.Status, a.Diagnosis)
+	}
 	return v
 }
 
@@ -361,6 +384,9 @@ func (v verdict) failures() []string {
 	if len(v.FunnelProblems) > 0 {
 		out = append(out, "the funnel does not balance: "+strings.Join(v.FunnelProblems, "; "))
 	}
+	if v.CanaryLast == "firing" {
+		out = append(out, "a canary alert is left firing: no coordinator resolved it after the faults")
+	}
 	if v.Accepted == 0 {
 		out = append(out, "no job was accepted")
 	}
@@ -403,6 +429,8 @@ func (v verdict) table(outcomes []outcome) string {
 		}
 	}
 	row("funnel balanced", len(v.FunnelProblems) == 0, funnelNote)
+	row("canary alerts fired / resolved", fmt.Sprintf("%d / %d", v.CanaryFired, v.CanaryResolved),
+		mark(v.CanaryLast != "firing")+" (the last call resolves: no alert left firing)")
 
 	s.WriteString("\n| fault | took | relay failover | coordinator failover | gate requests | failed | error rate | measured |\n|---|---:|---:|---:|---:|---:|---:|---|\n")
 	dur := func(d time.Duration) string {

@@ -34,6 +34,14 @@ type ledger struct {
 	execs   []execution
 	running map[string]int // calls in progress per worker incarnation
 	held    chan struct{}  // while not nil, 2xx answers wait until it is closed
+	alerts  []canaryAlert  // the canary monitor's webhook calls, in order
+}
+
+// canaryAlert is one call of the coordinators' canary webhook.
+type canaryAlert struct {
+	Status    string   `json:"status"` // firing or resolved
+	Diagnosis []string `json:"diagnosis"`
+	At        time.Time
 }
 
 // hold makes the ledger keep its 2xx answers until the returned release is
@@ -60,6 +68,14 @@ func newLedger(t *testing.T) *ledger {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		arrived := time.Now()
 		body, _ := io.ReadAll(r.Body)
+		if r.URL.Path == "/canary" {
+			a := canaryAlert{At: arrived}
+			json.Unmarshal(body, &a)
+			l.mu.Lock()
+			l.alerts = append(l.alerts, a)
+			l.mu.Unlock()
+			return
+		}
 		var p struct {
 			Key string `json:"key"`
 		}
@@ -111,6 +127,13 @@ func (l *ledger) busy(who string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.running[who] > 0
+}
+
+// canaryAlerts copies the webhook calls so far.
+func (l *ledger) canaryAlerts() []canaryAlert {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]canaryAlert(nil), l.alerts...)
 }
 
 func (l *ledger) count() int {
