@@ -88,7 +88,11 @@ func Usage(w io.Writer, fs *flag.FlagSet, part string) {
 		if f.DefValue != "" && f.DefValue != "false" {
 			def = fmt.Sprintf(" (default %s)", f.DefValue)
 		}
-		fmt.Fprintf(tw, "  --%s\t%s\t%s%s\n", f.Name, EnvName(part, f.Name), f.Usage, def)
+		dashes := "--"
+		if len(f.Name) == 1 {
+			dashes = "-" // -o, as people write one-letter flags
+		}
+		fmt.Fprintf(tw, "  %s%s\t%s\t%s%s\n", dashes, f.Name, EnvName(part, f.Name), f.Usage, def)
 	}
 	tw.Flush()
 }
