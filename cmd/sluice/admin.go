@@ -32,31 +32,25 @@ type adminFlags struct {
 
 func (f *adminFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.url, "admin-url", admin.DefaultURL, "the coordinator's admin API: its --listen address (SLUICE_ADMIN_URL)")
-	fs.StringVar(&f.token, "token", "", "bearer token for the admin API (else SLUICE_ADMIN_TOKEN)")
-	fs.StringVar(&f.tokenFile, "token-file", "", "file whose first line is the token (else SLUICE_ADMIN_TOKEN_FILE; sluice dev writes .sluice/admin-token)")
+	fs.StringVar(&f.token, "admin-token", "", "bearer token for the admin API")
+	fs.StringVar(&f.tokenFile, "admin-token-file", "", "file whose first line is the admin API token (sluice dev writes .sluice/admin-token)")
 	fs.StringVar(&f.output, "o", "table", "output: table, or json (the API's answer)")
 	cli.DurationVar(fs, &f.timeout, "timeout", 10*time.Second, "time limit of the request")
 }
 
-// client resolves the token (flag, file, then SLUICE_ADMIN_TOKEN and
-// SLUICE_ADMIN_TOKEN_FILE: the API's token is one across commands, so its
-// variable is not per command) and checks the output.
+// client resolves the token (--admin-token, else the first line of
+// --admin-token-file; cli reads both from SLUICE_ADMIN_TOKEN and
+// SLUICE_ADMIN_TOKEN_FILE: the API's token is one across commands) and
+// checks the output.
 func (f *adminFlags) client() (*admin.Client, error) {
 	if f.output != "table" && f.output != "json" {
 		return nil, fmt.Errorf("-o %q: want table or json", f.output)
 	}
 	tok := f.token
-	file, fileFrom := f.tokenFile, "--token-file"
-	if tok == "" && file == "" {
-		tok = os.Getenv("SLUICE_ADMIN_TOKEN")
-		if tok == "" {
-			file, fileFrom = os.Getenv("SLUICE_ADMIN_TOKEN_FILE"), "SLUICE_ADMIN_TOKEN_FILE"
-		}
-	}
-	if tok == "" && file != "" {
-		b, err := os.ReadFile(file)
+	if tok == "" && f.tokenFile != "" {
+		b, err := os.ReadFile(f.tokenFile)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w (sluice dev writes the token to <its --dir>/admin-token)", fileFrom, err)
+			return nil, fmt.Errorf("--admin-token-file: %w (sluice dev writes the token to <its --dir>/admin-token)", err)
 		}
 		tok, _, _ = strings.Cut(strings.TrimSpace(string(b)), "\n")
 		tok = strings.TrimSpace(tok)
@@ -156,7 +150,7 @@ func explain(err error) error {
 	}
 	switch e.Status {
 	case http.StatusUnauthorized:
-		msg += "\n  give the admin API's token: --token, --token-file, SLUICE_ADMIN_TOKEN or SLUICE_ADMIN_TOKEN_FILE (sluice dev: .sluice/admin-token)"
+		msg += "\n  give the admin API's token: --admin-token, --admin-token-file, SLUICE_ADMIN_TOKEN or SLUICE_ADMIN_TOKEN_FILE (sluice dev: .sluice/admin-token)"
 	case http.StatusForbidden:
 		msg += "\n  this needs a token with the admin role (read tokens may only look)"
 	}

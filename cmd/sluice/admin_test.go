@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -32,7 +34,7 @@ func cliRun(args ...string) (int, string, string) {
 // want.
 func adminCLI(t *testing.T, cfg devConfig, want int, args ...string) string {
 	t.Helper()
-	args = append(args, "--admin-url", "http://"+cfg.CoordinatorAddr, "--token-file", filepath.Join(cfg.Dir, "admin-token"))
+	args = append(args, "--admin-url", "http://"+cfg.CoordinatorAddr, "--admin-token-file", filepath.Join(cfg.Dir, "admin-token"))
 	code, out, errOut := cliRun(args...)
 	if code != want {
 		t.Fatalf("sluice %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out, errOut)
@@ -107,7 +109,7 @@ func TestCLIAdminCommandsAgainstDev(t *testing.T) {
 	}
 	// The gate took it, and it waits in Kafka: the paused relay leaves it.
 	testenv.WaitFor(t, 20*time.Second, "the job counted as waiting in Kafka", func() bool {
-		code, out, _ := cliRun("stats", "-o", "json", "--admin-url", "http://"+cfg.CoordinatorAddr, "--token-file", filepath.Join(cfg.Dir, "admin-token"))
+		code, out, _ := cliRun("stats", "-o", "json", "--admin-url", "http://"+cfg.CoordinatorAddr, "--admin-token-file", filepath.Join(cfg.Dir, "admin-token"))
 		var r funnel.Report
 		if code > 1 || json.Unmarshal([]byte(out), &r) != nil {
 			return false
@@ -115,7 +117,7 @@ func TestCLIAdminCommandsAgainstDev(t *testing.T) {
 		tp := topicOf(r, cfg.Topic)
 		return tp.InKafka != nil && *tp.InKafka == 1
 	})
-	if code, _, errOut := cliRun("groups", "show", "while-paused", "--admin-url", "http://"+cfg.CoordinatorAddr, "--token-file", filepath.Join(cfg.Dir, "admin-token")); code != 1 || !strings.Contains(errOut, "HTTP 404") {
+	if code, _, errOut := cliRun("groups", "show", "while-paused", "--admin-url", "http://"+cfg.CoordinatorAddr, "--admin-token-file", filepath.Join(cfg.Dir, "admin-token")); code != 1 || !strings.Contains(errOut, "HTTP 404") {
 		t.Errorf("the job reached Redis while the relay was paused: exit %d %s", code, errOut)
 	}
 	resumed := adminJSON[admin.RateState](t, cfg, "rate", "resume", cfg.Topic)
@@ -124,7 +126,7 @@ func TestCLIAdminCommandsAgainstDev(t *testing.T) {
 	}
 	testenv.WaitFor(t, 10*time.Second, "the relay to resume", func() bool { return metricValue(t, relayMetrics, pausedSeries) == "0" })
 	testenv.WaitFor(t, 20*time.Second, "the job posted while paused to run", func() bool {
-		code, out, _ := cliRun("groups", "show", "while-paused", "-o", "json", "--admin-url", "http://"+cfg.CoordinatorAddr, "--token-file", filepath.Join(cfg.Dir, "admin-token"))
+		code, out, _ := cliRun("groups", "show", "while-paused", "-o", "json", "--admin-url", "http://"+cfg.CoordinatorAddr, "--admin-token-file", filepath.Join(cfg.Dir, "admin-token"))
 		var g admin.GroupInfo
 		return code == 0 && json.Unmarshal([]byte(out), &g) == nil && g.Done == 1
 	})
@@ -227,14 +229,14 @@ func TestCLIAdminCommandsAgainstDev(t *testing.T) {
 	// Canaries, and stats over the API in both outputs.
 	testenv.WaitFor(t, 30*time.Second, "canaries on every path", func() bool {
 		// Exit 1 while an alert is up: that is what a cron checks.
-		code, out, _ := cliRun("canary", "status", "-o", "json", "--admin-url", "http://"+cfg.CoordinatorAddr, "--token-file", filepath.Join(cfg.Dir, "admin-token"))
+		code, out, _ := cliRun("canary", "status", "-o", "json", "--admin-url", "http://"+cfg.CoordinatorAddr, "--admin-token-file", filepath.Join(cfg.Dir, "admin-token"))
 		var c admin.CanaryState
 		return code == 0 && json.Unmarshal([]byte(out), &c) == nil && c.Monitor && len(c.Paths) == cfg.RedisPartitions && len(c.Alerts) == 0
 	})
 	if out := adminCLI(t, cfg, 0, "canary", "status"); !strings.Contains(out, "every path is fresh") {
 		t.Errorf("canary status: %s", out)
 	}
-	code, out, errOut := cliRun("stats", "--admin-url", "http://"+cfg.CoordinatorAddr, "--token-file", filepath.Join(cfg.Dir, "admin-token"))
+	code, out, errOut := cliRun("stats", "--admin-url", "http://"+cfg.CoordinatorAddr, "--admin-token-file", filepath.Join(cfg.Dir, "admin-token"))
 	if code > 1 || !strings.Contains(out, "topic "+cfg.Topic) {
 		t.Errorf("stats over the API: exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -250,14 +252,14 @@ func TestCLIAdminCommandsAgainstDev(t *testing.T) {
 	}
 	nowhere := "http://127.0.0.1:" + strconv.Itoa(port)
 	for _, args := range [][]string{{"dlq", "ls"}, {"stats"}, {"canary", "status"}} {
-		code, _, errOut := cliRun(append(args, "--admin-url", nowhere, "--token", "whatever-token")...)
+		code, _, errOut := cliRun(append(args, "--admin-url", nowhere, "--admin-token", "whatever-token")...)
 		if code != 1 || !strings.Contains(errOut, "cannot reach the coordinator's admin API at "+nowhere) ||
 			!strings.Contains(errOut, "--admin-url / SLUICE_ADMIN_URL") || !strings.Contains(errOut, "sluice coordinator") {
 			t.Errorf("sluice %s against nothing: exit %d: %s", args[0], code, errOut)
 		}
 	}
 	t.Setenv("SLUICE_ADMIN_URL", nowhere)
-	if code, _, errOut := cliRun("rate", "get", "--token", "x"); code != 1 || !strings.Contains(errOut, nowhere) {
+	if code, _, errOut := cliRun("rate", "get", "--admin-token", "x"); code != 1 || !strings.Contains(errOut, nowhere) {
 		t.Errorf("SLUICE_ADMIN_URL not followed: %d %s", code, errOut)
 	}
 }
@@ -267,7 +269,7 @@ func TestCLIAdminCommandsAgainstDev(t *testing.T) {
 func TestCLIAdminHelpAndUsage(t *testing.T) {
 	for _, args := range [][]string{{"dlq", "ls"}, {"dlq", "replay"}, {"rate", "set"}, {"limits", "set"}, {"groups", "cancel"}, {"scale", "set"}, {"canary", "status"}, {"stats"}} {
 		code, out, _ := cliRun(append(args, "--help")...)
-		if code != 0 || !strings.Contains(out, "--admin-url") || !strings.Contains(out, "--token") {
+		if code != 0 || !strings.Contains(out, "--admin-url") || !strings.Contains(out, "--admin-token") {
 			t.Errorf("sluice %s --help: exit %d\n%s", strings.Join(args, " "), code, out)
 		}
 	}
@@ -281,5 +283,39 @@ func TestCLIAdminHelpAndUsage(t *testing.T) {
 		if code, _, errOut := cliRun(append(args, "--admin-url", "http://127.0.0.1:1")...); code != 1 || strings.Contains(errOut, "cannot reach") {
 			t.Errorf("sluice %s: exit %d: %s", strings.Join(args, " "), code, errOut)
 		}
+	}
+}
+
+// The admin token comes from SLUICE_ADMIN_TOKEN (or the file in
+// SLUICE_ADMIN_TOKEN_FILE), never from a SLUICE_TOKEN set for the gate:
+// the flags are named admin-token so that cli's shared fallback is the
+// admin variable itself.
+func TestAdminTokenFromItsOwnVariable(t *testing.T) {
+	resolve := func() string {
+		t.Helper()
+		fs := flag.NewFlagSet("rate", flag.ContinueOnError)
+		var f adminFlags
+		f.register(fs)
+		if _, err := parseArgs(fs, "rate", []string{"get"}, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		c, err := f.client()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c.Token
+	}
+	t.Setenv("SLUICE_TOKEN", "the-gate-token")
+	t.Setenv("SLUICE_ADMIN_TOKEN", "the-admin-token")
+	if got := resolve(); got != "the-admin-token" {
+		t.Fatalf("token %q, want SLUICE_ADMIN_TOKEN's", got)
+	}
+	file := filepath.Join(t.TempDir(), "admin-token")
+	os.WriteFile(file, []byte("from-the-file\n"), 0o600)
+	t.Setenv("SLUICE_ADMIN_TOKEN", "")
+	os.Unsetenv("SLUICE_ADMIN_TOKEN")
+	t.Setenv("SLUICE_ADMIN_TOKEN_FILE", file)
+	if got := resolve(); got != "from-the-file" {
+		t.Fatalf("token %q, want the first line of SLUICE_ADMIN_TOKEN_FILE's file", got)
 	}
 }

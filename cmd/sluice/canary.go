@@ -21,7 +21,7 @@ func init() {
 		"--canary-topics, covering every Redis partition too; workers complete canaries with a built-in handler.\n"+
 		"A path whose newest completed canary is older than 2 intervals + --canary-grace alerts: logged once with what\n"+
 		"is stuck, sluice_canary_stale=1, POSTed to --canary-webhook; `sluice stats` shows it. Run one monitor per stage.\n"+
-		"`sluice canary status [--admin-url U] [--token T] [-o json]` prints the canaries' state through the admin API.\n"+
+		"`sluice canary status [--admin-url U] [--admin-token T] [-o json]` prints the canaries' state through the admin API.\n"+
 		"Ops: /healthz, /readyz, /metrics.")
 }
 

@@ -358,7 +358,7 @@ func clearDevFences(ctx context.Context, cfg devConfig) error {
 
 // devAdminToken is the admin token sluice dev generates when no tokens
 // are given and the API is not insecure: 32 random bytes, hex, written to
-// <dir>/admin-token (0600) so that `sluice ... --token-file` finds it, and
+// <dir>/admin-token (0600) so that `sluice ... --admin-token-file` finds it, and
 // the same across restarts (a dashboard tab keeps working). "" when the
 // operator chose tokens or --admin-insecure.
 func devAdminToken(cfg devConfig, dir string) (string, error) {

@@ -24,7 +24,7 @@ func init() {
 		"Reads Redis (the counters live there, across restarts), Kafka (the relay's lag) and the gates' /metrics.\n"+
 		"Exits 1 when something is unexplained or a canary is late. -o json for scripts. See docs/stats.md.\n"+
 		"Two modes: with --redis-addr (or --direct) it reads the stores itself, which works while the coordinator is\n"+
-		"down; without, it asks the coordinator's admin API (--admin-url, --token; docs/admin.md), which needs no\n"+
+		"down; without, it asks the coordinator's admin API (--admin-url, --admin-token; docs/admin.md), which needs no\n"+
 		"store addresses.")
 }
 
@@ -49,8 +49,8 @@ func (f *statsFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.api, "api", false, "ask the coordinator's admin API (--admin-url), the default unless --redis-addr is given")
 	fs.BoolVar(&f.direct, "direct", false, "read Redis, Kafka and the gates directly (works while the coordinator is down), the default when --redis-addr is given")
 	fs.StringVar(&f.admin.url, "admin-url", admin.DefaultURL, "the coordinator's admin API, for the API mode (SLUICE_ADMIN_URL)")
-	fs.StringVar(&f.admin.token, "token", "", "bearer token for the admin API (else SLUICE_ADMIN_TOKEN)")
-	fs.StringVar(&f.admin.tokenFile, "token-file", "", "file whose first line is the admin API token (else SLUICE_ADMIN_TOKEN_FILE)")
+	fs.StringVar(&f.admin.token, "admin-token", "", "bearer token for the admin API")
+	fs.StringVar(&f.admin.tokenFile, "admin-token-file", "", "file whose first line is the admin API token")
 }
 
 func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -137,7 +137,7 @@ func (a *Auth) Check(r *http.Request) (Role, *Error) {
 	tok, ok := strings.CutPrefix(h, "Bearer ")
 	if !ok || strings.TrimSpace(tok) == "" {
 		return RoleNone, &Error{Status: http.StatusUnauthorized, Message: "no bearer token",
-			Fix: "send Authorization: Bearer <token> (sluice: --token, --token-file or SLUICE_ADMIN_TOKEN)"}
+			Fix: "send Authorization: Bearer <token> (sluice: --admin-token, --admin-token-file or SLUICE_ADMIN_TOKEN)"}
 	}
 	role := a.lookup(strings.TrimSpace(tok))
 	if role == RoleNone {
