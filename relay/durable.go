@@ -37,6 +37,7 @@ type durableMarks struct {
 
 type partMarks struct {
 	mark    func(offset int64) // the offset manager's MarkOffset
+	close   func()             // its AsyncClose, after the last commit
 	pending []pendingMark      // oldest first
 }
 
@@ -51,9 +52,11 @@ func newDurableMarks(after time.Duration, epoch string, now func() time.Time) *d
 }
 
 // track returns partition p's mark function for relayPartition: it holds
-// each offset back until it is durable (at once when after is 0).
-func (d *durableMarks) track(p int32, mark func(int64)) func(int64) {
-	pm := &partMarks{mark: mark}
+// each offset back until it is durable (at once when after is 0). close
+// releases the partition's offset manager; closeAll calls it once the last
+// marks are committed.
+func (d *durableMarks) track(p int32, mark func(int64), close func()) func(int64) {
+	pm := &partMarks{mark: mark, close: close}
 	d.mu.Lock()
 	d.parts[p] = pm
 	d.mu.Unlock()
@@ -95,6 +98,16 @@ func (d *durableMarks) settle(epoch string) bool {
 		}
 	}
 	return true
+}
+
+// closeAll releases every partition's offset manager: after the last
+// commit, so that marks settled on the way out are not dropped with them.
+func (d *durableMarks) closeAll() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, pm := range d.parts {
+		pm.close()
+	}
 }
 
 // settleDurable reads the pool's epoch and settles d by it; it reports

@@ -13,7 +13,7 @@ func TestDurableMarksWaitForTheWritesToAge(t *testing.T) {
 	clock := func() time.Time { return now }
 	d := newDurableMarks(3*time.Second, "run-a", clock)
 	var marked []int64
-	mark := d.track(0, func(o int64) { marked = append(marked, o) })
+	mark := d.track(0, func(o int64) { marked = append(marked, o) }, func() {})
 
 	mark(10)
 	now = now.Add(time.Second)
@@ -47,7 +47,7 @@ func TestDurableMarksAcceptANewEpochWithNothingPending(t *testing.T) {
 	now := time.Unix(1000, 0)
 	d := newDurableMarks(time.Second, "run-a", func() time.Time { return now })
 	var marked []int64
-	mark := d.track(3, func(o int64) { marked = append(marked, o) })
+	mark := d.track(3, func(o int64) { marked = append(marked, o) }, func() {})
 	if !d.settle("run-b") {
 		t.Fatal("a new epoch with nothing pending was taken for a loss")
 	}
@@ -63,7 +63,7 @@ func TestDurableMarksAcceptANewEpochWithNothingPending(t *testing.T) {
 func TestDurableMarksOffMarksAtOnce(t *testing.T) {
 	d := newDurableMarks(0, "", time.Now)
 	var marked []int64
-	d.track(0, func(o int64) { marked = append(marked, o) })(5)
+	d.track(0, func(o int64) { marked = append(marked, o) }, func() {})(5)
 	if len(marked) != 1 || marked[0] != 5 {
 		t.Fatalf("marked %v, want [5]", marked)
 	}

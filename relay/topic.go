@@ -165,6 +165,7 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 			scancel()
 			om.Commit()
 		}
+		durable.closeAll()
 		om.Close() // always: its goroutines must not outlive the lease
 	}
 	if restarted.Load() && lctx.Err() == nil {
@@ -218,9 +219,9 @@ func (r *Relay) managedPartition(ctx context.Context, topic string, partition in
 	if err != nil {
 		return fmt.Errorf("offsets of %s/%d: %w", topic, partition, err)
 	}
-	defer pom.AsyncClose()
+	// relayTopic closes pom after its last commit (durable.closeAll).
 	next, _ := pom.NextOffset()
-	mark := durable.track(partition, func(o int64) { pom.MarkOffset(o, "") })
+	mark := durable.track(partition, func(o int64) { pom.MarkOffset(o, "") }, pom.AsyncClose)
 	return r.relayPartition(ctx, topic, partition, next, mark, progress, co, lease, th, consumer, log)
 }
 
