@@ -105,6 +105,7 @@ func TestChaosFull(t *testing.T) {
 			{faultWorker, faultRedis, faultLeaders},
 			{faultWorker, faultLeaders, faultPause},
 			{faultBroker},
+			{faultGate},
 			{faultRelay, faultWorker, faultPause},
 		},
 	})

@@ -196,6 +196,20 @@ var (
 		}
 		return w.name + " killed and restarted", 0, b.waitFlow("jobs to flow after the worker restart")
 	}}
+	// faultGate kills the second gate (the canaries go through the first)
+	// with SIGKILL while batches flow, so some die mid-request: the load
+	// resends them to the other gate with the same ids, the relay dedupes
+	// them, and the killed gate's counters start again at 0 (sluice stats
+	// says so instead of flagging).
+	faultGate = fault{"kill -9 a gate", func(b *bed) (string, time.Duration, error) {
+		g := b.gates[1]
+		at := g.kill9()
+		if err := g.restart(); err != nil {
+			return "", 0, err
+		}
+		down := time.Since(at)
+		return fmt.Sprintf("%s killed, ready again after %s", g.name, down.Round(100*time.Millisecond)), 0, b.waitFlow("jobs to flow after the gate restart")
+	}}
 )
 
 // liveNode is the first broker at or after n (mod 3) that was not removed.
