@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,13 +30,45 @@ var ErrAddrInUse = errors.New("address already in use")
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. The
 // port is not reserved: something else may take it before it is used, so
 // callers that choose ports this way should retry on ErrAddrInUse.
+//
+// It picks below the kernel's ephemeral range (ip_local_port_range), at
+// random: a port from ":0" comes from that range, where every outgoing
+// connection (a Redis client, a Kafka fetch) takes its local port too, and
+// on a busy machine one did take a port between this pick and the listen
+// (a CI run failed on it). Without the range it falls back to ":0".
 func FreePort() (int, error) {
+	if lo, ok := ephemeralLow(); ok && lo > freeLow+1000 {
+		for range 100 {
+			port := freeLow + rand.IntN(lo-freeLow)
+			if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+				ln.Close()
+				return port, nil
+			}
+		}
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("finding a free port: %w", err)
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+// freeLow is the lowest port FreePort picks: above the usual services'.
+const freeLow = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range.
+func ephemeralLow() (int, bool) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0, false
+	}
+	lo, err := strconv.Atoi(f[0])
+	return lo, err == nil
 }
 
 // CheckAddrFree returns nil if addr can be listened on. If the address is

@@ -294,3 +294,21 @@ func TestKafkaTopicsAcrossReload(t *testing.T) {
 		t.Error("Restart without DataDir succeeded")
 	}
 }
+
+// FreePort stays out of the kernel's ephemeral range, where outgoing
+// connections take their local ports and could take the one it picked.
+func TestFreePortAvoidsTheEphemeralRange(t *testing.T) {
+	lo, ok := ephemeralLow()
+	if !ok {
+		t.Fatal("cannot read /proc/sys/net/ipv4/ip_local_port_range on this Linux machine")
+	}
+	for range 50 {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lo > freeLow+1000 && (port < freeLow || port >= lo) {
+			t.Fatalf("port %d, want it in [%d, %d): below the ephemeral range", port, freeLow, lo)
+		}
+	}
+}
