@@ -61,6 +61,19 @@ func (a *adminAPI) kafkaClient() (sarama.Client, error) {
 	return client, nil
 }
 
+// openDLQ connects to Kafka and reads <topic>.dlq's partitions, sorted; an
+// unknown topic is a 404. The caller closes the client.
+func (a *adminAPI) openDLQ(topic string) (client sarama.Client, dlq string, parts []int32, err error) {
+	if client, err = a.kafkaClient(); err != nil {
+		return nil, "", nil, err
+	}
+	if dlq, parts, err = a.dlqPartitions(client, topic); err != nil {
+		client.Close()
+		return nil, "", nil, err
+	}
+	return client, dlq, parts, nil
+}
+
 // dlqPartitions are <topic>.dlq's partitions, sorted; an unknown topic is
 // a 404.
 func (a *adminAPI) dlqPartitions(client sarama.Client, topic string) (string, []int32, error) {
@@ -200,15 +213,11 @@ func (a *adminAPI) kafkaList(ctx context.Context, topic string, limit int, curso
 	if err != nil {
 		return nil, err
 	}
-	client, err := a.kafkaClient()
+	client, dlq, parts, err := a.openDLQ(topic)
 	if err != nil {
 		return nil, err
 	}
 	defer client.Close()
-	dlq, parts, err := a.dlqPartitions(client, topic)
-	if err != nil {
-		return nil, err
-	}
 	out := admin.DLQList{Source: admin.SourceKafka, Topic: topic, Entries: []admin.DLQEntry{}}
 	var next []string
 	more := false
@@ -245,15 +254,11 @@ func (a *adminAPI) kafkaEntry(ctx context.Context, topic, id string) (any, error
 	if err != nil {
 		return nil, err
 	}
-	client, err := a.kafkaClient()
+	client, dlq, parts, err := a.openDLQ(topic)
 	if err != nil {
 		return nil, err
 	}
 	defer client.Close()
-	dlq, parts, err := a.dlqPartitions(client, topic)
-	if err != nil {
-		return nil, err
-	}
 	if !slices.Contains(parts, p) {
 		return nil, notFound(fmt.Sprintf("%s has no partition %d", dlq, p), "")
 	}
@@ -298,15 +303,11 @@ func (a *adminAPI) kafkaAct(ctx context.Context, act admin.DLQAction, replay boo
 		}
 		named[p][off] = true
 	}
-	client, err := a.kafkaClient()
+	client, dlq, parts, err := a.openDLQ(act.Topic)
 	if err != nil {
 		return admin.DLQResult{}, err
 	}
 	defer client.Close()
-	dlq, parts, err := a.dlqPartitions(client, act.Topic)
-	if err != nil {
-		return admin.DLQResult{}, err
-	}
 	missing := 0
 	var plans []kafkaPlan
 	for _, p := range parts {

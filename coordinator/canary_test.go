@@ -120,6 +120,20 @@ type webhook struct {
 	posts []map[string]any
 }
 
+// newWebhook records the JSON bodies POSTed to the URL it returns.
+func newWebhook(t *testing.T) (*webhook, string) {
+	wh := &webhook{}
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var m map[string]any
+		json.NewDecoder(r.Body).Decode(&m)
+		wh.mu.Lock()
+		wh.posts = append(wh.posts, m)
+		wh.mu.Unlock()
+	}))
+	t.Cleanup(hook.Close)
+	return wh, hook.URL
+}
+
 func (wh *webhook) statuses() []string {
 	wh.mu.Lock()
 	defer wh.mu.Unlock()
@@ -136,18 +150,10 @@ func (wh *webhook) statuses() []string {
 func TestCanaryAlertsNameTheStuckPartitionAndClear(t *testing.T) {
 	b := newBed(t, 4)
 	cp := newCanaryPipeline(t, b, 2)
-	wh := &webhook{}
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var m map[string]any
-		json.NewDecoder(r.Body).Decode(&m)
-		wh.mu.Lock()
-		wh.posts = append(wh.posts, m)
-		wh.mu.Unlock()
-	}))
-	defer hook.Close()
+	wh, hook := newWebhook(t)
 
 	cfg := coordinator.DefaultCanaryConfig()
-	cfg.GateURL, cfg.Topics, cfg.Webhook = cp.gate.URL, []string{"jobs"}, hook.URL
+	cfg.GateURL, cfg.Topics, cfg.Webhook = cp.gate.URL, []string{"jobs"}, hook
 	cfg.Interval, cfg.Grace = time.Second, 500*time.Millisecond
 	reg := ops.NewRegistry()
 	mon, err := coordinator.NewCanaryMonitor(cfg, b.pool, reg, "test", slog.New(slog.DiscardHandler))
@@ -249,17 +255,9 @@ func TestCanaryMonitorPlansOnceTheGateAnswers(t *testing.T) {
 func TestCanaryAlertLeftFiringIsResolvedByTheNextMonitor(t *testing.T) {
 	b := newBed(t, 4)
 	cp := newCanaryPipeline(t, b, 2)
-	wh := &webhook{}
-	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var m map[string]any
-		json.NewDecoder(r.Body).Decode(&m)
-		wh.mu.Lock()
-		wh.posts = append(wh.posts, m)
-		wh.mu.Unlock()
-	}))
-	defer hook.Close()
+	wh, hook := newWebhook(t)
 	cfg := coordinator.DefaultCanaryConfig()
-	cfg.GateURL, cfg.Topics, cfg.Webhook = cp.gate.URL, []string{"jobs"}, hook.URL
+	cfg.GateURL, cfg.Topics, cfg.Webhook = cp.gate.URL, []string{"jobs"}, hook
 	cfg.Interval, cfg.Grace = time.Second, 500*time.Millisecond
 	start := func(name string) (*coordinator.CanaryMonitor, func()) {
 		mon, err := coordinator.NewCanaryMonitor(cfg, b.pool, ops.NewRegistry(), name, slog.New(slog.DiscardHandler))

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/limits"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/retry"
 )
 
 // Limit is the execution rate limit of a resource key (Consul KV
@@ -352,18 +353,7 @@ func slotInterval(l Limit, margin time.Duration) time.Duration {
 
 // sleepUntil waits until the clock reads at, or ctx ends.
 func sleepUntil(ctx context.Context, now func() time.Time, at time.Time) error {
-	d := at.Sub(now())
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return retry.Sleep(ctx, at.Sub(now()))
 }
 
 // promoter brings throttled jobs back into ready when they are due: the

@@ -1,18 +1,16 @@
 package funnel
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net/http"
-	"regexp"
-	"strconv"
 	"time"
 
 	"github.com/IBM/sarama"
 
 	"github.com/sluicehq/sluice/internal/canary"
 	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
@@ -100,44 +98,23 @@ func lag(src Sources, topics map[string]bool) (map[string]int64, string) {
 	return out, ""
 }
 
-var gateJobsLine = regexp.MustCompile(`^sluice_gate_jobs_total\{([^}]*)\} (\S+)`)
-var label = regexp.MustCompile(`(\w+)="([^"]*)"`)
-
 // scrapeGateJobs adds a gate's sluice_gate_jobs_total to into, by topic and
 // outcome.
 func scrapeGateJobs(ctx context.Context, url string, into map[string]map[string]float64) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	fs, err := ops.Scrape(ctx, http.DefaultClient, url)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
+	mf := fs["sluice_gate_jobs_total"]
+	if mf == nil {
+		return nil
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("answered %s", resp.Status)
-	}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		m := gateJobsLine.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		v, err := strconv.ParseFloat(m[2], 64)
-		if err != nil {
-			continue
-		}
-		labels := map[string]string{}
-		for _, l := range label.FindAllStringSubmatch(m[1], -1) {
-			labels[l[1]] = l[2]
-		}
-		t := labels["topic"]
+	for _, m := range mf.GetMetric() {
+		t := ops.Label(m, "topic")
 		if into[t] == nil {
 			into[t] = map[string]float64{}
 		}
-		into[t][labels["outcome"]] += v
+		into[t][ops.Label(m, "outcome")] += ops.Value(m)
 	}
-	return sc.Err()
+	return nil
 }

@@ -21,8 +21,12 @@ func Backoff(first, max time.Duration, attempt int) time.Duration {
 	return time.Duration(float64(d) * (0.8 + 0.4*rand.Float64()))
 }
 
-// Sleep waits for d, or until ctx ends, and then returns ctx's error.
+// Sleep waits for d, or until ctx ends, and then returns ctx's error. A d
+// of 0 or less does not wait, and still reports an ended ctx.
 func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -13,6 +13,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/sluicehq/sluice/internal/consul"
+	"github.com/sluicehq/sluice/internal/ops"
 )
 
 // kafkaPartition is the partition the gate writes a job of group to:
@@ -360,7 +361,7 @@ func (r *Runner) waitLimits(ctx context.Context, groups int, res func(int) strin
 			if mf := ms["sluice_worker_rate_limit_per_second"]; mf != nil {
 				for _, m := range mf.GetMetric() {
 					for g := range groups {
-						if label(m, "resource") == res(g) {
+						if ops.Label(m, "resource") == res(g) {
 							seen++
 						}
 					}

@@ -3,7 +3,6 @@ package scenario
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"math"
 	"net/http"
@@ -13,11 +12,9 @@ import (
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
@@ -140,49 +137,16 @@ func (t *target) scrape(ctx context.Context, base string) (metrics, error) {
 	if base == "" {
 		return nil, errors.New("no address")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(base, "/")+"/metrics", nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := t.http.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		io.Copy(io.Discard, resp.Body)
-		return nil, fmt.Errorf("%s/metrics: %s", base, resp.Status)
-	}
-	return parseMetrics(resp.Body)
+	fs, err := ops.Scrape(ctx, t.http, strings.TrimSuffix(base, "/")+"/metrics")
+	return metrics(fs), err
 }
 
 // metrics is a /metrics page, by family name.
-type metrics map[string]*dto.MetricFamily
+type metrics ops.Families
 
 func parseMetrics(r io.Reader) (metrics, error) {
-	p := expfmt.NewTextParser(model.UTF8Validation)
-	return p.TextToMetricFamilies(r)
-}
-
-func metricValue(m *dto.Metric) float64 {
-	switch {
-	case m.GetGauge() != nil:
-		return m.GetGauge().GetValue()
-	case m.GetCounter() != nil:
-		return m.GetCounter().GetValue()
-	case m.GetUntyped() != nil:
-		return m.GetUntyped().GetValue()
-	}
-	return math.NaN()
-}
-
-func label(m *dto.Metric, name string) string {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name {
-			return l.GetValue()
-		}
-	}
-	return ""
+	fs, err := ops.ParseMetrics(r)
+	return metrics(fs), err
 }
 
 // sum adds a gauge's or counter's series up (0 when absent).
@@ -190,7 +154,7 @@ func (ms metrics) sum(name string) float64 {
 	total := 0.0
 	if mf := ms[name]; mf != nil {
 		for _, m := range mf.GetMetric() {
-			if v := metricValue(m); !math.IsNaN(v) && !math.IsInf(v, 0) {
+			if v := ops.Value(m); !math.IsNaN(v) && !math.IsInf(v, 0) {
 				total += v
 			}
 		}
@@ -207,8 +171,8 @@ func (ms metrics) byPartition(name string, n int) []float64 {
 	}
 	if mf := ms[name]; mf != nil {
 		for _, m := range mf.GetMetric() {
-			if p, err := strconv.Atoi(label(m, "partition")); err == nil && p >= 0 && p < n {
-				out[p] = metricValue(m)
+			if p, err := strconv.Atoi(ops.Label(m, "partition")); err == nil && p >= 0 && p < n {
+				out[p] = ops.Value(m)
 			}
 		}
 	}
