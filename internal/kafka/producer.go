@@ -153,6 +153,11 @@ func (p *Producer) dispatch(ap sarama.AsyncProducer) {
 // Per-message failures are in the results; the error is ctx's when it ended
 // first, in which case the messages may still be written later.
 func (p *Producer) Produce(ctx context.Context, acks Acks, msgs []Message) ([]Result, error) {
+	// A context already ended hands nothing over: select would pick at
+	// random between it and a free input slot.
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	// Held while messages are handed over: Close waits for that, and a
 	// Produce after Close gets an error, not a send on a closed channel.
 	p.closeMu.RLock()
