@@ -54,7 +54,18 @@ func (r *Report) AddYardsticks(y Yardsticks) {
 		if y.RedisEvalsha > 0 {
 			r.Ratios[ph.Name+"_jobs_per_redis_evalsha"] = round3(ph.EndToEndRate / y.RedisEvalsha)
 		}
+		if f := y.JobFloor; f != nil && f.RedisMicrosPerJob > 0 {
+			r.Ratios[ph.Name+"_of_redis_job_floor_at_one_core"] = round3(ph.EndToEndRate * f.RedisMicrosPerJob / 1e6)
+		}
 	}
+}
+
+// floorCeiling is the most jobs/s one Redis core gives at the floor's cost.
+func floorCeiling(f *JobFloor) float64 {
+	if f.RedisMicrosPerJob <= 0 {
+		return 0
+	}
+	return 1e6 / f.RedisMicrosPerJob
 }
 
 // Verdict is one check against a target.
@@ -206,6 +217,10 @@ func (r *Report) WriteText(w io.Writer) {
 	if y := r.Yardsticks; y != nil {
 		fmt.Fprintf(w, "\nyardsticks (same run): bare HTTP handler %s req/s, kfake produce %s records/s, redis-benchmark EVALSHA -P 16 %s calls/s\n",
 			thousands(int(y.BareHTTP)), thousands(int(y.KfakeProduce)), thousands(int(y.RedisEvalsha)))
+		if f := y.JobFloor; f != nil {
+			fmt.Fprintf(w, "  the job floor in Redis: %s jobs/s, %.1f µs of Redis CPU per job (at most %s jobs/s with Redis at one whole core)\n",
+				thousands(int(f.JobsPerSecond)), f.RedisMicrosPerJob, thousands(int(floorCeiling(f))))
+		}
 		for _, e := range y.Errors {
 			fmt.Fprintf(w, "  error: %s\n", e)
 		}

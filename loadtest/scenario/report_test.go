@@ -265,8 +265,9 @@ func TestReportVerdictsJSONAndHTML(t *testing.T) {
 			{T: 1, Accepted: []int{10}, Done: 10, Ready: []float64{3, 0}, Workers: []float64{2, 4}, RedisMemory: 0.5},
 		}}
 	rep.Phases = append(rep.Phases, ph)
-	rep.AddYardsticks(Yardsticks{BareHTTP: 20, KfakeProduce: 100, RedisEvalsha: 50})
-	if rep.Ratios["single_jobs_per_bare_http_request"] != 0.5 {
+	rep.AddYardsticks(Yardsticks{BareHTTP: 20, KfakeProduce: 100, RedisEvalsha: 50, JobFloor: &JobFloor{JobsPerSecond: 40, RedisMicrosPerJob: 20000}})
+	// 10 jobs/s at 20 ms of Redis per job would keep a fifth of a Redis core busy.
+	if rep.Ratios["single_jobs_per_bare_http_request"] != 0.5 || rep.Ratios["single_of_redis_job_floor_at_one_core"] != 0.2 {
 		t.Fatalf("ratios %v", rep.Ratios)
 	}
 	var js bytes.Buffer
@@ -279,7 +280,8 @@ func TestReportVerdictsJSONAndHTML(t *testing.T) {
 	}
 	var text bytes.Buffer
 	rep.WriteText(&text)
-	if !strings.Contains(text.String(), "FAIL  b & <c>") || !strings.Contains(text.String(), "PASS  a") {
+	if !strings.Contains(text.String(), "FAIL  b & <c>") || !strings.Contains(text.String(), "PASS  a") ||
+		!strings.Contains(text.String(), "at most 50 jobs/s with Redis at one whole core") {
 		t.Fatalf("text report:\n%s", text.String())
 	}
 	var page bytes.Buffer

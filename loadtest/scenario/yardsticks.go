@@ -33,8 +33,12 @@ type Yardsticks struct {
 	// RedisEvalsha is redis-benchmark's calls/s of a 3-command EVALSHA,
 	// pipelined 16 deep, against the pipeline's Redis (the relay's
 	// yardstick in BENCHMARKS.md).
-	RedisEvalsha float64  `json:"redis_benchmark_evalsha_per_second"`
-	Errors       []string `json:"errors,omitempty"`
+	RedisEvalsha float64 `json:"redis_benchmark_evalsha_per_second"`
+	// JobFloor is the least Redis work per job the design's contract asks
+	// for (floor.go), on the pipeline's Redis: no pipeline through one
+	// Redis goes faster than its rate with Redis at a whole core.
+	JobFloor *JobFloor `json:"redis_job_floor,omitempty"`
+	Errors   []string  `json:"errors,omitempty"`
 }
 
 // MeasureYardsticks runs each yardstick for d. bin is the sluice binary
@@ -53,6 +57,12 @@ func MeasureYardsticks(ctx context.Context, bin, redisAddr string, d time.Durati
 	progress.Printf("yardstick: redis-benchmark EVALSHA -P 16\n")
 	if y.RedisEvalsha, err = redisBenchmark(ctx, redisAddr); err != nil {
 		y.Errors = append(y.Errors, "redis-benchmark: "+err.Error())
+	}
+	progress.Printf("yardstick: the job floor in Redis, %s\n", d)
+	if f, err := measureJobFloor(ctx, redisAddr, d, 4); err != nil {
+		y.Errors = append(y.Errors, "job floor: "+err.Error())
+	} else {
+		y.JobFloor = &f
 	}
 	return y
 }
