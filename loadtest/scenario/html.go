@@ -69,6 +69,9 @@ th{background:#f4f4f4}td.l,th.l{text-align:left}.pass{color:#1a7f37;font-weight:
 			fmt.Fprintf(&b, "; all done at %.2f s: <b>%s jobs/s end to end</b>", ph.DoneSeconds, thousands(int(ph.EndToEndRate)))
 		}
 		b.WriteString(".</p>\n")
+		if c := ph.CPU; c != nil && c.TotalMicrosPerJob > 0 {
+			fmt.Fprintf(&b, "<p>%s</p>\n", esc(c.describe()))
+		}
 		b.WriteString("<table><tr><th class=l>stream</th><th class=l>load</th><th>jobs</th><th class=l>latency (ms)</th><th>n</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>max</th></tr>\n")
 		for _, s := range ph.Streams {
 			load := fmt.Sprintf("closed loop, %d conns, %d jobs/req, %s", s.Conns, s.Batch, s.JobType)

@@ -210,6 +210,9 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  redis: at most %.1f MB used (%.0f%% of maxmemory); relay's memory guard paused in %d samples\n",
 				ph.RedisMaxUsedMB, ph.RedisMaxMemory*100, ph.GuardPausedSeconds)
 		}
+		if c := ph.CPU; c != nil && c.TotalMicrosPerJob > 0 {
+			fmt.Fprintf(w, "  %s\n", c.describe())
+		}
 		for _, e := range ph.Errors {
 			fmt.Fprintf(w, "  error: %s\n", e)
 		}

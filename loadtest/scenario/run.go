@@ -84,10 +84,13 @@ type PhaseResult struct {
 	// RedisMaxMemory is the highest used_memory / maxmemory sampled (0: no
 	// maxmemory); GuardPausedSeconds the samples in which the relay's
 	// memory guard held it.
-	RedisMaxMemory     float64  `json:"redis_max_memory_ratio"`
-	RedisMaxUsedMB     float64  `json:"redis_max_used_mb"`
-	GuardPausedSeconds int      `json:"relay_guard_paused_samples"`
-	Errors             []string `json:"errors,omitempty"`
+	RedisMaxMemory     float64 `json:"redis_max_memory_ratio"`
+	RedisMaxUsedMB     float64 `json:"redis_max_used_mb"`
+	GuardPausedSeconds int     `json:"relay_guard_paused_samples"`
+	// CPU is where the machine's time went, from the phase's start until
+	// it ended (all done, or the last answer when it does not wait).
+	CPU    *CPUUse  `json:"cpu,omitempty"`
+	Errors []string `json:"errors,omitempty"`
 }
 
 // Sample is the pipeline's state at T seconds from the phase's start.
@@ -173,6 +176,7 @@ func (r *Runner) Run(ctx context.Context, ph Phase) (PhaseResult, error) {
 		return res, fmt.Errorf("reading Redis's done counters at %s: %w", r.ep.Redis, err)
 	}
 	wait0 := r.workerQueueWait(ctx)
+	cpu0 := r.t.cpuMark(ctx)
 	start := time.Now()
 	res.Started = start
 	streams := make([]*stream, len(ph.Streams))
@@ -247,6 +251,7 @@ func (r *Runner) Run(ctx context.Context, ph Phase) (PhaseResult, error) {
 			return res, ctx.Err()
 		}
 	}
+	cpu1 := r.t.cpuMark(ctx)
 	sampler.observe(ctx)
 	r.progress.Done()
 	for _, err := range errs {
@@ -285,6 +290,8 @@ func (r *Runner) Run(ctx context.Context, ph Phase) (PhaseResult, error) {
 	if res.DoneSeconds > 0 {
 		res.EndToEndRate = round3(float64(res.Accepted) / res.DoneSeconds)
 	}
+	use := cpuUse(cpu0, cpu1, res.Accepted)
+	res.CPU = &use
 	return res, nil
 }
 
