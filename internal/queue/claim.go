@@ -50,18 +50,28 @@ type Claimed struct {
 // The script decides the order on list lengths first, then pops each
 // group's share with one LPOP and writes the leases with one ZADD and one
 // HSET: per job, Redis runs one command (the attempt count) instead of five.
+// Per group served it runs four: HMGET, LLEN, LPOP, and one HSET of its
+// running count (and virtual finish); the active check is one ZMSCORE per
+// 16 candidates, and the fair order moves with one ZREM and one ZADD.
 // The stage funnel's dequeued field of each group's topic counts the claims.
 var claimScript = newScript(luaFunnel + `
 local K, deadline, m, quantum = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4+tonumber(ARGV[3])])
-local cand, supply = {}, 0
+local cand, supply, scores = {}, 0, {}
 for g = 1, m do
   -- Enough candidates once they fill the claim without any giving more
   -- than the quantum; the rest are not read at all.
   if supply >= K then break end
-  local name = ARGV[3+g]
-  local score = redis.call('ZSCORE', KEYS[1], name)
+  -- Which candidates are still active: one ZMSCORE per 16 of them, read
+  -- as they are needed.
+  if (g - 1) % 16 == 0 then
+    local names = {}
+    for h = g, math.min(g + 15, m) do names[#names+1] = ARGV[3+h] end
+    local got = redis.call('ZMSCORE', KEYS[1], unpack(names))
+    for h = 1, #names do scores[g+h-1] = got[h] end
+  end
+  local name, score = ARGV[3+g], scores[g]
   if score then
-    local f = redis.call('HMGET', KEYS[6+2*g], 'weight', 'total', 'relayed', 'done', 'dead', 'cancelled', 'topic')
+    local f = redis.call('HMGET', KEYS[6+2*g], 'weight', 'total', 'relayed', 'done', 'dead', 'cancelled', 'topic', 'running')
     local w = math.max(tonumber(f[1] or '1'), 1)
     -- Shortest job first, by what is left: a group's weight is its
     -- priority's, times 4 with at most 100 jobs left, times 2 with at most
@@ -72,40 +82,72 @@ for g = 1, m do
     local remaining = size - tonumber(f[4] or '0') - tonumber(f[5] or '0') - tonumber(f[6] or '0')
     if remaining <= 100 then w = w * 4 elseif remaining <= 10000 then w = w * 2 end
     local left = redis.call('LLEN', KEYS[6+2*g-1])
-    cand[#cand+1] = {g = g, name = name, score = tonumber(score), w = w, left = left, take = 0, topic = f[7] or '?'}
+    cand[#cand+1] = {g = g, name = name, score = tonumber(score), w = w, left = left, take = 0, topic = f[7] or '?', running = tonumber(f[8] or '0')}
     supply = supply + math.min(left, quantum)
   end
 end
 -- Weighted fair queueing on the counts: the candidate with the lowest
--- virtual time goes next, each job advancing its group by 1/weight.
+-- virtual time goes next (the first read on a tie), each job advancing its
+-- group by 1/weight. The candidates wait in a binary heap: a claim of K
+-- jobs among m groups costs K log m steps, not K times m.
+local heap = {}
+local function before(a, b) return a.score < b.score or (a.score == b.score and a.i < b.i) end
+local function push(c)
+  local j = #heap + 1
+  heap[j] = c
+  while j > 1 do
+    local up = math.floor(j / 2)
+    if not before(heap[j], heap[up]) then break end
+    heap[j], heap[up] = heap[up], heap[j]
+    j = up
+  end
+end
+local function pop()
+  local top, n = heap[1], #heap
+  heap[1] = heap[n]
+  heap[n] = nil
+  n = n - 1
+  local j = 1
+  while true do
+    local l, r, s = 2 * j, 2 * j + 1, j
+    if l <= n and before(heap[l], heap[s]) then s = l end
+    if r <= n and before(heap[r], heap[s]) then s = r end
+    if s == j then break end
+    heap[j], heap[s] = heap[s], heap[j]
+    j = s
+  end
+  return top
+end
 local vt = tonumber(redis.call('GET', KEYS[2]) or '0')
 local order = {}
 -- A group gives at most the quantum; past it only when every candidate
 -- read is at its quantum or dry and the claim is still not full (there
 -- were no more candidates).
 local cap = quantum
+for i, c in ipairs(cand) do
+  c.i = i
+  if c.take < c.left then push(c) end
+end
 while #order < K do
-  local best
-  for _, c in ipairs(cand) do
-    if c.take < c.left and c.take < cap and (not best or c.score < best.score) then best = c end
-  end
-  if not best and cap < K then
+  if #heap == 0 then
+    if cap >= K then break end
     cap = K
-  elseif not best then
-    break
+    for _, c in ipairs(cand) do
+      if c.take < c.left then push(c) end
+    end
+    if #heap == 0 then break end
   end
-  if best then
-    if best.score > vt then vt = best.score end
-    best.score = best.score + 1 / best.w
-    best.take = best.take + 1
-    order[#order+1] = best
-  end
+  local best = pop()
+  if best.score > vt then vt = best.score end
+  best.score = best.score + 1 / best.w
+  best.take = best.take + 1
+  order[#order+1] = best
+  if best.take < best.left and best.take < cap then push(best) end
 end
 local funnel = {}
 for _, c in ipairs(cand) do
   if c.take > 0 then
     c.ids, c.next = redis.call('LPOP', KEYS[6+2*c.g-1], c.take), 1
-    redis.call('HINCRBY', KEYS[6+2*c.g], 'running', c.take)
     funnelAdd(funnel, funnelField(c.name, c.topic, 'dequeued'), c.take)
   end
 end
@@ -130,18 +172,26 @@ for i, c in ipairs(order) do
   out[#out+1] = attempt
 end
 if #counts > 0 then redis.call('HSET', KEYS[4], unpack(counts)) end
--- Groups that ran dry leave the fair order in one ZREM (one job per group
--- is the common case: the gate's default group is the job's id).
-local dry = {}
+-- Each group served gets one write of its counters. Groups that ran dry
+-- leave the fair order in one ZREM (one job per group is the common case:
+-- the gate's default group is the job's id); the others move in one ZADD.
+local dry, moved = {}, {}
 for _, c in ipairs(cand) do
   if c.take == c.left then
     dry[#dry+1] = c.name
-    redis.call('HSET', KEYS[6+2*c.g], 'vfinish', c.score)
+    if c.take > 0 then
+      redis.call('HSET', KEYS[6+2*c.g], 'running', c.running + c.take, 'vfinish', c.score)
+    else
+      redis.call('HSET', KEYS[6+2*c.g], 'vfinish', c.score)
+    end
   elseif c.take > 0 then
-    redis.call('ZADD', KEYS[1], 'XX', c.score, c.name)
+    redis.call('HSET', KEYS[6+2*c.g], 'running', c.running + c.take)
+    moved[#moved+1] = c.score
+    moved[#moved+1] = c.name
   end
 end
 if #dry > 0 then redis.call('ZREM', KEYS[1], unpack(dry)) end
+if #moved > 0 then redis.call('ZADD', KEYS[1], 'XX', unpack(moved)) end
 if #order > 0 then
   redis.call('ZADD', KEYS[3], unpack(inflight))
   redis.call('HSET', KEYS[5], unpack(leases))

@@ -17,17 +17,19 @@ import (
 // it is left, then expires: a group hash per single job must not pile up.
 // The enqueue script PERSISTs a group that gets new jobs.
 const luaGroupEnded = `
-local function groupEnded(gk, name, completedKey, now, keep)
-  local f = redis.call('HMGET', gk, 'total', 'relayed', 'done', 'dead', 'cancelled')
-  local ended = tonumber(f[3] or '0') + tonumber(f[4] or '0') + tonumber(f[5] or '0')
-  local total = tonumber(f[1] or '0')
+local function groupEndedAfter(gk, name, completedKey, now, keep, total, relayed, ended)
   if total > 0 then
     if ended >= total and redis.call('HSETNX', gk, 'completed_ms', now) == 1 then
       redis.call('RPUSH', completedKey, name)
     end
-  elseif ended >= tonumber(f[2] or '0') then
+  elseif ended >= relayed then
     redis.call('EXPIRE', gk, keep)
   end
+end
+local function groupEnded(gk, name, completedKey, now, keep)
+  local f = redis.call('HMGET', gk, 'total', 'relayed', 'done', 'dead', 'cancelled')
+  groupEndedAfter(gk, name, completedKey, now, keep, tonumber(f[1] or '0'), tonumber(f[2] or '0'),
+    tonumber(f[3] or '0') + tonumber(f[4] or '0') + tonumber(f[5] or '0'))
 end
 `
 

@@ -58,20 +58,26 @@ redis.call('ZREM', KEYS[1], unpack(ids))
 local attempts = redis.call('HMGET', KEYS[2], unpack(ids))
 redis.call('HDEL', KEYS[2], unpack(ids))
 redis.call('HDEL', KEYS[3], unpack(ids))
+-- A done job keeps its state, result and attempts, and an empty env: the
+-- field still answers the relay's dedupe (HSETNX), and the envelope's bytes,
+-- most of a done job's memory, go back to Redis.
 for j, i in ipairs(idx) do
   local result = ARGV[3+4*i-2]
   if result ~= '' then
-    redis.call('HSET', KEYS[5+2*i-1], 'state', 'done', 'done_ms', now, 'attempts', attempts[j] or '0', 'result', result)
+    redis.call('HSET', KEYS[5+2*i-1], 'state', 'done', 'done_ms', now, 'attempts', attempts[j] or '0', 'env', '', 'result', result)
   else
-    redis.call('HSET', KEYS[5+2*i-1], 'state', 'done', 'done_ms', now, 'attempts', attempts[j] or '0')
+    redis.call('HSET', KEYS[5+2*i-1], 'state', 'done', 'done_ms', now, 'attempts', attempts[j] or '0', 'env', '')
   end
   redis.call('EXPIRE', KEYS[5+2*i-1], keep)
 end
+-- Per group, one read and one write of its counters.
 local stages = {}
 for g, count in pairs(perGroup) do
-  redis.call('HINCRBY', g, 'running', -count)
-  redis.call('HINCRBY', g, 'done', count)
-  groupEnded(g, names[g], KEYS[5], now, keep)
+  local f = redis.call('HMGET', g, 'total', 'relayed', 'done', 'dead', 'cancelled', 'running')
+  local done = tonumber(f[3] or '0') + count
+  redis.call('HSET', g, 'running', tonumber(f[6] or '0') - count, 'done', done)
+  groupEndedAfter(g, names[g], KEYS[5], now, keep, tonumber(f[1] or '0'), tonumber(f[2] or '0'),
+    done + tonumber(f[4] or '0') + tonumber(f[5] or '0'))
   funnelAdd(stages, funnel[g], count)
 end
 redis.call('HINCRBY', KEYS[4], 'done', #ids)
