@@ -106,7 +106,7 @@ func (r *Runner) memoryCheck(ctx context.Context, rep *Report, jobs int) {
 	if err != nil || maxmem == 0 {
 		return
 	}
-	const perJob = 600 // bytes a done job keeps, measured on sluice dev (docs/loadtest.md)
+	const perJob = 450 // bytes a done job keeps, measured on sluice dev (docs/loadtest.md)
 	room := int64(0.7*float64(maxmem)) - used
 	if int64(jobs)*perJob > room {
 		rep.Notes = append(rep.Notes, fmt.Sprintf(
