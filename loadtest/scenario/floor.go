@@ -79,16 +79,30 @@ type JobFloor struct {
 // against the Redis at addr, under a key prefix of its own, and deletes
 // its keys afterwards. The envelope is sized like the scenarios' jobs.
 func measureJobFloor(ctx context.Context, addr string, d time.Duration, conns int) (JobFloor, error) {
+	return measureFloor(ctx, addr, d, conns, []*redis.Script{floorEnqueue, floorClaim, floorAck}, keyedRound)
+}
+
+// measureListFloor is the same harness for a model without a key per job
+// (listRound): what a batch storage model would let one Redis core do.
+func measureListFloor(ctx context.Context, addr string, d time.Duration, conns int) (JobFloor, error) {
+	return measureFloor(ctx, addr, d, conns, []*redis.Script{listClaim, listAck}, listRound)
+}
+
+// floorRound puts one batch of new jobs through a model's scripts and says
+// how many it acked; conn and batch make its ids unique.
+type floorRound func(ctx context.Context, rdb *redis.Client, env func(seq int) []byte, conn, batch int) (int, error)
+
+const floorPrefix = "sluice:{loadtest-floor}:"
+
+func measureFloor(ctx context.Context, addr string, d time.Duration, conns int, scripts []*redis.Script, round floorRound) (JobFloor, error) {
 	rdb := redis.NewClient(&redis.Options{Addr: addr, PoolSize: conns + 2, MaxRetries: -1})
 	defer rdb.Close()
-	const prefix = "sluice:{loadtest-floor}:"
-	ready, leases := prefix+"ready", prefix+"leases"
-	for _, s := range []*redis.Script{floorEnqueue, floorClaim, floorAck} {
+	for _, s := range scripts {
 		if err := s.Load(ctx, rdb).Err(); err != nil {
 			return JobFloor{}, err
 		}
 	}
-	defer cleanFloor(rdb, prefix)
+	defer cleanFloor(rdb, floorPrefix)
 	w := &Workload{Run: "floor", Type: "noop", Payload: PaddedPayload(100), Groups: 1}
 	cpu0, err := redisCPU(ctx, rdb)
 	if err != nil {
@@ -101,13 +115,10 @@ func measureJobFloor(ctx context.Context, addr string, d time.Duration, conns in
 	start := time.Now()
 	deadline := start.Add(d)
 	for c := 0; c < conns; c++ {
-		wg.Add(1)
-		go func(c int) {
-			defer wg.Done()
-			keys := make([]string, floorBatch+1)
-			args := make([]any, 2*floorBatch+2)
+		wg.Go(func() {
+			env := func(seq int) []byte { return w.AppendJob(nil, seq) }
 			for b := 0; time.Now().Before(deadline) && ctx.Err() == nil; b++ {
-				n, err := floorRound(ctx, rdb, w, c, b, ready, leases, prefix, keys, args)
+				n, err := round(ctx, rdb, env, c, b)
 				if err != nil {
 					mu.Lock()
 					if firstErr == nil {
@@ -118,7 +129,7 @@ func measureJobFloor(ctx context.Context, addr string, d time.Duration, conns in
 				}
 				done.Add(int64(n))
 			}
-		}(c)
+		})
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
@@ -139,16 +150,17 @@ func measureJobFloor(ctx context.Context, addr string, d time.Duration, conns in
 	}, nil
 }
 
-// floorRound puts one batch of new jobs through enqueue, claim and ack,
-// and says how many it acked.
-func floorRound(ctx context.Context, rdb *redis.Client, w *Workload, conn, batch int, ready, leases, prefix string, keys []string, args []any) (int, error) {
-	ids := make([]string, floorBatch)
+// keyedRound is the contract's model: floorEnqueue, floorClaim, floorAck.
+func keyedRound(ctx context.Context, rdb *redis.Client, env func(int) []byte, conn, batch int) (int, error) {
+	ready, leases := floorPrefix+"ready", floorPrefix+"leases"
+	keys := make([]string, floorBatch+1)
+	args := make([]any, 2*floorBatch+2)
 	keys[0] = ready
 	for i := range floorBatch {
-		ids[i] = fmt.Sprintf("c%d-b%d-%d", conn, batch, i)
-		keys[1+i] = prefix + "job:" + ids[i]
-		args[i] = w.AppendJob(nil, batch*floorBatch+i)
-		args[floorBatch+i] = ids[i]
+		id := fmt.Sprintf("c%d-b%d-%d", conn, batch, i)
+		keys[1+i] = floorPrefix + "job:" + id
+		args[i] = env(batch*floorBatch + i)
+		args[floorBatch+i] = id
 	}
 	if err := floorEnqueue.EvalSha(ctx, rdb, keys, args[:2*floorBatch]...).Err(); err != nil {
 		return 0, fmt.Errorf("enqueue: %w", err)
@@ -163,10 +175,58 @@ func floorRound(ctx context.Context, rdb *redis.Client, w *Workload, conn, batch
 	keys[0] = leases
 	args[0], args[1] = now.UnixMilli(), 3600
 	for i, id := range got {
-		keys[1+i] = prefix + "job:" + id
+		keys[1+i] = floorPrefix + "job:" + id
 		args[2+i] = id
 	}
 	if err := floorAck.EvalSha(ctx, rdb, keys[:1+len(got)], args[:2+len(got)]...).Err(); err != nil {
+		return 0, fmt.Errorf("ack: %w", err)
+	}
+	return len(got), nil
+}
+
+// The list model keeps envelopes on the ready list itself and leases a
+// claim's batch as one entry: no key per job, so no dedupe by id and no
+// record of a job once done (the design's contract asks for both).
+
+// listClaim leases up to ARGV[1] envelopes as one batch.
+// KEYS[1] the ready list   KEYS[2] leases, hash: batch -> its envelopes
+// KEYS[3] inflight, zset: batch by deadline
+// ARGV[1] how many   ARGV[2] the lease deadline, Unix ms   ARGV[3] the batch's name
+// Returns the envelopes leased.
+var listClaim = redis.NewScript(`
+local envs = redis.call('LPOP', KEYS[1], ARGV[1])
+if not envs then return {} end
+redis.call('HSET', KEYS[2], ARGV[3], table.concat(envs, '\n'))
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[3])
+return envs
+`)
+
+// listAck ends a batch's lease and counts its jobs done.
+// KEYS[1] leases   KEYS[2] inflight   KEYS[3] stats
+// ARGV[1] the batch's name   ARGV[2] its job count
+// Returns 1 if the lease was still held.
+var listAck = redis.NewScript(`
+local held = redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HINCRBY', KEYS[3], 'done', ARGV[2])
+return held
+`)
+
+func listRound(ctx context.Context, rdb *redis.Client, env func(int) []byte, conn, batch int) (int, error) {
+	ready, leases, inflight, stats := floorPrefix+"ready", floorPrefix+"leases", floorPrefix+"inflight", floorPrefix+"stats"
+	envs := make([]any, floorBatch)
+	for i := range envs {
+		envs[i] = env(batch*floorBatch + i)
+	}
+	if err := rdb.RPush(ctx, ready, envs...).Err(); err != nil {
+		return 0, fmt.Errorf("enqueue: %w", err)
+	}
+	name := fmt.Sprintf("c%d-b%d", conn, batch)
+	got, err := listClaim.EvalSha(ctx, rdb, []string{ready, leases, inflight}, floorBatch, time.Now().Add(time.Minute).UnixMilli(), name).StringSlice()
+	if err != nil {
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	if err := listAck.EvalSha(ctx, rdb, []string{leases, inflight, stats}, name, len(got)).Err(); err != nil {
 		return 0, fmt.Errorf("ack: %w", err)
 	}
 	return len(got), nil

@@ -15,32 +15,44 @@ import (
 func TestJobFloorRunsJobsAndCleansUp(t *testing.T) {
 	srv := testenv.Redis(t)
 	ctx := context.Background()
-	f, err := measureJobFloor(ctx, srv.Addr(), 300*time.Millisecond, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f.JobsPerSecond <= 0 || f.RedisMicrosPerJob <= 0 {
-		t.Fatalf("floor = %+v, want a rate and Redis's CPU per job", f)
-	}
 	rdb := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer rdb.Close()
-	if n, err := rdb.DBSize(ctx).Result(); err != nil || n != 0 {
-		t.Fatalf("keys left after the floor: %d (%v), want 0", n, err)
+	for name, measure := range map[string]func(context.Context, string, time.Duration, int) (JobFloor, error){
+		"keyed": measureJobFloor, "lists": measureListFloor,
+	} {
+		f, err := measure(ctx, srv.Addr(), 300*time.Millisecond, 2)
+		if err != nil {
+			t.Fatal(name, err)
+		}
+		if f.JobsPerSecond <= 0 || f.RedisMicrosPerJob <= 0 {
+			t.Fatalf("%s floor = %+v, want a rate and Redis's CPU per job", name, f)
+		}
+		if n, err := rdb.DBSize(ctx).Result(); err != nil || n != 0 {
+			t.Fatalf("keys left after the %s floor: %d (%v), want 0", name, n, err)
+		}
 	}
 }
 
 // BenchmarkJobFloor reports the floor against a Redis like sluice dev's
-// (AOF, fsync every second):
+// (AOF, fsync every second), for the contract's model (a key per job) and
+// for envelopes kept on lists with a lease per batch:
 //
 //	go test ./loadtest/scenario -run '^$' -bench JobFloor -benchtime 1x
 func BenchmarkJobFloor(b *testing.B) {
-	srv := testenv.Redis(b, testenv.WithAOF())
-	for range b.N {
-		f, err := measureJobFloor(context.Background(), srv.Addr(), 5*time.Second, 4)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(f.JobsPerSecond, "jobs/s")
-		b.ReportMetric(f.RedisMicrosPerJob, "redis-µs/job")
+	for _, m := range []struct {
+		name    string
+		measure func(context.Context, string, time.Duration, int) (JobFloor, error)
+	}{{"keyed", measureJobFloor}, {"lists", measureListFloor}} {
+		b.Run(m.name, func(b *testing.B) {
+			srv := testenv.Redis(b, testenv.WithAOF())
+			for range b.N {
+				f, err := m.measure(context.Background(), srv.Addr(), 5*time.Second, 4)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(f.JobsPerSecond, "jobs/s")
+				b.ReportMetric(f.RedisMicrosPerJob, "redis-µs/job")
+			}
+		})
 	}
 }
