@@ -40,7 +40,16 @@ type consumer struct {
 	acking   int                 // held jobs whose handler is done, their ack not yet answered
 	draining bool                // shutdown cut running jobs short
 	avgRun   time.Duration       // moving average of handler run times; 0 before the first
+	// finished is the moving average of jobs finished per second, over
+	// windows of rateWindow; 0 before the first window.
+	finished    float64
+	windowStart time.Time
+	windowJobs  int
 }
+
+// rateWindow is how long the consumer counts finished jobs before it
+// updates their moving rate.
+const rateWindow = 100 * time.Millisecond
 
 // heldJob is a job this consumer holds a lease on.
 type heldJob struct {
@@ -139,13 +148,21 @@ func (c *consumer) run(ctx context.Context) {
 }
 
 // prefetch is how many claimed jobs may wait for a slot now: as many as
-// the slots run within PrefetchWait at the average run time, at most
-// Prefetch. Under c.mu.
+// the consumer gets through within PrefetchWait, at most Prefetch. The
+// slots' average run time says how fast they could go; the jobs finished
+// per second say how fast they do go when the CPU or Redis is the limit
+// (no-op jobs run in microseconds, yet a partition finishes a few thousand
+// a second). The smaller bound keeps a claimed job's wait for a slot
+// within PrefetchWait. Under c.mu.
 func (c *consumer) prefetch(size int) int {
 	if c.avgRun <= 0 {
 		return 0 // no run time known yet: jobs may be slow
 	}
-	return int(min(int64(c.w.cfg.Prefetch), int64(size)*int64(c.w.cfg.PrefetchWait)/int64(c.avgRun)))
+	pf := min(int64(c.w.cfg.Prefetch), int64(size)*int64(c.w.cfg.PrefetchWait)/int64(c.avgRun))
+	if c.finished > 0 {
+		pf = min(pf, int64(c.finished*c.w.cfg.PrefetchWait.Seconds()))
+	}
+	return int(pf)
 }
 
 // room is how many more jobs the consumer may hold now, the room at which
@@ -173,6 +190,28 @@ func (c *consumer) ran(d time.Duration) {
 	}
 	c.avgRun += (d - c.avgRun) / 16
 	c.avgRun = max(c.avgRun, 1)
+	c.countFinished(c.w.cfg.Now())
+}
+
+// countFinished counts a finished job into the moving rate. A window that
+// spans an idle spell (ten windows without a job) starts over instead of
+// dragging the rate down: the rate is how fast jobs go while there are
+// jobs. Under c.mu.
+func (c *consumer) countFinished(now time.Time) {
+	c.windowJobs++
+	elapsed := now.Sub(c.windowStart)
+	switch {
+	case c.windowStart.IsZero() || elapsed > 10*rateWindow || elapsed < 0:
+		c.windowStart, c.windowJobs = now, 1
+	case elapsed >= rateWindow:
+		r := float64(c.windowJobs) / elapsed.Seconds()
+		if c.finished == 0 {
+			c.finished = r
+		} else {
+			c.finished += (r - c.finished) / 4
+		}
+		c.windowStart, c.windowJobs = now, 0
+	}
 }
 
 func (c *consumer) hasWaiting() bool {
