@@ -31,7 +31,7 @@ type durableMarks struct {
 	now   func() time.Time
 
 	mu    sync.Mutex
-	epoch string // the last epoch seen; pending marks carry the one of their time
+	epoch string // the last epoch seen: every pending mark was made under it
 	parts map[int32]*partMarks
 }
 
@@ -44,7 +44,6 @@ type partMarks struct {
 type pendingMark struct {
 	offset int64
 	at     time.Time
-	epoch  string
 }
 
 func newDurableMarks(after time.Duration, epoch string, now func() time.Time) *durableMarks {
@@ -67,20 +66,21 @@ func (d *durableMarks) track(p int32, mark func(int64), close func()) func(int64
 		}
 		d.mu.Lock()
 		defer d.mu.Unlock()
-		pm.pending = append(pm.pending, pendingMark{offset: offset, at: d.now(), epoch: d.epoch})
+		pm.pending = append(pm.pending, pendingMark{offset: offset, at: d.now()})
 	}
 }
 
-// settle takes a fresh epoch: it reports false when a pending mark was made
-// under another one (Redis restarted; its writes may be lost). Otherwise it
-// marks every offset whose writes are at least after old and keeps the
-// rest pending.
+// settle takes a fresh epoch: it reports false when marks are pending and
+// the epoch moved (Redis restarted; their writes may be lost; the topic
+// then ends, so d is not used again). Otherwise it marks every offset whose
+// writes are at least after old and keeps the rest pending. Pending marks
+// all carry d.epoch: it moves only when none is pending.
 func (d *durableMarks) settle(epoch string) bool {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for _, pm := range d.parts {
-		for _, m := range pm.pending {
-			if m.epoch != epoch {
+	if epoch != d.epoch {
+		for _, pm := range d.parts {
+			if len(pm.pending) > 0 {
 				return false
 			}
 		}

@@ -180,17 +180,18 @@ func (c *consumer) room() (room, claimAt int, changed <-chan struct{}) {
 	return room, max(1, min(c.w.cfg.ClaimBatch, pf/2)), changed
 }
 
-// ran records a handler's run time in the moving average.
-func (c *consumer) ran(d time.Duration) {
+// ran records a handler's run time, which ended at end, in the moving
+// average and counts the job into the finished rate.
+func (c *consumer) ran(d time.Duration, end time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.avgRun <= 0 {
 		c.avgRun = max(d, 1)
-		return
+	} else {
+		c.avgRun += (d - c.avgRun) / 16
+		c.avgRun = max(c.avgRun, 1)
 	}
-	c.avgRun += (d - c.avgRun) / 16
-	c.avgRun = max(c.avgRun, 1)
-	c.countFinished(c.w.cfg.Now())
+	c.countFinished(end)
 }
 
 // countFinished counts a finished job into the moving rate. A window that
@@ -456,8 +457,9 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	})
 	w.m.inflight.Dec()
 	cancel()
-	took := w.cfg.Now().Sub(start)
-	c.ran(took)
+	end := w.cfg.Now()
+	took := end.Sub(start)
+	c.ran(took, end)
 	w.m.execution.WithLabelValues(w.typeLabel(j.Type)).Observe(took.Seconds())
 	c.mu.Lock()
 	lost, draining := h.lost, c.draining

@@ -29,9 +29,6 @@ type Limit = limits.Limit
 // ParseLimit reads a limit value; see limits.Limit.
 func ParseLimit(value []byte) (Limit, error) { return limits.ParseLimit(value) }
 
-// maxLimitRate keeps the slot spacing at a whole microsecond or more.
-const maxLimitRate = limits.MaxLimitRate
-
 // resourceKey is what a job's limit is looked up by: its resource, else its
 // tenant, else its type.
 func resourceKey(j *job.Job) string {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"syscall"
 	"time"
 )
 
@@ -42,7 +41,7 @@ type cpuMark struct {
 }
 
 func (t *target) cpuMark(ctx context.Context) cpuMark {
-	m := cpuMark{at: time.Now(), generator: selfCPU()}
+	m := cpuMark{at: time.Now(), generator: cpuTime().Seconds()}
 	m.pipeline, m.pipelineErr = t.pipelineCPU(ctx)
 	m.redis, m.redisErr = redisCPU(ctx, t.rdb)
 	return m
@@ -73,15 +72,6 @@ func (t *target) pipelineCPU(ctx context.Context) (float64, error) {
 		return 0, firstErr
 	}
 	return total, nil
-}
-
-// selfCPU is this process's CPU time so far, user and system.
-func selfCPU() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
 }
 
 // cpuUse is the use between two marks for jobs jobs.

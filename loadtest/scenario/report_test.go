@@ -15,6 +15,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/ops"
 )
 
 func TestHistPercentiles(t *testing.T) {
@@ -318,4 +320,10 @@ func TestBarAndThousands(t *testing.T) {
 			t.Errorf("thousands(%d) = %q", n, got)
 		}
 	}
+}
+
+// parseMetrics reads a /metrics page as the runner's scrapes do.
+func parseMetrics(r io.Reader) (metrics, error) {
+	fs, err := ops.ParseMetrics(r)
+	return metrics(fs), err
 }

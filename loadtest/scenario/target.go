@@ -3,7 +3,6 @@ package scenario
 import (
 	"context"
 	"errors"
-	"io"
 	"math"
 	"net/http"
 	"sort"
@@ -92,13 +91,19 @@ func (t *target) memory(ctx context.Context) (used, maxmem int64, err error) {
 }
 
 func infoInt(info, field string) int64 {
+	v, _ := infoField(info, field)
+	n, _ := strconv.ParseInt(v, 10, 64)
+	return n
+}
+
+// infoField is one field of a Redis INFO answer.
+func infoField(info, field string) (string, bool) {
 	for line := range strings.SplitSeq(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
+			return v, true
 		}
 	}
-	return 0
+	return "", false
 }
 
 // doneAt reads the completion time (the worker's ack, Unix ms) of the
@@ -143,11 +148,6 @@ func (t *target) scrape(ctx context.Context, base string) (metrics, error) {
 
 // metrics is a /metrics page, by family name.
 type metrics ops.Families
-
-func parseMetrics(r io.Reader) (metrics, error) {
-	fs, err := ops.ParseMetrics(r)
-	return metrics(fs), err
-}
 
 // sum adds a gauge's or counter's series up (0 when absent).
 func (ms metrics) sum(name string) float64 {
