@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/coordinator/dashboard"
 	"github.com/sluicehq/sluice/internal/admin"
@@ -261,17 +260,9 @@ func (a *adminAPI) partitions(r *http.Request, _ admin.Role) (any, error) {
 		if err != nil {
 			return nil, a.redisErr(err)
 		}
-		k, cl := a.c.pool.Layout().Keys(part), a.c.pool.Client(part)
-		pipe := cl.Pipeline()
-		done := pipe.HGet(ctx, k.Stats(), "done")
-		active := pipe.ZCard(ctx, k.Groups())
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			return nil, a.redisErr(err)
-		}
-		completed, _ := strconv.ParseInt(done.Val(), 10, 64)
 		p := admin.Partition{
 			Partition: part, Ready: f.Ready, Delayed: f.Delayed, Inflight: f.Inflight, Dead: f.Dead,
-			Checkpoint: load.Checkpoint, Completed: completed, ActiveGroups: active.Val(),
+			Checkpoint: load.Checkpoint, Completed: f.Completed, ActiveGroups: f.ActiveGroups,
 		}
 		p.Workers, p.Consumers = a.live(load)
 		if p.Workers > 0 {

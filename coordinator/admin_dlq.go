@@ -280,11 +280,14 @@ func (a *adminAPI) deadAct(r *http.Request, act admin.DLQAction, replay bool) (a
 				missing++
 				continue
 			}
-			refs := []queue.DeadRef{ref}
-			if err := a.c.pool.DeadJobs(ctx, part, refs); err != nil {
-				return admin.DLQResult{}, a.redisErr(err)
+			if replay { // a purge needs only the id; a replay, the envelope
+				refs := []queue.DeadRef{ref}
+				if err := a.c.pool.DeadJobs(ctx, part, refs); err != nil {
+					return admin.DLQResult{}, a.redisErr(err)
+				}
+				ref = refs[0]
 			}
-			targets = append(targets, target{part, refs[0]})
+			targets = append(targets, target{part, ref})
 		}
 	}
 	res := admin.DLQResult{}

@@ -2,6 +2,10 @@ package coordinator_test
 
 import (
 	"encoding/json"
+	"fmt"
+	"maps"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/coordinator"
@@ -21,18 +25,29 @@ func FuzzAdminDecoders(f *testing.F) {
 				t.Fatalf("pin %q: %+v re-reads as %+v, %v", s, p, q, err)
 			}
 		}
-		if p, off, err := coordinator.ParseKafkaID(s); err == nil && (p < 0 || off < 0) {
-			t.Fatalf("kafka id %q: %d:%d", s, p, off)
-		}
-		if m, err := coordinator.ParseKafkaCursor(s); err == nil {
-			for p, off := range m {
-				if p < 0 || off < 0 {
-					t.Fatalf("kafka cursor %q: %v", s, m)
-				}
+		// The ids and cursors read back as the API writes them (kafkaEntry's
+		// id, kafkaList's and deadList's next_cursor).
+		if p, off, err := coordinator.ParseKafkaID(s); err == nil {
+			f := fmt.Sprintf("%d:%d", p, off)
+			if q, qoff, err := coordinator.ParseKafkaID(f); err != nil || q != p || qoff != off {
+				t.Fatalf("kafka id %q: %d:%d re-reads from %q as %d:%d, %v", s, p, off, f, q, qoff, err)
 			}
 		}
-		if ms, id, err := coordinator.ParseDeadCursor(s); err == nil && s != "" && (ms < 0 || id == "") {
-			t.Fatalf("dead cursor %q: %d %q", s, ms, id)
+		if m, err := coordinator.ParseKafkaCursor(s); err == nil {
+			var pairs []string
+			for p, off := range m {
+				pairs = append(pairs, fmt.Sprintf("%d:%d", p, off))
+			}
+			f := strings.Join(pairs, ",")
+			if n, err := coordinator.ParseKafkaCursor(f); err != nil || !maps.Equal(n, m) {
+				t.Fatalf("kafka cursor %q: %v re-reads from %q as %v, %v", s, m, f, n, err)
+			}
+		}
+		if ms, id, err := coordinator.ParseDeadCursor(s); err == nil && s != "" {
+			f := strconv.FormatInt(ms, 10) + ":" + id
+			if ms2, id2, err := coordinator.ParseDeadCursor(f); err != nil || ms2 != ms || id2 != id {
+				t.Fatalf("dead cursor %q: %d %q re-reads from %q as %d %q, %v", s, ms, id, f, ms2, id2, err)
+			}
 		}
 	})
 }

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -24,8 +25,7 @@ func groupInfo(name string, part int, st queue.GroupStatus) admin.GroupInfo {
 		CompletedAt: admin.TimePtr(st.CompletedAt), CallbackURL: st.CallbackURL, CallbackState: st.CallbackState,
 		CallbackAttempts: st.CallbackAttempts, CallbackError: st.CallbackError,
 	}
-	if st.Total > 0 {
-		p := min(float64(st.Done+st.Dead+st.Cancelled)/float64(st.Total), 1)
+	if p, ok := st.Progress(); ok {
 		g.Progress = &p
 	}
 	return g
@@ -76,15 +76,11 @@ func (a *adminAPI) groupList(r *http.Request, _ admin.Role) (any, error) {
 		it := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 		for len(out.Bulk) < limit && it.Next(ctx) {
 			name := it.Val()[len(prefix):]
-			total, err := c.HGet(ctx, it.Val(), "total").Int64()
-			if err != nil || total <= 0 {
-				continue
-			}
 			st, err := a.c.pool.GroupStatus(ctx, name)
 			if err != nil {
 				return nil, a.redisErr(err)
 			}
-			if st.Found {
+			if st.Total > 0 { // a bulk group (implies st.Found)
 				out.Bulk = append(out.Bulk, groupInfo(name, part, st))
 			}
 		}
@@ -95,29 +91,35 @@ func (a *adminAPI) groupList(r *http.Request, _ admin.Role) (any, error) {
 	return out, nil
 }
 
-func (a *adminAPI) groupGet(r *http.Request, _ admin.Role) (any, error) {
-	name := r.PathValue("group")
-	st, err := a.c.pool.GroupStatus(r.Context(), name)
+// groupStatus reads group name's status; a not-found error, with hint,
+// when Redis has no hash for it.
+func (a *adminAPI) groupStatus(ctx context.Context, name, hint string) (queue.GroupStatus, error) {
+	st, err := a.c.pool.GroupStatus(ctx, name)
 	if err != nil {
-		return nil, a.redisErr(err)
+		return st, a.redisErr(err)
 	}
 	if !st.Found {
-		return nil, notFound(fmt.Sprintf("no group %q in Redis", name), "its jobs may still be in Kafka, or it ended and expired")
+		return st, notFound(fmt.Sprintf("no group %q in Redis", name), hint)
+	}
+	return st, nil
+}
+
+func (a *adminAPI) groupGet(r *http.Request, _ admin.Role) (any, error) {
+	name := r.PathValue("group")
+	st, err := a.groupStatus(r.Context(), name, "its jobs may still be in Kafka, or it ended and expired")
+	if err != nil {
+		return nil, err
 	}
 	return groupInfo(name, a.c.pool.Layout().PartitionOf(name), st), nil
 }
 
 func (a *adminAPI) groupCancel(r *http.Request, _ admin.Role) (any, error) {
 	name := r.PathValue("group")
-	st, err := a.c.pool.GroupStatus(r.Context(), name)
-	if err != nil {
-		return nil, a.redisErr(err)
-	}
-	if !st.Found {
-		// A typo must not leave a cancelled group behind; the gate's
-		// DELETE /v1/groups/{id} cancels one still on its way.
-		return nil, notFound(fmt.Sprintf("no group %q in Redis", name),
-			"if its jobs are still in Kafka, cancel it at the gate: DELETE /v1/groups/{id}")
+	// A typo must not leave a cancelled group behind; the gate's
+	// DELETE /v1/groups/{id} cancels one still on its way.
+	if _, err := a.groupStatus(r.Context(), name,
+		"if its jobs are still in Kafka, cancel it at the gate: DELETE /v1/groups/{id}"); err != nil {
+		return nil, err
 	}
 	n, err := a.c.pool.CancelGroup(r.Context(), name, a.c.cfg.Now())
 	if err != nil {

@@ -184,6 +184,18 @@ func (a *adminAPI) rateResume(r *http.Request, _ admin.Role) (any, error) {
 	return st, err
 }
 
+// limitState is resource's limit as its key's value gives it; a value
+// that does not parse is shown with its error.
+func limitState(resource string, value []byte) admin.LimitState {
+	st := admin.LimitState{Resource: resource}
+	if l, err := limits.ParseLimit(value); err != nil {
+		st.Error = err.Error()
+	} else {
+		st.Rate, st.Burst = l.PerSecond, l.Burst
+	}
+	return st
+}
+
 func (a *adminAPI) limitList(r *http.Request, _ admin.Role) (any, error) {
 	prefix, err := a.key("limits")
 	if err != nil {
@@ -199,13 +211,7 @@ func (a *adminAPI) limitList(r *http.Request, _ admin.Role) (any, error) {
 		if res == "" || strings.Contains(res, "/") {
 			continue
 		}
-		st := admin.LimitState{Resource: res}
-		if l, err := limits.ParseLimit(p.Value); err != nil {
-			st.Error = err.Error()
-		} else {
-			st.Rate, st.Burst = l.PerSecond, l.Burst
-		}
-		out.Limits = append(out.Limits, st)
+		out.Limits = append(out.Limits, limitState(res, p.Value))
 	}
 	return out, nil
 }
@@ -223,13 +229,7 @@ func (a *adminAPI) limitGet(r *http.Request, _ admin.Role) (any, error) {
 	if pair == nil {
 		return nil, notFound(fmt.Sprintf("resource %q has no limit (unlimited)", res), "set one: sluice limits set "+res+" <rate>")
 	}
-	st := admin.LimitState{Resource: res}
-	if l, err := limits.ParseLimit(pair.Value); err != nil {
-		st.Error = err.Error()
-	} else {
-		st.Rate, st.Burst = l.PerSecond, l.Burst
-	}
-	return st, nil
+	return limitState(res, pair.Value), nil
 }
 
 func (a *adminAPI) limitSet(r *http.Request, _ admin.Role) (any, error) {

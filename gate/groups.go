@@ -440,7 +440,7 @@ func viewGroup(id string, st queue.GroupStatus, now time.Time) groupView {
 		ID: id, Topic: st.Topic, Relayed: st.Relayed, Queued: st.Queued, Running: st.Running,
 		Done: st.Done, Failed: st.Failed, Dead: st.Dead, Cancelled: st.Cancelled,
 	}
-	ended := st.Done + st.Dead + st.Cancelled
+	ended := st.Ended()
 	switch {
 	case !st.CompletedAt.IsZero():
 		v.State = "completed"
@@ -451,10 +451,9 @@ func viewGroup(id string, st queue.GroupStatus, now time.Time) groupView {
 	default:
 		v.State = "running"
 	}
-	if st.Total > 0 {
+	if p, ok := st.Progress(); ok {
 		total := st.Total
 		v.Total = &total
-		p := min(float64(ended)/float64(total), 1)
 		v.Progress = &p
 	}
 	if !st.FirstAt.IsZero() {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/limits"
 )
 
 func init() {
@@ -241,7 +242,7 @@ func limitTable(w *tabwriter.Writer, ls []admin.LimitState) {
 			fmt.Fprintf(w, "%s\tinvalid: %s\t-\n", l.Resource, l.Error)
 			continue
 		}
-		fmt.Fprintf(w, "%s\t%s\t%d\n", l.Resource, strconv.FormatFloat(l.Rate, 'g', -1, 64), max(l.Burst, 1))
+		fmt.Fprintf(w, "%s\t%s\t%d\n", l.Resource, strconv.FormatFloat(l.Rate, 'g', -1, 64), limits.Limit{Burst: l.Burst}.EffectiveBurst())
 	}
 }
 

@@ -98,12 +98,11 @@ return 1
 type DeadRef struct {
 	ID     string
 	At     time.Time
-	atMS   int64
 	Fields map[string]string // filled by DeadJobs
 }
 
 // Score is the dead set's score: when the job died, Unix ms.
-func (d DeadRef) Score() int64 { return d.atMS }
+func (d DeadRef) Score() int64 { return d.At.UnixMilli() }
 
 // DeadPage lists up to n ids of partition part's dead set, newest first,
 // strictly after the cursor (beforeMS, beforeID) in that order: a score
@@ -116,7 +115,7 @@ func (p *Pool) DeadPage(ctx context.Context, part int, beforeMS int64, beforeID 
 		for _, z := range zs {
 			id, _ := z.Member.(string)
 			ms := int64(z.Score)
-			out = append(out, DeadRef{ID: id, At: time.UnixMilli(ms), atMS: ms})
+			out = append(out, DeadRef{ID: id, At: time.UnixMilli(ms)})
 		}
 	}
 	maxScore := "+inf"
@@ -197,7 +196,7 @@ func (p *Pool) FindDead(ctx context.Context, id string) (ref DeadRef, part int, 
 		if err != nil {
 			return DeadRef{}, part, false, fmt.Errorf("dead set of partition %d: %w", part, err)
 		}
-		ref = DeadRef{ID: id, At: time.UnixMilli(int64(s)), atMS: int64(s)}
+		ref = DeadRef{ID: id, At: time.UnixMilli(int64(s))}
 		return ref, part, true, nil
 	}
 	return DeadRef{}, 0, false, nil

@@ -74,6 +74,9 @@ type PartitionFunnel struct {
 	// Ready, Delayed, Inflight are the jobs the partition holds now; Dead
 	// is the size of its dead set (capped, so not a count of deaths).
 	Ready, Delayed, Inflight, Dead int64
+	// Completed is the stats hash's "done" counter (jobs acked, ever);
+	// ActiveGroups, the number of groups with a job ready.
+	Completed, ActiveGroups int64
 }
 
 // Held is how many jobs the partition holds: ready, delayed or in flight.
@@ -94,15 +97,19 @@ func (p *Pool) Funnel(ctx context.Context, part int) (PartitionFunnel, error) {
 	}
 	f := PartitionFunnel{
 		Partition: part, Stages: map[string]map[string]int64{}, Canaries: map[string]map[string]int64{},
-		Delayed: delayed.Val(), Inflight: inflight.Val(), Dead: dead.Val(),
+		Delayed: delayed.Val(), Inflight: inflight.Val(), Dead: dead.Val(), ActiveGroups: active.Val(),
 	}
 	for field, v := range stats.Val() {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil {
 			continue
 		}
-		if field == "ready" {
+		switch field {
+		case "ready":
 			f.Ready = max(n, 0)
+			continue
+		case "done":
+			f.Completed = n
 			continue
 		}
 		kind, rest, ok := strings.Cut(field, ":")

@@ -124,6 +124,19 @@ type GroupStatus struct {
 	CallbackError                     string
 }
 
+// Ended is how many of the group's jobs have ended: done, dead or
+// cancelled.
+func (st GroupStatus) Ended() int64 { return st.Done + st.Dead + st.Cancelled }
+
+// Progress is the share of the group's jobs that have ended, at most 1;
+// false until its size (Total) is known.
+func (st GroupStatus) Progress() (float64, bool) {
+	if st.Total <= 0 {
+		return 0, false
+	}
+	return min(float64(st.Ended())/float64(st.Total), 1), true
+}
+
 // GroupStatus reads a group's hash and the length of its ready list.
 func (p *Pool) GroupStatus(ctx context.Context, group string) (GroupStatus, error) {
 	part := p.layout.PartitionOf(group)
