@@ -322,7 +322,7 @@ func verdictOf(t *testing.T, b *bed, l *loader, poison int, drain time.Duration)
 	// fresh; an alert that fired must have been resolved too, whichever
 	// coordinator led by then. The monitor judges 4 times an interval, so
 	// its resolved call may come just after the funnel's last read.
-	alerts := b.ledger.canaryAlerts()
+	var alerts []canaryAlert // read by waitUntil, which calls its condition at least once
 	waitUntil(5*time.Second, "the canary alerts to be resolved", func() bool {
 		alerts = b.ledger.canaryAlerts()
 		return len(alerts) == 0 || alerts[len(alerts)-1].Status != "firing"

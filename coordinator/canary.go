@@ -171,7 +171,7 @@ func (cm *CanaryMonitor) Run(ctx context.Context, valid func() bool) {
 		cm.m.stale.Reset()
 	}()
 	cm.log.Info("canary monitor started", "topics", cm.cfg.Topics, "interval", cm.cfg.Interval, "stale_after", settings.StaleAfter(), "gate", cm.cfg.GateURL)
-	if hashes, err := cm.pool.CanaryHashes(ctx); err == nil && hashes[0][queue.CanaryAlerting] != "" {
+	if alerting, err := cm.pool.CanaryAlerting(ctx); err == nil && alerting {
 		cm.mu.Lock()
 		cm.owed = true
 		cm.mu.Unlock()

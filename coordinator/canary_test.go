@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/sluicehq/sluice/coordinator"
 	"github.com/sluicehq/sluice/internal/canary"
 	"github.com/sluicehq/sluice/internal/job"
@@ -115,6 +117,23 @@ func (cp *canaryPipeline) consume(ctx context.Context, part int) {
 	}
 }
 
+// startMonitor runs a canary monitor (its lock always valid) until the
+// stop it returns is called, or else until the test ends; stop may be
+// called more than once.
+func startMonitor(t *testing.T, b *bed, cfg coordinator.CanaryConfig, reg prometheus.Registerer, name string) (*coordinator.CanaryMonitor, func()) {
+	t.Helper()
+	mon, err := coordinator.NewCanaryMonitor(cfg, b.pool, reg, name, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); mon.Run(ctx, func() bool { return true }) }()
+	stop := sync.OnceFunc(func() { cancel(); <-done })
+	t.Cleanup(stop)
+	return mon, stop
+}
+
 type webhook struct {
 	mu    sync.Mutex
 	posts []map[string]any
@@ -156,16 +175,7 @@ func TestCanaryAlertsNameTheStuckPartitionAndClear(t *testing.T) {
 	cfg.GateURL, cfg.Topics, cfg.Webhook = cp.gate.URL, []string{"jobs"}, hook
 	cfg.Interval, cfg.Grace = time.Second, 500*time.Millisecond
 	reg := ops.NewRegistry()
-	mon, err := coordinator.NewCanaryMonitor(cfg, b.pool, reg, "test", slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var running atomic.Bool
-	running.Store(true)
-	done := make(chan struct{})
-	go func() { defer close(done); mon.Run(ctx, running.Load) }()
-	defer func() { cancel(); <-done }()
+	mon, _ := startMonitor(t, b, cfg, reg, "test")
 
 	// max(2 Kafka, 4 Redis) = 4 paths, each completing.
 	testenv.WaitFor(t, 10*time.Second, "canaries completed on all 4 paths", func() bool {
@@ -230,14 +240,7 @@ func TestCanaryMonitorPlansOnceTheGateAnswers(t *testing.T) {
 	cfg.GateURL, cfg.Topics = cp.gate.URL, []string{"jobs"}
 	cfg.Interval, cfg.Grace = time.Second, 500*time.Millisecond // Replan stays 10 rounds
 	reg := ops.NewRegistry()
-	mon, err := coordinator.NewCanaryMonitor(cfg, b.pool, reg, "test", slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); mon.Run(ctx, func() bool { return true }) }()
-	defer func() { cancel(); <-done }()
+	startMonitor(t, b, cfg, reg, "test")
 	testenv.WaitFor(t, 5*time.Second, "a failed first plan", func() bool {
 		return testenv.Metric(t, reg, "sluice_canary_send_errors_total") >= 1
 	})
@@ -260,18 +263,11 @@ func TestCanaryAlertLeftFiringIsResolvedByTheNextMonitor(t *testing.T) {
 	cfg.GateURL, cfg.Topics, cfg.Webhook = cp.gate.URL, []string{"jobs"}, hook
 	cfg.Interval, cfg.Grace = time.Second, 500*time.Millisecond
 	start := func(name string) (*coordinator.CanaryMonitor, func()) {
-		mon, err := coordinator.NewCanaryMonitor(cfg, b.pool, ops.NewRegistry(), name, slog.New(slog.DiscardHandler))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { defer close(done); mon.Run(ctx, func() bool { return true }) }()
-		return mon, func() { cancel(); <-done }
+		return startMonitor(t, b, cfg, ops.NewRegistry(), name)
 	}
 	alerting := func() bool {
-		n, err := b.pool.Client(0).HExists(context.Background(), b.layout.Keys(0).Canary(), queue.CanaryAlerting).Result()
-		return err == nil && n
+		on, err := b.pool.CanaryAlerting(context.Background())
+		return err == nil && on
 	}
 
 	first, stopFirst := start("first")
@@ -287,7 +283,6 @@ func TestCanaryAlertLeftFiringIsResolvedByTheNextMonitor(t *testing.T) {
 	stopFirst() // the leader goes while its alert is out
 
 	_, stopSecond := start("second")
-	defer stopSecond()
 	// Partition 2 is still stuck: no resolution; once the new monitor can
 	// judge (two intervals plus the grace), it fires again.
 	testenv.WaitFor(t, 10*time.Second, "the new monitor to fire again", func() bool { return strings.Join(wh.statuses(), ",") == "firing,firing" })
@@ -305,8 +300,7 @@ func TestCanaryAlertLeftFiringIsResolvedByTheNextMonitor(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "the third monitor to fire", func() bool { return len(third.Alerts()) > 0 })
 	stopThird()
 	cp.resume(1)
-	_, stopFourth := start("fourth")
-	defer stopFourth()
+	start("fourth")
 	testenv.WaitFor(t, 10*time.Second, "the fourth monitor to resolve the third's alert", func() bool {
 		return strings.Join(wh.statuses(), ",") == "firing,firing,resolved,firing,resolved"
 	})

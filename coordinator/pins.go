@@ -104,31 +104,28 @@ func (c *Coordinator) pinOf(part int) (admin.Pin, bool) {
 	return p, ok
 }
 
-// pinned commands a pinned partition: to the pin when the target differs,
-// or again when a live consumer missed it (resend). It replaces Decide for
-// the cycle; the state it leaves (target = level = the pin) is where the
-// scaler starts from once the pin goes.
-func (s *scaler) pinned(st *partScaling, part int, pin admin.Pin, checkpoint int, live map[string]queue.Beat) (queue.Command, bool) {
-	was := st.Target
-	if was == 0 {
-		was = checkpoint
-	}
-	var d Decision
-	if was != pin.Workers {
-		st.mismatch = 0
-		d = Decision{Type: queue.ScaleUp, Target: pin.Workers, Reason: pinReason}
-		if pin.Workers < was {
-			d.Type = queue.ScaleDown
+// pinned decides for a pinned partition, as Decide does for the others: a
+// command to the pin when the target differs, or again when a live
+// consumer missed it (resend). It replaces Decide for the cycle; the state
+// it returns (target = level = the pin) is where the scaler starts from
+// once the pin goes.
+func (s *scaler) pinned(st *partScaling, pin admin.Pin, checkpoint int, live map[string]queue.Beat) (State, Decision) {
+	next := State{Target: pin.Workers, Level: float64(pin.Workers), At: s.c.cfg.Now()}
+	was := st.seeded(checkpoint).Target
+	if was == pin.Workers {
+		d := s.resend(st, pin.Workers, live, Decision{})
+		if d.Type != "" {
+			d.Reason = pinReason + ": " + d.Reason
 		}
-		if pin.By != "" {
-			d.Reason = fmt.Sprintf("%s (%s, %s)", pinReason, pin.By, pin.At.UTC().Format("2006-01-02T15:04:05Z"))
-		}
-	} else if d = s.resend(st, pin.Workers, live, Decision{}); d.Type != "" {
-		d.Reason = pinReason + ": " + d.Reason
+		return next, d
 	}
-	st.State = State{Target: pin.Workers, Level: float64(pin.Workers), At: s.c.cfg.Now()}
-	if d.Type == "" {
-		return queue.Command{}, false
+	st.mismatch = 0
+	d := Decision{Type: queue.ScaleUp, Target: pin.Workers, Reason: pinReason}
+	if pin.Workers < was {
+		d.Type = queue.ScaleDown
 	}
-	return queue.Command{Type: d.Type, Partition: part, TargetWorkers: d.Target, Reason: d.Reason}, true
+	if pin.By != "" {
+		d.Reason = fmt.Sprintf("%s (%s, %s)", pinReason, pin.By, pin.At.UTC().Format("2006-01-02T15:04:05Z"))
+	}
+	return next, d
 }

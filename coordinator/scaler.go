@@ -136,31 +136,17 @@ func (s *scaler) partition(ctx context.Context, p Params, part int) {
 		st.State = State{}
 		return
 	}
-	if st.Target == 0 && load.Checkpoint > 0 {
-		// What the consumers were last told: a new holder goes on from
-		// there (the decay's clock starts over).
-		st.Target, st.Level = load.Checkpoint, float64(load.Checkpoint)
-	}
+	st.State = st.seeded(load.Checkpoint)
 	was := st.Target
 	next, d := Decide(p, st.State, obs, s.c.cfg.Now())
 	if d.Type == "" {
 		d = s.resend(st, next.Target, live, d)
 	}
 	if d.Type != "" {
-		if !s.valid() {
-			return // the lock is gone: the next holder decides
-		}
-		cmd := queue.Command{Type: d.Type, Partition: part, TargetWorkers: d.Target, Reason: d.Reason}
-		if err := s.c.pool.PushCommand(ctx, cmd); err != nil {
-			if ctx.Err() == nil {
-				s.c.m.redisErrors.Inc()
-				log.Warn("scaler: pushing a command failed; deciding again next cycle", "type", d.Type, "target", d.Target, "err", err)
-			}
+		if !s.push(ctx, part, d, was, log,
+			"pwqd", round1(d.PWQD), "ready", obs.Ready, "live_workers", obs.Workers, "consumers", obs.Consumers, "busy", round1(obs.Busy)) {
 			return // the state stays: the decision is made again
 		}
-		m.scaleDecisions.WithLabelValues(label, d.Type).Inc()
-		log.Info("scaling decision", "type", d.Type, "workers", d.Target, "was", was, "reason", d.Reason,
-			"pwqd", round1(d.PWQD), "ready", obs.Ready, "live_workers", obs.Workers, "consumers", obs.Consumers, "busy", round1(obs.Busy))
 	} else if d.Reason != "" {
 		log.Debug("scaling: no command", "reason", d.Reason, "workers", next.Target)
 	}
@@ -177,27 +163,46 @@ func (s *scaler) setTarget(part, target int) {
 	}
 }
 
+// seeded is st, or, with no target yet, what the consumers were last told
+// (the checkpoint): a new holder goes on from there (the decay's clock
+// starts over).
+func (st State) seeded(checkpoint int) State {
+	if st.Target == 0 && checkpoint > 0 {
+		st.Target, st.Level = checkpoint, float64(checkpoint)
+	}
+	return st
+}
+
+// push pushes decision d's command onto partition part's cmd list, counts
+// it and logs it ("scaling decision": d, was the previous target, then
+// attrs). It reports whether the command went out: when the lock is gone
+// (the next holder decides) or Redis fails, it did not, and the caller
+// keeps its state so that the decision is made again next cycle.
+func (s *scaler) push(ctx context.Context, part int, d Decision, was int, log *slog.Logger, attrs ...any) bool {
+	if !s.valid() {
+		return false
+	}
+	cmd := queue.Command{Type: d.Type, Partition: part, TargetWorkers: d.Target, Reason: d.Reason}
+	if err := s.c.pool.PushCommand(ctx, cmd); err != nil {
+		if ctx.Err() == nil {
+			s.c.m.redisErrors.Inc()
+			log.Warn("scaler: pushing a command failed; deciding again next cycle", "type", d.Type, "target", d.Target, "err", err)
+		}
+		return false
+	}
+	s.c.m.scaleDecisions.WithLabelValues(strconv.Itoa(part), d.Type).Inc()
+	log.Info("scaling decision", append([]any{"type", d.Type, "workers", d.Target, "was", was, "reason", d.Reason}, attrs...)...)
+	return true
+}
+
 // pinnedCycle is a pinned partition's cycle: the pin's command, if one is
 // due, pushed as Decide's are.
 func (s *scaler) pinnedCycle(ctx context.Context, st *partScaling, part int, pin admin.Pin, checkpoint int, live map[string]queue.Beat, log *slog.Logger) {
-	before := st.State
-	cmd, ok := s.pinned(st, part, pin, checkpoint, live)
-	if ok {
-		if !s.valid() {
-			st.State = before
-			return // the lock is gone: the next holder decides
-		}
-		if err := s.c.pool.PushCommand(ctx, cmd); err != nil {
-			st.State = before // decided again next cycle
-			if ctx.Err() == nil {
-				s.c.m.redisErrors.Inc()
-				log.Warn("scaler: pushing a pinned command failed; again next cycle", "type", cmd.Type, "target", cmd.TargetWorkers, "err", err)
-			}
-			return
-		}
-		s.c.m.scaleDecisions.WithLabelValues(strconv.Itoa(part), cmd.Type).Inc()
-		log.Info("scaling decision", "type", cmd.Type, "workers", cmd.TargetWorkers, "was", before.Target, "reason", cmd.Reason)
+	next, d := s.pinned(st, pin, checkpoint, live)
+	if d.Type != "" && !s.push(ctx, part, d, st.Target, log) {
+		return // the state stays: the decision is made again
 	}
+	st.State = next
 	s.setTarget(part, st.Target)
 }
 

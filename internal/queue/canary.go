@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Canary records: see Keys.Canary. The monitor writes when it sends, the
@@ -80,6 +82,19 @@ func (p *Pool) SetCanaryAlerting(ctx context.Context, on bool) error {
 		return c.HSet(ctx, key, CanaryAlerting, "1").Err()
 	}
 	return c.HDel(ctx, key, CanaryAlerting).Err()
+}
+
+// CanaryAlerting reads on partition 0 whether an alert is out (see
+// CanaryAlerting, the field).
+func (p *Pool) CanaryAlerting(ctx context.Context) (bool, error) {
+	v, err := p.byPart[0].HGet(ctx, p.layout.Keys(0).Canary(), CanaryAlerting).Result()
+	if err == redis.Nil {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading the canary alert on partition 0: %w", err)
+	}
+	return v != "", nil
 }
 
 // ForgetCanaries removes a partition's records of the given fields (with
