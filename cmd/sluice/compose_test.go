@@ -2,8 +2,10 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -12,7 +14,6 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,6 +48,10 @@ import (
 var (
 	composeRoot = filepath.Join("..", "..")
 	composeDir  = filepath.Join(composeRoot, "deploy", "compose")
+
+	composeDigitRE      = regexp.MustCompile(`\d`)                     // an image tag that names a version
+	composeCGOSetRE     = regexp.MustCompile(`\bCGO_ENABLED[= ]"?0\b`) // a Dockerfile ENV or ARG that sets it
+	composeShellSplitRE = regexp.MustCompile(`&&|;`)                   // the commands of a RUN
 )
 
 // ---- the compose file -------------------------------------------------------
@@ -155,28 +160,38 @@ func (c composeCmd) String() string {
 // nil value is a variable passed through from the host.
 type composeEnv map[string]*string
 
-func (e *composeEnv) UnmarshalYAML(n *yaml.Node) error {
-	*e = composeEnv{}
+// composeListOrMap decodes compose's list-or-map forms: a list of strings
+// is given to item one by one (isList is then true); any other node is
+// decoded into m, which applies the << merges of a map.
+func composeListOrMap(n *yaml.Node, item func(string), m any) (isList bool, err error) {
 	if n.Kind == yaml.AliasNode {
 		n = n.Alias
 	}
 	if n.Kind == yaml.SequenceNode {
 		var list []string
 		if err := n.Decode(&list); err != nil {
-			return err
+			return true, err
 		}
-		for _, kv := range list {
-			k, v, ok := strings.Cut(kv, "=")
-			if !ok {
-				(*e)[k] = nil
-				continue
-			}
-			(*e)[k] = &v
+		for _, s := range list {
+			item(s)
 		}
-		return nil
+		return true, nil
 	}
-	var m map[string]any // decoding a map applies the << merges
-	if err := n.Decode(&m); err != nil {
+	return false, n.Decode(m)
+}
+
+func (e *composeEnv) UnmarshalYAML(n *yaml.Node) error {
+	*e = composeEnv{}
+	var m map[string]any
+	isList, err := composeListOrMap(n, func(kv string) {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			(*e)[k] = nil
+			return
+		}
+		(*e)[k] = &v
+	}, &m)
+	if isList || err != nil {
 		return err
 	}
 	for k, v := range m {
@@ -196,25 +211,13 @@ type composeDepends map[string]string
 
 func (d *composeDepends) UnmarshalYAML(n *yaml.Node) error {
 	*d = composeDepends{}
-	if n.Kind == yaml.AliasNode {
-		n = n.Alias
-	}
-	if n.Kind == yaml.SequenceNode {
-		var list []string
-		if err := n.Decode(&list); err != nil {
-			return err
-		}
-		for _, s := range list {
-			(*d)[s] = "service_started"
-		}
-		return nil
-	}
 	var m map[string]struct {
 		Condition string `yaml:"condition"`
 		Restart   bool   `yaml:"restart"`
 		Required  *bool  `yaml:"required"`
 	}
-	if err := n.Decode(&m); err != nil {
+	isList, err := composeListOrMap(n, func(s string) { (*d)[s] = "service_started" }, &m)
+	if isList || err != nil {
 		return err
 	}
 	for k, v := range m {
@@ -260,6 +263,13 @@ func composeInterpolate(text string) (string, error) {
 	return out, nil
 }
 
+// composeStrictYAML decodes b into v; a key v has no field for is an error.
+func composeStrictYAML(b []byte, v any) error {
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	return dec.Decode(v)
+}
+
 func loadCompose(t *testing.T) *composeFile {
 	t.Helper()
 	path := filepath.Join(composeDir, "compose.yaml")
@@ -272,9 +282,7 @@ func loadCompose(t *testing.T) *composeFile {
 		t.Fatalf("%s: %v", path, err)
 	}
 	var f composeFile
-	dec := yaml.NewDecoder(strings.NewReader(text))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil {
+	if err := composeStrictYAML([]byte(text), &f); err != nil {
 		t.Fatalf("%s: %v", path, err)
 	}
 	for k := range f.Other {
@@ -406,7 +414,7 @@ func composeResolve(t *testing.T, f *composeFile) map[string]*composePart {
 	}
 	helps := map[string]map[string]composeHelpFlag{}
 	parts := map[string]*composePart{}
-	for _, name := range composeKeys(f.Services) {
+	for _, name := range slices.Sorted(maps.Keys(f.Services)) {
 		svc := f.Services[name]
 		if !composeIsSluice(svc, sluiceImage) {
 			continue
@@ -463,7 +471,7 @@ func composeResolve(t *testing.T, f *composeFile) map[string]*composePart {
 		// up: the part's own variable first, then the shared one.
 		used := map[string]bool{}
 		shadowed := map[string]string{} // shared variable -> the part's one that wins
-		for _, flagName := range composeKeys(p.flags) {
+		for _, flagName := range slices.Sorted(maps.Keys(p.flags)) {
 			own, shared := cli.EnvName(cmd, flagName), cli.SharedEnvName(flagName)
 			v := own
 			val, ok := svc.Environment[own]
@@ -489,7 +497,7 @@ func composeResolve(t *testing.T, f *composeFile) map[string]*composePart {
 			}
 			p.env[flagName], p.envVar[flagName] = *val, v
 		}
-		for _, v := range composeKeys(svc.Environment) {
+		for _, v := range slices.Sorted(maps.Keys(svc.Environment)) {
 			switch {
 			case used[v]:
 			case shadowed[v] != "":
@@ -616,12 +624,13 @@ func composeCheckDial(t *testing.T, f *composeFile, parts map[string]*composePar
 	}
 }
 
-// composeContainerPort is the container side of a short-syntax port mapping
-// ("127.0.0.1:8080:8080", "8080:8080", "8080", with an optional /tcp).
-func composeContainerPort(mapping string) string {
+// composePortMapping splits a short-syntax port mapping ("127.0.0.1:8080:8080",
+// "8080:8080", "8080", with an optional /tcp) into its host side ("" for a
+// random host port) and its container port.
+func composePortMapping(mapping string) (hostSide, containerPort string) {
 	mapping, _, _ = strings.Cut(mapping, "/")
 	i := strings.LastIndex(mapping, ":")
-	return mapping[i+1:]
+	return mapping[:max(0, i)], mapping[i+1:]
 }
 
 // composeMount is a short-syntax volume: a bind mount (source a path, relative to
@@ -680,7 +689,7 @@ func TestComposeServices(t *testing.T) {
 	}
 
 	byCmd := map[string][]*composePart{}
-	for _, name := range composeKeys(parts) {
+	for _, name := range slices.Sorted(maps.Keys(parts)) {
 		byCmd[parts[name].cmd] = append(byCmd[parts[name].cmd], parts[name])
 	}
 	// The issue's stack: every part, with a standby relay on the lock.
@@ -692,7 +701,7 @@ func TestComposeServices(t *testing.T) {
 
 	// Every service: dependencies exist and their conditions can be met.
 	hostPorts := map[string][]struct{ ip, service string }{} // published host port -> who
-	for _, name := range composeKeys(f.Services) {
+	for _, name := range slices.Sorted(maps.Keys(f.Services)) {
 		svc := f.Services[name]
 		for dep, cond := range svc.DependsOn {
 			d, ok := f.Services[dep]
@@ -710,7 +719,7 @@ func TestComposeServices(t *testing.T) {
 		if svc.Build == nil {
 			// Pinned: a floating tag changes the stack under its users.
 			_, tag, ok := strings.Cut(svc.Image, ":")
-			if !ok || tag == "latest" || !regexp.MustCompile(`\d`).MatchString(tag) {
+			if !ok || tag == "latest" || !composeDigitRE.MatchString(tag) {
 				t.Errorf("service %s: image %q is not pinned to a version", name, svc.Image)
 			}
 		}
@@ -718,7 +727,7 @@ func TestComposeServices(t *testing.T) {
 			switch {
 			case m.bind():
 				if _, err := os.Stat(filepath.Join(composeDir, m.source)); err != nil {
-					t.Errorf("service %s: composeMounts %s, which does not exist: %v", name, m.source, err)
+					t.Errorf("service %s: mounts %s, which does not exist: %v", name, m.source, err)
 				}
 			case m.source != "":
 				if _, ok := f.Volumes[m.source]; !ok {
@@ -728,8 +737,7 @@ func TestComposeServices(t *testing.T) {
 		}
 		// Two services on one host port: `up` fails on the second.
 		for _, mapping := range svc.Ports {
-			mapping, _, _ = strings.Cut(mapping, "/")
-			hostSide := mapping[:max(0, strings.LastIndex(mapping, ":"))]
+			hostSide, _ := composePortMapping(mapping)
 			if hostSide == "" {
 				continue // a random host port
 			}
@@ -752,21 +760,21 @@ func TestComposeServices(t *testing.T) {
 		}
 	}
 
-	for _, name := range composeKeys(parts) {
+	for _, name := range slices.Sorted(maps.Keys(parts)) {
 		p := parts[name]
 		svc := p.svc
 		port := p.listenPort(t)
 
 		if b := svc.Build; b == nil || !composeSameFile(filepath.Join(composeDir, b.Context), composeRoot) {
 			t.Errorf("service %s: build.context must be the repository root (../..), to build ./cmd/sluice", name)
-		} else if df := composeOr(b.Dockerfile, "Dockerfile"); !composeSameFile(filepath.Join(composeDir, b.Context, df), filepath.Join(composeRoot, "Dockerfile")) {
+		} else if df := cmp.Or(b.Dockerfile, "Dockerfile"); !composeSameFile(filepath.Join(composeDir, b.Context, df), filepath.Join(composeRoot, "Dockerfile")) {
 			t.Errorf("service %s: build.dockerfile %q is not the repository's Dockerfile", name, b.Dockerfile)
 		}
 		if svc.Restart != "unless-stopped" && svc.Restart != "always" && svc.Restart != "on-failure" {
 			t.Errorf("service %s: restart %q: a part that exits (Redis or Consul away at start) must come back", name, svc.Restart)
 		}
 		for _, mapping := range svc.Ports {
-			if cp := composeContainerPort(mapping); cp != port {
+			if _, cp := composePortMapping(mapping); cp != port {
 				t.Errorf("service %s: publishes %q, but %s is %q: container port %s serves nothing", name, mapping, p.where("listen"), p.value("listen"), cp)
 			}
 		}
@@ -883,7 +891,7 @@ func composeCheckAgreement(t *testing.T, parts map[string]*composePart, byCmd ma
 	// that differs reads and writes keys nobody else sees.
 	for _, flag := range []string{"stage", "redis-partitions", "redis-addr", "redis-partition-addrs"} {
 		var first *composePart
-		for _, name := range composeKeys(parts) {
+		for _, name := range slices.Sorted(maps.Keys(parts)) {
 			p := parts[name]
 			if !p.has(flag) {
 				continue
@@ -937,7 +945,7 @@ func composeCheckAgreement(t *testing.T, parts map[string]*composePart, byCmd ma
 // kafka-topics.sh --create.
 func composeCreatedTopics(f *composeFile) (map[string]bool, string) {
 	re := regexp.MustCompile(`kafka-topics\.sh[^\n]*--create[^\n]*--topic[ =]"?([A-Za-z0-9._-]+)`)
-	for _, name := range composeKeys(f.Services) {
+	for _, name := range slices.Sorted(maps.Keys(f.Services)) {
 		svc := f.Services[name]
 		script := svc.Entrypoint.String() + " " + svc.Command.String()
 		if ms := re.FindAllStringSubmatch(script, -1); ms != nil {
@@ -1077,7 +1085,7 @@ func composeCheckTopics(t *testing.T, f *composeFile, byCmd map[string][]*compos
 
 // composeCheckStores: the settings sluice's guarantees rest on.
 func composeCheckStores(t *testing.T, f *composeFile) {
-	for _, name := range composeKeys(f.Services) {
+	for _, name := range slices.Sorted(maps.Keys(f.Services)) {
 		svc := f.Services[name]
 		image, _, _ := strings.Cut(svc.Image, ":")
 		switch image {
@@ -1125,15 +1133,22 @@ func composeCheckStores(t *testing.T, f *composeFile) {
 	}
 }
 
-// composeCheckPrometheus: every part is scraped at its --listen, and the alert
-// rules are the repository's.
-func composeCheckPrometheus(t *testing.T, f *composeFile, parts map[string]*composePart) {
+// composeServiceByImage is the service that runs one of images (any tag),
+// the last by name when several do ("" when none does).
+func composeServiceByImage(f *composeFile, images ...string) string {
 	var name string
-	for _, n := range composeKeys(f.Services) {
-		if strings.HasPrefix(f.Services[n].Image, "prom/prometheus:") {
+	for _, n := range slices.Sorted(maps.Keys(f.Services)) {
+		if img, _, _ := strings.Cut(f.Services[n].Image, ":"); slices.Contains(images, img) {
 			name = n
 		}
 	}
+	return name
+}
+
+// composeCheckPrometheus: every part is scraped at its --listen, and the alert
+// rules are the repository's.
+func composeCheckPrometheus(t *testing.T, f *composeFile, parts map[string]*composePart) {
+	name := composeServiceByImage(f, "prom/prometheus")
 	if name == "" {
 		t.Errorf("compose.yaml: no prom/prometheus service")
 		return
@@ -1168,9 +1183,7 @@ func composeCheckPrometheus(t *testing.T, f *composeFile, parts map[string]*comp
 			} `yaml:"static_configs"`
 		} `yaml:"scrape_configs"`
 	}
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil {
+	if err := composeStrictYAML(raw, &cfg); err != nil {
 		t.Errorf("%s: %v", hostConfig, err)
 		return
 	}
@@ -1217,7 +1230,7 @@ func composeCheckPrometheus(t *testing.T, f *composeFile, parts map[string]*comp
 			}
 		}
 	}
-	for _, pn := range composeKeys(parts) {
+	for _, pn := range slices.Sorted(maps.Keys(parts)) {
 		p := parts[pn]
 		want := net.JoinHostPort(pn, p.listenPort(t))
 		if _, ok := targets[want]; !ok {
@@ -1229,12 +1242,7 @@ func composeCheckPrometheus(t *testing.T, f *composeFile, parts map[string]*comp
 // composeCheckGrafana: the provisioned data source is the stack's Prometheus and
 // the provisioned dashboard folder holds deploy/grafana/sluice.json.
 func composeCheckGrafana(t *testing.T, f *composeFile, parts map[string]*composePart) {
-	var name string
-	for _, n := range composeKeys(f.Services) {
-		if img, _, _ := strings.Cut(f.Services[n].Image, ":"); img == "grafana/grafana" || img == "grafana/grafana-oss" {
-			name = n
-		}
-	}
+	name := composeServiceByImage(f, "grafana/grafana", "grafana/grafana-oss")
 	if name == "" {
 		t.Errorf("compose.yaml: no grafana/grafana service")
 		return
@@ -1265,9 +1273,7 @@ func composeCheckGrafana(t *testing.T, f *composeFile, parts map[string]*compose
 		return out
 	}
 	strict := func(file string, b []byte, v any) bool {
-		dec := yaml.NewDecoder(bytes.NewReader(b))
-		dec.KnownFields(true)
-		if err := dec.Decode(v); err != nil {
+		if err := composeStrictYAML(b, v); err != nil {
 			t.Errorf("%s: %v", file, err)
 			return false
 		}
@@ -1340,7 +1346,7 @@ func composeCheckGrafana(t *testing.T, f *composeFile, parts map[string]*compose
 		for _, pr := range dp.Providers {
 			host := composeHostPath(svc, filepath.ToSlash(filepath.Join(pr.Options.Path, "sluice.json")))
 			if host == "" {
-				t.Errorf("%s: provider %s reads %s, where service %s composeMounts nothing", file, pr.Name, pr.Options.Path, name)
+				t.Errorf("%s: provider %s reads %s, where service %s mounts nothing", file, pr.Name, pr.Options.Path, name)
 				continue
 			}
 			loaded = loaded || composeSameFile(host, dashboard)
@@ -1473,9 +1479,9 @@ func TestComposeDockerfile(t *testing.T) {
 			word, rest, _ := strings.Cut(line, " ")
 			switch strings.ToUpper(word) {
 			case "ENV", "ARG":
-				static = static || regexp.MustCompile(`\bCGO_ENABLED[= ]"?0\b`).MatchString(rest)
+				static = static || composeCGOSetRE.MatchString(rest)
 			case "RUN":
-				for _, c := range regexp.MustCompile(`&&|;`).Split(rest, -1) {
+				for _, c := range composeShellSplitRE.Split(rest, -1) {
 					if strings.Contains(c, "go build") && strings.Contains(c, "./cmd/sluice") {
 						build, stageStatic = strings.TrimSpace(c), static
 					}
@@ -1566,20 +1572,4 @@ func TestComposeDockerfile(t *testing.T) {
 			t.Errorf(".dockerignore excludes %s, which the image's go build reads", file)
 		}
 	}
-}
-
-func composeOr(s, def string) string {
-	if s == "" {
-		return def
-	}
-	return s
-}
-
-func composeKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -59,12 +59,7 @@ func TestDeployFilesNameExportedMetrics(t *testing.T) {
 	// The worker's rate-limit histograms have a child per limited resource
 	// once a job of it starts: put a limit generous enough to throttle
 	// nothing, and wait until the worker follows it.
-	ccfg := consulapi.DefaultConfig()
-	ccfg.Address = cfg.ConsulAddr
-	consul, err := consulapi.NewClient(ccfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	consul := devConsul(t, cfg)
 	if _, err := consul.KV().Put(&consulapi.KVPair{Key: "sluice/dev/limits/deploy-test", Value: []byte(`{"rate": 1000}`)}, nil); err != nil {
 		t.Fatal(err)
 	}

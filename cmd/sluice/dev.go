@@ -383,6 +383,10 @@ func devAdminToken(cfg devConfig, dir string) (string, error) {
 	return tok, nil
 }
 
+// adminCommands are the admin commands the banner suggests, the same
+// whichever way the admin API authenticates.
+const adminCommands = "sluice stats --api    sluice dlq ls --source redis    sluice rate get    sluice groups ls    sluice scale show    sluice canary status"
+
 // adminLines is the banner's part on the admin API: how to use the CLI and
 // the dashboard against this stack.
 func adminLines(cfg devConfig, dir, token string) string {
@@ -396,18 +400,18 @@ func adminLines(cfg devConfig, dir, token string) string {
 		return fmt.Sprintf(`The admin API, the dashboard and the admin commands (docs/admin.md); the admin token is in %[1]s:
   dashboard  %[2]s/#token=%[3]s
   export %[4]sSLUICE_ADMIN_TOKEN_FILE=%[1]s
-  sluice stats --api    sluice dlq ls --source redis    sluice rate get    sluice groups ls    sluice scale show    sluice canary status
-`, filepath.Join(dir, "admin-token"), coord, token, env)
+  %[5]s
+`, filepath.Join(dir, "admin-token"), coord, token, env, adminCommands)
 	case cfg.AdminInsecure:
 		return fmt.Sprintf(`The admin API, the dashboard and the admin commands (docs/admin.md), without authentication (--admin-insecure):
   dashboard  %s/
-  %ssluice stats --api    sluice dlq ls --source redis    sluice rate get    sluice groups ls    sluice scale show
-`, coord, env)
+  %s%s
+`, coord, env, adminCommands)
 	}
 	return fmt.Sprintf(`The admin API, the dashboard and the admin commands (docs/admin.md), with the tokens of --admin-tokens:
   dashboard  %s/#token=<token>
-  %sSLUICE_ADMIN_TOKEN=<token> sluice stats --api    sluice dlq ls --source redis    sluice rate get    sluice scale show
-`, coord, env)
+  %sSLUICE_ADMIN_TOKEN=<token> %s
+`, coord, env, adminCommands)
 }
 
 func printBanner(w io.Writer, cfg devConfig, dir, adminToken string) {

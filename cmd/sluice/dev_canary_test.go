@@ -127,12 +127,7 @@ func TestDevCanariesAndFunnel(t *testing.T) {
 
 	// Pause the topic's relay: every path alerts, and jobs posted meanwhile
 	// wait in Kafka, explained.
-	ccfg := consulapi.DefaultConfig()
-	ccfg.Address = cfg.ConsulAddr
-	c, err := consulapi.NewClient(ccfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := devConsul(t, cfg)
 	rateKey := "sluice/dev/relay/" + cfg.Topic + "/rate"
 	if _, err := c.KV().Put(&consulapi.KVPair{Key: rateKey, Value: []byte("paused")}, nil); err != nil {
 		t.Fatal(err)

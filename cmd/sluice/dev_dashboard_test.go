@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,11 +21,11 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
-	consulapi "github.com/hashicorp/consul/api"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/coordinator/dashboard"
+	"github.com/sluicehq/sluice/internal/limits"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/stack"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -234,6 +233,17 @@ func postJSON(t *testing.T, url, body string) []byte {
 	return b
 }
 
+// enqueueID posts a job (postJSON) and gives the id the gate answered.
+func enqueueID(t *testing.T, url, body string) string {
+	t.Helper()
+	out := postJSON(t, url, body)
+	var a struct{ ID string }
+	if err := json.Unmarshal(out, &a); err != nil || a.ID == "" {
+		t.Fatalf("enqueue answer %s: %v", out, err)
+	}
+	return a.ID
+}
+
 // adminPut does what the dashboard's editor does, for the test to compare
 // the page's message with the API's own answer.
 func adminPut(t *testing.T, url, token, body string) (int, string) {
@@ -275,26 +285,30 @@ func TestDevDashboard(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
 	defer rdb.Close()
 	ctx := context.Background()
-	ccfg := consulapi.DefaultConfig()
-	ccfg.Address = cfg.ConsulAddr
-	consul, err := consulapi.NewClient(ccfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// consulRate reads a rate or limit value as the relay and the worker do.
+	consul := devConsul(t, cfg)
+	// consulRate reads a topic's relay rate as the relay does.
 	consulRate := func(key string) (rate float64, paused bool, ok bool) {
 		kv, _, err := consul.KV().Get(key, nil)
 		if err != nil || kv == nil {
 			return 0, false, false
 		}
-		var v struct {
-			Rate   float64 `json:"rate"`
-			Paused bool    `json:"paused"`
-		}
-		if json.Unmarshal(kv.Value, &v) != nil {
+		r, err := limits.ParseRate(kv.Value)
+		if err != nil {
 			return 0, false, false
 		}
-		return v.Rate, v.Paused, true
+		return r.PerSecond, r.Paused, true
+	}
+	// consulLimit reads a resource's execution limit as the worker does.
+	consulLimit := func(key string) (rate float64, ok bool) {
+		kv, _, err := consul.KV().Get(key, nil)
+		if err != nil || kv == nil {
+			return 0, false
+		}
+		l, err := limits.ParseLimit(kv.Value)
+		if err != nil {
+			return 0, false
+		}
+		return l.PerSecond, true
 	}
 
 	// Without a token the page asks for one, and a wrong one is refused.
@@ -330,19 +344,13 @@ func TestDevDashboard(t *testing.T) {
 		chromedp.SetValue(chromedp.ID("limit-new-rate"), strconv.Itoa(limit)),
 		chromedp.Click(chromedp.CSS(`#limit-new button[type=submit]`)))
 	testenv.WaitFor(t, 10*time.Second, "the limit in Consul", func() bool {
-		r, _, ok := consulRate("sluice/dev/limits/" + resource)
+		r, ok := consulLimit("sluice/dev/limits/" + resource)
 		return ok && r == limit
 	})
 	b.waitJS(t, "the limit in force on the page", 10*time.Second,
 		fmt.Sprintf(`(() => { const r = document.querySelector('#limits-table tr[data-key=%q]'); return r && r.cells[1].textContent.startsWith('%d starts/s'); })()`, resource, limit))
 	testenv.WaitFor(t, 10*time.Second, "the dev worker to follow the limit", func() bool {
-		resp, err := http.Get("http://" + cfg.WorkerAddr + "/metrics")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		m, _ := io.ReadAll(resp.Body)
-		return bytes.Contains(m, []byte(fmt.Sprintf(`sluice_worker_rate_limit_per_second{resource=%q} %d`, resource, limit)))
+		return metricValue(t, "http://"+cfg.WorkerAddr+"/metrics", fmt.Sprintf(`sluice_worker_rate_limit_per_second{resource=%q}`, resource)) == strconv.Itoa(limit)
 	})
 
 	// Work for every panel: jobs over many groups (throughput on several
@@ -355,14 +363,11 @@ func TestDevDashboard(t *testing.T) {
 		batch = append(batch, fmt.Sprintf(`{"type":"work","group":"dash-g%d"}`, i%16))
 	}
 	postJSON(t, gate+"/v1/topics/jobs/jobs:batch", `[`+strings.Join(batch, ",")+`]`)
-	var deadIDs []string
+	var deadIDs, deadGroups []string
 	for i := range 3 {
-		out := postJSON(t, gate+"/v1/topics/jobs/jobs", fmt.Sprintf(`{"type":"sleep","group":"dash-bad%d","max_attempts":1,"payload":{"ms":"soon"}}`, i))
-		var a struct{ ID string }
-		if err := json.Unmarshal(out, &a); err != nil || a.ID == "" {
-			t.Fatalf("enqueue answer %s: %v", out, err)
-		}
-		deadIDs = append(deadIDs, a.ID)
+		group := fmt.Sprintf("dash-bad%d", i)
+		deadIDs = append(deadIDs, enqueueID(t, gate+"/v1/topics/jobs/jobs", `{"type":"sleep","group":"`+group+`","max_attempts":1,"payload":{"ms":"soon"}}`))
+		deadGroups = append(deadGroups, group)
 	}
 	items := make([]string, bulkItems)
 	for i := range items {
@@ -379,14 +384,13 @@ func TestDevDashboard(t *testing.T) {
 	if err := kc.ProduceSync(ctx, &kgo.Record{Topic: cfg.Topic, Key: []byte(poisonKey), Value: []byte(`not json <b>at all</b>`)}).FirstErr(); err != nil {
 		t.Fatal(err)
 	}
-	deadKey := func(id string) (queue.Keys, error) {
-		for p := range cfg.RedisPartitions {
-			k := layout.Keys(p)
-			if _, err := rdb.ZScore(ctx, k.Dead(), id).Result(); err == nil {
-				return k, nil
-			}
+	// deadKey is the partition of dead job i, which its dead set must hold.
+	deadKey := func(i int) (queue.Keys, error) {
+		k := layout.Keys(layout.PartitionOf(deadGroups[i]))
+		if _, err := rdb.ZScore(ctx, k.Dead(), deadIDs[i]).Result(); err != nil {
+			return queue.Keys{}, fmt.Errorf("%s not in the dead set of its group's partition: %v", deadIDs[i], err)
 		}
-		return queue.Keys{}, errors.New("not in any dead set")
+		return k, nil
 	}
 
 	// Partitions: one row each, with numbers that move.
@@ -443,7 +447,7 @@ func TestDevDashboard(t *testing.T) {
 	// replay recorded on its hash (it fails again, being the same job, and
 	// dies anew: so the mark, not its absence, is the evidence).
 	replayed := deadIDs[0]
-	k, err := deadKey(replayed)
+	k, err := deadKey(0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,7 +468,7 @@ func TestDevDashboard(t *testing.T) {
 	// its record are gone from Redis.
 	answers, dialogs := b.answerDialogs()
 	purged := deadIDs[1]
-	pk, err := deadKey(purged)
+	pk, err := deadKey(1)
 	if err != nil {
 		t.Fatal(err)
 	}

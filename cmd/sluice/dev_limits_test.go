@@ -21,12 +21,7 @@ import (
 func TestDevWorkerFollowsRateLimits(t *testing.T) {
 	cfg := devOnFreePorts(t, filepath.Join(t.TempDir(), ".sluice"))
 	startDev(t, cfg)
-	ccfg := consulapi.DefaultConfig()
-	ccfg.Address = cfg.ConsulAddr
-	c, err := consulapi.NewClient(ccfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := devConsul(t, cfg)
 	if _, err := c.KV().Put(&consulapi.KVPair{Key: "sluice/dev/limits/billing-api", Value: []byte(`{"rate": 2}`)}, nil); err != nil {
 		t.Fatal(err)
 	}

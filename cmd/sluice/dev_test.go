@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	consulapi "github.com/hashicorp/consul/api"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/queue"
@@ -40,6 +40,18 @@ func devOnFreePorts(t *testing.T, dir string) devConfig {
 		*addr = "127.0.0.1:" + strconv.Itoa(port)
 	}
 	return cfg
+}
+
+// devConsul is a client of the dev stack's Consul.
+func devConsul(t *testing.T, cfg devConfig) *consulapi.Client {
+	t.Helper()
+	ccfg := consulapi.DefaultConfig()
+	ccfg.Address = cfg.ConsulAddr
+	c, err := consulapi.NewClient(ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 type runningDev struct {
@@ -141,19 +153,9 @@ func TestDevRunsThePrintedCurlAndKeepsJobsAcrossRestarts(t *testing.T) {
 	// empty for the dedupe), so the bytes are checked on a twin that waits
 	// in Redis: the same payload, due in an hour.
 	later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
-	resp, err := http.Post("http://"+cfg.GateAddr+"/v1/topics/jobs/jobs", "application/json",
-		strings.NewReader(`{"type":"noop","run_at":"`+later+`","payload":{"greeting":"<hi> & welcome"}}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	twinAnswer, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	var twin struct{ ID string }
-	if err := json.Unmarshal(twinAnswer, &twin); resp.StatusCode != http.StatusAccepted || err != nil || twin.ID == "" {
-		t.Fatalf("the delayed twin: %d %s", resp.StatusCode, twinAnswer)
-	}
+	twinID := enqueueID(t, "http://"+cfg.GateAddr+"/v1/topics/jobs/jobs", `{"type":"noop","run_at":"`+later+`","payload":{"greeting":"<hi> & welcome"}}`)
 	twinLayout := queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}
-	twinKey := twinLayout.Keys(twinLayout.PartitionOf(twin.ID)).Job(twin.ID)
+	twinKey := twinLayout.Keys(twinLayout.PartitionOf(twinID)).Job(twinID)
 	var env string
 	testenv.WaitFor(t, 30*time.Second, "the delayed twin in Redis", func() bool {
 		env, _ = rdb.HGet(context.Background(), twinKey, "env").Result()
