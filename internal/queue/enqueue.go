@@ -15,6 +15,15 @@ type Item struct {
 	ID    string
 	Group string
 	Topic string
+	// Tenant picks the shared lane of a job without a group.
+	Tenant string
+	// IDGiven marks an id the client chose: its resends are deduped by
+	// a job:<id> record for the dedupe TTL.
+	IDGiven bool
+	// KafkaPartition and Offset are the record's place in Kafka: the
+	// partition dedupes relay replays by it (the watermark).
+	KafkaPartition int32
+	Offset         int64
 	// Weight is the group's fair-share weight: its priority class + 1.
 	Weight int
 	// RunAt delays the job; zero or past means ready now.
