@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/job"
 )
 
 // The dead set's operator side (the admin API, docs/admin.md): list it,
@@ -31,54 +33,50 @@ const (
 	ReplayCancelled = -2 // its group was cancelled: left dead
 )
 
-// replayScript puts a dead job back on its group's ready list with its
-// attempts reset: off the dead set, state, dead_ms and attempts cleared,
-// the hash made persistent again (a dead job's has a TTL), the group's dead
-// count down by one and the group back in the fair order if it had left
-// it, the ready depth up by one, an idle consumer woken.
+// replayScript puts a dead job back on its lane with its attempts reset:
+// off the dead set, its entry (kept in its record) at the back of its lane,
+// the record's state, dead_ms and env cleared and replayed_ms set (the
+// record keeps its last error until it expires), the group's dead count
+// down by one, the lane back in the fair order if it had left it, the
+// ready depth up by one, an idle consumer woken.
 //
-// KEYS[1] dead   KEYS[2] job:<id>   KEYS[3] group:<g>   KEYS[4] ready:<g>
-// KEYS[5] groups   KEYS[6] vt   KEYS[7] stats: ready, and the funnel's
-// replayed field of the group's topic   KEYS[8] wake
-// ARGV[1] id   ARGV[2] the group's name   ARGV[3] the job's topic (when
-// the group's hash has none)   ARGV[4] now, Unix ms
-// Returns 1 replayed, 0 not in the dead set, -1 its hash had expired (the
+// KEYS[1] dead   KEYS[2] job:<id>   KEYS[3] lanes   KEYS[4] vt
+// KEYS[5] stats: ready, and the funnel's replayed field of the job's topic
+// KEYS[6] wake   KEYS[7] shared   KEYS[8..10] its lane's keys (laneKeys)
+// ARGV[1] id   ARGV[2..5] its lane's fields (laneArgs)   ARGV[6] now, Unix ms
+// ARGV[7] the job's topic
+// Returns 1 replayed, 0 not in the dead set, -1 its record had expired (the
 // id is taken off the dead set), -2 its group was cancelled (left dead).
 //
 // A bulk group that had completed stays completed: its completed_ms is set
 // (HSETNX), so the job's end does not queue the group a second time, and
 // its hash keeps the expiry the watcher gave it (--keep).
-var replayScript = newScript(luaFunnel + `
+var replayScript = newScript(luaFunnel + luaLanes + `
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
-if redis.call('HEXISTS', KEYS[2], 'env') == 0 then
+local e = redis.call('HGET', KEYS[2], 'env')
+if not e or e == '' then
   redis.call('ZREM', KEYS[1], ARGV[1])
   return -1
 end
-if redis.call('HEXISTS', KEYS[3], 'cancelled_ms') == 1 then return -2 end
+local lanes = readLanes(1, 7, 1)
+local l = lanes[1]
+if l.group ~= '' and redis.call('HEXISTS', l.meta, 'cancelled_ms') == 1 then return -2 end
 redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('PERSIST', KEYS[2])
-redis.call('HDEL', KEYS[2], 'state', 'dead_ms', 'attempts')
-redis.call('HSET', KEYS[2], 'replayed_ms', ARGV[4])
-if redis.call('EXISTS', KEYS[3]) == 1 then
+redis.call('HDEL', KEYS[2], 'state', 'dead_ms', 'env')
+redis.call('HSET', KEYS[2], 'replayed_ms', ARGV[6])
+if l.group ~= '' and redis.call('EXISTS', l.meta) == 1 then
   -- A group set to expire once ended must last while the job is open
   -- again (its end sets the expiry anew), unless it completed: a bulk
   -- group's completion is final and it keeps its --keep expiry.
-  if redis.call('HEXISTS', KEYS[3], 'completed_ms') == 0 then redis.call('PERSIST', KEYS[3]) end
-  redis.call('HINCRBY', KEYS[3], 'dead', -1)
+  if redis.call('HEXISTS', l.meta, 'completed_ms') == 0 then redis.call('PERSIST', l.meta) end
+  redis.call('HINCRBY', l.meta, 'dead', -1)
 end
-redis.call('RPUSH', KEYS[4], ARGV[1])
-if not redis.call('ZSCORE', KEYS[5], ARGV[2]) then
-  -- As the enqueue script: a group becoming active starts at the virtual
-  -- clock, or where its own last service ended if later.
-  local vt = tonumber(redis.call('GET', KEYS[6]) or '0')
-  local start = math.max(vt, tonumber(redis.call('HGET', KEYS[3], 'vfinish') or '0'))
-  redis.call('ZADD', KEYS[5], start, ARGV[2])
-end
-redis.call('HINCRBY', KEYS[7], 'ready', 1)
-local topic = redis.call('HGET', KEYS[3], 'topic') or ARGV[3]
-redis.call('HINCRBY', KEYS[7], funnelField(ARGV[2], topic, 'replayed'), 1)
-redis.call('RPUSH', KEYS[8], 1)
-redis.call('LTRIM', KEYS[8], -1, -1)
+redis.call('RPUSH', l.list, withAttempts(e, 0))
+activate(l, KEYS[3], KEYS[4], KEYS[7], {})
+redis.call('HINCRBY', KEYS[5], 'ready', 1)
+redis.call('HINCRBY', KEYS[5], funnelField(l.group, ARGV[7], 'replayed'), 1)
+redis.call('RPUSH', KEYS[6], 1)
+redis.call('LTRIM', KEYS[6], -1, -1)
 return 1
 `)
 
@@ -202,13 +200,33 @@ func (p *Pool) FindDead(ctx context.Context, id string) (ref DeadRef, part int, 
 	return DeadRef{}, 0, false, nil
 }
 
-// ReplayDead puts dead job id (of group, topic) of partition part back on
-// its group's ready list with its attempts reset; see replayScript and the
-// Replay* outcomes.
-func (p *Pool) ReplayDead(ctx context.Context, part int, id, group, topic string, now time.Time) (int, error) {
-	k := p.layout.Keys(part)
-	keys := []string{k.Dead(), k.Job(id), k.Group(group), k.Ready(group), k.Groups(), k.VirtualTime(), k.Stats(), k.Wake()}
-	res, err := runScript(ctx, p.byPart[part], replayScript, keys, id, group, topic, now.UnixMilli())
+// ReplayDead puts dead job id of partition part back on its lane with its
+// attempts reset; see replayScript and the Replay* outcomes.
+func (p *Pool) ReplayDead(ctx context.Context, part int, id string, now time.Time) (int, error) {
+	k, c := p.layout.Keys(part), p.byPart[part]
+	e, err := c.HGet(ctx, k.Job(id), "env").Result()
+	if errors.Is(err, redis.Nil) || (err == nil && e == "") {
+		e = "0 " + id + " g/? {}" // no record: the script finds it gone
+	} else if err != nil {
+		return 0, fmt.Errorf("replaying dead job %s on partition %d: %w", id, part, err)
+	}
+	pe, err := ParseEntry(e)
+	if err != nil {
+		return 0, fmt.Errorf("replaying dead job %s on partition %d: %w", id, part, err)
+	}
+	l, err := ParseLane(pe.Lane)
+	if err != nil {
+		return 0, fmt.Errorf("replaying dead job %s on partition %d: %w", id, part, err)
+	}
+	topic := l.Topic
+	if topic == "" {
+		if j, derr := job.Decode([]byte(pe.Envelope)); derr == nil {
+			topic = j.Topic
+		}
+	}
+	keys := append([]string{k.Dead(), k.Job(id), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Shared()}, k.laneKeys(l)...)
+	args := append(append([]any{id}, laneArgs(l)...), now.UnixMilli(), topic)
+	res, err := runScript(ctx, c, replayScript, keys, args...)
 	if err != nil {
 		return 0, fmt.Errorf("replaying dead job %s on partition %d: %w", id, part, err)
 	}

@@ -24,6 +24,9 @@ type Item struct {
 	// partition dedupes relay replays by it (the watermark).
 	KafkaPartition int32
 	Offset         int64
+	// HasPosition says KafkaPartition and Offset are set; an item
+	// without one (written by a test or a tool) is not deduped by it.
+	HasPosition bool
 	// Weight is the group's fair-share weight: its priority class + 1.
 	Weight int
 	// RunAt delays the job; zero or past means ready now.
@@ -71,39 +74,43 @@ type Result struct {
 }
 
 // enqueueScript writes a batch of jobs into one partition, fenced and
-// idempotent. One call per batch, not per job: Redis runs scripts on one
-// core, and per-call and per-group work amortised over a batch is what
-// lets a relay approach Redis's limit.
+// deduplicated by Kafka position. One call per batch, not per job: Redis
+// runs scripts on one core, and per-call and per-lane work amortised over a
+// batch is what lets a relay approach Redis's limit. A plain job costs one
+// entry in one RPUSH per lane; nothing per job but its bytes.
 //
 // KEYS[1] fence:<topic>   string: newest lock token seen for the topic
-// KEYS[2] stats           hash: partition counters; its ready field counts
-// the ids on the ready lists of active groups (luaReadyCounter)
-// KEYS[3] groups          zset: active groups by virtual time
+// KEYS[2] stats           hash: partition counters; ready counts the
+// entries on the lanes in the fair order
+// KEYS[3] lanes           zset: active lanes by virtual time
 // KEYS[4] vt              string: the partition's virtual clock
-// KEYS[5] delayed         zset: job ids by due time
+// KEYS[5] delayed         zset: entries by due time
 // KEYS[6] wake            list: wake-up token for idle consumers
 // KEYS[7] completed       list: bulk groups whose jobs have all ended
-// KEYS[7+i]               job:<id of item i>, i = 1..n (a close item's is unused)
-// KEYS[7+n+2g-1]          ready:<group g>, g = 1..m
-// KEYS[7+n+2g]            group:<group g>
-// ARGV[1] lock token   ARGV[2] now, Unix ms   ARGV[3] topic   ARGV[4] n   ARGV[5] m
-// ARGV[5+g]               name of group g
-// ARGV[5+m+7(i-1)+1..7]   item i: id, group index g, weight (>= 1), due time
-// Unix ms (0: now), group total (0: unknown), callback URL (may be empty),
-// envelope. An item with an empty id closes its bulk group instead: its
-// total is the group's size (its envelope is unused).
+// KEYS[8] wm:<topic>      hash: Kafka partition -> highest offset applied
+// KEYS[9] shared          hash: shared lanes' virtual finish times
+// KEYS[9+3l-2..9+3l]      lane l's keys (laneKeys), l = 1..m
+// KEYS[9+3m+r]            job:<id> of record r, r = 1..q (client-chosen ids)
+// ARGV[1] lock token   ARGV[2] now, Unix ms   ARGV[3] topic   ARGV[4] n
+// ARGV[5] m   ARGV[6] seconds a client-chosen id is deduped
+// ARGV[6+4l-3..6+4l]      lane l's fields (laneArgs)
+// ARGV[6+4m+8(i-1)+1..8]  item i: Kafka partition, offset (-1: none),
+// lane index, due time Unix ms (0: now), record index (0: none), group
+// total (0: unknown), callback URL (may be empty), entry. An item with an
+// empty entry closes its bulk group (the lane's) instead.
 // Returns -1 when fenced (nothing written), else n codes: 1 queued,
-// 2 delayed, 0 duplicate (nothing written), 3 refused (a key of the job or
-// its group holds the wrong type; nothing left written for it), 4 dropped
-// (its group was cancelled), 5 closed (a close item, recorded).
-//
-// The stage funnel's fields of ARGV[3] (funnel.go) count relayed,
-// deduplicated and dropped jobs, per batch.
+// 2 delayed, 0 duplicate (nothing written: at or below the watermark, or a
+// client-chosen id seen within the TTL), 3 refused (a key of the job or its
+// lane holds the wrong type; nothing left written for it), 4 dropped (its
+// group was cancelled), 5 closed (a close item, recorded).
 //
 // The fence comes first: a deposed relay changes nothing, not even counters
-// of its own. Dedupe by the job hash: it lives until the job's result
-// expires, which outlasts any relay's redelivery window.
-var enqueueScript = newScript(luaGroupEnded + luaFunnel + `
+// of its own. Then the watermark: the relay applies each Kafka partition's
+// records in offset order and never a later batch before an earlier one is
+// confirmed, so a record at or below the watermark was applied already,
+// however old. The watermark moves in this same script, so an AOF that
+// lost the entries lost the watermark with them.
+var enqueueScript = newScript(luaGroupEnded + luaFunnel + luaLanes + `
 local token = tonumber(ARGV[1])
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 if token < fence then
@@ -113,123 +120,156 @@ end
 if token > fence then
   redis.call('SET', KEYS[1], ARGV[1])
 end
-local now, n, m = ARGV[2], tonumber(ARGV[4]), tonumber(ARGV[5])
+local now, topic, n, m, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local nowN = tonumber(now)
+local lanes = readLanes(m, 9, 6)
+local base = 6 + 4*m
 local function failed(r) return type(r) == 'table' and r.err end
+
+-- The watermark of each Kafka partition in the batch, read once.
+local parts, wm, order = {}, {}, {}
+for i = 1, n do
+  local kp, off = ARGV[base+8*(i-1)+1], tonumber(ARGV[base+8*(i-1)+2])
+  if off >= 0 and not parts[kp] then parts[kp] = true; order[#order+1] = kp end
+end
+if #order > 0 then
+  local got = redis.call('HMGET', KEYS[8], unpack(order))
+  for j, kp in ipairs(order) do wm[kp] = tonumber(got[j] or '-1') end
+end
+local high = {}
 
 -- A cancelled group takes no more jobs: they are counted, not written.
 local cancelled = {}
-for g = 1, m do
-  cancelled[g] = redis.pcall('HEXISTS', KEYS[7+n+2*g], 'cancelled_ms') == 1
+for _, l in ipairs(lanes) do
+  cancelled[l.i] = l.group ~= '' and redis.pcall('HEXISTS', l.meta, 'cancelled_ms') == 1
 end
 
--- Jobs: dedupe and write in one command each. The env field exists for as
--- long as the job's hash does.
 local codes, per, funnel = {}, {}, {}
 local relayed, deduped, readied = 0, 0, 0
-local function group(g)
-  local c = per[g]
-  if not c then c = {jobs = {}, ready = {}, delayed = {}, weight = 1, total = 0, dropped = 0}; per[g] = c end
+local function lane(l)
+  local c = per[l]
+  if not c then c = {jobs = {}, ready = {}, delayed = {}, weight = 1, total = 0, dropped = {}}; per[l] = c end
   return c
 end
 for i = 1, n do
-  local a = 5 + m + 7*(i-1)
-  local g = tonumber(ARGV[a+2])
-  if ARGV[a+1] == '' then
-    local c = group(g)
-    c.close, c.total = true, tonumber(ARGV[a+5])
-    if ARGV[a+6] ~= '' then c.callback = ARGV[a+6] end
-    codes[i] = 5
-  elseif cancelled[g] then
-    local c = group(g)
-    c.dropped = c.dropped + 1
-    codes[i] = 4
+  local a = base + 8*(i-1)
+  local kp, off, li, due, rec = ARGV[a+1], tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), tonumber(ARGV[a+4]), tonumber(ARGV[a+5])
+  local l, entry = lanes[li], ARGV[a+8]
+  if off >= 0 and off <= wm[kp] then
+    -- Applied before: a replay after a failover or a retried batch.
+    codes[i] = 0
+    deduped = deduped + 1
+    funnelAdd(funnel, funnelField(l.group, topic, 'deduplicated'), 1)
   else
-    local r = redis.pcall('HSETNX', KEYS[7+i], 'env', ARGV[a+7])
-    if failed(r) then
-      codes[i] = 3
-    elseif r == 0 then
-      codes[i] = 0
-      deduped = deduped + 1
-      funnelAdd(funnel, funnelField(ARGV[5+g], ARGV[3], 'deduplicated'), 1)
+    if off >= 0 and (high[kp] or -1) < off then high[kp] = off end
+    if entry == '' then
+      local c = lane(li)
+      c.close, c.total = true, tonumber(ARGV[a+6])
+      if ARGV[a+7] ~= '' then c.callback = ARGV[a+7] end
+      codes[i] = 5
+    elseif cancelled[li] then
+      local c = lane(li)
+      c.dropped[#c.dropped+1] = entry
+      codes[i] = 4
     else
-      local c = group(g)
-      c.jobs[#c.jobs+1] = i
-      local w, total, due = tonumber(ARGV[a+3]), tonumber(ARGV[a+5]), tonumber(ARGV[a+4])
-      if w > c.weight then c.weight = w end
-      if total > 0 then c.total = total end
-      if ARGV[a+6] ~= '' then c.callback = ARGV[a+6] end
-      if due > nowN then
-        c.delayed[#c.delayed+1] = due
-        c.delayed[#c.delayed+1] = ARGV[a+1]
-        codes[i] = 2
-      else
-        c.ready[#c.ready+1] = ARGV[a+1]
-        codes[i] = 1
+      local fresh = 1
+      if rec > 0 then
+        -- A client-chosen id: its resends are new Kafka records, deduped
+        -- by the id's record for the TTL.
+        fresh = redis.pcall('HSETNX', KEYS[9+3*m+rec], 'relayed_ms', now)
+        if not failed(fresh) and fresh == 1 then redis.call('EXPIRE', KEYS[9+3*m+rec], ttl) end
       end
-      relayed = relayed + 1
+      if failed(fresh) then
+        codes[i] = 3
+      elseif fresh == 0 then
+        codes[i] = 0
+        deduped = deduped + 1
+        funnelAdd(funnel, funnelField(l.group, topic, 'deduplicated'), 1)
+      else
+        local c = lane(li)
+        c.jobs[#c.jobs+1] = i
+        local total = tonumber(ARGV[a+6])
+        if total > 0 then c.total = total end
+        if ARGV[a+7] ~= '' then c.callback = ARGV[a+7] end
+        if due > nowN then
+          c.delayed[#c.delayed+1] = due
+          c.delayed[#c.delayed+1] = entry
+          codes[i] = 2
+        else
+          c.ready[#c.ready+1] = entry
+          codes[i] = 1
+        end
+        relayed = relayed + 1
+      end
     end
   end
 end
 
--- Groups: a handful of commands per group and batch. If Redis refuses one
--- (a key of the wrong type), that group's jobs of this call are undone and
--- refused, and the others go on.
-local vt
-local activate = {} -- groups entering the fair order: one ZADD for all
-for g, c in pairs(per) do
-  local rk, gk, name = KEYS[7+n+2*g-1], KEYS[7+n+2*g], ARGV[5+g]
-  local count = redis.pcall('HINCRBY', gk, 'relayed', #c.jobs)
-  local ok = not failed(count)
-  if ok and #c.ready > 0 and failed(redis.pcall('RPUSH', rk, unpack(c.ready))) then
-    redis.call('HINCRBY', gk, 'relayed', -#c.jobs)
-    ok = false
+-- Lanes: one RPUSH each; a group lane's counters, a handful of commands
+-- per group and batch. If Redis refuses one (a key of the wrong type),
+-- that lane's jobs of this call are undone and refused, and the others go
+-- on.
+local cache = {}
+for li, c in pairs(per) do
+  local l = lanes[li]
+  local ok = true
+  if #c.ready > 0 and failed(redis.pcall('RPUSH', l.list, unpack(c.ready))) then ok = false end
+  local count = 0
+  if ok and l.group ~= '' then
+    count = redis.pcall('HINCRBY', l.meta, 'relayed', #c.jobs)
+    if failed(count) then
+      redis.call('LTRIM', l.list, 0, -#c.ready - 1)
+      ok = false
+    end
   end
   if not ok then
     for _, i in ipairs(c.jobs) do
-      redis.call('DEL', KEYS[7+i])
+      local rec = tonumber(ARGV[base+8*(i-1)+5])
+      if rec > 0 then redis.call('DEL', KEYS[9+3*m+rec]) end
       codes[i] = 3
     end
     relayed = relayed - #c.jobs
   else
-    -- HINCRBY's answer says whether the group is new.
-    local fresh = (count == #c.jobs)
-    if fresh then
-      redis.call('HSET', gk, 'first_ms', now, 'topic', ARGV[3])
-    elseif #c.jobs > 0 then
-      redis.call('PERSIST', gk) -- it may have been idle, set to expire
+    funnelAdd(funnel, funnelField(l.group, topic, 'relayed'), #c.jobs)
+    funnelAdd(funnel, funnelField(l.group, topic, 'dropped'), #c.dropped)
+    if l.group ~= '' then
+      -- HINCRBY's answer says whether the group is new.
+      local fresh = (count == #c.jobs)
+      if fresh then
+        redis.call('HSET', l.meta, 'first_ms', now, 'topic', topic)
+      elseif #c.jobs > 0 then
+        redis.call('PERSIST', l.meta) -- it may have been idle, set to expire
+      end
+      if c.total > 0 then redis.call('HSET', l.meta, 'total', c.total) end
+      if #c.dropped > 0 then
+        redis.call('HINCRBY', l.meta, 'cancelled', #c.dropped)
+        local res = {}
+        for _, e in ipairs(c.dropped) do
+          local _, id = entryHead(e)
+          if id then res[#res+1] = id; res[#res+1] = 'cancelled 0 ' end
+        end
+        if #res > 0 then redis.call('HSET', l.results, unpack(res)) end
+      end
+      -- Weight 1 is the default; read the stored one only to raise it.
+      if l.weight > 1 and (fresh or l.weight > tonumber(redis.call('HGET', l.meta, 'weight') or '1')) then
+        redis.call('HSET', l.meta, 'weight', l.weight)
+      end
+      if #c.delayed > 0 then redis.call('HINCRBY', l.meta, 'delayed', #c.delayed / 2) end
+      if c.close then redis.call('HSET', l.meta, 'closed_ms', now) end
+      if c.callback then redis.call('HSET', l.meta, 'callback_url', c.callback) end
+      if c.close or #c.dropped > 0 then
+        -- Its jobs may all have ended before the total arrived.
+        groupEnded(l.meta, l.group, KEYS[7], now, 86400)
+      end
     end
-    if c.total > 0 then redis.call('HSET', gk, 'total', c.total) end
-    if c.dropped > 0 then redis.call('HINCRBY', gk, 'cancelled', c.dropped) end
-    funnelAdd(funnel, funnelField(name, ARGV[3], 'relayed'), #c.jobs)
-    funnelAdd(funnel, funnelField(name, ARGV[3], 'dropped'), c.dropped)
-    -- Weight 1 is the default; read the stored one only to raise it.
-    if c.weight > 1 and (fresh or c.weight > tonumber(redis.call('HGET', gk, 'weight') or '1')) then
-      redis.call('HSET', gk, 'weight', c.weight)
-    end
-    if #c.delayed > 0 then
-      redis.call('ZADD', KEYS[5], unpack(c.delayed))
-      redis.call('HINCRBY', gk, 'delayed', #c.delayed / 2)
-    end
-    if #c.ready > 0 and (fresh or not redis.call('ZSCORE', KEYS[3], name)) then
-      -- A group becoming active starts at the partition's virtual clock,
-      -- or where its own last service ended if later: no credit for idling.
-      if not vt then vt = tonumber(redis.call('GET', KEYS[4]) or '0') end
-      local start = vt
-      if not fresh then start = math.max(vt, tonumber(redis.call('HGET', gk, 'vfinish') or '0')) end
-      activate[#activate+1] = start
-      activate[#activate+1] = name
-    end
+    if #c.delayed > 0 then redis.call('ZADD', KEYS[5], unpack(c.delayed)) end
+    if #c.ready > 0 then activate(l, KEYS[3], KEYS[4], KEYS[9], cache) end
     readied = readied + #c.ready
-    if c.close then redis.call('HSET', gk, 'closed_ms', now) end
-    if c.callback then redis.call('HSET', gk, 'callback_url', c.callback) end
-    if c.close or c.dropped > 0 then
-      -- Its jobs may all have ended before the total arrived.
-      groupEnded(gk, name, KEYS[7], now, 86400)
-    end
   end
 end
-if #activate > 0 then redis.call('ZADD', KEYS[3], unpack(activate)) end
+local marks = {}
+for kp, off in pairs(high) do marks[#marks+1] = kp; marks[#marks+1] = off end
+if #marks > 0 then redis.call('HSET', KEYS[8], unpack(marks)) end
 if relayed > 0 then redis.call('HINCRBY', KEYS[2], 'relayed', relayed) end
 if deduped > 0 then redis.call('HINCRBY', KEYS[2], 'deduped', deduped) end
 if readied > 0 then redis.call('HINCRBY', KEYS[2], 'ready', readied) end
@@ -253,13 +293,13 @@ const maxScriptBatch = 256
 //
 // The error is for the batch as a whole: Redis unreachable or unable to
 // serve (Transient); retry the batch later, which is safe because every
-// item is deduped by id. Otherwise each item has its result; an item Redis
+// item is deduped by its Kafka position (or its client-chosen id). Otherwise each item has its result; an item Redis
 // refused for a reason of its own is Failed with the reason.
 func (p *Pool) Enqueue(ctx context.Context, token uint64, items []Item, now time.Time) ([]Result, error) {
 	results := make([]Result, len(items))
 	byClient := map[*redis.Client][]int{}
 	for i := range items {
-		c := p.byPart[p.layout.PartitionOf(items[i].Group)]
+		c := p.byPart[p.layout.PartitionOfJob(items[i].Group, items[i].ID)]
 		byClient[c] = append(byClient[c], i)
 	}
 	var (
@@ -285,7 +325,7 @@ func (p *Pool) Enqueue(ctx context.Context, token uint64, items []Item, now time
 	return results, nil
 }
 
-// call is one script call: a batch of items of one partition.
+// call is one script call: a batch of items of one partition and topic.
 type call struct {
 	part  int
 	items []int // indexes into the caller's items
@@ -295,15 +335,24 @@ func (p *Pool) enqueueOn(ctx context.Context, c *redis.Client, token uint64, ite
 	nowMS := strconv.FormatInt(now.UnixMilli(), 10)
 	tok := strconv.FormatUint(token, 10)
 	var calls []call
-	byPart := map[int][]int{}
-	for _, i := range idx {
-		part := p.layout.PartitionOf(items[i].Group)
-		byPart[part] = append(byPart[part], i)
+	type target struct {
+		part  int
+		topic string
 	}
-	for part, list := range byPart {
+	byTarget := map[target][]int{}
+	var targets []target
+	for _, i := range idx {
+		t := target{p.layout.PartitionOfJob(items[i].Group, items[i].ID), items[i].Topic}
+		if _, ok := byTarget[t]; !ok {
+			targets = append(targets, t)
+		}
+		byTarget[t] = append(byTarget[t], i)
+	}
+	for _, t := range targets {
+		list := byTarget[t]
 		for len(list) > 0 {
 			k := min(len(list), maxScriptBatch)
-			calls = append(calls, call{part: part, items: list[:k]})
+			calls = append(calls, call{part: t.part, items: list[:k]})
 			list = list[k:]
 		}
 	}
@@ -353,7 +402,7 @@ func (p *Pool) enqueueOn(ctx context.Context, c *redis.Client, token uint64, ite
 				case codes[j] == 5:
 					results[i] = Result{Outcome: Closed}
 				default:
-					results[i] = Result{Outcome: Failed, Err: fmt.Errorf("the keys of group %q hold values of the wrong type", items[i].Group)}
+					results[i] = Result{Outcome: Failed, Err: fmt.Errorf("the keys of lane %q hold values of the wrong type", items[i].lane())}
 				}
 			}
 		}
@@ -373,43 +422,72 @@ func (p *Pool) enqueueOn(ctx context.Context, c *redis.Client, token uint64, ite
 	return nil
 }
 
+// lane is the item's lane (see LaneOf).
+func (it *Item) lane() string { return LaneOf(it.Group, it.Tenant, it.Topic, max(it.Weight, 1)-1) }
+
 // enqueueArgs lays out one call's KEYS and ARGV as enqueueScript documents.
 func (p *Pool) enqueueArgs(cl call, items []Item, tok, nowMS string) ([]string, []any) {
 	keys := p.layout.Keys(cl.part)
-	groupIndex := map[string]int{}
-	var groups []string
-	for _, i := range cl.items {
-		if _, ok := groupIndex[items[i].Group]; !ok {
-			groups = append(groups, items[i].Group)
-			groupIndex[items[i].Group] = len(groups)
+	laneIndex := map[string]int{}
+	var lanes []LaneInfo
+	itemLane := make([]int, len(cl.items))
+	records := 0
+	for j, i := range cl.items {
+		name := items[i].lane()
+		li, ok := laneIndex[name]
+		if !ok {
+			l := LaneInfo{Name: name, Group: items[i].Group, Weight: max(items[i].Weight, 1)}
+			if l.Group == "" {
+				l.Topic = items[i].Topic
+			}
+			lanes = append(lanes, l)
+			li = len(lanes)
+			laneIndex[name] = li
+		}
+		if w := items[i].Weight; w > lanes[li-1].Weight {
+			lanes[li-1].Weight = w
+		}
+		itemLane[j] = li
+		if items[i].IDGiven && !items[i].Close {
+			records++
 		}
 	}
-	n, m := len(cl.items), len(groups)
+	n, m := len(cl.items), len(lanes)
 	topic := items[cl.items[0]].Topic
-	ks := make([]string, 0, 7+n+2*m)
-	ks = append(ks, keys.Fence(topic), keys.Stats(), keys.Groups(), keys.VirtualTime(), keys.Delayed(), keys.Wake(), keys.Completed())
-	for _, i := range cl.items {
-		ks = append(ks, keys.Job(items[i].ID)) // a close item's is unused
+	ks := make([]string, 0, 9+3*m+records)
+	ks = append(ks, keys.Fence(topic), keys.Stats(), keys.Lanes(), keys.VirtualTime(), keys.Delayed(), keys.Wake(),
+		keys.Completed(), keys.Watermark(topic), keys.Shared())
+	for _, l := range lanes {
+		ks = append(ks, keys.laneKeys(l)...)
 	}
-	for _, g := range groups {
-		ks = append(ks, keys.Ready(g), keys.Group(g))
+	args := make([]any, 0, 6+4*m+8*n)
+	args = append(args, tok, nowMS, topic, n, m, max(int64(p.idDedupeTTL/time.Second), 1))
+	for _, l := range lanes {
+		args = append(args, laneArgs(l)...)
 	}
-	args := make([]any, 0, 5+m+7*n)
-	args = append(args, tok, nowMS, topic, n, m)
-	for _, g := range groups {
-		args = append(args, g)
-	}
-	for _, i := range cl.items {
+	rec := 0
+	for j, i := range cl.items {
 		it := &items[i]
+		offset := it.Offset
+		if !it.HasPosition {
+			offset = -1
+		}
+		if it.Close {
+			args = append(args, it.KafkaPartition, offset, itemLane[j], 0, 0, it.GroupTotal, it.CallbackURL, "")
+			continue
+		}
 		due := int64(0)
 		if !it.RunAt.IsZero() {
 			due = it.RunAt.UnixMilli()
 		}
-		if it.Close {
-			args = append(args, "", groupIndex[it.Group], 1, 0, it.GroupTotal, it.CallbackURL, "")
-			continue
+		r := 0
+		if it.IDGiven {
+			rec++
+			r = rec
+			ks = append(ks, keys.Job(it.ID))
 		}
-		args = append(args, it.ID, groupIndex[it.Group], max(it.Weight, 1), due, it.GroupTotal, it.CallbackURL, it.Envelope)
+		args = append(args, it.KafkaPartition, offset, itemLane[j], due, r, it.GroupTotal, it.CallbackURL,
+			Entry(0, it.ID, LaneOf(it.Group, it.Tenant, it.Topic, max(it.Weight, 1)-1), it.Envelope))
 	}
 	return ks, args
 }

@@ -75,7 +75,7 @@ type PartitionFunnel struct {
 	// is the size of its dead set (capped, so not a count of deaths).
 	Ready, Delayed, Inflight, Dead int64
 	// Completed is the stats hash's "done" counter (jobs acked, ever);
-	// ActiveGroups, the number of groups with a job ready.
+	// ActiveGroups, the number of lanes with a job ready.
 	Completed, ActiveGroups int64
 }
 
@@ -89,15 +89,14 @@ func (p *Pool) Funnel(ctx context.Context, part int) (PartitionFunnel, error) {
 	pipe := p.byPart[part].TxPipeline()
 	stats := pipe.HGetAll(ctx, k.Stats())
 	delayed := pipe.ZCard(ctx, k.Delayed())
-	inflight := pipe.ZCard(ctx, k.Inflight())
 	dead := pipe.ZCard(ctx, k.Dead())
-	active := pipe.ZCard(ctx, k.Groups())
+	active := pipe.ZCard(ctx, k.Lanes())
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
 		return PartitionFunnel{}, fmt.Errorf("funnel of partition %d: %w", part, err)
 	}
 	f := PartitionFunnel{
 		Partition: part, Stages: map[string]map[string]int64{}, Canaries: map[string]map[string]int64{},
-		Delayed: delayed.Val(), Inflight: inflight.Val(), Dead: dead.Val(), ActiveGroups: active.Val(),
+		Delayed: delayed.Val(), Dead: dead.Val(), ActiveGroups: active.Val(),
 	}
 	for field, v := range stats.Val() {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -110,6 +109,9 @@ func (p *Pool) Funnel(ctx context.Context, part int) (PartitionFunnel, error) {
 			continue
 		case "done":
 			f.Completed = n
+			continue
+		case "inflight":
+			f.Inflight = max(n, 0)
 			continue
 		}
 		kind, rest, ok := strings.Cut(field, ":")

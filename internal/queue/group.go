@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,34 +39,35 @@ end
 const cancelledKeep = 24 * time.Hour
 
 // cancelScript cancels a group's ready jobs, a chunk at a time: the first
-// call marks the group cancelled and takes it out of the fair order (no
-// more claims; enqueue and return drop its jobs from then on), each call
-// removes the given ids from the ready list. Ids come from a read of the
-// list's head; each is removed only if still there.
+// call marks the group cancelled and takes its lane out of the fair order
+// (no more claims; enqueue and the return scripts drop its jobs from then
+// on), each call removes the given entries from the lane. Entries come
+// from a read of the lane's head; each is removed only if still there.
 //
-// KEYS[1] group:<g>   KEYS[2] ready:<g>   KEYS[3] groups   KEYS[4] completed
-// KEYS[5] stats: the call that takes the group out of the fair order takes
-// its whole ready list off the partition's ready count (they can no longer
-// be claimed); later calls only remove ids. The funnel's cancelled field of
-// the group's topic counts the removed jobs.
-// KEYS[5+i] job:<id i>, i = 1..n
-// ARGV[1] now, Unix ms   ARGV[2] seconds to keep a cancelled job
-// ARGV[3] the group's name   ARGV[4] n   ARGV[4+i] id i
+// KEYS[1] group:<g>   KEYS[2] lane:g/<g>   KEYS[3] lanes   KEYS[4] completed
+// KEYS[5] stats: the call that takes the lane out of the fair order takes
+// its whole length off the partition's ready count (they can no longer be
+// claimed); later calls only remove entries. The funnel's cancelled field
+// of the group's topic counts the removed jobs.   KEYS[6] results:<g>
+// ARGV[1] now, Unix ms   ARGV[2] seconds to keep an ended group
+// ARGV[3] the group's name   ARGV[4] its lane's name   ARGV[5..] entries
 // Returns how many jobs it removed.
-var cancelScript = newScript(luaGroupEnded + luaFunnel + `
-local now, keep, name, n = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+var cancelScript = newScript(luaGroupEnded + luaFunnel + luaLanes + `
+local now, keep, name = ARGV[1], ARGV[2], ARGV[3]
 redis.call('HSETNX', KEYS[1], 'cancelled_ms', now)
-if redis.call('ZREM', KEYS[3], name) == 1 then
+if redis.call('ZREM', KEYS[3], ARGV[4]) == 1 then
   redis.call('HINCRBY', KEYS[5], 'ready', -redis.call('LLEN', KEYS[2]))
 end
-local removed = 0
-for i = 1, n do
-  if redis.call('LREM', KEYS[2], 1, ARGV[4+i]) == 1 then
-    redis.call('HSET', KEYS[5+i], 'state', 'cancelled')
-    redis.call('EXPIRE', KEYS[5+i], keep)
+local removed, res = 0, {}
+local bulk = tonumber(redis.call('HGET', KEYS[1], 'total') or '0') > 0
+for i = 5, #ARGV do
+  if redis.call('LREM', KEYS[2], 1, ARGV[i]) == 1 then
     removed = removed + 1
+    local _, id = entryHead(ARGV[i])
+    if bulk and id then res[#res+1] = id; res[#res+1] = 'cancelled 0 ' end
   end
 end
+if #res > 0 then redis.call('HSET', KEYS[6], unpack(res)) end
 if removed > 0 then
   redis.call('HINCRBY', KEYS[1], 'cancelled', removed)
   redis.call('HINCRBY', KEYS[5], funnelField(name, redis.call('HGET', KEYS[1], 'topic') or '?', 'cancelled'), removed)
@@ -81,24 +83,24 @@ return removed
 func (p *Pool) CancelGroup(ctx context.Context, group string, now time.Time) (int, error) {
 	part := p.layout.PartitionOf(group)
 	k, c := p.layout.Keys(part), p.byPart[part]
+	lane := LaneOf(group, "", "", 0)
 	keep := int64(cancelledKeep / time.Second)
 	total := 0
 	for first := true; ; first = false {
-		var ids []string
+		var entries []string
 		if !first {
 			var err error
-			if ids, err = c.LRange(ctx, k.Ready(group), 0, 999).Result(); err != nil {
+			if entries, err = c.LRange(ctx, k.Lane(lane), 0, 999).Result(); err != nil {
 				return total, err
 			}
-			if len(ids) == 0 {
+			if len(entries) == 0 {
 				return total, nil
 			}
 		}
-		keys := []string{k.Group(group), k.Ready(group), k.Groups(), k.Completed(), k.Stats()}
-		args := []any{now.UnixMilli(), keep, group, len(ids)}
-		for _, id := range ids {
-			keys = append(keys, k.Job(id))
-			args = append(args, id)
+		keys := []string{k.Group(group), k.Lane(lane), k.Lanes(), k.Completed(), k.Stats(), k.Results(group)}
+		args := []any{now.UnixMilli(), keep, group, lane}
+		for _, e := range entries {
+			args = append(args, e)
 		}
 		res, err := runScript(ctx, c, cancelScript, keys, args...)
 		if err != nil {
@@ -137,13 +139,13 @@ func (st GroupStatus) Progress() (float64, bool) {
 	return min(float64(st.Ended())/float64(st.Total), 1), true
 }
 
-// GroupStatus reads a group's hash and the length of its ready list.
+// GroupStatus reads a group's hash and the length of its lane.
 func (p *Pool) GroupStatus(ctx context.Context, group string) (GroupStatus, error) {
 	part := p.layout.PartitionOf(group)
 	k, c := p.layout.Keys(part), p.byPart[part]
 	pipe := c.Pipeline()
 	h := pipe.HGetAll(ctx, k.Group(group))
-	ready := pipe.LLen(ctx, k.Ready(group))
+	ready := pipe.LLen(ctx, k.Lane(LaneOf(group, "", "", 0)))
 	if _, err := pipe.Exec(ctx); err != nil {
 		return GroupStatus{}, err
 	}
@@ -200,13 +202,14 @@ func (p *Pool) FinishCompleted(ctx context.Context, group string, fields map[str
 	_, err := p.byPart[part].TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.HSet(ctx, k.Group(group), fields)
 		pipe.Expire(ctx, k.Group(group), keep)
+		pipe.Expire(ctx, k.Results(group), keep)
 		pipe.LRem(ctx, k.Completing(), 1, group)
 		return nil
 	})
 	return err
 }
 
-// JobState is a job's state as its hash records it.
+// JobState is a bulk group item's state as the group's results record it.
 type JobState struct {
 	ID, State string
 	Result    []byte
@@ -214,33 +217,36 @@ type JobState struct {
 	Attempts  int
 }
 
-// JobStates reads the state of jobs of one group's partition in one round
-// trip; a job whose hash is gone has State "".
+// JobStates reads the states of a bulk group's items from the group's
+// results in one round trip. An item the results do not name completed
+// with an empty result (a group's results name only the items that
+// returned something, died or were cancelled): its State is "done" and
+// Attempts 0 (not recorded). Only meaningful once the group completed.
 func (p *Pool) JobStates(ctx context.Context, group string, ids []string) ([]JobState, error) {
 	part := p.layout.PartitionOf(group)
 	k := p.layout.Keys(part)
-	pipe := p.byPart[part].Pipeline()
-	cmds := make([]*redis.SliceCmd, len(ids))
-	for i, id := range ids {
-		cmds[i] = pipe.HMGet(ctx, k.Job(id), "state", "result", "last_error", "attempts")
-	}
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
+	vals, err := p.byPart[part].HMGet(ctx, k.Results(group), ids...).Result()
+	if err != nil && err != redis.Nil {
 		return nil, err
 	}
 	out := make([]JobState, len(ids))
-	for i, c := range cmds {
-		v := c.Val()
-		str := func(j int) string {
-			if j < len(v) {
-				s, _ := v[j].(string)
-				return s
-			}
-			return ""
+	for i, id := range ids {
+		out[i] = JobState{ID: id, State: "done"}
+		s, _ := vals[i].(string)
+		if s == "" {
+			continue
 		}
-		n, _ := strconv.Atoi(str(3))
-		out[i] = JobState{ID: ids[i], State: str(0), LastError: str(2), Attempts: n}
-		if r := str(1); r != "" {
-			out[i].Result = []byte(r)
+		state, rest, _ := strings.Cut(s, " ")
+		attempts, detail, _ := strings.Cut(rest, " ")
+		out[i].State = state
+		out[i].Attempts, _ = strconv.Atoi(attempts)
+		switch state {
+		case "done":
+			if detail != "" {
+				out[i].Result = []byte(detail)
+			}
+		default:
+			out[i].LastError = detail
 		}
 	}
 	return out, nil

@@ -32,8 +32,18 @@ func (l Layout) Validate() error {
 	return nil
 }
 
-// PartitionOf is the Redis partition of a group: fnv1a32(group) % N, so all
-// of a group's jobs share one partition's fair queue and counters.
+// PartitionOfJob is a job's Redis partition: its group's when it has one
+// (a group's counters and fan-in stay in one place), else its id's, so
+// single jobs spread over the partitions.
+func (l Layout) PartitionOfJob(group, id string) int {
+	if group != "" {
+		return l.PartitionOf(group)
+	}
+	return l.PartitionOf(id)
+}
+
+// PartitionOf is the Redis partition of a name (a group, a job id, a
+// resource, an idempotency key): fnv1a32(name) % N.
 func (l Layout) PartitionOf(group string) int {
 	h := fnv.New32a()
 	h.Write([]byte(group))
@@ -53,39 +63,52 @@ type Keys struct{ prefix string }
 // Prefix is the partition's key prefix, "sluice:{<stage>:p<id>}:".
 func (k Keys) Prefix() string { return k.prefix }
 
-// Job is the job's hash: its envelope as relayed, state and attempts.
+// Job is a job's record, kept only when something needs it: the client
+// chose its id (the resend dedupe, for the dedupe TTL), it asked for
+// retain, or an attempt failed (its last error, and its envelope once
+// dead). A plain job that succeeded has none.
 func (k Keys) Job(id string) string { return k.prefix + "job:" + id }
 
-// Ready is the group's FIFO list of ready job ids.
-func (k Keys) Ready(group string) string { return k.prefix + "ready:" + group }
+// Lane is a lane's list of entries (see Entry), FIFO.
+func (k Keys) Lane(lane string) string { return k.prefix + "lane:" + lane }
 
 // Group is the group's hash: counters, weight and virtual finish time.
 func (k Keys) Group(group string) string { return k.prefix + "group:" + group }
 
-// Groups is the sorted set of groups with ready jobs, by virtual time: the
-// partition's fair order.
-func (k Keys) Groups() string { return k.prefix + "groups" }
+// Results is a bulk group's gathered results, one hash per group (never a
+// key per item): id -> "<state> <attempts> <result or last error>", for
+// the items that returned a result, died or were cancelled. An item
+// without a field completed with an empty result.
+func (k Keys) Results(group string) string { return k.prefix + "results:" + group }
+
+// Lanes is the sorted set of lanes with ready entries, by virtual time:
+// the partition's fair order.
+func (k Keys) Lanes() string { return k.prefix + "lanes" }
+
+// Shared is the hash of the shared lanes' virtual finish times (lane ->
+// vfinish): a group lane keeps its own in its group hash.
+func (k Keys) Shared() string { return k.prefix + "shared" }
 
 // VirtualTime is the partition's virtual clock: the virtual time of the last
-// job served. A group that becomes active starts there, so it cannot claim
+// job served. A lane that becomes active starts there, so it cannot claim
 // service for the time it was idle.
 func (k Keys) VirtualTime() string { return k.prefix + "vt" }
 
-// Delayed is the sorted set of job ids by due time (Unix ms).
+// Delayed is the sorted set of entries by due time (Unix ms).
 func (k Keys) Delayed() string { return k.prefix + "delayed" }
 
-// Inflight is the sorted set of leased job ids by lease deadline (Unix ms).
-func (k Keys) Inflight() string { return k.prefix + "inflight" }
-
-// Attempts is the hash of claimed jobs' attempt counts (id -> n): kept
-// apart from the job hash so that a claim names all its keys up front.
-func (k Keys) Attempts() string { return k.prefix + "attempts" }
-
-// Leases is the hash of leased jobs' groups (id -> group), so that the
-// reaper knows which ready list an expired lease goes back to.
+// Leases is the sorted set of claimed batches by lease deadline (Unix ms).
 func (k Keys) Leases() string { return k.prefix + "leases" }
 
-// Dead is the sorted set of dead job ids by time of death (Unix ms).
+// Lease is a claimed batch: id -> entry, for the jobs not acked yet.
+func (k Keys) Lease(batch string) string { return k.prefix + "lease:" + batch }
+
+// Watermark is the hash of the highest Kafka offset applied per Kafka
+// partition of topic (the relay's dedupe by Kafka position).
+func (k Keys) Watermark(topic string) string { return k.prefix + "wm:" + topic }
+
+// Dead is the sorted set of dead job ids by time of death (Unix ms); each
+// has a record (Job) with its entry and last error.
 func (k Keys) Dead() string { return k.prefix + "dead" }
 
 // Idempotency is the marker of an idempotency key: "running:<job id>:<attempt>"

@@ -2,9 +2,14 @@ package queue
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -12,7 +17,10 @@ import (
 // Pool holds the Redis clients of a layout's partitions: one per distinct
 // address, so partitions on the same Redis share connections and pipelines.
 type Pool struct {
-	layout   Layout
+	layout      Layout
+	idDedupeTTL time.Duration
+	batchPrefix string
+	batchSeq    atomic.Uint64
 	byPart   []*redis.Client
 	distinct []*redis.Client
 	addrs    []string // of distinct
@@ -28,6 +36,9 @@ type PoolConfig struct {
 	PartitionAddrs map[int]string
 	// Options, if set, adjusts each client's options (timeouts, pool size).
 	Options func(*redis.Options)
+	// IDDedupeTTL is how long a client-chosen job id is remembered, so
+	// that the client's resends of it are dropped. Default: 24h.
+	IDDedupeTTL time.Duration
 }
 
 // NewPool creates the clients; it does not connect yet.
@@ -38,7 +49,13 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if cfg.Addr == "" {
 		return nil, errors.New("queue: no Redis address")
 	}
-	p := &Pool{layout: cfg.Layout, byPart: make([]*redis.Client, cfg.Layout.Partitions)}
+	p := &Pool{layout: cfg.Layout, byPart: make([]*redis.Client, cfg.Layout.Partitions), idDedupeTTL: cfg.IDDedupeTTL}
+	if p.idDedupeTTL <= 0 {
+		p.idDedupeTTL = 24 * time.Hour
+	}
+	var seed [6]byte
+	_, _ = rand.Read(seed[:])
+	p.batchPrefix = hex.EncodeToString(seed[:]) + "-"
 	clients := map[string]*redis.Client{}
 	for part := range p.byPart {
 		addr := cfg.Addr
@@ -164,4 +181,10 @@ func (p *Pool) Epoch(ctx context.Context) (string, error) {
 		}
 	}
 	return strings.Join(ids, ","), nil
+}
+
+// nextBatch names a new claimed batch: unique across processes (a random
+// prefix per pool) and within one (a counter).
+func (p *Pool) nextBatch() string {
+	return p.batchPrefix + strconv.FormatUint(p.batchSeq.Add(1), 36)
 }

@@ -135,7 +135,7 @@ type PartitionLoad struct {
 func (p *Pool) Load(ctx context.Context, part int, forget time.Duration) (PartitionLoad, error) {
 	k := p.layout.Keys(part)
 	res, err := runScript(ctx, p.byPart[part], loadScript,
-		[]string{k.Stats(), k.Groups(), k.Consumers(), k.WorkerCount()}, forget.Milliseconds())
+		[]string{k.Stats(), k.Lanes(), k.Consumers(), k.WorkerCount()}, forget.Milliseconds())
 	if err != nil {
 		return PartitionLoad{}, fmt.Errorf("load of partition %d: %w", part, err)
 	}

@@ -9,79 +9,85 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ackScript records the success of n claimed jobs in one call: a script
-// call costs Redis far more than the commands inside it, so a batch of acks
-// shares one, and the group and stats counters move once per batch. A bulk
+// ackScript records the success of n jobs of claimed batches in one call:
+// a script call costs Redis far more than the commands inside it, so a
+// batch of acks shares one, and counters move once per batch. A plain job
+// leaves nothing behind: its entry leaves the lease, counters move. A bulk
+// group's item with a result adds it to the group's results; a job with a
+// record (retain, or an earlier failed attempt) has it marked done. A bulk
 // group whose last job this is goes on the completed list, once.
 //
-// KEYS[1] inflight  KEYS[2] attempts  KEYS[3] leases
-// KEYS[4] stats: done, and the funnel's completed field of each job's topic
-// KEYS[5] completed
-// KEYS[5+2i-1]      job:<id of job i>, i = 1..n
-// KEYS[5+2i]        group:<group of job i>
-// ARGV[1] now, Unix ms   ARGV[2] seconds to keep a job (its result, and the
-// relay's dedupe) and an ended group   ARGV[3] n
-// ARGV[3+4i-3]      id of job i   ARGV[3+4i-2] its result (may be empty)
-// ARGV[3+4i-1]      its group's name   ARGV[3+4i] its topic ("": the
-// group's, read here)
+// KEYS[1] leases   KEYS[2] stats: done, inflight, and the funnel's
+// completed field of each job's topic   KEYS[3] completed
+// KEYS[3+b]              lease:<batch b>, b = 1..nb
+// KEYS[3+nb+2g-1]        group:<g>   KEYS[3+nb+2g] results:<g>, g = 1..ng
+// KEYS[3+nb+2ng+r]       job:<id> of record r, r = 1..nr
+// ARGV[1] now, Unix ms   ARGV[2] seconds to keep an ended group, and a
+// record of a job that did not ask for retain   ARGV[3] n   ARGV[4] nb
+// ARGV[5] ng   ARGV[5+b] batch b's name   ARGV[5+nb+g] group g's name
+// ARGV[5+nb+ng+8(j-1)+1..8]  job j: batch index, group index (0: none),
+// record index (0: none), id, result (may be empty), seconds to retain
+// (0: none), topic, attempt
 // Returns an array of n: 1 where recorded, 0 where the job was no longer
-// leased (its lease expired and the reaper took it back), so nothing is
-// counted twice.
+// in its batch (the reaper took the batch back, or an earlier call acked
+// it), so nothing is counted twice.
 var ackScript = newScript(luaGroupEnded + luaFunnel + `
-local now, keep, n = ARGV[1], ARGV[2], tonumber(ARGV[3])
-local out, ids, idx, perGroup, names, funnel = {}, {}, {}, {}, {}, {}
--- Which are still leased: one ZMSCORE for the batch, then one ZREM. A job
--- given twice counts once.
-local all, seen = {}, {}
-for i = 1, n do all[i] = ARGV[3+4*i-3] end
-local leased = redis.call('ZMSCORE', KEYS[1], unpack(all))
-for i = 1, n do
-  out[i] = 0
-  if leased[i] and not seen[all[i]] then
-    seen[all[i]] = true
-    out[i] = 1
-    ids[#ids+1] = ARGV[3+4*i-3]
-    idx[#idx+1] = i
-    local g = KEYS[5+2*i]
-    if not perGroup[g] then
-      perGroup[g], names[g] = 0, ARGV[3+4*i-1]
-      -- A group's jobs share its topic: one field per group.
-      local topic = ARGV[3+4*i]
-      if topic == '' then topic = redis.call('HGET', g, 'topic') or '?' end
-      funnel[g] = funnelField(names[g], topic, 'completed')
+local now, keep, n, nb, ng = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local base = 5 + nb + ng
+local out, touched, perGroup, funnel = {}, {}, {}, {}
+local acked = 0
+for j = 1, n do
+  local a = base + 8*(j-1)
+  local b, g, r, id = tonumber(ARGV[a+1]), tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), ARGV[a+4]
+  out[j] = redis.call('HDEL', KEYS[3+b], id)
+  if out[j] == 1 then
+    acked = acked + 1
+    touched[b] = true
+    local result, retain, topic, attempt = ARGV[a+5], tonumber(ARGV[a+6]), ARGV[a+7], ARGV[a+8]
+    local name = ''
+    if g > 0 then
+      name = ARGV[5+nb+g]
+      local c = perGroup[g]
+      if not c then c = {count = 0, results = {}}; perGroup[g] = c end
+      c.count = c.count + 1
+      if result ~= '' then
+        c.results[#c.results+1] = id
+        c.results[#c.results+1] = 'done ' .. attempt .. ' ' .. result
+      end
     end
-    perGroup[g] = perGroup[g] + 1
+    funnelAdd(funnel, funnelField(name, topic, 'completed'), 1)
+    if r > 0 then
+      local rk = KEYS[3+nb+2*ng+r]
+      redis.call('HSET', rk, 'state', 'done', 'done_ms', now, 'attempts', attempt)
+      if retain > 0 then
+        if result ~= '' then redis.call('HSET', rk, 'result', result) end
+        redis.call('EXPIRE', rk, retain)
+      else
+        redis.call('EXPIRE', rk, keep)
+      end
+    end
   end
 end
-if #ids == 0 then return out end
-redis.call('ZREM', KEYS[1], unpack(ids))
-local attempts = redis.call('HMGET', KEYS[2], unpack(ids))
-redis.call('HDEL', KEYS[2], unpack(ids))
-redis.call('HDEL', KEYS[3], unpack(ids))
--- A done job keeps its state, result and attempts, and an empty env: the
--- field still answers the relay's dedupe (HSETNX), and the envelope's bytes,
--- most of a done job's memory, go back to Redis.
-for j, i in ipairs(idx) do
-  local result = ARGV[3+4*i-2]
-  if result ~= '' then
-    redis.call('HSET', KEYS[5+2*i-1], 'state', 'done', 'done_ms', now, 'attempts', attempts[j] or '0', 'env', '', 'result', result)
-  else
-    redis.call('HSET', KEYS[5+2*i-1], 'state', 'done', 'done_ms', now, 'attempts', attempts[j] or '0', 'env', '')
-  end
-  redis.call('EXPIRE', KEYS[5+2*i-1], keep)
+if acked == 0 then return out end
+-- A batch whose every job is settled leaves the leases.
+for b in pairs(touched) do
+  if redis.call('EXISTS', KEYS[3+b]) == 0 then redis.call('ZREM', KEYS[1], ARGV[5+b]) end
 end
--- Per group, one read and one write of its counters.
-local stages = {}
-for g, count in pairs(perGroup) do
-  local f = redis.call('HMGET', g, 'total', 'relayed', 'done', 'dead', 'cancelled', 'running')
-  local done = tonumber(f[3] or '0') + count
-  redis.call('HSET', g, 'running', tonumber(f[6] or '0') - count, 'done', done)
-  groupEndedAfter(g, names[g], KEYS[5], now, keep, tonumber(f[1] or '0'), tonumber(f[2] or '0'),
+-- Per group, one read and one write of its counters; a bulk group (one
+-- with a total) gathers its items' results.
+for g, c in pairs(perGroup) do
+  local gk = KEYS[3+nb+2*g-1]
+  local f = redis.call('HMGET', gk, 'total', 'relayed', 'done', 'dead', 'cancelled', 'running')
+  local done = tonumber(f[3] or '0') + c.count
+  redis.call('HSET', gk, 'running', tonumber(f[6] or '0') - c.count, 'done', done)
+  local total = tonumber(f[1] or '0')
+  if total > 0 and #c.results > 0 then redis.call('HSET', KEYS[3+nb+2*g], unpack(c.results)) end
+  groupEndedAfter(gk, ARGV[5+nb+g], KEYS[3], now, keep, total, tonumber(f[2] or '0'),
     done + tonumber(f[4] or '0') + tonumber(f[5] or '0'))
-  funnelAdd(stages, funnel[g], count)
 end
-redis.call('HINCRBY', KEYS[4], 'done', #ids)
-funnelFlush(KEYS[4], stages)
+redis.call('HINCRBY', KEYS[2], 'done', acked)
+redis.call('HINCRBY', KEYS[2], 'inflight', -acked)
+funnelFlush(KEYS[2], funnel)
 return out
 `)
 
@@ -90,14 +96,21 @@ type Done struct {
 	Job    Claimed
 	Result []byte
 	// Topic is the job's, from its envelope: the stage funnel counts the
-	// completion there. Empty: the script reads the group's.
+	// completion there.
 	Topic string
+	// Retain keeps the job's record and result this long (the envelope's
+	// retain, or its topic's default); 0 keeps nothing for a plain job.
+	Retain time.Duration
 }
 
-// Ack records the success of a claimed job and keeps it (with its result)
-// for keep. It reports false when the lease had already expired.
-func (p *Pool) Ack(ctx context.Context, part int, job Claimed, result []byte, now time.Time, keep time.Duration) (bool, error) {
-	ok, err := p.AckMany(ctx, part, []Done{{Job: job, Result: result}}, now, keep)
+// needsRecord says whether an ack writes the job's record: it asked for
+// retain, or an earlier attempt left a record (its last error).
+func (d *Done) needsRecord() bool { return d.Retain > 0 || d.Job.Attempt > 1 }
+
+// Ack records the success of a claimed job. It reports false when the
+// job's batch had already been taken back.
+func (p *Pool) Ack(ctx context.Context, part int, d Done, now time.Time, keep time.Duration) (bool, error) {
+	ok, err := p.AckMany(ctx, part, []Done{d}, now, keep)
 	if err != nil {
 		return false, err
 	}
@@ -105,7 +118,8 @@ func (p *Pool) Ack(ctx context.Context, part int, job Claimed, result []byte, no
 }
 
 // AckMany records several successes in one script call; ok[i] is false
-// where the lease had already expired.
+// where the job's batch had already been taken back. keep is how long an
+// ended group, and the record of a job that failed before, are kept.
 func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time, keep time.Duration) (ok []bool, err error) {
 	if len(done) > MaxBatch {
 		first, err := p.AckMany(ctx, part, done[:MaxBatch], now, keep)
@@ -116,13 +130,40 @@ func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time
 		return append(first, rest...), err
 	}
 	k := p.layout.Keys(part)
-	keys := make([]string, 0, 5+2*len(done))
-	keys = append(keys, k.Inflight(), k.Attempts(), k.Leases(), k.Stats(), k.Completed())
-	args := make([]any, 0, 3+4*len(done))
-	args = append(args, now.UnixMilli(), max(int64(keep/time.Second), 1), len(done))
-	for _, d := range done {
-		keys = append(keys, k.Job(d.Job.ID), k.Group(d.Job.Group))
-		args = append(args, d.Job.ID, d.Result, d.Job.Group, d.Topic)
+	batches, groups := indexer{}, indexer{}
+	for i := range done {
+		batches.add(done[i].Job.Batch)
+		if done[i].Job.Group != "" {
+			groups.add(done[i].Job.Group)
+		}
+	}
+	keys := make([]string, 0, 3+len(batches.names)+2*len(groups.names)+len(done))
+	keys = append(keys, k.Leases(), k.Stats(), k.Completed())
+	for _, b := range batches.names {
+		keys = append(keys, k.Lease(b))
+	}
+	for _, g := range groups.names {
+		keys = append(keys, k.Group(g), k.Results(g))
+	}
+	args := make([]any, 0, 5+len(batches.names)+len(groups.names)+8*len(done))
+	args = append(args, now.UnixMilli(), max(int64(keep/time.Second), 1), len(done), len(batches.names), len(groups.names))
+	for _, b := range batches.names {
+		args = append(args, b)
+	}
+	for _, g := range groups.names {
+		args = append(args, g)
+	}
+	records := 0
+	for i := range done {
+		d := &done[i]
+		rec := 0
+		if d.needsRecord() {
+			records++
+			rec = records
+			keys = append(keys, k.Job(d.Job.ID))
+		}
+		args = append(args, batches.index[d.Job.Batch], groups.index[d.Job.Group], rec, d.Job.ID, d.Result,
+			int64(d.Retain/time.Second), d.Topic, d.Job.Attempt)
 	}
 	res, err := runScript(ctx, p.byPart[part], ackScript, keys, args...)
 	if err != nil {
@@ -139,58 +180,92 @@ func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time
 	return ok, nil
 }
 
-// failScript records a failed attempt: the job waits in delayed until its
-// next try, or, after its last attempt, goes to the dead set with its last
-// error, attempts and times (and a bulk group it ends is completed).
+// indexer numbers distinct names from 1, in the order first seen (the
+// scripts' KEYS and ARGV indexes).
+type indexer struct {
+	names []string
+	index map[string]int
+}
+
+func (x *indexer) add(name string) int {
+	if x.index == nil {
+		x.index = map[string]int{}
+	}
+	i, ok := x.index[name]
+	if !ok {
+		x.names = append(x.names, name)
+		i = len(x.names)
+		x.index[name] = i
+	}
+	return i
+}
+
+// failScript records a failed attempt of a claimed job: it leaves its
+// batch and waits in delayed until its next try, its attempt counted, or,
+// after its last attempt, goes to the dead set with its last error and
+// envelope in its record (and a bulk group it ends is completed). A
+// failed attempt always leaves a record, so its last error can be looked
+// up. A deferral (the job could not start yet) puts it in delayed without
+// counting an attempt or writing a record.
 //
-// KEYS[1] inflight  KEYS[2] attempts  KEYS[3] leases  KEYS[4] job:<id>
-// KEYS[5] group:<group>  KEYS[6] delayed  KEYS[7] dead
-// KEYS[8] stats: retried or dead, and the same stage of the funnel of the
-// group's topic
-// KEYS[9] completed
+// KEYS[1] leases   KEYS[2] lease:<batch>   KEYS[3] job:<id>
+// KEYS[4] group:<g> (the stats hash for a job without a group, unused)
+// KEYS[5] delayed   KEYS[6] dead   KEYS[7] stats: retried or dead,
+// inflight, and the same stage of the funnel   KEYS[8] completed
+// KEYS[9] results:<g> (unused without a group)
 // ARGV[1] id  ARGV[2] error  ARGV[3] next try, Unix ms (0: dead)
-// ARGV[4] now, Unix ms  ARGV[5] most dead jobs kept  ARGV[6] seconds to keep a dead job
-// ARGV[7] 1 for a deferral: not a failure, the attempt is taken back
-// ARGV[8] the group's name
-// Returns 1 retrying, 2 dead, 0 when the job was no longer leased.
-var failScript = newScript(luaGroupEnded + luaFunnel + `
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
-redis.call('HDEL', KEYS[3], ARGV[1])
-redis.call('HINCRBY', KEYS[5], 'running', -1)
-if ARGV[7] == '1' then
-  redis.call('HINCRBY', KEYS[2], ARGV[1], -1)
-  redis.call('ZADD', KEYS[6], ARGV[3], ARGV[1])
-  redis.call('HINCRBY', KEYS[5], 'delayed', 1)
-  return 1
-end
-redis.call('HSET', KEYS[4], 'last_error', ARGV[2], 'failed_ms', ARGV[4])
-redis.call('HINCRBY', KEYS[5], 'failed', 1)
-if tonumber(ARGV[3]) > 0 then
-  redis.call('ZADD', KEYS[6], ARGV[3], ARGV[1])
-  redis.call('HSET', KEYS[4], 'state', 'delayed')
-  redis.call('HINCRBY', KEYS[5], 'delayed', 1)
-  redis.call('HINCRBY', KEYS[8], 'retried', 1)
-  redis.call('HINCRBY', KEYS[8], funnelField(ARGV[8], redis.call('HGET', KEYS[5], 'topic') or '?', 'retried'), 1)
-  return 1
-end
-local attempts = redis.call('HGET', KEYS[2], ARGV[1]) or '0'
+// ARGV[4] now, Unix ms  ARGV[5] most dead jobs kept  ARGV[6] seconds to
+// keep the record   ARGV[7] 1 for a deferral   ARGV[8] the group's name
+// ("" none)   ARGV[9] the job's topic   ARGV[10] the batch's name
+// Returns 1 retrying (or deferred), 2 dead, 0 when the job was no longer
+// in its batch.
+var failScript = newScript(luaGroupEnded + luaFunnel + luaLanes + `
+local e = redis.call('HGET', KEYS[2], ARGV[1])
+if not e then return 0 end
 redis.call('HDEL', KEYS[2], ARGV[1])
-redis.call('HSET', KEYS[4], 'state', 'dead', 'dead_ms', ARGV[4], 'attempts', attempts)
-redis.call('EXPIRE', KEYS[4], ARGV[6])
-redis.call('ZADD', KEYS[7], ARGV[4], ARGV[1])
--- Capped: the oldest dead ids go first (their hashes expire by themselves).
-local over = redis.call('ZCARD', KEYS[7]) - tonumber(ARGV[5])
-if over > 0 then redis.call('ZPOPMIN', KEYS[7], over) end
-redis.call('HINCRBY', KEYS[5], 'dead', 1)
-redis.call('HINCRBY', KEYS[8], 'dead', 1)
-redis.call('HINCRBY', KEYS[8], funnelField(ARGV[8], redis.call('HGET', KEYS[5], 'topic') or '?', 'dead'), 1)
-groupEnded(KEYS[5], ARGV[8], KEYS[9], ARGV[4], ARGV[6])
+if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('ZREM', KEYS[1], ARGV[10]) end
+redis.call('HINCRBY', KEYS[7], 'inflight', -1)
+local group = ARGV[8] ~= ''
+if group then redis.call('HINCRBY', KEYS[4], 'running', -1) end
+if ARGV[7] == '1' then
+  redis.call('ZADD', KEYS[5], ARGV[3], e)
+  if group then redis.call('HINCRBY', KEYS[4], 'delayed', 1) end
+  return 1
+end
+local attempts = entryHead(e) + 1
+e = withAttempts(e, attempts)
+redis.call('HSET', KEYS[3], 'last_error', ARGV[2], 'failed_ms', ARGV[4], 'attempts', attempts)
+if group then redis.call('HINCRBY', KEYS[4], 'failed', 1) end
+if tonumber(ARGV[3]) > 0 then
+  redis.call('ZADD', KEYS[5], ARGV[3], e)
+  redis.call('HSET', KEYS[3], 'state', 'retrying')
+  redis.call('EXPIRE', KEYS[3], ARGV[6])
+  if group then redis.call('HINCRBY', KEYS[4], 'delayed', 1) end
+  redis.call('HINCRBY', KEYS[7], 'retried', 1)
+  redis.call('HINCRBY', KEYS[7], funnelField(ARGV[8], ARGV[9], 'retried'), 1)
+  return 1
+end
+redis.call('HSET', KEYS[3], 'state', 'dead', 'dead_ms', ARGV[4], 'env', e)
+redis.call('EXPIRE', KEYS[3], ARGV[6])
+redis.call('ZADD', KEYS[6], ARGV[4], ARGV[1])
+-- Capped: the oldest dead ids go first (their records expire by themselves).
+local over = redis.call('ZCARD', KEYS[6]) - tonumber(ARGV[5])
+if over > 0 then redis.call('ZPOPMIN', KEYS[6], over) end
+redis.call('HINCRBY', KEYS[7], 'dead', 1)
+redis.call('HINCRBY', KEYS[7], funnelField(ARGV[8], ARGV[9], 'dead'), 1)
+if group then
+  redis.call('HINCRBY', KEYS[4], 'dead', 1)
+  if tonumber(redis.call('HGET', KEYS[4], 'total') or '0') > 0 then
+    redis.call('HSET', KEYS[9], ARGV[1], 'dead ' .. attempts .. ' ' .. ARGV[2])
+  end
+  groupEnded(KEYS[4], ARGV[8], KEYS[8], ARGV[4], ARGV[6])
+end
 return 2
 `)
 
 // Outcome of Fail.
 const (
-	FailLost     = 0 // the lease had expired; nothing recorded
+	FailLost     = 0 // the job was no longer in its batch; nothing recorded
 	FailRetrying = 1
 	FailDead     = 2
 )
@@ -201,33 +276,48 @@ type DeadLimits struct {
 	Keep time.Duration
 }
 
-// Fail records a failed attempt of a claimed job: retried at nextTry, or
-// dead when nextTry is zero.
-func (p *Pool) Fail(ctx context.Context, part int, job Claimed, cause string, nextTry, now time.Time, dead DeadLimits) (int, error) {
+// Failure is a failed attempt for Fail.
+type Failure struct {
+	Job   Claimed
+	Topic string // the job's, for the funnel
+	Cause string
+	// NextTry is when to try again; zero: the job is dead.
+	NextTry time.Time
+}
+
+// Fail records a failed attempt of a claimed job: retried at NextTry, or
+// dead when NextTry is zero.
+func (p *Pool) Fail(ctx context.Context, part int, f Failure, now time.Time, dead DeadLimits) (int, error) {
 	next := int64(0)
-	if !nextTry.IsZero() {
-		next = nextTry.UnixMilli()
+	if !f.NextTry.IsZero() {
+		next = f.NextTry.UnixMilli()
 	}
-	return p.fail(ctx, part, job, cause, next, now, dead, false)
+	return p.fail(ctx, part, f, next, now, dead, false)
 }
 
 // Defer puts a claimed job in delayed until at without counting the attempt:
-// it could not run yet (another job holds its idempotency key), which is
-// not a failure. It reports false when the lease was already lost.
-func (p *Pool) Defer(ctx context.Context, part int, job Claimed, at time.Time) (bool, error) {
-	res, err := p.fail(ctx, part, job, "", at.UnixMilli(), at, DeadLimits{}, true)
+// it could not run yet (another job holds its idempotency key, or its rate
+// limit's slot is later), which is not a failure. It reports false when
+// the job was no longer in its batch.
+func (p *Pool) Defer(ctx context.Context, part int, job Claimed, topic string, at time.Time) (bool, error) {
+	res, err := p.fail(ctx, part, Failure{Job: job, Topic: topic}, at.UnixMilli(), at, DeadLimits{}, true)
 	return res == FailRetrying, err
 }
 
-func (p *Pool) fail(ctx context.Context, part int, job Claimed, cause string, next int64, now time.Time, dead DeadLimits, deferral bool) (int, error) {
+func (p *Pool) fail(ctx context.Context, part int, f Failure, next int64, now time.Time, dead DeadLimits, deferral bool) (int, error) {
 	k := p.layout.Keys(part)
 	flag := 0
 	if deferral {
 		flag = 1
 	}
+	job := f.Job
+	group, results := k.Stats(), k.Stats()
+	if job.Group != "" {
+		group, results = k.Group(job.Group), k.Results(job.Group)
+	}
 	res, err := runScript(ctx, p.byPart[part], failScript,
-		[]string{k.Inflight(), k.Attempts(), k.Leases(), k.Job(job.ID), k.Group(job.Group), k.Delayed(), k.Dead(), k.Stats(), k.Completed()},
-		job.ID, cause, next, now.UnixMilli(), dead.Max, max(int64(dead.Keep/time.Second), 1), flag, job.Group)
+		[]string{k.Leases(), k.Lease(job.Batch), k.Job(job.ID), group, k.Delayed(), k.Dead(), k.Stats(), k.Completed(), results},
+		job.ID, f.Cause, next, now.UnixMilli(), dead.Max, max(int64(dead.Keep/time.Second), 1), flag, job.Group, f.Topic, job.Batch)
 	if err != nil {
 		return FailLost, fmt.Errorf("fail %s: %w", job.ID, err)
 	}
@@ -235,158 +325,270 @@ func (p *Pool) fail(ctx context.Context, part int, job Claimed, cause string, ne
 	return int(n), nil
 }
 
-// returnScript puts jobs back into their groups' ready lists, at the front
-// (they were first in line already): expired leases (the reaper), due
-// delayed jobs (the promoter) and leases a stopping worker hands back.
-// Candidates come from a read of the source set; each is checked again here.
-// A job of a cancelled group is not put back: it is counted cancelled and
-// kept for keep seconds, and its group may complete.
-//
-// KEYS[1] source    zset: inflight (reaper, release) or delayed (promoter)
-// KEYS[2] groups    KEYS[3] vt   KEYS[4] leases   KEYS[5] attempts   KEYS[6] wake
-// KEYS[7] completed   KEYS[8] stats: its ready field goes up by the jobs put
-// back, the funnel's cancelled fields by the jobs of cancelled groups
-// KEYS[8+3i-2]      ready:<group of candidate i>, i = 1..n
-// KEYS[8+3i-1]      group:<group of candidate i>
-// KEYS[8+3i]        job:<candidate i>
-// ARGV[1] now, Unix ms: only members scored at or before it move
-// ARGV[2] n   ARGV[3] group counter to decrement: running or delayed
-// ARGV[4] 1 to take back the attempt (a release: the job did not fail), else 0
-// ARGV[5] seconds to keep a cancelled job
-// ARGV[5+2i-1]      id of candidate i   ARGV[5+2i] its group
-// Returns how many went back.
-var returnScript = newScript(luaGroupEnded + luaFunnel + `
-local now, n, counter, uncount, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4] == '1', ARGV[5]
-local moved, vt, funnel = 0, nil, {}
--- Cancelled groups whose jobs were dropped here: each may have ended,
--- checked once after the loop.
-local ended = {}
--- A group's state, read once per call for all its candidates: 'cancelled',
--- or 'active' once it is known to be in the fair order.
-local state = {}
--- Last candidate first: pushing each to the front keeps their order.
-for i = n, 1, -1 do
-  local id, group = ARGV[5+2*i-1], ARGV[5+2*i]
-  local rk, gk, jk = KEYS[8+3*i-2], KEYS[8+3*i-1], KEYS[8+3*i]
-  local due = redis.call('ZSCORE', KEYS[1], id)
-  if due and tonumber(due) <= now then
-    redis.call('ZREM', KEYS[1], id)
-    redis.call('HDEL', KEYS[4], id)
-    redis.call('HINCRBY', gk, counter, -1)
-    if state[group] == nil and redis.call('HEXISTS', gk, 'cancelled_ms') == 1 then
-      state[group] = 'cancelled'
+// luaPutBack puts entries back on their lanes, at the front (they were
+// first in line already): the reaper's and a release's from a batch, the
+// promoter's from delayed. A job of a cancelled group is not put back: it
+// is counted cancelled (and a bulk group's results say so), and its group
+// may complete. counter is the group's counter the job leaves (running or
+// delayed). acc gathers what the call did: moved (put back), cancelled,
+// ended (groups to check once).
+const luaPutBack = `
+local function putBack(l, e, id, counter, lanesKey, vtKey, sharedKey, acc)
+  if l.group ~= '' then
+    redis.call('HINCRBY', l.meta, counter, -1)
+    if acc.state[l.name] == nil and redis.call('HEXISTS', l.meta, 'cancelled_ms') == 1 then
+      acc.state[l.name] = 'cancelled'
     end
-    if state[group] == 'cancelled' then
-      redis.call('HDEL', KEYS[5], id)
-      redis.call('HSET', jk, 'state', 'cancelled')
-      redis.call('EXPIRE', jk, keep)
-      redis.call('HINCRBY', gk, 'cancelled', 1)
-      if not ended[group] then
-        ended[group] = {gk = gk, topic = redis.call('HGET', gk, 'topic') or '?'}
+    if acc.state[l.name] == 'cancelled' then
+      redis.call('HINCRBY', l.meta, 'cancelled', 1)
+      if tonumber(redis.call('HGET', l.meta, 'total') or '0') > 0 then
+        redis.call('HSET', l.results, id, 'cancelled 0 ')
       end
-      funnelAdd(funnel, funnelField(group, ended[group].topic, 'cancelled'), 1)
-    else
-      if uncount then redis.call('HINCRBY', KEYS[5], id, -1) end
-      redis.call('LPUSH', rk, id)
-      if state[group] == nil then
-        if not redis.call('ZSCORE', KEYS[2], group) then
-          if not vt then vt = tonumber(redis.call('GET', KEYS[3]) or '0') end
-          local vfinish = tonumber(redis.call('HGET', gk, 'vfinish') or '0')
-          redis.call('ZADD', KEYS[2], math.max(vt, vfinish), group)
-        end
-        state[group] = 'active'
-      end
-      moved = moved + 1
+      acc.ended[l.name] = l
+      funnelAdd(acc.funnel, funnelField(l.group, laneTopic(l), 'cancelled'), 1)
+      return
     end
   end
+  redis.call('LPUSH', l.list, e)
+  if acc.state[l.name] == nil then
+    activate(l, lanesKey, vtKey, sharedKey, acc.cache)
+    acc.state[l.name] = 'active'
+  end
+  acc.moved = acc.moved + 1
 end
-for group, g in pairs(ended) do groupEnded(g.gk, group, KEYS[7], ARGV[1], keep) end
-funnelFlush(KEYS[8], funnel)
-if moved > 0 then
-  redis.call('HINCRBY', KEYS[8], 'ready', moved)
-  redis.call('RPUSH', KEYS[6], 1)
-  redis.call('LTRIM', KEYS[6], -1, -1)
+local function putBackDone(acc, statsKey, wakeKey, completedKey, now, keep)
+  for _, l in pairs(acc.ended) do groupEnded(l.meta, l.group, completedKey, now, keep) end
+  funnelFlush(statsKey, acc.funnel)
+  if acc.moved > 0 then
+    redis.call('HINCRBY', statsKey, 'ready', acc.moved)
+    redis.call('RPUSH', wakeKey, 1)
+    redis.call('LTRIM', wakeKey, -1, -1)
+  end
 end
-return moved
+`
+
+// returnScript takes jobs of one claimed batch back to their lanes: all
+// of an expired batch (the reaper: each attempt counted, since it may have
+// run), or the given ones (a release: a stopping worker hands back jobs it
+// did not run to the end, attempts not counted). Entries whose lane the
+// caller did not name stay in the batch for a later call.
+//
+// KEYS[1] leases   KEYS[2] lanes   KEYS[3] vt   KEYS[4] stats: ready,
+// inflight, the funnel's cancelled fields   KEYS[5] wake   KEYS[6] completed
+// KEYS[7] shared   KEYS[8] lease:<batch>
+// KEYS[8+3l-2..8+3l]  lane l's keys (laneKeys), l = 1..m
+// ARGV[1] now, Unix ms   ARGV[2] m   ARGV[3] "reap" or "release"
+// ARGV[4] seconds to keep an ended group   ARGV[5] the batch's name
+// ARGV[5+4l-3..5+4l]  lane l's fields (laneArgs)
+// ARGV[6+4m..]        the ids to release (release only)
+// Returns how many jobs went back to their lanes.
+var returnScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaPutBack + `
+local now, m, mode, keep, batch = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
+local _, byName = readLanes(m, 8, 5)
+local entries = {}
+if mode == 'reap' then
+  local due = redis.call('ZSCORE', KEYS[1], batch)
+  if not due or tonumber(due) > now then return 0 end
+  entries = redis.call('HVALS', KEYS[8])
+else
+  local ids = {}
+  for i = 6 + 4*m, #ARGV do ids[#ids+1] = ARGV[i] end
+  if #ids == 0 then return 0 end
+  for _, e in ipairs(redis.call('HMGET', KEYS[8], unpack(ids))) do
+    if e then entries[#entries+1] = e end
+  end
+end
+local acc = {moved = 0, state = {}, ended = {}, funnel = {}, cache = {}}
+local taken = {}
+-- Last entry first: pushing each to the front keeps their order.
+for i = #entries, 1, -1 do
+  local e = entries[i]
+  local n, id, lane = entryHead(e)
+  local l = id and byName[lane]
+  if l then
+    taken[#taken+1] = id
+    if mode == 'reap' then e = withAttempts(e, n + 1) end
+    putBack(l, e, id, 'running', KEYS[2], KEYS[3], KEYS[7], acc)
+  end
+end
+if #taken > 0 then
+  redis.call('HDEL', KEYS[8], unpack(taken))
+  redis.call('HINCRBY', KEYS[4], 'inflight', -#taken)
+end
+if redis.call('EXISTS', KEYS[8]) == 0 then redis.call('ZREM', KEYS[1], batch) end
+putBackDone(acc, KEYS[4], KEYS[5], KEYS[6], ARGV[1], keep)
+return acc.moved
 `)
 
-// Reap returns expired leases of partition part to their ready lists, up to
-// max at a time. Their attempts stay counted. It returns how many.
+// promoteScript moves due entries of delayed back to their lanes.
+// Candidates come from a read of delayed; each is checked again here.
+//
+// KEYS[1] delayed   KEYS[2] lanes   KEYS[3] vt   KEYS[4] stats: ready, the
+// funnel's cancelled fields   KEYS[5] wake   KEYS[6] completed   KEYS[7] shared
+// KEYS[7+3l-2..7+3l]  lane l's keys (laneKeys), l = 1..m
+// ARGV[1] now, Unix ms: only entries due at or before it move   ARGV[2] m
+// ARGV[3] seconds to keep an ended group
+// ARGV[3+4l-3..3+4l]  lane l's fields (laneArgs)
+// ARGV[4+4m..]        the candidate entries
+// Returns how many went back to their lanes.
+var promoteScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaPutBack + `
+local now, m, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
+local _, byName = readLanes(m, 7, 3)
+local acc = {moved = 0, state = {}, ended = {}, funnel = {}, cache = {}}
+for i = #ARGV, 4 + 4*m, -1 do
+  local e = ARGV[i]
+  local due = redis.call('ZSCORE', KEYS[1], e)
+  local _, id, lane = entryHead(e)
+  local l = id and byName[lane]
+  if l and due and tonumber(due) <= now then
+    redis.call('ZREM', KEYS[1], e)
+    putBack(l, e, id, 'delayed', KEYS[2], KEYS[3], KEYS[7], acc)
+  end
+end
+putBackDone(acc, KEYS[4], KEYS[5], KEYS[6], ARGV[1], keep)
+return acc.moved
+`)
+
+// lanesOf parses entries' lanes: the distinct ones, and the entries that
+// could be parsed.
+func lanesOf(entries []string) (lanes []LaneInfo, ok []string) {
+	seen := map[string]bool{}
+	for _, e := range entries {
+		pe, err := ParseEntry(e)
+		if err != nil {
+			continue
+		}
+		l, err := ParseLane(pe.Lane)
+		if err != nil {
+			continue
+		}
+		ok = append(ok, e)
+		if !seen[l.Name] {
+			seen[l.Name] = true
+			lanes = append(lanes, l)
+		}
+	}
+	return lanes, ok
+}
+
+// Reap returns expired batches of partition part to their lanes, up to
+// max batches at a time, each attempt counted. It returns how many jobs
+// went back.
 func (p *Pool) Reap(ctx context.Context, part, max int, now time.Time) (int, error) {
 	k := p.layout.Keys(part)
 	c := p.byPart[part]
-	ids, err := c.ZRangeArgs(ctx, dueBy(k.Inflight(), now, max)).Result()
-	if err != nil || len(ids) == 0 {
+	batches, err := c.ZRangeArgs(ctx, dueBy(k.Leases(), now, max)).Result()
+	if err != nil || len(batches) == 0 {
 		return 0, err
 	}
-	groups, err := c.HMGet(ctx, k.Leases(), ids...).Result()
-	if err != nil {
+	pipe := c.Pipeline()
+	vals := make([]*redis.StringSliceCmd, len(batches))
+	for i, b := range batches {
+		vals[i] = pipe.HVals(ctx, k.Lease(b))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, err
 	}
-	return p.returnJobs(ctx, part, k.Inflight(), "running", false, ids, func(i int) string { s, _ := groups[i].(string); return s }, now)
+	total := 0
+	for i, b := range batches {
+		lanes, _ := lanesOf(vals[i].Val())
+		n, err := p.returnBatch(ctx, part, b, "reap", lanes, nil, now)
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
 }
 
-// Release hands leased jobs back to the front of their ready lists without
+// Release hands claimed jobs back to the front of their lanes without
 // counting the attempt: a stopping worker did not run them to the end.
 func (p *Pool) Release(ctx context.Context, part int, jobs []Claimed) (int, error) {
-	ids := make([]string, len(jobs))
-	for i, j := range jobs {
-		ids[i] = j.ID
+	byBatch := map[string][]Claimed{}
+	var order []string
+	for _, j := range jobs {
+		if _, ok := byBatch[j.Batch]; !ok {
+			order = append(order, j.Batch)
+		}
+		byBatch[j.Batch] = append(byBatch[j.Batch], j)
 	}
-	// Every lease is due for a release, whatever its deadline.
-	forever := time.UnixMilli(1 << 52)
-	return p.returnJobs(ctx, part, p.layout.Keys(part).Inflight(), "running", true, ids, func(i int) string { return jobs[i].Group }, forever)
+	total := 0
+	for _, b := range order {
+		seen := map[string]bool{}
+		var lanes []LaneInfo
+		var ids []string
+		for _, j := range byBatch[b] {
+			ids = append(ids, j.ID)
+			if seen[j.Lane] {
+				continue
+			}
+			seen[j.Lane] = true
+			if l, err := ParseLane(j.Lane); err == nil {
+				lanes = append(lanes, l)
+			}
+		}
+		n, err := p.returnBatch(ctx, part, b, "release", lanes, ids, time.Now())
+		if err != nil {
+			return total, err
+		}
+		total += n
+	}
+	return total, nil
+}
+
+func (p *Pool) returnBatch(ctx context.Context, part int, batch, mode string, lanes []LaneInfo, ids []string, now time.Time) (int, error) {
+	k := p.layout.Keys(part)
+	ks := make([]string, 0, 8+3*len(lanes))
+	ks = append(ks, k.Leases(), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Completed(), k.Shared(), k.Lease(batch))
+	args := make([]any, 0, 5+4*len(lanes)+len(ids))
+	args = append(args, now.UnixMilli(), len(lanes), mode, int64(cancelledKeep/time.Second), batch)
+	for _, l := range lanes {
+		ks = append(ks, k.laneKeys(l)...)
+		args = append(args, laneArgs(l)...)
+	}
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	res, err := runScript(ctx, p.byPart[part], returnScript, ks, args...)
+	if err != nil {
+		return 0, fmt.Errorf("returning batch %s on partition %d: %w", batch, part, err)
+	}
+	n, _ := res.(int64)
+	return int(n), nil
 }
 
 // Promote moves delayed jobs of partition part that are due into their
-// ready lists, up to max at a time; groupOf reads a job's group (from its
-// envelope). It returns how many.
-func (p *Pool) Promote(ctx context.Context, part, max int, now time.Time, groupOf func(id string) (string, error)) (int, error) {
+// lanes, up to max at a time. It returns how many.
+func (p *Pool) Promote(ctx context.Context, part, max int, now time.Time) (int, error) {
 	k := p.layout.Keys(part)
-	ids, err := p.byPart[part].ZRangeArgs(ctx, dueBy(k.Delayed(), now, max)).Result()
-	if err != nil || len(ids) == 0 {
+	entries, err := p.byPart[part].ZRangeArgs(ctx, dueBy(k.Delayed(), now, max)).Result()
+	if err != nil || len(entries) == 0 {
 		return 0, err
 	}
-	groups := make([]string, len(ids))
-	for i, id := range ids {
-		if groups[i], err = groupOf(id); err != nil {
-			return 0, err
-		}
+	lanes, entries := lanesOf(entries)
+	if len(entries) == 0 {
+		return 0, nil
 	}
-	return p.returnJobs(ctx, part, k.Delayed(), "delayed", false, ids, func(i int) string { return groups[i] }, now)
+	ks := make([]string, 0, 7+3*len(lanes))
+	ks = append(ks, k.Delayed(), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Completed(), k.Shared())
+	args := make([]any, 0, 3+4*len(lanes)+len(entries))
+	args = append(args, now.UnixMilli(), len(lanes), int64(cancelledKeep/time.Second))
+	for _, l := range lanes {
+		ks = append(ks, k.laneKeys(l)...)
+		args = append(args, laneArgs(l)...)
+	}
+	for _, e := range entries {
+		args = append(args, e)
+	}
+	res, err := runScript(ctx, p.byPart[part], promoteScript, ks, args...)
+	if err != nil {
+		return 0, fmt.Errorf("promoting delayed jobs on partition %d: %w", part, err)
+	}
+	moved, _ := res.(int64)
+	return int(moved), nil
 }
 
 // dueBy selects up to max members of key scored at or before now.
 func dueBy(key string, now time.Time, max int) redis.ZRangeArgs {
 	return redis.ZRangeArgs{Key: key, ByScore: true, Start: "-inf", Stop: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(max)}
-}
-
-func (p *Pool) returnJobs(ctx context.Context, part int, source, counter string, uncount bool, ids []string, groupAt func(int) string, now time.Time) (int, error) {
-	k := p.layout.Keys(part)
-	ks := []string{source, k.Groups(), k.VirtualTime(), k.Leases(), k.Attempts(), k.Wake(), k.Completed(), k.Stats()}
-	flag := 0
-	if uncount {
-		flag = 1
-	}
-	args := []any{now.UnixMilli(), 0, counter, flag, int64(cancelledKeep / time.Second)}
-	n := 0
-	for i, id := range ids {
-		g := groupAt(i)
-		if g == "" {
-			continue // settled meanwhile: its lease entry is gone
-		}
-		ks = append(ks, k.Ready(g), k.Group(g), k.Job(id))
-		args = append(args, id, g)
-		n++
-	}
-	args[1] = n
-	if n == 0 {
-		return 0, nil
-	}
-	res, err := runScript(ctx, p.byPart[part], returnScript, ks, args...)
-	if err != nil {
-		return 0, fmt.Errorf("returning jobs to ready on partition %d: %w", part, err)
-	}
-	moved, _ := res.(int64)
-	return int(moved), nil
 }
