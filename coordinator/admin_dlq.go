@@ -81,12 +81,14 @@ type deadEnvelope struct {
 	Group string `json:"group"`
 }
 
-func decodeDead(env string) deadEnvelope {
+// decodeDead reads a dead job's record: its entry (queue.ParseEntry)
+// holds the envelope.
+func decodeDead(entry string) deadEnvelope {
 	var e deadEnvelope
-	_ = json.Unmarshal([]byte(env), &e) // a record that does not parse shows empty fields
-	if e.Group == "" {
-		e.Group = e.ID
+	if pe, err := queue.ParseEntry(entry); err == nil {
+		entry = pe.Envelope
 	}
+	_ = json.Unmarshal([]byte(entry), &e) // a record that does not parse shows empty fields
 	return e
 }
 
@@ -198,7 +200,11 @@ func (a *adminAPI) dlqEntry(r *http.Request, _ admin.Role) (any, error) {
 		return nil, a.redisErr(err)
 	}
 	e := deadEntry(part, refs[0])
-	if env := refs[0].Fields["env"]; json.Valid([]byte(env)) {
+	env := refs[0].Fields["env"]
+	if pe, err := queue.ParseEntry(env); err == nil {
+		env = pe.Envelope
+	}
+	if json.Valid([]byte(env)) {
 		e.Envelope = json.RawMessage(env)
 	}
 	return e, nil
@@ -307,11 +313,7 @@ func (a *adminAPI) deadAct(r *http.Request, act admin.DLQAction, replay bool) (a
 			continue
 		}
 		e := decodeDead(t.ref.Fields["env"])
-		if e.Group == "" {
-			// No envelope: the hash expired. The script takes the id off.
-			e.Group = t.ref.ID
-		}
-		out, err := a.c.pool.ReplayDead(ctx, t.part, t.ref.ID, e.Group, e.Topic, now)
+		out, err := a.c.pool.ReplayDead(ctx, t.part, t.ref.ID, now)
 		if err != nil {
 			return res, a.redisErr(err)
 		}

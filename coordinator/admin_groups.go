@@ -47,14 +47,14 @@ func (a *adminAPI) groupList(r *http.Request, _ admin.Role) (any, error) {
 	layout := a.c.pool.Layout()
 	for part := range layout.Partitions {
 		k, c := layout.Keys(part), a.c.pool.Client(part)
-		names, err := c.ZRange(ctx, k.Groups(), 0, int64(limit-1)).Result()
+		names, err := c.ZRange(ctx, k.Lanes(), 0, int64(limit-1)).Result()
 		if err != nil {
 			return nil, a.redisErr(err)
 		}
 		pipe := c.Pipeline()
 		lens := make([]*redis.IntCmd, len(names))
 		for i, n := range names {
-			lens[i] = pipe.LLen(ctx, k.Ready(n))
+			lens[i] = pipe.LLen(ctx, k.Lane(n))
 		}
 		if len(names) > 0 {
 			if _, err := pipe.Exec(ctx); err != nil {
@@ -62,7 +62,8 @@ func (a *adminAPI) groupList(r *http.Request, _ admin.Role) (any, error) {
 			}
 		}
 		for i, n := range names {
-			out.Active = append(out.Active, admin.ActiveGroup{Partition: part, Group: n, Ready: lens[i].Val()})
+			l, _ := queue.ParseLane(n)
+			out.Active = append(out.Active, admin.ActiveGroup{Partition: part, Lane: n, Group: l.Group, Ready: lens[i].Val()})
 		}
 	}
 	// Bulk groups: no index holds them, so each partition's group hashes

@@ -44,9 +44,10 @@ func newMemGuard(client *redis.Client, addr string, high, low float64, period ti
 	return &memGuard{client: client, addr: addr, high: high, low: low, period: period, log: log, onChange: onChange, sampled: make(chan struct{})}
 }
 
-// jobFootprint estimates what one job costs Redis beyond its envelope: the
-// hash's fields and overhead, the ready-list entry and the keys.
-const jobFootprint = 256
+// jobFootprint estimates what one job costs Redis beyond its envelope: its
+// entry's head (attempts, id, lane) and the list node. A plain job has no
+// key of its own (docs/redis-layout.md).
+const jobFootprint = 96
 
 // Reserve waits until n more bytes fit under the high watermark, then
 // counts them as written. A batch alone in its sample period always goes

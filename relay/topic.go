@@ -456,7 +456,8 @@ func (r *Relay) item(topic string, m *sarama.ConsumerMessage, now time.Time) (qu
 		if err != nil {
 			return queue.Item{}, err.Error()
 		}
-		return queue.Item{Close: !c.Cancel, Group: c.Group, Topic: topic, GroupTotal: c.Total, CallbackURL: c.CallbackURL}, ""
+		return queue.Item{Close: !c.Cancel, Group: c.Group, Topic: topic, GroupTotal: c.Total, CallbackURL: c.CallbackURL,
+			KafkaPartition: m.Partition, Offset: m.Offset, HasPosition: true}, ""
 	}
 	j, err := job.Decode(m.Value)
 	if err != nil {
@@ -470,11 +471,9 @@ func (r *Relay) item(topic string, m *sarama.ConsumerMessage, now time.Time) (qu
 	if err := j.Validate(topic, now); err != nil {
 		return queue.Item{}, "invalid job envelope: " + err.Error()
 	}
-	if j.Group == "" {
-		j.Group = j.ID
-	}
 	return queue.Item{
-		ID: j.ID, Group: j.Group, Topic: topic, Weight: j.Priority + 1,
+		ID: j.ID, Group: j.Group, Tenant: j.Tenant, Topic: topic, Weight: j.Priority + 1, IDGiven: j.IDGiven,
+		KafkaPartition: m.Partition, Offset: m.Offset, HasPosition: true,
 		RunAt: j.RunAt, GroupTotal: j.GroupTotal, CallbackURL: j.CallbackURL, Envelope: m.Value,
 	}, ""
 }
@@ -490,7 +489,7 @@ func (r *Relay) enqueue(ctx context.Context, topic string, lease *consul.Lease, 
 	bytes := map[*redis.Client]uint64{}
 	layout := r.pool.Layout()
 	for i := range items {
-		bytes[r.pool.Client(layout.PartitionOf(items[i].Group))] += uint64(len(items[i].Envelope) + jobFootprint)
+		bytes[r.pool.Client(layout.PartitionOfJob(items[i].Group, items[i].ID))] += uint64(len(items[i].Envelope) + jobFootprint)
 	}
 	for c, n := range bytes {
 		if err := r.guards[c].Reserve(ctx, n); err != nil {

@@ -60,6 +60,7 @@ type heldJob struct {
 	acking  bool               // handed to the acker, which forgets it; under consumer.mu
 	jobType string             // once its envelope is read
 	topic   string             // once its envelope is read
+	retain  time.Duration      // once its envelope is read
 }
 
 func (w *Worker) newConsumer(part int) *consumer {
@@ -130,15 +131,9 @@ func (c *consumer) run(ctx context.Context) {
 			}
 			continue
 		}
-		envs, err := w.pool.Envelopes(ctx, c.part, jobs)
-		if err != nil {
-			// Leave them leased and not held: the reaper hands them back.
-			c.log.Warn("reading claimed envelopes failed", "jobs", len(jobs), "err", err)
-			continue
-		}
 		c.mu.Lock()
-		for i, j := range jobs {
-			h := &heldJob{claimed: j, env: envs[i]}
+		for _, j := range jobs {
+			h := &heldJob{claimed: j, env: j.Envelope}
 			c.held[j.ID] = h
 			c.waiting = append(c.waiting, h)
 		}
@@ -296,10 +291,10 @@ func (c *consumer) release(jobs []queue.Claimed, msg string) {
 	c.w.count("released", "", n)
 }
 
-// keepLeases extends the lease of every held job, waiting or running, every
-// Lease/3 in one call. A job whose lease is gone (the reaper took it back
-// after Redis or this process stalled) is dropped if waiting and cancelled
-// if running: another holder settles it.
+// keepLeases extends the lease of every batch with a job held here,
+// waiting or running, every Lease/3 in one call. A job whose batch is gone
+// (the reaper took it back after Redis or this process stalled) is dropped
+// if waiting and cancelled if running: another holder settles it.
 func (c *consumer) keepLeases(ctx context.Context) {
 	w := c.w
 	t := time.NewTicker(w.cfg.Lease / 3)
@@ -311,26 +306,38 @@ func (c *consumer) keepLeases(ctx context.Context) {
 		case <-t.C:
 		}
 		c.mu.Lock()
-		ids := make([]string, 0, len(c.held))
-		for id := range c.held {
-			ids = append(ids, id)
+		seen := map[string]bool{}
+		batches := make([]string, 0, 4)
+		for _, h := range c.held {
+			if b := h.claimed.Batch; !seen[b] {
+				seen[b] = true
+				batches = append(batches, b)
+			}
 		}
 		c.mu.Unlock()
-		if len(ids) == 0 {
+		if len(batches) == 0 {
 			continue
 		}
-		kept, err := w.pool.Extend(ctx, c.part, ids, w.cfg.Now().Add(w.cfg.Lease))
+		kept, err := w.pool.Extend(ctx, c.part, batches, w.cfg.Now().Add(w.cfg.Lease))
 		if err != nil {
 			if ctx.Err() == nil {
-				c.log.Warn("extending leases failed; retrying at the next tick", "jobs", len(ids), "err", err)
+				c.log.Warn("extending leases failed; retrying at the next tick", "batches", len(batches), "err", err)
 			}
+			continue
+		}
+		gone := map[string]bool{}
+		for i, b := range batches {
+			if !kept[i] {
+				gone[b] = true
+			}
+		}
+		if len(gone) == 0 {
 			continue
 		}
 		c.mu.Lock()
 		dropped := false
-		for i, id := range ids {
-			h, ok := c.held[id]
-			if kept[i] || !ok || h.lost {
+		for id, h := range c.held {
+			if !gone[h.claimed.Batch] || h.lost || h.acking {
 				continue
 			}
 			h.lost = true
@@ -400,9 +407,13 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	if maxAttempts <= 0 {
 		maxAttempts = w.cfg.MaxAttempts
 	}
+	h.retain = w.retainOf(j)
 	handler := w.handler(j.Type)
 	if handler == nil {
-		c.settle(ctx, h, nil, Permanent(fmt.Errorf("no handler for job type %q", j.Type)), maxAttempts)
+		// Retried with backoff, attempt counted, never killed on the
+		// spot: during a rolling deploy that adds the type, a worker
+		// with the handler takes it on a later try.
+		c.settle(ctx, h, nil, fmt.Errorf("no handler for job type %q on worker %s (retried later: a worker with the handler may take it)", j.Type, c.slots.id), maxAttempts)
 		return
 	}
 	timeout := time.Duration(j.Timeout)
@@ -424,7 +435,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		case mark != "":
 			// Another job with the key runs now: look again after a
 			// lease, without spending an attempt on waiting.
-			if _, err := w.pool.Defer(context.WithoutCancel(ctx), c.part, cl, w.cfg.Now().Add(w.cfg.Lease)); err != nil {
+			if _, err := w.pool.Defer(context.WithoutCancel(ctx), c.part, cl, j.Topic, w.cfg.Now().Add(w.cfg.Lease)); err != nil {
 				c.log.Warn("deferring a job behind its idempotency key failed; its lease will expire", "job", cl.ID, "err", err)
 			}
 			w.count("idempotent_wait", j.Type, 1)
@@ -507,7 +518,7 @@ func (c *consumer) settle(ctx context.Context, h *heldJob, result []byte, herr e
 		}
 		next = now.Add(delay)
 	}
-	res, err := w.pool.Fail(ctx, c.part, cl, herr.Error(), next, now, w.cfg.Dead)
+	res, err := w.pool.Fail(ctx, c.part, queue.Failure{Job: cl, Topic: h.topic, Cause: herr.Error(), NextTry: next}, now, w.cfg.Dead)
 	switch {
 	case err != nil:
 		c.log.Warn("recording a failure failed; the lease will expire and the job run again", "job", cl.ID, "err", err)
@@ -573,7 +584,7 @@ func (c *consumer) acker() {
 		}
 		done := make([]queue.Done, len(batch))
 		for i, r := range batch {
-			done[i] = queue.Done{Job: r.job.claimed, Result: r.result, Topic: r.job.topic}
+			done[i] = queue.Done{Job: r.job.claimed, Result: r.result, Topic: r.job.topic, Retain: r.job.retain}
 		}
 		var ok []bool
 		err := c.untilRedisAnswers("acking", w.cfg.Lease, func() (err error) {

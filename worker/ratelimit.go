@@ -333,7 +333,7 @@ func (c *consumer) deferJob(ctx context.Context, h *heldJob, j *job.Job, at time
 			c.log.Warn("freeing the idempotency key of a throttled job failed", "job", h.claimed.ID, "err", err)
 		}
 	}
-	ok, err := w.pool.Defer(ctx, c.part, h.claimed, at)
+	ok, err := w.pool.Defer(ctx, c.part, h.claimed, j.Topic, at)
 	if err != nil {
 		c.log.Warn("deferring a throttled job failed; its lease will expire", "job", h.claimed.ID, "err", err)
 	}
@@ -409,26 +409,16 @@ func (p *promoter) run(ctx context.Context) {
 		case <-t.C:
 		}
 		now := w.cfg.Now()
-		groups := map[int]map[string]string{} // partition -> id -> group
+		parts := map[int]bool{}
 		p.mu.Lock()
 		for len(p.due) > 0 && !p.due[0].at.After(now) {
 			d := heap.Pop(&p.due).(dueJob)
-			if groups[d.part] == nil {
-				groups[d.part] = map[string]string{}
-			}
-			groups[d.part][d.id] = d.group
+			parts[d.part] = true
 		}
 		p.mu.Unlock()
-		for part, known := range groups {
-			envGroup := w.groupOf(ctx, part)
-			groupOf := func(id string) (string, error) {
-				if g, ok := known[id]; ok {
-					return g, nil
-				}
-				return envGroup(id)
-			}
+		for part := range parts {
 			for {
-				n, err := p.l.pool.Promote(ctx, part, 500, now, groupOf)
+				n, err := p.l.pool.Promote(ctx, part, 500, now)
 				if err != nil && ctx.Err() == nil {
 					w.log.Warn("promoting throttled jobs failed; the maintainer will", "partition", part, "err", err)
 				}

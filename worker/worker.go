@@ -53,8 +53,14 @@ type Config struct {
 	// Backoff is the delay before the second attempt; each later one
 	// doubles it, up to MaxBackoff, with ±20% jitter.
 	Backoff, MaxBackoff time.Duration
-	// ResultTTL is how long a done job (and its result) is kept.
+	// ResultTTL is how long the record of a job that failed an attempt
+	// and then succeeded is kept, and a group once it ended. A plain job
+	// that succeeded keeps nothing unless it asked for retain.
 	ResultTTL time.Duration
+	// Retain is the per-topic default of the envelope's retain: how long a
+	// successful job's record and result are kept. A job's own retain
+	// wins. Empty: nothing is kept.
+	Retain map[string]time.Duration
 	// IdempotencyTTL is how long a completed idempotency key keeps other
 	// jobs with the key from running.
 	IdempotencyTTL time.Duration
@@ -251,7 +257,6 @@ func (w *Worker) Run(ctx context.Context) error {
 func (w *Worker) maintain(ctx context.Context, part int) {
 	t := time.NewTicker(w.cfg.Maintain)
 	defer t.Stop()
-	groupOf := w.groupOf(ctx, part)
 	defer w.leave(part)
 	w.heartbeat(ctx, part)
 	for {
@@ -275,26 +280,17 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 			w.count("reaped", "", n)
 			w.log.Warn("expired leases returned to ready", "partition", part, "jobs", n)
 		}
-		w.pool.Promote(ctx, part, 500, now, groupOf)
+		w.pool.Promote(ctx, part, 500, now)
 	}
 }
 
-// groupOf reads the group of a job of partition part from its envelope.
-func (w *Worker) groupOf(ctx context.Context, part int) func(id string) (string, error) {
-	return func(id string) (string, error) {
-		env, err := w.pool.Envelope(ctx, part, id)
-		if err != nil {
-			return "", err
-		}
-		j, err := job.Decode(env)
-		if err != nil {
-			return "", err
-		}
-		if j.Group == "" {
-			return j.ID, nil
-		}
-		return j.Group, nil
+// retainOf is how long a job's record and result are kept once it
+// succeeded: its own retain, else its topic's default.
+func (w *Worker) retainOf(j *job.Job) time.Duration {
+	if j.Retain > 0 {
+		return time.Duration(j.Retain)
 	}
+	return w.cfg.Retain[j.Topic]
 }
 
 // call runs the handler; a panic is a failed attempt, not a crash.

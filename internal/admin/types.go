@@ -173,9 +173,13 @@ type GroupList struct {
 
 // ActiveGroup is a group in a partition's fair order.
 type ActiveGroup struct {
-	Partition int    `json:"partition"`
-	Group     string `json:"group"`
-	Ready     int64  `json:"ready"`
+	Partition int `json:"partition"`
+	// Lane is the fair order's unit: g/<group>, or a shared lane of
+	// jobs without a group (q/<topic>/<priority>, t/<topic>/<priority>/<tenant>).
+	Lane string `json:"lane"`
+	// Group is the lane's group, empty for a shared lane.
+	Group string `json:"group,omitempty"`
+	Ready int64  `json:"ready"`
 }
 
 // GroupInfo is what Redis knows of a group.
