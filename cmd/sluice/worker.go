@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/ops"
@@ -30,6 +31,7 @@ type workerFlags struct {
 	serve          string
 	partitionAddrs string
 	handle         string
+	retain         string
 	http           string
 	other          string
 	logging        cli.Logging
@@ -53,7 +55,8 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.Timeout, "timeout", c.Timeout, "time limit of an attempt of jobs whose envelope sets none")
 	cli.DurationVar(fs, &c.Backoff, "backoff", c.Backoff, "delay before the second attempt; doubles per attempt, with ±20% jitter")
 	cli.DurationVar(fs, &c.MaxBackoff, "max-backoff", c.MaxBackoff, "longest delay between attempts")
-	cli.DurationVar(fs, &c.ResultTTL, "result-ttl", c.ResultTTL, "how long a done job and its result are kept")
+	cli.DurationVar(fs, &c.ResultTTL, "result-ttl", c.ResultTTL, "how long an ended group, and the record of a job that failed an attempt and then succeeded, are kept (a plain job that succeeded keeps nothing)")
+	fs.StringVar(&f.retain, "retain", "", "per-topic default of the envelope's retain: \"topic=24h,other=1h\": how long a successful job's record and result are kept (a job's own retain wins)")
 	cli.DurationVar(fs, &c.IdempotencyTTL, "idempotency-ttl", c.IdempotencyTTL, "how long a completed idempotency key keeps other jobs with it from running")
 	fs.IntVar(&c.Dead.Max, "dead-max", c.Dead.Max, "most jobs kept in a partition's dead set (oldest go first)")
 	cli.DurationVar(fs, &c.Dead.Keep, "dead-ttl", c.Dead.Keep, "how long a dead job is kept")
@@ -76,6 +79,9 @@ func (f *workerFlags) build(log *slog.Logger) (*worker.Worker, error) {
 	}
 	if f.cfg.Serve, err = parsePartitionList(f.serve, f.cfg.Partitions); err != nil {
 		return nil, fmt.Errorf("--partitions: %w", err)
+	}
+	if f.cfg.Retain, err = parseTopicDurations(f.retain); err != nil {
+		return nil, fmt.Errorf("--retain: %w", err)
 	}
 	w, err := worker.New(f.cfg, log)
 	if err != nil {
@@ -148,4 +154,21 @@ func runWorker(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer stop()
 	return ops.ListenAndServe(ctx, "worker", f.listen, func() (*worker.Worker, error) { return f.build(log) })
+}
+
+// parseTopicDurations reads "topic=24h,other=1h".
+func parseTopicDurations(s string) (map[string]time.Duration, error) {
+	out := map[string]time.Duration{}
+	for _, def := range strings.Split(s, ",") {
+		if def = strings.TrimSpace(def); def == "" {
+			continue
+		}
+		topic, v, ok := strings.Cut(def, "=")
+		d, err := time.ParseDuration(strings.TrimSpace(v))
+		if !ok || strings.TrimSpace(topic) == "" || err != nil || d < 0 {
+			return nil, fmt.Errorf("%q: want topic=<duration>, e.g. orders=24h", def)
+		}
+		out[strings.TrimSpace(topic)] = d
+	}
+	return out, nil
 }
