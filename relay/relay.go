@@ -53,6 +53,10 @@ type Config struct {
 	// restart, before its Kafka offset is committed (durable.go); 0
 	// commits as soon as Redis answers.
 	DurableAfter time.Duration
+	// IDDedupeTTL is how long a client-chosen job id (the envelope's
+	// id_given) is remembered, so the client's resends of it are dropped.
+	// Relay replays need no TTL: they are deduped by Kafka position.
+	IDDedupeTTL time.Duration
 	// LagEvery is how often the lag gauges are read from Kafka's end
 	// offsets, besides after each batch.
 	LagEvery      time.Duration
@@ -87,6 +91,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.LockDelay, "lock-delay", 5*time.Second, "Consul lock-delay after a holder's session expires; 0 for none")
 	fs.IntVar(&c.BatchSize, "batch-size", 1024, "most jobs per Redis pipeline and per rate-limit wait")
 	cli.DurationVar(fs, &c.CommitEvery, "commit-every", time.Second, "how often to commit Kafka offsets (only of jobs Redis accepted)")
+	cli.DurationVar(fs, &c.IDDedupeTTL, "id-dedupe-ttl", 24*time.Hour, "how long a job id the client chose is remembered: a resend of it within this time is dropped (replays of Kafka records are deduped by their position, whatever their age)")
 	cli.DurationVar(fs, &c.DurableAfter, "durable-after", 3*time.Second, "commit a Kafka offset only once Redis has kept the writes before it this long without restarting (its AOF fsync, every second with appendfsync everysec, has run); a Redis restart under younger writes makes the relay go on from the committed offsets. 0: commit as soon as Redis answers (appendfsync always)")
 	cli.DurationVar(fs, &c.LagEvery, "lag-every", 5*time.Second, "how often sluice_relay_lag_messages is read from Kafka's end offsets while the relay cannot write (it is also set after each batch)")
 	fs.Float64Var(&c.HighWatermark, "memory-high", 0.8, "pause relaying above this fraction of Redis maxmemory")
@@ -130,7 +135,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Relay, error) {
 	}
 	pool, err := queue.NewPool(queue.PoolConfig{
 		Layout: queue.Layout{Stage: cfg.Stage, Partitions: cfg.Partitions},
-		Addr:   cfg.RedisAddr, PartitionAddrs: partAddrs,
+		Addr:   cfg.RedisAddr, PartitionAddrs: partAddrs, IDDedupeTTL: cfg.IDDedupeTTL,
 	})
 	if err != nil {
 		return nil, err

@@ -136,6 +136,24 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// entry finds job id's entry on the lane of group (which must be set) and
+// fails the test if it is not there.
+func (b *bed) entry(t *testing.T, group, id string) queue.ParsedEntry {
+	t.Helper()
+	k := b.layout.Keys(b.layout.PartitionOf(group))
+	all, err := b.redis.Client().LRange(context.Background(), k.Lane(queue.LaneOf(group, "", topic, 0)), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range all {
+		if pe, err := queue.ParseEntry(e); err == nil && pe.ID == id {
+			return pe
+		}
+	}
+	t.Fatalf("job %s is not on group %s's lane (%d entries)", id, group, len(all))
+	return queue.ParsedEntry{}
+}
+
 // envelope is a job as the gate writes it.
 func envelope(id, group string) []byte {
 	j := job.Job{ID: id, Topic: topic, Type: "t", Group: group, Payload: []byte(`{"n":"` + id + `","html":"<&>"}`), EnqueuedAt: time.Now()}
@@ -258,11 +276,13 @@ func TestRelayMovesEveryJobOnceAndCommits(t *testing.T) {
 	if !r.relay.Holds(topic) {
 		t.Fatal("the only relay does not hold the lock")
 	}
-	// Byte for byte from Kafka to Redis.
+	// Byte for byte from Kafka to Redis, as a plain entry: no key of its own.
+	if e := b.entry(t, "g4", "j42"); e.Envelope != string(b.sent["j42"]) || e.Attempts != 0 {
+		t.Fatalf("entry in Redis %+v, want the Kafka record's bytes %q and no attempt", e, b.sent["j42"])
+	}
 	k := b.layout.Keys(b.layout.PartitionOf("g4"))
-	env, err := b.redis.Client().HGet(context.Background(), k.Job("j42"), "env").Result()
-	if err != nil || env != string(b.sent["j42"]) {
-		t.Fatalf("envelope in Redis %q (%v), want the Kafka record's bytes %q", env, err, b.sent["j42"])
+	if n, _ := b.redis.Client().Exists(context.Background(), k.Job("j42")).Result(); n != 0 {
+		t.Fatal("a plain job got a job:<id> key")
 	}
 	testenv.WaitFor(t, 10*time.Second, "offsets committed up to the end", func() bool {
 		return b.committed(t, "sluice-relay."+topic) == 500
@@ -289,9 +309,10 @@ func TestPoisonGoesToTheDLQAndGoodJobsFlow(t *testing.T) {
 	b.produceRaw(t, msgs)
 	b.start(t, "r1", nil)
 	b.waitRelayed(t, 3, 30*time.Second)
-	k := b.layout.Keys(b.layout.PartitionOf("g"))
-	if n, _ := b.redis.Client().Exists(context.Background(), k.Job("good1"), k.Job("good2"), k.Job(topic+"-0-5")).Result(); n != 3 {
-		t.Fatalf("good jobs in Redis: %d of 3", n)
+	for _, id := range []string{"good1", "good2", topic + "-0-5"} {
+		if e := b.entry(t, "g", id); e.ID != id {
+			t.Fatalf("good job %s not on its lane", id)
+		}
 	}
 	var reasons []string
 	for _, m := range testenv.ReadRecords(t, b.kafka.Brokers(), topic+".dlq", 0, sarama.OffsetOldest, 3) {
@@ -515,10 +536,10 @@ func metricLabeled(t *testing.T, r *relay.Relay, name, label, value string) floa
 func TestJobSpecificRedisErrorRequeuesThenDeadLetters(t *testing.T) {
 	b := newBed(t)
 	ctx := context.Background()
-	// The group's ready list key holds a string: Redis refuses its jobs,
-	// and only its jobs.
+	// The group's lane key holds a string: Redis refuses its jobs, and
+	// only its jobs.
 	bad := b.layout.Keys(b.layout.PartitionOf("broken"))
-	b.redis.Client().Set(ctx, bad.Ready("broken"), "not a list", 0)
+	b.redis.Client().Set(ctx, bad.Lane(queue.LaneOf("broken", "", topic, 0)), "not a list", 0)
 	b.produceRaw(t, []kafka.Message{
 		{Topic: topic, Key: []byte("broken"), Value: envelope("victim", "broken"), Partition: 1},
 		{Topic: topic, Key: []byte("fine"), Value: envelope("ok1", "fine"), Partition: 1},
@@ -535,8 +556,8 @@ func TestJobSpecificRedisErrorRequeuesThenDeadLetters(t *testing.T) {
 	if n := metricLabeled(t, r.relay, "sluice_relay_jobs_total", "outcome", "dead_lettered"); n != 1 {
 		t.Fatalf("dead-lettered %v, want 1", n)
 	}
-	if n, _ := b.redis.Client().Exists(ctx, bad.Job("victim")).Result(); n != 0 {
-		t.Fatal("a refused job left its hash behind")
+	if n, _ := b.redis.Client().HGet(ctx, bad.Group("broken"), "relayed").Int(); n != 0 {
+		t.Fatalf("a refused job was counted relayed (%d)", n)
 	}
 }
 

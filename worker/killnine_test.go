@@ -32,7 +32,7 @@ func TestKillNineMidJobRunsItAgain(t *testing.T) {
 	startWorker := func(name string) *exec.Cmd {
 		cmd := exec.Command(bin, "worker", "--listen", "127.0.0.1:0", "--stage", b.layout.Stage,
 			"--redis-addr", b.redis.Addr(), "--redis-partitions", strconv.Itoa(b.layout.Partitions),
-			"--handle", "sleep=sleep", "--lease", "2s", "--maintain-every", "100ms", "--log-format", "text")
+			"--handle", "sleep=sleep", "--retain", "jobs=1h", "--lease", "2s", "--maintain-every", "100ms", "--log-format", "text")
 		cmd.Stdout, cmd.Stderr = logWriter{t, name}, logWriter{t, name}
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
@@ -45,7 +45,7 @@ func TestKillNineMidJobRunsItAgain(t *testing.T) {
 	b.enqueue(t, job.Job{ID: "long", Type: "sleep", Group: "g", Payload: []byte(`{"ms":1500}`)})
 	k := b.layout.Keys(b.layout.PartitionOf("g"))
 	testenv.WaitFor(t, 10*time.Second, "the job to be running", func() bool {
-		n, _ := b.redis.Client().ZCard(context.Background(), k.Inflight()).Result()
+		n, _ := b.redis.Client().HGet(context.Background(), k.Stats(), "inflight").Int()
 		return n == 1
 	})
 	if err := first.Process.Signal(syscall.SIGKILL); err != nil {

@@ -45,20 +45,19 @@ func (b *bed) enqueue(t *testing.T, jobs ...job.Job) {
 	for i := range jobs {
 		j := &jobs[i]
 		j.Topic = "jobs"
-		if j.Group == "" {
-			j.Group = j.ID
-		}
 		j.EnqueuedAt = time.Now()
-		items[i] = queue.Item{ID: j.ID, Group: j.Group, Topic: "jobs", Weight: 1, Envelope: j.AppendJSON(nil)}
+		items[i] = queue.Item{ID: j.ID, Group: j.Group, Tenant: j.Tenant, Topic: "jobs", Weight: j.Priority + 1, Envelope: j.AppendJSON(nil)}
 	}
 	if _, err := b.pool.Enqueue(context.Background(), 1, items, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// jobHash reads a job's record; group is the job's ("" for a job without
+// one), which with the id picks its partition.
 func (b *bed) jobHash(t *testing.T, id, group string) map[string]string {
 	t.Helper()
-	k := b.layout.Keys(b.layout.PartitionOf(group))
+	k := b.layout.Keys(b.layout.PartitionOfJob(group, id))
 	h, err := b.redis.Client().HGetAll(context.Background(), k.Job(id)).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +83,9 @@ func (b *bed) config(mutate func(*worker.Config)) worker.Config {
 	cfg.Maintain = 20 * time.Millisecond
 	cfg.Lease = 3 * time.Second
 	cfg.Drain = 200 * time.Millisecond
+	// The bed's topic keeps a record of each done job, so that tests can
+	// wait for it; TestAPlainJobLeavesNothingBehind turns it off.
+	cfg.Retain = map[string]time.Duration{"jobs": time.Hour}
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -185,7 +187,10 @@ func TestPermanentPanicNoHandlerAndMaxAttempts(t *testing.T) {
 	if h := b.waitState(t, "x1", "x1", "done"); h["attempts"] != "2" {
 		t.Fatalf("a panic must be a failed attempt, then a retry: %v", h)
 	}
-	if h := b.waitState(t, "n1", "n1", "dead"); !strings.Contains(h["last_error"], "no handler") {
+	// No handler: retried with backoff, attempt counted, never killed on
+	// the spot (a rolling deploy may bring the handler); dead only once
+	// its attempts are spent.
+	if h := b.waitState(t, "n1", "", "dead"); !strings.Contains(h["last_error"], "no handler") || h["attempts"] != "5" {
 		t.Fatalf("no handler: %v", h)
 	}
 	// Outcomes by job type; a type without a handler is "other", so that
@@ -196,7 +201,7 @@ func TestPermanentPanicNoHandlerAndMaxAttempts(t *testing.T) {
 		want             float64
 	}{
 		{"dead", "bad-input", 1}, {"retried", "always", 2}, {"dead", "always", 1},
-		{"retried", "panics", 1}, {"done", "panics", 1}, {"dead", "other", 1},
+		{"retried", "panics", 1}, {"done", "panics", 1}, {"retried", "other", 4}, {"dead", "other", 1},
 	} {
 		testenv.WaitFor(t, 5*time.Second, c.outcome+" "+c.jobType+" counted", func() bool {
 			return testenv.Metric(t, w.Registry(), jobs, "outcome", c.outcome, "type", c.jobType) == c.want
@@ -225,10 +230,13 @@ func TestGracefulShutdownHandsBackWithoutFailing(t *testing.T) {
 	stop()
 	k := b.layout.Keys(b.layout.PartitionOf("g"))
 	ctx := context.Background()
-	ids, _ := b.redis.Client().LRange(ctx, k.Ready("g"), 0, -1).Result()
-	attempts, _ := b.redis.Client().HGet(ctx, k.Attempts(), "s1").Result()
-	if len(ids) != 1 || ids[0] != "s1" || attempts != "0" {
-		t.Fatalf("after shutdown: ready %v, attempts %q; want the job back in ready, attempt not counted", ids, attempts)
+	entries, _ := b.redis.Client().LRange(ctx, k.Lane(queue.LaneOf("g", "", "jobs", 0)), 0, -1).Result()
+	var back queue.ParsedEntry
+	if len(entries) == 1 {
+		back, _ = queue.ParseEntry(entries[0])
+	}
+	if len(entries) != 1 || back.ID != "s1" || back.Attempts != 0 {
+		t.Fatalf("after shutdown: lane %q; want the job back on its lane, attempt not counted", entries)
 	}
 	if h := b.jobHash(t, "s1", "g"); h["state"] == "dead" || h["last_error"] != "" {
 		t.Fatalf("a shutdown counted as a failure: %v", h)
@@ -437,13 +445,13 @@ func TestPrefetchClaimsAheadOnlyForFastJobs(t *testing.T) {
 				workers = 2
 			}
 			part := b.layout.PartitionOf("g")
-			inflight := b.layout.Keys(part).Inflight()
+			stats := b.layout.Keys(part).Stats()
 			var most atomic.Int64
 			b.start(t, func(c *worker.Config) {
 				c.Workers, c.Prefetch, c.PrefetchWait = workers, 64, 50*time.Millisecond
 			}, func(w *worker.Worker) {
 				w.Handle("work", worker.HandlerFunc(func(ctx context.Context, _ *worker.Job) ([]byte, error) {
-					n, err := b.redis.Client().ZCard(ctx, inflight).Result()
+					n, err := b.redis.Client().HGet(ctx, stats, "inflight").Int64()
 					if err != nil {
 						return nil, err
 					}
@@ -526,8 +534,42 @@ func TestSmallGroupsFinishWhileAHugeGroupWaits(t *testing.T) {
 	if bigDone >= bigJobs/2 {
 		t.Fatalf("the small groups finished only after %d of the big group's %d jobs", bigDone, bigJobs)
 	}
-	if left, _ := b.redis.Client().LLen(ctx, b.layout.Keys(part).Ready("big")).Result(); left == 0 {
+	if left, _ := b.redis.Client().LLen(ctx, b.layout.Keys(part).Lane(queue.LaneOf("big", "", "jobs", 0))).Result(); left == 0 {
 		t.Fatal("the big group was drained")
 	}
 	t.Logf("20 small groups done while the big group had done %d of %d", bigDone, bigJobs)
+}
+
+// TestAPlainJobLeavesNothingBehind: without retain, a job that succeeded
+// keeps no record in Redis, only counters; one that failed an attempt
+// first keeps its record (its last error) until it expires.
+func TestAPlainJobLeavesNothingBehind(t *testing.T) {
+	b := newBed(t)
+	var calls atomic.Int64
+	b.start(t, func(c *worker.Config) { c.Retain = nil }, func(w *worker.Worker) {
+		w.Handle("ok", worker.HandlerFunc(func(context.Context, *worker.Job) ([]byte, error) { return []byte(`"r"`), nil }))
+		w.Handle("flaky", worker.HandlerFunc(func(context.Context, *worker.Job) ([]byte, error) {
+			if calls.Add(1) == 1 {
+				return nil, errors.New("first try fails")
+			}
+			return nil, nil
+		}))
+	})
+	b.enqueue(t, job.Job{ID: "plain", Type: "ok"}, job.Job{ID: "flaky", Type: "flaky"})
+	h := b.waitState(t, "flaky", "", "done")
+	if h["attempts"] != "2" || h["last_error"] != "first try fails" {
+		t.Fatalf("the record of a job that failed once: %v", h)
+	}
+	ctx := context.Background()
+	testenv.WaitFor(t, 10*time.Second, "both jobs counted done", func() bool {
+		done := 0
+		for p := range b.layout.Partitions {
+			n, _ := b.redis.Client().HGet(ctx, b.layout.Keys(p).Stats(), "done").Int()
+			done += n
+		}
+		return done == 2
+	})
+	if h := b.jobHash(t, "plain", ""); len(h) != 0 {
+		t.Fatalf("a plain job that succeeded left a record: %v", h)
+	}
 }
