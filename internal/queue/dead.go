@@ -44,7 +44,7 @@ const (
 // KEYS[5] stats: ready, and the funnel's replayed field of the job's topic
 // KEYS[6] wake   KEYS[7] shared   KEYS[8..10] its lane's keys (laneKeys)
 // ARGV[1] id   ARGV[2..5] its lane's fields (laneArgs)   ARGV[6] now, Unix ms
-// ARGV[7] the job's topic
+// ARGV[7] the job's topic ("": its lane's, a group's from its hash)
 // Returns 1 replayed, 0 not in the dead set, -1 its record had expired (the
 // id is taken off the dead set), -2 its group was cancelled (left dead).
 //
@@ -74,7 +74,9 @@ end
 redis.call('RPUSH', l.list, withAttempts(e, 0))
 activate(l, KEYS[3], KEYS[4], KEYS[7], {})
 redis.call('HINCRBY', KEYS[5], 'ready', 1)
-redis.call('HINCRBY', KEYS[5], funnelField(l.group, ARGV[7], 'replayed'), 1)
+local topic = ARGV[7]
+if topic == '' then topic = laneTopic(l) end
+redis.call('HINCRBY', KEYS[5], funnelField(l.group, topic, 'replayed'), 1)
 redis.call('RPUSH', KEYS[6], 1)
 redis.call('LTRIM', KEYS[6], -1, -1)
 return 1

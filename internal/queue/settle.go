@@ -27,7 +27,7 @@ import (
 // ARGV[5] ng   ARGV[5+b] batch b's name   ARGV[5+nb+g] group g's name
 // ARGV[5+nb+ng+8(j-1)+1..8]  job j: batch index, group index (0: none),
 // record index (0: none), id, result (may be empty), seconds to retain
-// (0: none), topic, attempt
+// (0: none), topic ("": its group's), attempt
 // Returns an array of n: 1 where recorded, 0 where the job was no longer
 // in its batch (the reaper took the batch back, or an earlier call acked
 // it), so nothing is counted twice.
@@ -50,6 +50,11 @@ for j = 1, n do
       local c = perGroup[g]
       if not c then c = {count = 0, results = {}}; perGroup[g] = c end
       c.count = c.count + 1
+      if topic == '' then
+        -- A group's jobs share its topic: read once per group.
+        if not c.topic then c.topic = redis.call('HGET', KEYS[3+nb+2*g-1], 'topic') or '?' end
+        topic = c.topic
+      end
       if result ~= '' then
         c.results[#c.results+1] = id
         c.results[#c.results+1] = 'done ' .. attempt .. ' ' .. result
@@ -96,7 +101,8 @@ type Done struct {
 	Job    Claimed
 	Result []byte
 	// Topic is the job's, from its envelope: the stage funnel counts the
-	// completion there.
+	// completion there. Empty: its lane's (a shared lane's name, a
+	// group's hash).
 	Topic string
 	// Retain keeps the job's record and result this long (the envelope's
 	// retain, or its topic's default); 0 keeps nothing for a plain job.
@@ -163,7 +169,7 @@ func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time
 			keys = append(keys, k.Job(d.Job.ID))
 		}
 		args = append(args, batches.index[d.Job.Batch], groups.index[d.Job.Group], rec, d.Job.ID, d.Result,
-			int64(d.Retain/time.Second), d.Topic, d.Job.Attempt)
+			int64(d.Retain/time.Second), topicOf(d.Topic, d.Job), d.Job.Attempt)
 	}
 	res, err := runScript(ctx, p.byPart[part], ackScript, keys, args...)
 	if err != nil {
@@ -178,6 +184,18 @@ func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time
 		ok[i] = v == int64(1)
 	}
 	return ok, nil
+}
+
+// topicOf is a job's topic for the funnel: the caller's, else a shared
+// lane's (from its name); "" for a group's job, whose topic the scripts
+// read from the group's hash.
+func topicOf(topic string, job Claimed) string {
+	if topic == "" && job.Group == "" {
+		if l, err := ParseLane(job.Lane); err == nil {
+			return l.Topic
+		}
+	}
+	return topic
 }
 
 // indexer numbers distinct names from 1, in the order first seen (the
@@ -216,7 +234,8 @@ func (x *indexer) add(name string) int {
 // ARGV[1] id  ARGV[2] error  ARGV[3] next try, Unix ms (0: dead)
 // ARGV[4] now, Unix ms  ARGV[5] most dead jobs kept  ARGV[6] seconds to
 // keep the record   ARGV[7] 1 for a deferral   ARGV[8] the group's name
-// ("" none)   ARGV[9] the job's topic   ARGV[10] the batch's name
+// ("" none)   ARGV[9] the job's topic ("": its group's)   ARGV[10] the
+// batch's name
 // Returns 1 retrying (or deferred), 2 dead, 0 when the job was no longer
 // in its batch.
 var failScript = newScript(luaGroupEnded + luaFunnel + luaLanes + `
@@ -227,6 +246,8 @@ if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('ZREM', KEYS[1], ARGV[10])
 redis.call('HINCRBY', KEYS[7], 'inflight', -1)
 local group = ARGV[8] ~= ''
 if group then redis.call('HINCRBY', KEYS[4], 'running', -1) end
+local topic = ARGV[9]
+if topic == '' and group then topic = redis.call('HGET', KEYS[4], 'topic') or '?' end
 if ARGV[7] == '1' then
   redis.call('ZADD', KEYS[5], ARGV[3], e)
   if group then redis.call('HINCRBY', KEYS[4], 'delayed', 1) end
@@ -242,7 +263,7 @@ if tonumber(ARGV[3]) > 0 then
   redis.call('EXPIRE', KEYS[3], ARGV[6])
   if group then redis.call('HINCRBY', KEYS[4], 'delayed', 1) end
   redis.call('HINCRBY', KEYS[7], 'retried', 1)
-  redis.call('HINCRBY', KEYS[7], funnelField(ARGV[8], ARGV[9], 'retried'), 1)
+  redis.call('HINCRBY', KEYS[7], funnelField(ARGV[8], topic, 'retried'), 1)
   return 1
 end
 redis.call('HSET', KEYS[3], 'state', 'dead', 'dead_ms', ARGV[4], 'env', e)
@@ -252,7 +273,7 @@ redis.call('ZADD', KEYS[6], ARGV[4], ARGV[1])
 local over = redis.call('ZCARD', KEYS[6]) - tonumber(ARGV[5])
 if over > 0 then redis.call('ZPOPMIN', KEYS[6], over) end
 redis.call('HINCRBY', KEYS[7], 'dead', 1)
-redis.call('HINCRBY', KEYS[7], funnelField(ARGV[8], ARGV[9], 'dead'), 1)
+redis.call('HINCRBY', KEYS[7], funnelField(ARGV[8], topic, 'dead'), 1)
 if group then
   redis.call('HINCRBY', KEYS[4], 'dead', 1)
   if tonumber(redis.call('HGET', KEYS[4], 'total') or '0') > 0 then
@@ -279,7 +300,7 @@ type DeadLimits struct {
 // Failure is a failed attempt for Fail.
 type Failure struct {
 	Job   Claimed
-	Topic string // the job's, for the funnel
+	Topic string // the job's, for the funnel ("": its lane's)
 	Cause string
 	// NextTry is when to try again; zero: the job is dead.
 	NextTry time.Time
@@ -317,7 +338,7 @@ func (p *Pool) fail(ctx context.Context, part int, f Failure, next int64, now ti
 	}
 	res, err := runScript(ctx, p.byPart[part], failScript,
 		[]string{k.Leases(), k.Lease(job.Batch), k.Job(job.ID), group, k.Delayed(), k.Dead(), k.Stats(), k.Completed(), results},
-		job.ID, f.Cause, next, now.UnixMilli(), dead.Max, max(int64(dead.Keep/time.Second), 1), flag, job.Group, f.Topic, job.Batch)
+		job.ID, f.Cause, next, now.UnixMilli(), dead.Max, max(int64(dead.Keep/time.Second), 1), flag, job.Group, topicOf(f.Topic, job), job.Batch)
 	if err != nil {
 		return FailLost, fmt.Errorf("fail %s: %w", job.ID, err)
 	}
