@@ -17,12 +17,12 @@ func kill(t *testing.T, p *Pool, id, group string, death time.Time) int {
 	if _, err := p.Enqueue(ctx, 1, []Item{item(id, group)}, death); err != nil {
 		t.Fatal(err)
 	}
-	part := p.Layout().PartitionOf(group)
+	part := p.Layout().PartitionOfJob(group, id)
 	jobs, err := p.Claim(ctx, part, 1, death.Add(time.Minute))
 	if err != nil || len(jobs) != 1 || jobs[0].ID != id {
 		t.Fatalf("claim %s: %v %v", id, jobs, err)
 	}
-	if r, err := p.Fail(ctx, part, jobs[0], "boom "+id, time.Time{}, death, DeadLimits{Max: 1000, Keep: time.Hour}); r != FailDead || err != nil {
+	if r, err := p.Fail(ctx, part, Failure{Job: jobs[0], Topic: "jobs", Cause: "boom " + id}, death, DeadLimits{Max: 1000, Keep: time.Hour}); r != FailDead || err != nil {
 		t.Fatalf("fail %s: %d %v", id, r, err)
 	}
 	return part
@@ -65,17 +65,17 @@ func TestDeadPageWalksTiesByID(t *testing.T) {
 
 // TestReplayDeadOutcomes: a replay makes the job ready again with its
 // attempts reset and the ready depth right; a second replay finds nothing;
-// a cancelled group's job stays dead; a job whose hash expired is taken off
-// the dead set; a purge deletes.
+// a cancelled group's job stays dead; a job whose record expired is taken
+// off the dead set; a purge deletes.
 func TestReplayDeadOutcomes(t *testing.T) {
 	r := testenv.Redis(t)
 	p := newPool(t, 2, r.Addr(), nil)
 	ctx := context.Background()
 	part := kill(t, p, "a", "ga", now)
-	if n, err := p.ReplayDead(ctx, part, "a", "ga", "jobs", now); n != ReplayDone || err != nil {
+	if n, err := p.ReplayDead(ctx, part, "a", now); n != ReplayDone || err != nil {
 		t.Fatalf("replay: %d %v", n, err)
 	}
-	if n, _ := p.ReplayDead(ctx, part, "a", "ga", "jobs", now); n != ReplayGone {
+	if n, _ := p.ReplayDead(ctx, part, "a", now); n != ReplayGone {
 		t.Errorf("a second replay: %d", n)
 	}
 	load, err := p.Load(ctx, part, time.Minute)
@@ -83,8 +83,9 @@ func TestReplayDeadOutcomes(t *testing.T) {
 		t.Errorf("ready depth after the replay: %+v %v", load, err)
 	}
 	k := p.Layout().Keys(part)
-	if ttl := r.Client().TTL(ctx, k.Job("a")).Val(); ttl != -1 {
-		t.Errorf("the replayed job's hash still expires: %v", ttl)
+	// The record keeps its last error, without the entry, until it expires.
+	if h := r.Client().HGetAll(ctx, k.Job("a")).Val(); h["env"] != "" || h["state"] != "" || h["last_error"] != "boom a" {
+		t.Errorf("the replayed job's record: %v", h)
 	}
 	jobs, err := p.Claim(ctx, part, 5, now.Add(time.Minute))
 	if err != nil || len(jobs) != 1 || jobs[0].Attempt != 1 {
@@ -99,13 +100,13 @@ func TestReplayDeadOutcomes(t *testing.T) {
 	if _, err := p.CancelGroup(ctx, "gb", now); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := p.ReplayDead(ctx, part, "b", "gb", "jobs", now); n != ReplayCancelled {
+	if n, _ := p.ReplayDead(ctx, part, "b", now); n != ReplayCancelled {
 		t.Errorf("replay into a cancelled group: %d", n)
 	}
 
 	part = kill(t, p, "c", "gc", now)
 	r.Client().Del(ctx, p.Layout().Keys(part).Job("c"))
-	if n, _ := p.ReplayDead(ctx, part, "c", "gc", "jobs", now); n != ReplayExpired {
+	if n, _ := p.ReplayDead(ctx, part, "c", now); n != ReplayExpired {
 		t.Errorf("replay of an expired job: %d", n)
 	}
 	if _, _, ok, _ := p.FindDead(ctx, "c"); ok {
@@ -120,7 +121,7 @@ func TestReplayDeadOutcomes(t *testing.T) {
 		t.Error("a second purge found it")
 	}
 	if n := r.Client().Exists(ctx, p.Layout().Keys(part).Job("d")).Val(); n != 0 {
-		t.Error("the purged job's hash is still there")
+		t.Error("the purged job's record is still there")
 	}
 }
 
@@ -141,7 +142,7 @@ func TestReplayKeepsACompletedBulkGroupFinal(t *testing.T) {
 	if err != nil || len(jobs) != 1 {
 		t.Fatal(jobs, err)
 	}
-	if r, err := p.Fail(ctx, part, jobs[0], "boom", time.Time{}, now, DeadLimits{Max: 10, Keep: time.Hour}); r != FailDead || err != nil {
+	if r, err := p.Fail(ctx, part, Failure{Job: jobs[0], Topic: "jobs", Cause: "boom"}, now, DeadLimits{Max: 10, Keep: time.Hour}); r != FailDead || err != nil {
 		t.Fatal(r, err)
 	}
 	if g, err := p.TakeCompleted(ctx, part); g != "bulk" || err != nil {
@@ -151,7 +152,7 @@ func TestReplayKeepsACompletedBulkGroupFinal(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := p.Layout().Keys(part)
-	if n, err := p.ReplayDead(ctx, part, "bulk.0", "bulk", "jobs", now); n != ReplayDone || err != nil {
+	if n, err := p.ReplayDead(ctx, part, "bulk.0", now); n != ReplayDone || err != nil {
 		t.Fatal(n, err)
 	}
 	if ttl := r.Client().TTL(ctx, k.Group("bulk")).Val(); ttl <= 0 {
@@ -161,7 +162,7 @@ func TestReplayKeepsACompletedBulkGroupFinal(t *testing.T) {
 	if err != nil || len(jobs) != 1 {
 		t.Fatal(jobs, err)
 	}
-	if ok, err := p.Ack(ctx, part, jobs[0], nil, now, time.Hour); !ok || err != nil {
+	if ok, err := p.Ack(ctx, part, Done{Job: jobs[0], Topic: "jobs"}, now, time.Hour); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	if n := r.Client().LLen(ctx, k.Completed()).Val(); n != 0 {

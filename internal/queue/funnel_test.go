@@ -42,6 +42,7 @@ func TestFunnelCountsEveryHandOffAndBalances(t *testing.T) {
 	late := item("d1", "gd")
 	late.RunAt = now.Add(time.Hour)
 	items = append(items, late)
+	items = positioned(0, 0, items...)
 	if _, err := p.Enqueue(ctx, 1, items, now); err != nil {
 		t.Fatal(err)
 	}
@@ -63,10 +64,10 @@ func TestFunnelCountsEveryHandOffAndBalances(t *testing.T) {
 	if _, err := p.AckMany(ctx, 0, done, now, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Fail(ctx, 0, byID["a3"], "boom", now.Add(time.Second), now, DeadLimits{Max: 10, Keep: time.Hour}); err != nil {
+	if _, err := p.Fail(ctx, 0, Failure{Job: byID["a3"], Topic: "jobs", Cause: "boom", NextTry: now.Add(time.Second)}, now, DeadLimits{Max: 10, Keep: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Fail(ctx, 0, byID["a4"], "boom", time.Time{}, now, DeadLimits{Max: 10, Keep: time.Hour}); err != nil {
+	if _, err := p.Fail(ctx, 0, Failure{Job: byID["a4"], Topic: "jobs", Cause: "boom"}, now, DeadLimits{Max: 10, Keep: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	balanced("after settling")
@@ -79,7 +80,7 @@ func TestFunnelCountsEveryHandOffAndBalances(t *testing.T) {
 	if _, err := p.Release(ctx, 0, []Claimed{byID["b1"], byID["b2"]}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Enqueue(ctx, 1, []Item{item("b3", "gb")}, now); err != nil {
+	if _, err := p.Enqueue(ctx, 1, positioned(0, 9, item("b3", "gb")), now); err != nil {
 		t.Fatal(err)
 	}
 	f := balanced("after the cancel")

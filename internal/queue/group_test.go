@@ -30,7 +30,7 @@ func TestBulkGroupCompletesExactlyOnce(t *testing.T) {
 		t.Fatalf("completed early: %v", got)
 	}
 	// The last job dies: ended all the same.
-	if res, err := p.Fail(ctx, 0, jobs[2], "boom", time.Time{}, now, DeadLimits{Max: 10, Keep: time.Hour}); err != nil || res != FailDead {
+	if res, err := p.Fail(ctx, 0, Failure{Job: jobs[2], Topic: "jobs", Cause: "boom"}, now, DeadLimits{Max: 10, Keep: time.Hour}); err != nil || res != FailDead {
 		t.Fatalf("fail: %v %v", res, err)
 	}
 	// A redelivered close and a late ack change nothing.
@@ -63,8 +63,8 @@ func TestBulkGroupCompletesExactlyOnce(t *testing.T) {
 	if l, _ := p.Completing(ctx, 0); len(l) != 1 || l[0] != "a" {
 		t.Fatalf("completing: %v", l)
 	}
-	states, err := p.JobStates(ctx, "a", []string{"a-0", "a-1", "a-2", "a-9"})
-	if err != nil || states[0].State != "done" || states[2].State != "dead" || states[2].LastError != "boom" || states[3].State != "" {
+	states, err := p.JobStates(ctx, "a", []string{"a-0", "a-1", "a-2"})
+	if err != nil || states[0].State != "done" || states[2].State != "dead" || states[2].LastError != "boom" || states[2].Attempts != 1 {
 		t.Fatalf("job states: %+v %v", states, err)
 	}
 	if err := p.FinishCompleted(ctx, "a", map[string]any{"callback_state": "delivered"}, time.Hour); err != nil {
@@ -106,7 +106,7 @@ func TestCancelGroup(t *testing.T) {
 	p.Enqueue(ctx, 1, []Item{closeItem("c", 1500)}, now)
 	jobs, _ := p.Claim(ctx, 0, 2, now.Add(time.Minute))
 	// One fails and waits in delayed; one keeps running.
-	p.Fail(ctx, 0, jobs[0], "later", now.Add(time.Second), now, DeadLimits{Max: 10, Keep: time.Hour})
+	p.Fail(ctx, 0, Failure{Job: jobs[0], Topic: "jobs", Cause: "later", NextTry: now.Add(time.Second)}, now, DeadLimits{Max: 10, Keep: time.Hour})
 	n, err := p.CancelGroup(ctx, "c", now)
 	if err != nil || n != 1498 {
 		t.Fatalf("cancel: %d %v", n, err)
@@ -114,11 +114,10 @@ func TestCancelGroup(t *testing.T) {
 	if more, _ := p.Claim(ctx, 0, 10, now.Add(time.Minute)); len(more) != 0 {
 		t.Fatalf("claimed from a cancelled group: %v", more)
 	}
-	if st, _ := r.Client().HGet(ctx, k.Job("c-7"), "state").Result(); st != "cancelled" {
-		t.Fatalf("a cancelled job's state: %q", st)
+	if n := r.Client().Exists(ctx, k.Lane("g/c")).Val(); n != 0 {
+		t.Fatal("the cancelled group's lane is still there")
 	}
-	groupOf := func(string) (string, error) { return "c", nil }
-	if moved, err := p.Promote(ctx, 0, 10, now.Add(2*time.Second), groupOf); err != nil || moved != 0 {
+	if moved, err := p.Promote(ctx, 0, 10, now.Add(2*time.Second)); err != nil || moved != 0 {
 		t.Fatalf("promote of a cancelled group's job: %d %v", moved, err)
 	}
 	st, _ := p.GroupStatus(ctx, "c")
@@ -132,6 +131,10 @@ func TestCancelGroup(t *testing.T) {
 	}
 	if l, _ := r.Client().LRange(ctx, k.Completed(), 0, -1).Result(); len(l) != 1 {
 		t.Fatalf("completed: %v", l)
+	}
+	states, err := p.JobStates(ctx, "c", []string{"c-7", jobs[0].ID, jobs[1].ID})
+	if err != nil || states[0].State != "cancelled" || states[1].State != "cancelled" || states[2].State != "done" {
+		t.Fatalf("item states: %+v %v", states, err)
 	}
 }
 

@@ -2,6 +2,8 @@ package queue
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -43,50 +45,70 @@ func TestPartitionOfIsFNV1a32(t *testing.T) {
 	}
 }
 
-func TestEnqueueWritesTheJobOnce(t *testing.T) {
+func TestEnqueueWritesEntriesOnTheirLanes(t *testing.T) {
 	r := testenv.Redis(t)
 	p := newPool(t, 4, r.Addr(), nil)
 	ctx := context.Background()
-	items := []Item{item("j1", "g"), item("j2", "g"), item("j3", "other")}
+	items := positioned(0, 0, item("j1", "g"), item("j2", "g"), item("j3", "other"))
 	items[2].GroupTotal = 10
-	res, err := p.Enqueue(ctx, 1, items, now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i, r := range res {
+	for i, r := range enqueueOK(t, p, 1, items, now) {
 		if r.Outcome != Queued {
 			t.Fatalf("item %d: %v %v", i, r.Outcome, r.Err)
 		}
 	}
 	rdb := r.Client()
-	k := p.Layout().Keys(p.Layout().PartitionOf("g"))
-	if env, _ := rdb.HGet(ctx, k.Job("j1"), "env").Result(); env != string(items[0].Envelope) {
-		t.Fatalf("envelope in Redis %q, want byte-identical %q", env, items[0].Envelope)
+	pg := p.Layout().PartitionOf("g")
+	k := p.Layout().Keys(pg)
+	lane, _ := rdb.LRange(ctx, k.Lane("g/g"), 0, -1).Result()
+	want := []string{Entry(0, "j1", "g/g", items[0].Envelope), Entry(0, "j2", "g/g", items[1].Envelope)}
+	if !slices.Equal(lane, want) {
+		t.Fatalf("lane g/g holds %q, want %q", lane, want)
 	}
-	if ids, _ := rdb.LRange(ctx, k.Ready("g"), 0, -1).Result(); strings.Join(ids, ",") != "j1,j2" {
-		t.Fatalf("ready list %v", ids)
+	if e, err := ParseEntry(lane[0]); err != nil || e.Envelope != string(items[0].Envelope) || e.ID != "j1" || e.Attempts != 0 {
+		t.Fatalf("entry %+v %v: the envelope must come back byte for byte", e, err)
 	}
-	if n, _ := rdb.ZCard(ctx, k.Groups()).Result(); n < 1 {
-		t.Fatal("group not active")
+	// No key per job.
+	for _, id := range []string{"j1", "j2", "j3"} {
+		if n := rdb.Exists(ctx, p.Layout().Keys(p.Layout().PartitionOfJob("g", id)).Job(id)).Val(); n != 0 {
+			t.Fatalf("a plain job %s has a record", id)
+		}
+	}
+	if _, err := rdb.ZScore(ctx, k.Lanes(), "g/g").Result(); err != nil {
+		t.Fatalf("lane g/g not in the fair order: %v", err)
 	}
 	ko := p.Layout().Keys(p.Layout().PartitionOf("other"))
 	if total, _ := rdb.HGet(ctx, ko.Group("other"), "total").Result(); total != "10" {
 		t.Fatalf("group total %q", total)
 	}
-
-	// The same jobs again (a redelivery after failover): nothing changes.
-	res, err = p.Enqueue(ctx, 1, items[:2], now)
-	if err != nil || res[0].Outcome != Duplicate || res[1].Outcome != Duplicate {
-		t.Fatalf("redelivery: %v %v", res, err)
+	if v, _ := rdb.HGet(ctx, k.Stats(), "inflight").Result(); v != "" && v != "0" {
+		t.Fatalf("inflight %q before any claim", v)
 	}
-	if n, _ := rdb.LLen(ctx, k.Ready("g")).Result(); n != 2 {
-		t.Fatalf("ready list has %d after a redelivery", n)
+	// The watermark: the highest offset applied in this partition.
+	wantWM := "1"
+	if p.Layout().PartitionOf("other") == pg {
+		wantWM = "2"
+	}
+	if wm, _ := rdb.HGet(ctx, k.Watermark("jobs"), "0").Result(); wm != wantWM {
+		t.Fatalf("watermark %q, want %s", wm, wantWM)
+	}
+
+	// The same records again (a redelivery after a failover): nothing changes.
+	res := enqueueOK(t, p, 1, items[:2], now)
+	if res[0].Outcome != Duplicate || res[1].Outcome != Duplicate {
+		t.Fatalf("redelivery: %v", res)
+	}
+	if n, _ := rdb.LLen(ctx, k.Lane("g/g")).Result(); n != 2 {
+		t.Fatalf("lane has %d after a redelivery", n)
 	}
 	if v, _ := rdb.HGet(ctx, k.Group("g"), "relayed").Result(); v != "2" {
 		t.Fatalf("group relayed %q", v)
 	}
 	if v, _ := rdb.HGet(ctx, k.Stats(), "deduped").Result(); v != "2" {
 		t.Fatalf("stats deduped %q", v)
+	}
+	// An item without a Kafka position (a tool's) is not deduped by it.
+	if res := enqueueOK(t, p, 1, []Item{item("j1", "g")}, now); res[0].Outcome != Queued {
+		t.Fatalf("an item without a position: %v", res)
 	}
 }
 
@@ -97,19 +119,28 @@ func TestFenceRefusesAnOlderToken(t *testing.T) {
 	if res, err := p.Enqueue(ctx, 5, []Item{item("a", "g")}, now); err != nil || res[0].Outcome != Queued {
 		t.Fatalf("token 5: %v %v", res, err)
 	}
-	res, err := p.Enqueue(ctx, 3, []Item{item("b", "g")}, now)
-	if err != nil || res[0].Outcome != Fenced {
+	k := p.Layout().Keys(0)
+	before := dump(t, r.Client(), nil)
+	res, err := p.Enqueue(ctx, 3, positioned(0, 9, item("b", "g"), item("c", "")), now)
+	if err != nil || res[0].Outcome != Fenced || res[1].Outcome != Fenced {
 		t.Fatalf("token 3 after 5: %v %v", res, err)
 	}
-	k := p.Layout().Keys(0)
-	if n, _ := r.Client().Exists(ctx, k.Job("b")).Result(); n != 0 {
-		t.Fatal("a fenced write left the job behind")
-	}
-	if v, _ := r.Client().HGet(ctx, k.Stats(), "fenced").Result(); v != "1" {
+	// A fenced write changes nothing but the fenced counter: no entry, no
+	// watermark.
+	after := dump(t, r.Client(), nil)
+	if v, _ := r.Client().HGet(ctx, k.Stats(), "fenced").Result(); v != "2" {
 		t.Fatalf("stats fenced %q", v)
 	}
-	if res, err := p.Enqueue(ctx, 7, []Item{item("b", "g")}, now); err != nil || res[0].Outcome != Queued {
+	delete(after, k.Stats())
+	delete(before, k.Stats())
+	if !maps.Equal(before, after) {
+		t.Fatalf("a fenced write changed Redis:\n%s", diffDumps(before, after))
+	}
+	if res, err := p.Enqueue(ctx, 7, positioned(0, 9, item("b", "g")), now); err != nil || res[0].Outcome != Queued {
 		t.Fatalf("token 7: %v %v", res, err)
+	}
+	if n := r.Client().LLen(ctx, k.Lane("g/g")).Val(); n != 2 {
+		t.Fatalf("lane holds %d", n)
 	}
 	// Fences are per topic: another topic's relay has tokens of its own.
 	other := item("c", "g")
@@ -131,22 +162,27 @@ func TestDelayedAndFairOrderEntry(t *testing.T) {
 	if err != nil || res[0].Outcome != Delayed {
 		t.Fatalf("run_at in a minute: %v %v", res, err)
 	}
-	if due, _ := rdb.ZScore(ctx, k.Delayed(), "later").Result(); int64(due) != now.Add(time.Minute).UnixMilli() {
+	if due, _ := rdb.ZScore(ctx, k.Delayed(), Entry(0, "later", "g/g", later.Envelope)).Result(); int64(due) != now.Add(time.Minute).UnixMilli() {
 		t.Fatalf("due %v", due)
 	}
-	if n, _ := rdb.ZCard(ctx, k.Groups()).Result(); n != 0 {
-		t.Fatal("a group with only delayed jobs is active")
+	if n, _ := rdb.ZCard(ctx, k.Lanes()).Result(); n != 0 {
+		t.Fatal("a lane with only delayed jobs is active")
 	}
-	// A group becoming active starts at the partition's virtual clock.
+	if v, _ := rdb.HGet(ctx, k.Group("g"), "delayed").Result(); v != "1" {
+		t.Fatalf("group delayed %q", v)
+	}
+	// A lane becoming active starts at the partition's virtual clock.
 	rdb.Set(ctx, k.VirtualTime(), "42.5", 0)
 	heavy := item("h1", "heavy")
 	heavy.Weight = 10
-	if _, err := p.Enqueue(ctx, 1, []Item{heavy, item("n1", "new")}, now); err != nil {
+	shared := item("s1", "")
+	shared.Weight = 3
+	if _, err := p.Enqueue(ctx, 1, []Item{heavy, item("n1", "new"), shared}, now); err != nil {
 		t.Fatal(err)
 	}
-	for _, g := range []string{"heavy", "new"} {
-		if s, _ := rdb.ZScore(ctx, k.Groups(), g).Result(); s != 42.5 {
-			t.Fatalf("group %s enters at %v, want the virtual clock 42.5", g, s)
+	for _, l := range []string{"g/heavy", "g/new", "q/jobs/2"} {
+		if s, _ := rdb.ZScore(ctx, k.Lanes(), l).Result(); s != 42.5 {
+			t.Fatalf("lane %s enters at %v, want the virtual clock 42.5", l, s)
 		}
 	}
 	if w, _ := rdb.HGet(ctx, k.Group("heavy"), "weight").Result(); w != "10" {
@@ -182,14 +218,18 @@ func TestPhysicalPartitions(t *testing.T) {
 	if _, err := p.Enqueue(ctx, 1, []Item{item("a", g0), item("b", g1)}, now); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := r0.Client().Exists(ctx, l.Keys(0).Job("a")).Result(); n != 1 {
+	if n, _ := r0.Client().LLen(ctx, l.Keys(0).Lane("g/"+g0)).Result(); n != 1 {
 		t.Fatal("partition 0's job is not on its Redis")
 	}
-	if n, _ := r1.Client().Exists(ctx, l.Keys(1).Job("b")).Result(); n != 1 {
+	if n, _ := r1.Client().LLen(ctx, l.Keys(1).Lane("g/"+g1)).Result(); n != 1 {
 		t.Fatal("partition 1's job is not on its own Redis")
 	}
-	if n, _ := r0.Client().Exists(ctx, l.Keys(1).Job("b")).Result(); n != 0 {
+	if n, _ := r0.Client().Exists(ctx, l.Keys(1).Lane("g/"+g1)).Result(); n != 0 {
 		t.Fatal("partition 1's job landed on the default Redis")
+	}
+	jobs, err := p.Claim(ctx, 1, 10, now.Add(time.Minute))
+	if err != nil || len(jobs) != 1 || jobs[0].ID != "b" {
+		t.Fatalf("claim on partition 1: %+v %v", jobs, err)
 	}
 }
 

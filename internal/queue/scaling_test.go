@@ -9,19 +9,19 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
-// readyTruth is the ready depth counted the slow way: the ids on the ready
-// lists of the active groups.
+// readyTruth is the ready depth counted the slow way: the entries on the
+// active lanes.
 func readyTruth(t *testing.T, p *Pool, part int) int64 {
 	t.Helper()
 	ctx := context.Background()
 	k := p.Layout().Keys(part)
-	groups, err := p.Client(part).ZRange(ctx, k.Groups(), 0, -1).Result()
+	lanes, err := p.Client(part).ZRange(ctx, k.Lanes(), 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var n int64
-	for _, g := range groups {
-		l, _ := p.Client(part).LLen(ctx, k.Ready(g)).Result()
+	for _, l := range lanes {
+		l, _ := p.Client(part).LLen(ctx, k.Lane(l)).Result()
 		n += l
 	}
 	return n
@@ -38,9 +38,10 @@ func wantReady(t *testing.T, p *Pool, what string, want int64) {
 	}
 }
 
-// The ready counter follows every script that moves ids onto or off the
-// ready lists: enqueue (ready, not delayed), claim, fail (to delayed),
-// promote, reap, release, ack and cancel.
+// The ready counter follows every script that moves entries onto or off
+// the lanes: enqueue (ready, not delayed), claim, fail (to delayed),
+// promote, reap, release, ack, cancel and replay; and the inflight
+// counter follows the leases.
 func TestReadyDepthFollowsEveryMove(t *testing.T) {
 	p, _ := onePartition(t)
 	ctx := context.Background()
@@ -49,39 +50,50 @@ func TestReadyDepthFollowsEveryMove(t *testing.T) {
 	enqueueGroup(t, p, "b", 5, 1)
 	later := item("later", "a")
 	later.RunAt = now.Add(time.Hour)
-	dup := item("a-0", "a")
-	if _, err := p.Enqueue(ctx, 1, []Item{later, dup}, now); err != nil {
+	if _, err := p.Enqueue(ctx, 1, positioned(0, 0, later, item("s", "")), now); err != nil {
 		t.Fatal(err)
 	}
-	wantReady(t, p, "enqueued 15 ready, 1 delayed, 1 duplicate", 15)
+	if _, err := p.Enqueue(ctx, 1, positioned(0, 1, item("s", "")), now); err != nil {
+		t.Fatal(err)
+	}
+	wantReady(t, p, "enqueued 16 ready, 1 delayed, 1 duplicate", 16)
+	inflight := func(what string, want int64) {
+		t.Helper()
+		f, err := p.Funnel(ctx, 0)
+		if err != nil || f.Inflight != want {
+			t.Fatalf("%s: in flight %d %v, want %d", what, f.Inflight, err, want)
+		}
+	}
 
 	jobs, _ := p.Claim(ctx, 0, 6, now.Add(time.Second))
-	wantReady(t, p, "claimed 6", 9)
+	wantReady(t, p, "claimed 6", 10)
+	inflight("claimed 6", 6)
 	limits := DeadLimits{Max: 10, Keep: time.Hour}
-	p.Fail(ctx, 0, jobs[0], "retry", now.Add(time.Second), now, limits)
-	p.Fail(ctx, 0, jobs[1], "dead", time.Time{}, now, limits)
+	p.Fail(ctx, 0, Failure{Job: jobs[0], Cause: "retry", NextTry: now.Add(time.Second)}, now, limits)
+	p.Fail(ctx, 0, Failure{Job: jobs[1], Cause: "dead"}, now, limits)
 	p.AckMany(ctx, 0, []Done{{Job: jobs[2]}}, now, time.Hour)
-	wantReady(t, p, "failed, dead and acked", 9)
-	groupOf := func(id string) (string, error) {
-		if id == "later" {
-			return "a", nil
-		}
-		return jobs[0].Group, nil
-	}
-	if n, _ := p.Promote(ctx, 0, 10, now.Add(2*time.Hour), groupOf); n != 2 {
+	wantReady(t, p, "failed, dead and acked", 10)
+	inflight("failed, dead and acked", 3)
+	if n, _ := p.Promote(ctx, 0, 10, now.Add(2*time.Hour)); n != 2 {
 		t.Fatalf("promoted %d, want 2", n)
 	}
-	wantReady(t, p, "promoted 2", 11)
+	wantReady(t, p, "promoted 2", 12)
 	if n, _ := p.Release(ctx, 0, jobs[5:]); n != 1 {
 		t.Fatalf("released %d", n)
 	}
-	wantReady(t, p, "released 1", 12)
+	wantReady(t, p, "released 1", 13)
+	inflight("released 1", 2)
 	if n, _ := p.Reap(ctx, 0, 10, now.Add(2*time.Second)); n != 2 {
 		t.Fatalf("reaped %d, want 2 (jobs[3], jobs[4])", n)
 	}
-	wantReady(t, p, "reaped 2", 14)
+	wantReady(t, p, "reaped 2", 15)
+	inflight("reaped 2", 0)
+	if n, _ := p.ReplayDead(ctx, 0, jobs[1].ID, now); n != ReplayDone {
+		t.Fatalf("replay: %d", n)
+	}
+	wantReady(t, p, "replayed 1", 16)
 	ready := readyTruth(t, p, 0)
-	bLeft, _ := p.Client(0).LLen(ctx, p.Layout().Keys(0).Ready("b")).Result()
+	bLeft, _ := p.Client(0).LLen(ctx, p.Layout().Keys(0).Lane("g/b")).Result()
 	if _, err := p.CancelGroup(ctx, "b", now); err != nil {
 		t.Fatal(err)
 	}
@@ -96,10 +108,11 @@ func TestReadyDepthFollowsEveryMove(t *testing.T) {
 		}
 	}
 	wantReady(t, p, "claimed the rest", 0)
+	inflight("claimed the rest", ready-bLeft)
 }
 
 // A counter that drifted (jobs queued before it existed, a hand edit) is
-// set back to 0 once no group is active: then nothing is ready.
+// set back to 0 once no lane is active: then nothing is ready.
 func TestReadyDepthHealsWhenNothingIsActive(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
@@ -109,7 +122,7 @@ func TestReadyDepthHealsWhenNothingIsActive(t *testing.T) {
 	if v, _ := r.Client().HGet(ctx, k.Stats(), "ready").Result(); v != "0" {
 		t.Fatalf("stored counter %q, want 0", v)
 	}
-	// A negative drift reads as 0 while groups are active.
+	// A negative drift reads as 0 while lanes are active.
 	enqueueGroup(t, p, "g", 3, 1)
 	r.Client().HIncrBy(ctx, k.Stats(), "ready", -10)
 	if l, _ := p.Load(ctx, 0, time.Minute); l.Ready != 0 {

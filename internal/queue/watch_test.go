@@ -29,7 +29,7 @@ func TestWaitCompletedBlocksUntilAGroupCompletes(t *testing.T) {
 		}
 		got <- g
 	}()
-	if ok, err := p.Ack(ctx, 0, jobs[0], []byte(`1`), now, time.Hour); !ok || err != nil {
+	if ok, err := p.Ack(ctx, 0, Done{Job: jobs[0], Result: []byte(`1`), Topic: "jobs"}, now, time.Hour); !ok || err != nil {
 		t.Fatalf("ack: %v %v", ok, err)
 	}
 	select {

@@ -2,11 +2,11 @@ package queue
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/testenv"
 )
@@ -36,6 +36,28 @@ func enqueueGroup(t *testing.T, p *Pool, group string, n, weight int) {
 // A 10,000-job group enqueued first and 20 groups of 10 after it: every
 // small group completes while most of the big one still waits, and the
 // big one keeps moving.
+// ack acks claimed jobs without results and fails the test unless each
+// was still in its batch.
+func ack(t *testing.T, p *Pool, part int, jobs ...Claimed) {
+	t.Helper()
+	done := make([]Done, len(jobs))
+	for i, j := range jobs {
+		done[i] = Done{Job: j, Topic: "jobs"}
+	}
+	ok, err := p.AckMany(context.Background(), part, done, now, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, o := range ok {
+		if !o {
+			t.Fatalf("ack of %s (batch %s) found it gone", jobs[i].ID, jobs[i].Batch)
+		}
+	}
+}
+
+// A 10,000-job group enqueued first and 20 groups of 10 after it: every
+// small group completes while most of the big one still waits, and the
+// big one keeps moving.
 func TestClaimIsFairAcrossGroups(t *testing.T) {
 	p, _ := onePartition(t)
 	ctx := context.Background()
@@ -47,9 +69,7 @@ func TestClaimIsFairAcrossGroups(t *testing.T) {
 		if err != nil || len(jobs) != 10 {
 			t.Fatalf("claim: %v %v", jobs, err)
 		}
-		for _, j := range jobs {
-			p.Ack(ctx, 0, j, nil, now, time.Hour)
-		}
+		ack(t, p, 0, jobs...)
 	}
 	for g := range 20 {
 		enqueueGroup(t, p, "small"+strconv.Itoa(g), 10, 1)
@@ -71,10 +91,8 @@ func TestClaimIsFairAcrossGroups(t *testing.T) {
 			} else if left[j.Group]--; left[j.Group] == 0 {
 				delete(left, j.Group)
 			}
-			if ok, err := p.Ack(ctx, 0, j, nil, now, time.Hour); !ok || err != nil {
-				t.Fatalf("ack %v: %v %v", j, ok, err)
-			}
 		}
+		ack(t, p, 0, jobs...)
 	}
 	// Fair shares: 21 groups, each small group's 10 jobs take 10 rounds.
 	if claimed > 260 || big < 5 {
@@ -103,136 +121,342 @@ func TestClaimHonoursWeights(t *testing.T) {
 	}
 }
 
-func TestAckCountsOnceAndKeepsTheResult(t *testing.T) {
+// A plain job's ack leaves nothing of it; a job that asked for retain
+// gets a record with its result, kept that long; a second ack counts
+// nothing.
+func TestAckCountsOnceAndKeepsTheResultOnlyWhenAsked(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	enqueueGroup(t, p, "g", 1, 1)
+	rdb := r.Client()
+	k := p.Layout().Keys(0)
+	enqueueGroup(t, p, "g", 2, 1)
 	jobs, err := p.Claim(ctx, 0, 5, now.Add(time.Minute))
-	if err != nil || len(jobs) != 1 || jobs[0].Attempt != 1 || jobs[0].ID != "g-0" {
+	if err != nil || len(jobs) != 2 || jobs[0].Attempt != 1 || jobs[0].ID != "g-0" || jobs[0].Group != "g" || jobs[0].Lane != "g/g" {
 		t.Fatalf("claim: %+v %v", jobs, err)
 	}
-	if env, err := p.Envelope(ctx, 0, jobs[0].ID); err != nil || len(env) == 0 {
-		t.Fatalf("envelope: %q %v", env, err)
+	if string(jobs[0].Envelope) != string(item("g-0", "g").Envelope) {
+		t.Fatalf("claimed envelope %q", jobs[0].Envelope)
 	}
-	if ok, err := p.Ack(ctx, 0, jobs[0], []byte(`{"sent":true}`), now, time.Hour); !ok || err != nil {
+	if jobs[0].Batch == "" || jobs[1].Batch != jobs[0].Batch {
+		t.Fatalf("one claim, one batch: %q %q", jobs[0].Batch, jobs[1].Batch)
+	}
+	if ok, err := p.Ack(ctx, 0, Done{Job: jobs[0], Result: []byte(`{"sent":true}`), Topic: "jobs"}, now, time.Hour); !ok || err != nil {
 		t.Fatalf("ack: %v %v", ok, err)
 	}
-	if ok, _ := p.Ack(ctx, 0, jobs[0], nil, now, time.Hour); ok {
+	if ok, _ := p.Ack(ctx, 0, Done{Job: jobs[0]}, now, time.Hour); ok {
 		t.Fatal("a second ack counted")
 	}
-	k := p.Layout().Keys(0)
-	h, _ := r.Client().HGetAll(ctx, k.Job("g-0")).Result()
-	// The envelope's bytes are given back; its field stays for the relay's
-	// dedupe.
-	if env, kept := h["env"]; h["state"] != "done" || h["result"] != `{"sent":true}` || h["attempts"] != "1" || !kept || env != "" {
-		t.Fatalf("job after ack: %v", h)
+	if n := rdb.Exists(ctx, k.Job("g-0")).Val(); n != 0 {
+		t.Fatal("a plain job that succeeded has a record")
 	}
-	if codes, err := p.Enqueue(ctx, 1, []Item{item("g-0", "g")}, now); err != nil || codes[0].Outcome != Duplicate {
-		t.Fatalf("a done job relayed again: %v %v, want a duplicate", codes, err)
+	// Retain: a record with the result, kept for the retain.
+	if ok, err := p.Ack(ctx, 0, Done{Job: jobs[1], Result: []byte(`42`), Retain: 10 * time.Minute}, now, time.Hour); !ok || err != nil {
+		t.Fatalf("ack with retain: %v %v", ok, err)
 	}
-	if ttl, _ := r.Client().TTL(ctx, k.Job("g-0")).Result(); ttl <= 0 || ttl > time.Hour {
-		t.Fatalf("job kept for %v", ttl)
+	h := rdb.HGetAll(ctx, k.Job("g-1")).Val()
+	if h["state"] != "done" || h["result"] != "42" || h["attempts"] != "1" {
+		t.Fatalf("retained record %v", h)
 	}
-	g, _ := r.Client().HGetAll(ctx, k.Group("g")).Result()
-	if g["running"] != "0" || g["done"] != "1" {
+	if ttl := rdb.TTL(ctx, k.Job("g-1")).Val(); ttl <= 9*time.Minute || ttl > 10*time.Minute {
+		t.Fatalf("retained for %v, want 10m", ttl)
+	}
+	g := rdb.HGetAll(ctx, k.Group("g")).Val()
+	if g["running"] != "0" || g["done"] != "2" {
 		t.Fatalf("group after ack: %v", g)
 	}
-	// The relay still dedupes it: its env field is there.
-	if res, err := p.Enqueue(ctx, 1, []Item{item("g-0", "g")}, now); err != nil || res[0].Outcome != Duplicate {
-		t.Fatalf("redelivery of a done job: %v %v", res, err)
+	st := rdb.HGetAll(ctx, k.Stats()).Val()
+	if st["done"] != "2" || st["inflight"] != "0" || st["ready"] != "0" {
+		t.Fatalf("stats after acks: %v", st)
+	}
+	if n := rdb.Exists(ctx, k.Lease(jobs[0].Batch), k.Leases()).Val(); n != 0 {
+		t.Fatal("a settled batch left its lease behind")
 	}
 }
 
-// One AckMany over two groups, with a job acked twice and one whose lease
-// was reaped: each counts once, per group and in the partition's stats.
+// One AckMany over two groups and two batches, with a job acked twice and
+// a batch the reaper took back: each counts once, per group and in the
+// partition's stats.
 func TestAckManyCountsEachLeasedJobOncePerGroup(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
 	enqueueGroup(t, p, "a", 3, 1)
+	first, err := p.Claim(ctx, 0, 3, now.Add(time.Minute))
+	if err != nil || len(first) != 3 {
+		t.Fatalf("claim: %+v %v", first, err)
+	}
 	enqueueGroup(t, p, "b", 2, 1)
-	jobs, err := p.Claim(ctx, 0, 5, now.Add(time.Second))
-	if err != nil || len(jobs) != 5 {
-		t.Fatalf("claim: %+v %v", jobs, err)
+	second, err := p.Claim(ctx, 0, 2, now.Add(time.Second))
+	if err != nil || len(second) != 2 || second[0].Batch == first[0].Batch {
+		t.Fatalf("claim: %+v %v", second, err)
 	}
-	var reaped Claimed
-	for _, j := range jobs {
-		if j.Group == "b" {
-			reaped = j
-		}
-	}
-	k := p.Layout().Keys(0)
-	// The reaper takes one lease back, as if it had expired.
-	r.Client().ZAdd(ctx, k.Inflight(), redis.Z{Score: 0, Member: reaped.ID})
-	if n, err := p.Reap(ctx, 0, 10, now); n != 1 || err != nil {
+	// b's batch expires first: the reaper takes it back.
+	if n, err := p.Reap(ctx, 0, 10, now.Add(2*time.Second)); n != 2 || err != nil {
 		t.Fatalf("reap: %d %v", n, err)
 	}
-	done := []Done{}
-	for _, j := range jobs {
-		done = append(done, Done{Job: j, Result: []byte("r-" + j.ID)})
+	var done []Done
+	for _, j := range append(slices.Clone(first), second...) {
+		done = append(done, Done{Job: j, Result: []byte("r-" + j.ID), Topic: "jobs"})
 	}
-	done = append(done, Done{Job: jobs[0]}) // the same job again
+	done = append(done, Done{Job: first[0]}) // the same job again
 	ok, err := p.AckMany(ctx, 0, done, now, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	acked := 0
 	for i, d := range done {
-		want := d.Job.ID != reaped.ID && i < len(jobs)
+		want := d.Job.Group == "a" && i < 3
 		if ok[i] != want {
 			t.Fatalf("ack %d (%s): %v, want %v", i, d.Job.ID, ok[i], want)
 		}
-		if ok[i] {
-			acked++
-			h, _ := r.Client().HGetAll(ctx, k.Job(d.Job.ID)).Result()
-			if h["state"] != "done" || h["result"] != "r-"+d.Job.ID || h["attempts"] != "1" {
-				t.Fatalf("job %s after ack: %v", d.Job.ID, h)
-			}
-		}
 	}
-	ga, _ := r.Client().HGetAll(ctx, k.Group("a")).Result()
-	gb, _ := r.Client().HGetAll(ctx, k.Group("b")).Result()
-	if ga["running"] != "0" || ga["done"] != "3" || gb["running"] != "0" || gb["done"] != "1" {
+	k := p.Layout().Keys(0)
+	ga := r.Client().HGetAll(ctx, k.Group("a")).Val()
+	gb := r.Client().HGetAll(ctx, k.Group("b")).Val()
+	if ga["running"] != "0" || ga["done"] != "3" || gb["running"] != "0" || gb["done"] != "" {
 		t.Fatalf("groups after acks: a %v, b %v", ga, gb)
 	}
-	if n, _ := r.Client().HGet(ctx, k.Stats(), "done").Int(); n != acked || acked != 4 {
-		t.Fatalf("stats count %d done, acked %d", n, acked)
+	st := r.Client().HGetAll(ctx, k.Stats()).Val()
+	if st["done"] != "3" || st["inflight"] != "0" || st["ready"] != "2" {
+		t.Fatalf("stats after acks: %v", st)
 	}
-	if n, _ := r.Client().HLen(ctx, k.Leases()).Result(); n != 0 {
-		t.Fatalf("%d leases left", n)
-	}
-	if n, _ := r.Client().HLen(ctx, k.Attempts()).Result(); n != 1 {
-		t.Fatalf("%d attempt counters left, want the reaped job's", n)
+	if n := r.Client().Exists(ctx, k.Leases()).Val(); n != 0 {
+		t.Fatalf("leases left: %v", r.Client().ZRange(ctx, k.Leases(), 0, -1).Val())
 	}
 }
 
-func TestReapReturnsExpiredLeasesWithTheAttemptCounted(t *testing.T) {
-	p, _ := onePartition(t)
+// One lease per claimed batch: acks take jobs off it; when it expires the
+// reaper returns only the jobs not acked, their attempt counted; a late
+// ack (or fail, release, extend) of a reaped job finds it gone.
+func TestOneLeasePerBatchReapReturnsOnlyTheUnacked(t *testing.T) {
+	p, r := onePartition(t)
 	ctx := context.Background()
-	enqueueGroup(t, p, "g", 2, 1)
-	jobs, _ := p.Claim(ctx, 0, 1, now.Add(time.Second))
-	// Extend tells a live lease from one that is gone, per id.
-	if kept, err := p.Extend(ctx, 0, []string{"no-such-job", jobs[0].ID}, now.Add(2*time.Second)); err != nil || len(kept) != 2 || kept[0] || !kept[1] {
+	rdb := r.Client()
+	k := p.Layout().Keys(0)
+	enqueueGroup(t, p, "g", 5, 1)
+	enqueueOK(t, p, 1, []Item{item("s0", ""), item("s1", ""), item("s2", "")}, now)
+	jobs, err := p.Claim(ctx, 0, 8, now.Add(time.Second))
+	if err != nil || len(jobs) != 8 {
+		t.Fatalf("claim: %d %v", len(jobs), err)
+	}
+	batch := jobs[0].Batch
+	for _, j := range jobs {
+		if j.Batch != batch || j.Attempt != 1 {
+			t.Fatalf("job %+v: want batch %s, attempt 1", j, batch)
+		}
+	}
+	if n := rdb.ZCard(ctx, k.Leases()).Val(); n != 1 {
+		t.Fatalf("%d leases for one claim", n)
+	}
+	if n := rdb.HLen(ctx, k.Lease(batch)).Val(); n != 8 {
+		t.Fatalf("the batch's lease holds %d jobs", n)
+	}
+	byID := map[string]Claimed{}
+	for _, j := range jobs {
+		byID[j.ID] = j
+	}
+	ack(t, p, 0, byID["g-1"], byID["s0"], byID["g-4"])
+	if n := rdb.HLen(ctx, k.Lease(batch)).Val(); n != 5 {
+		t.Fatalf("the lease holds %d after 3 acks", n)
+	}
+	// Extend tells a live batch from one that is gone.
+	if kept, err := p.Extend(ctx, 0, []string{"no-such-batch", batch}, now.Add(2*time.Second)); err != nil || len(kept) != 2 || kept[0] || !kept[1] {
 		t.Fatalf("extend a live lease: %v %v", kept, err)
 	}
 	if n, err := p.Reap(ctx, 0, 100, now.Add(time.Second)); n != 0 || err != nil {
 		t.Fatalf("reaped an extended lease: %d %v", n, err)
 	}
-	if n, err := p.Reap(ctx, 0, 100, now.Add(3*time.Second)); n != 1 || err != nil {
-		t.Fatalf("reap: %d %v", n, err)
+	if n, err := p.Reap(ctx, 0, 100, now.Add(2*time.Second)); n != 5 || err != nil {
+		t.Fatalf("reap: %d %v, want the 5 unacked", n, err)
 	}
-	if kept, _ := p.Extend(ctx, 0, []string{jobs[0].ID}, now.Add(time.Minute)); len(kept) != 1 || kept[0] {
-		t.Fatal("extended a reaped lease")
+	if n := rdb.Exists(ctx, k.Leases(), k.Lease(batch)).Val(); n != 0 {
+		t.Fatal("the reaped batch is still leased")
 	}
-	if n, _ := p.Client(0).ZCard(ctx, p.Layout().Keys(0).Inflight()).Result(); n != 0 {
-		t.Fatalf("extending a reaped lease put it back in flight (%d)", n)
+	st := rdb.HGetAll(ctx, k.Stats()).Val()
+	if st["inflight"] != "0" || st["ready"] != "5" || st["done"] != "3" {
+		t.Fatalf("stats after the reap: %v", st)
 	}
-	if ok, _ := p.Ack(ctx, 0, jobs[0], nil, now, time.Hour); ok {
-		t.Fatal("acked a reaped lease")
+	if g := rdb.HGetAll(ctx, k.Group("g")).Val(); g["running"] != "0" || g["done"] != "2" {
+		t.Fatalf("group after the reap: %v", g)
 	}
-	// Back at the front of its group, attempt counted.
+	// Late: the reaped jobs are no longer the holder's.
+	if ok, _ := p.Ack(ctx, 0, Done{Job: byID["g-0"]}, now, time.Hour); ok {
+		t.Fatal("acked a reaped job")
+	}
+	if res, _ := p.Fail(ctx, 0, Failure{Job: byID["g-2"], Cause: "late"}, now, DeadLimits{Max: 10, Keep: time.Hour}); res != FailLost {
+		t.Fatalf("failed a reaped job: %d", res)
+	}
+	if n, _ := p.Release(ctx, 0, []Claimed{byID["s1"]}); n != 0 {
+		t.Fatal("released a reaped job")
+	}
+	if kept, _ := p.Extend(ctx, 0, []string{batch}, now.Add(time.Minute)); len(kept) != 1 || kept[0] {
+		t.Fatal("extended a reaped batch")
+	}
+	if n := rdb.Exists(ctx, k.Leases(), k.Job("g-2")).Val(); n != 0 {
+		t.Fatal("a late call left a lease or a record behind")
+	}
+	// Back at the front of their lanes, each attempt counted.
+	again, err := p.Claim(ctx, 0, 10, now.Add(time.Minute))
+	if err != nil || len(again) != 5 {
+		t.Fatalf("after reaping: %+v %v", again, err)
+	}
+	var ids []string
+	for _, j := range again {
+		ids = append(ids, j.ID)
+		if j.Attempt != 2 || j.Batch == batch || string(j.Envelope) != string(byID[j.ID].Envelope) {
+			t.Fatalf("reclaimed %+v: want attempt 2 in a new batch, the same envelope", j)
+		}
+	}
+	slices.Sort(ids)
+	if want := []string{"g-0", "g-2", "g-3", "s1", "s2"}; !slices.Equal(ids, want) {
+		t.Fatalf("reclaimed %v, want %v", ids, want)
+	}
+	ack(t, p, 0, again...)
+}
+
+// Release hands jobs back without counting the attempt; a failure with a
+// next try waits in delayed with its attempt counted and a record of its
+// error; Promote brings it back when due; after the last attempt it is
+// dead with its entry and last error in its record; a replay puts it back
+// with its attempts reset. For a group's job and one without a group.
+func TestJobLifecycle(t *testing.T) {
+	for _, group := range []string{"g", ""} {
+		t.Run("group="+group, func(t *testing.T) {
+			p, r := onePartition(t)
+			ctx := context.Background()
+			rdb := r.Client()
+			k := p.Layout().Keys(0)
+			limits := DeadLimits{Max: 10, Keep: time.Hour}
+			it := item("x", group)
+			lane := LaneOf(group, "", "jobs", 0)
+			enqueueOK(t, p, 1, positioned(0, 0, it), now)
+			claim := func(attempt int) Claimed {
+				t.Helper()
+				jobs, err := p.Claim(ctx, 0, 10, now.Add(time.Minute))
+				if err != nil || len(jobs) != 1 || jobs[0].ID != "x" || jobs[0].Attempt != attempt || jobs[0].Lane != lane ||
+					jobs[0].Group != group || string(jobs[0].Envelope) != string(it.Envelope) {
+					t.Fatalf("claim: %+v %v, want x at attempt %d on %s", jobs, err, attempt, lane)
+				}
+				return jobs[0]
+			}
+			counters := func(what, want string) {
+				t.Helper()
+				if group == "" {
+					return
+				}
+				g := rdb.HGetAll(ctx, k.Group(group)).Val()
+				if got := fmt.Sprintf("running=%s delayed=%s failed=%s dead=%s", g["running"], g["delayed"], g["failed"], g["dead"]); got != want {
+					t.Fatalf("%s: group %s, want %s", what, got, want)
+				}
+			}
+
+			j := claim(1)
+			if n, err := p.Release(ctx, 0, []Claimed{j}); n != 1 || err != nil {
+				t.Fatalf("release: %d %v", n, err)
+			}
+			if n := rdb.Exists(ctx, k.Job("x")).Val(); n != 0 {
+				t.Fatal("a release wrote a record")
+			}
+			counters("released", "running=0 delayed= failed= dead=")
+			j = claim(1) // not counted
+
+			next := now.Add(time.Second)
+			if res, err := p.Fail(ctx, 0, Failure{Job: j, Topic: "jobs", Cause: "e1", NextTry: next}, now, limits); res != FailRetrying || err != nil {
+				t.Fatalf("fail with a next try: %d %v", res, err)
+			}
+			delayed := rdb.ZRangeWithScores(ctx, k.Delayed(), 0, -1).Val()
+			if len(delayed) != 1 || delayed[0].Member != Entry(1, "x", lane, it.Envelope) || int64(delayed[0].Score) != next.UnixMilli() {
+				t.Fatalf("delayed %v, want the entry with 1 attempt counted, due at the next try", delayed)
+			}
+			h := rdb.HGetAll(ctx, k.Job("x")).Val()
+			if h["last_error"] != "e1" || h["attempts"] != "1" || h["state"] != "retrying" || h["failed_ms"] == "" {
+				t.Fatalf("record after a failed attempt: %v", h)
+			}
+			if ttl := rdb.TTL(ctx, k.Job("x")).Val(); ttl <= 0 || ttl > time.Hour {
+				t.Fatalf("record kept for %v", ttl)
+			}
+			counters("failed", "running=0 delayed=1 failed=1 dead=")
+			if st := rdb.HGetAll(ctx, k.Stats()).Val(); st["inflight"] != "0" || st["ready"] != "0" || st["retried"] != "1" {
+				t.Fatalf("stats: %v", st)
+			}
+
+			if n, _ := p.Promote(ctx, 0, 100, now); n != 0 {
+				t.Fatal("promoted a job before its time")
+			}
+			if n, err := p.Promote(ctx, 0, 100, next); n != 1 || err != nil {
+				t.Fatalf("promote: %d %v", n, err)
+			}
+			counters("promoted", "running=0 delayed=0 failed=1 dead=")
+			j = claim(2)
+
+			if res, err := p.Fail(ctx, 0, Failure{Job: j, Topic: "jobs", Cause: "e2"}, now.Add(2*time.Second), limits); res != FailDead || err != nil {
+				t.Fatalf("last attempt: %d %v", res, err)
+			}
+			h = rdb.HGetAll(ctx, k.Job("x")).Val()
+			if h["state"] != "dead" || h["env"] != Entry(2, "x", lane, it.Envelope) || h["last_error"] != "e2" || h["attempts"] != "2" || h["dead_ms"] == "" {
+				t.Fatalf("dead record: %v", h)
+			}
+			if ids := rdb.ZRange(ctx, k.Dead(), 0, -1).Val(); !slices.Equal(ids, []string{"x"}) {
+				t.Fatalf("dead set %v", ids)
+			}
+			counters("dead", "running=0 delayed=0 failed=2 dead=1")
+			refs := []DeadRef{{ID: "x"}}
+			if err := p.DeadJobs(ctx, 0, refs); err != nil || refs[0].Fields["last_error"] != "e2" || refs[0].Fields["attempts"] != "2" {
+				t.Fatalf("dead jobs: %+v %v", refs, err)
+			}
+			if ref, part, ok, err := p.FindDead(ctx, "x"); !ok || err != nil || part != 0 || ref.At.UnixMilli() != now.Add(2*time.Second).UnixMilli() {
+				t.Fatalf("find dead: %+v %d %v %v", ref, part, ok, err)
+			}
+
+			if n, err := p.ReplayDead(ctx, 0, "x", now.Add(3*time.Second)); n != ReplayDone || err != nil {
+				t.Fatalf("replay: %d %v", n, err)
+			}
+			if l := rdb.LRange(ctx, k.Lane(lane), 0, -1).Val(); !slices.Equal(l, []string{Entry(0, "x", lane, it.Envelope)}) {
+				t.Fatalf("lane after the replay %q", l)
+			}
+			h = rdb.HGetAll(ctx, k.Job("x")).Val()
+			if h["state"] != "" || h["env"] != "" || h["replayed_ms"] == "" || h["last_error"] != "e2" {
+				t.Fatalf("record after the replay: %v", h)
+			}
+			counters("replayed", "running=0 delayed=0 failed=2 dead=0")
+			f, _ := p.Funnel(ctx, 0)
+			if f.Stages["jobs"][StageReplayed] != 1 || f.Ready != 1 || f.Dead != 0 {
+				t.Fatalf("funnel after the replay: %+v", f)
+			}
+			j = claim(1)
+			ack(t, p, 0, j)
+			counters("done", "running=0 delayed=0 failed=2 dead=0")
+			if st := rdb.HGetAll(ctx, k.Stats()).Val(); st["inflight"] != "0" || st["ready"] != "0" || st["done"] != "1" || st["dead"] != "1" {
+				t.Fatalf("stats at the end: %v", st)
+			}
+		})
+	}
+}
+
+// A deferral (the job could not start yet) waits in delayed without
+// counting the attempt or writing a record.
+func TestDeferDoesNotCountTheAttempt(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	k := p.Layout().Keys(0)
+	enqueueGroup(t, p, "g", 1, 1)
+	jobs, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
+	if ok, err := p.Defer(ctx, 0, jobs[0], "jobs", now.Add(time.Second)); !ok || err != nil {
+		t.Fatalf("defer: %v %v", ok, err)
+	}
+	if ok, _ := p.Defer(ctx, 0, jobs[0], "jobs", now.Add(time.Second)); ok {
+		t.Fatal("deferred a job twice")
+	}
+	if n := r.Client().Exists(ctx, k.Job("g-0")).Val(); n != 0 {
+		t.Fatal("a deferral wrote a record")
+	}
+	if n, _ := p.Promote(ctx, 0, 10, now.Add(time.Second)); n != 1 {
+		t.Fatalf("promoted %d", n)
+	}
 	again, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
-	if len(again) != 1 || again[0].ID != jobs[0].ID || again[0].Attempt != 2 {
-		t.Fatalf("after reaping: %+v", again)
+	if len(again) != 1 || again[0].Attempt != 1 {
+		t.Fatalf("after a deferral: %+v", again)
+	}
+	if g := r.Client().HGetAll(ctx, k.Group("g")).Val(); g["running"] != "1" || g["delayed"] != "0" || g["failed"] != "" {
+		t.Fatalf("group %v", g)
 	}
 }
 
@@ -241,33 +465,25 @@ func TestFailRetriesThenDies(t *testing.T) {
 	ctx := context.Background()
 	enqueueGroup(t, p, "g", 3, 1)
 	limits := DeadLimits{Max: 2, Keep: time.Hour}
-	groupOf := func(string) (string, error) { return "g", nil }
 	jobs, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
-	if res, err := p.Fail(ctx, 0, jobs[0], "timeout", now.Add(time.Second), now, limits); res != FailRetrying || err != nil {
+	if res, err := p.Fail(ctx, 0, Failure{Job: jobs[0], Cause: "timeout", NextTry: now.Add(time.Second)}, now, limits); res != FailRetrying || err != nil {
 		t.Fatalf("fail with a retry: %d %v", res, err)
 	}
-	if n, _ := p.Promote(ctx, 0, 100, now, groupOf); n != 0 {
-		t.Fatal("promoted a job before its time")
-	}
-	if n, err := p.Promote(ctx, 0, 100, now.Add(time.Second), groupOf); n != 1 || err != nil {
+	if n, err := p.Promote(ctx, 0, 100, now.Add(time.Second)); n != 1 || err != nil {
 		t.Fatalf("promote: %d %v", n, err)
 	}
 	again, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
 	if len(again) != 1 || again[0].ID != jobs[0].ID || again[0].Attempt != 2 {
 		t.Fatalf("after the retry: %+v", again)
 	}
-	if res, _ := p.Fail(ctx, 0, again[0], "still broken", time.Time{}, now, limits); res != FailDead {
+	if res, _ := p.Fail(ctx, 0, Failure{Job: again[0], Cause: "still broken"}, now, limits); res != FailDead {
 		t.Fatalf("last attempt: %d", res)
 	}
 	k := p.Layout().Keys(0)
-	h, _ := r.Client().HGetAll(ctx, k.Job(jobs[0].ID)).Result()
-	if h["state"] != "dead" || h["last_error"] != "still broken" || h["attempts"] != "2" || h["dead_ms"] == "" {
-		t.Fatalf("dead job: %v", h)
-	}
 	// The dead set is capped: the oldest goes first.
 	for range 2 {
 		js, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
-		p.Fail(ctx, 0, js[0], "x", time.Time{}, now.Add(time.Second), limits)
+		p.Fail(ctx, 0, Failure{Job: js[0], Cause: "x"}, now.Add(time.Second), limits)
 	}
 	dead, _ := r.Client().ZRange(ctx, k.Dead(), 0, -1).Result()
 	if len(dead) != 2 || dead[0] == jobs[0].ID || dead[1] == jobs[0].ID {
@@ -294,6 +510,9 @@ func TestReleaseUncountsAndWakeSignals(t *testing.T) {
 	}
 	if n, _ := r.Client().LLen(ctx, k.Wake()).Result(); n != 1 {
 		t.Fatal("a release did not wake a consumer")
+	}
+	if n := r.Client().Exists(ctx, k.Leases(), k.Lease(jobs[0].Batch)).Val(); n != 0 {
+		t.Fatal("a batch released whole is still leased")
 	}
 	again, _ := p.Claim(ctx, 0, 2, now.Add(time.Hour))
 	if len(again) != 2 || again[0].ID != jobs[0].ID || again[0].Attempt != 1 || again[1].Attempt != 1 {
