@@ -84,8 +84,13 @@ func FuzzStream(f *testing.F) {
 }
 
 // strictStdlibDecode is the reference: encoding/json with unknown fields
-// refused and nothing after the object.
+// refused and nothing after the object. A document that is just null is
+// refused too: encoding/json leaves the job unset, but a job must be an
+// object (testdata/fuzz holds the case).
 func strictStdlibDecode(data []byte) (*Job, error) {
+	if bytes.Equal(bytes.Trim(data, " \t\r\n"), []byte("null")) {
+		return nil, errors.New("null: want a job object")
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	var j Job
