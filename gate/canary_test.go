@@ -29,6 +29,13 @@ func TestCanaryReservationAndTopicInfo(t *testing.T) {
 	if a := post(t, jobs+":batch", `[{"type":"t"},{"type":"t","group":"sluice.g"}]`, user...); a.status != 207 {
 		t.Errorf("a batch with a reserved group: %d %s, want 207", a.status, a.body)
 	}
+	// Without a group, the id is what the job is keyed by: reserved too.
+	if a := post(t, jobs, `{"type":"t","id":"sluice.canary.jobs.0.0.1"}`, user...); a.status != 403 {
+		t.Errorf("a user's job with a canary's id and no group: %d %s, want 403", a.status, a.body)
+	}
+	if a := post(t, jobs, `{"type":"t","id":"sluice.x","group":"g"}`, user...); a.status != 202 {
+		t.Errorf("a user's job with a sluice. id in a group of its own: %d %s, want 202", a.status, a.body)
+	}
 	if a := post(t, g.url+"/v1/topics/jobs/groups", `{"id":"sluice.canary.x","type":"t","items":[1]}`, user...); a.status != 403 {
 		t.Errorf("a bulk group with a reserved id: %d %s", a.status, a.body)
 	}
@@ -53,8 +60,8 @@ func TestCanaryReservationAndTopicInfo(t *testing.T) {
 	m := string(do(t, "GET", g.url+"/metrics", nil).body)
 	for _, want := range []string{
 		`sluice_gate_jobs_total{outcome="canary",topic="jobs"} 1`,
-		`sluice_gate_jobs_total{outcome="accepted",topic="jobs"} 2`,
-		`sluice_gate_jobs_total{outcome="rejected",topic="jobs"} 3`,
+		`sluice_gate_jobs_total{outcome="accepted",topic="jobs"} 3`,
+		`sluice_gate_jobs_total{outcome="rejected",topic="jobs"} 4`,
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -107,7 +107,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 	if cfg.MaxBodyBytes <= 0 || cfg.MaxBatchBytes <= 0 || cfg.MaxBatchJobs <= 0 {
 		return nil, errors.New("--max-body-bytes, --max-batch-bytes and --max-batch-jobs must be positive")
 	}
-	// The envelope adds the gate's fields (id, topic, enqueued_at) to the
+	// The envelope adds the gate's fields (id, id_given, topic, enqueued_at) to the
 	// client's body; leave room for them under Kafka's record limit.
 	producer, err := kafka.NewProducer(&cfg.Kafka, kafka.ProducerOptions{MaxMessageBytes: int(cfg.MaxBodyBytes) + 4096}, log)
 	if err != nil {

@@ -179,25 +179,104 @@ func TestEnqueueWritesEnvelopeByteForByte(t *testing.T) {
 			t.Fatalf("record is not an envelope: %v\n%s", err, m.Value)
 		}
 		if string(j.Payload) != payload || j.ID != acc.ID || j.Topic != "jobs" || j.Type != "email.send" ||
-			j.Group != group || j.Tenant != "acme" || time.Since(j.EnqueuedAt) > time.Minute {
+			j.Group != group || j.Tenant != "acme" || j.IDGiven || time.Since(j.EnqueuedAt) > time.Minute {
 			t.Fatalf("envelope in Kafka: %+v", j)
 		}
 	}
 }
 
-func TestGroupDefaultsToIDAndClientIDIsKept(t *testing.T) {
+// checkRecord reads the record an accepted job became and checks the
+// rules the gate owns: the key is the group, else the id; a job posted
+// without a group has none in Kafka; id_given is true exactly when the
+// client chose the id, whatever it sent in id_given.
+func checkRecord(t *testing.T, k *testenv.KafkaCluster, id string, partition int32, offset int64, group string, idGiven bool) *job.Job {
+	t.Helper()
+	m := readRecord(t, k, "jobs", partition, offset)
+	j, err := job.Decode(m.Value)
+	if err != nil {
+		t.Fatalf("record %s: %v", m.Value, err)
+	}
+	wantKey := group
+	if group == "" {
+		wantKey = id
+		if bytes.Contains(m.Value, []byte(`"group"`)) {
+			t.Fatalf("a job posted without a group has one in Kafka: %s", m.Value)
+		}
+	}
+	if j.ID != id || j.Group != group || j.IDGiven != idGiven || string(m.Key) != wantKey {
+		t.Fatalf("record key %q %s: want id %q group %q id_given %v key %q", m.Key, m.Value, id, group, idGiven, wantKey)
+	}
+	return j
+}
+
+func TestNoDefaultGroupKeyIsIDAndIDGivenIsTheGates(t *testing.T) {
 	k := newKafka(t)
 	g := startGate(t, k, nil)
-	a := post(t, g.url+"/v1/topics/jobs/jobs", `{"type":"t","id":"client-id-1"}`)
-	var acc accepted
-	a.decode(t, &acc)
-	if a.status != http.StatusAccepted || acc.ID != "client-id-1" {
-		t.Fatalf("POST: %d %s", a.status, a.body)
+	cases := []struct {
+		body, id, group string
+		idGiven         bool
+	}{
+		// The client chose the id: id_given, whatever it claims.
+		{`{"type":"t","id":"client-id-1","id_given":false}`, "client-id-1", "", true},
+		{`{"type":"t","id":"client-id-2"}`, "client-id-2", "", true},
+		// The gate chose it: never id_given.
+		{`{"type":"t","id_given":true}`, "", "", false},
+		{`{"type":"t","id":null,"id_given":true}`, "", "", false},
+		{`{"type":"t","id":"client-id-3","group":"g-1","id_given":false}`, "client-id-3", "g-1", true},
 	}
-	m := readRecord(t, k, "jobs", acc.Partition, acc.Offset)
-	j, _ := job.Decode(m.Value)
-	if j.Group != "client-id-1" || string(m.Key) != "client-id-1" || acc.Partition != javaPartition("client-id-1", partitions) {
-		t.Fatalf("group %q key %q partition %d", j.Group, m.Key, acc.Partition)
+	for _, c := range cases {
+		a := post(t, g.url+"/v1/topics/jobs/jobs", c.body)
+		var acc accepted
+		a.decode(t, &acc)
+		if a.status != http.StatusAccepted || (c.id != "" && acc.ID != c.id) || len(acc.ID) == 0 {
+			t.Fatalf("POST %s: %d %s", c.body, a.status, a.body)
+		}
+		if bytes.Contains(a.body, []byte("group")) {
+			t.Fatalf("POST %s: the answer names a group: %s", c.body, a.body)
+		}
+		key := c.group
+		if key == "" {
+			key = acc.ID
+		}
+		if acc.Partition != javaPartition(key, partitions) {
+			t.Fatalf("POST %s: partition %d, murmur2 of %q puts it on %d", c.body, acc.Partition, key, javaPartition(key, partitions))
+		}
+		checkRecord(t, k, acc.ID, acc.Partition, acc.Offset, c.group, c.idGiven)
+	}
+
+	// The same through a batch.
+	var body strings.Builder
+	body.WriteString("[")
+	for i, c := range cases {
+		if i > 0 {
+			body.WriteString(",")
+		}
+		body.WriteString(c.body)
+	}
+	body.WriteString("]")
+	// The ids of the first two are taken now: a batch may reuse them (the
+	// relay dedupes), but keep the records apart for the test.
+	batch := strings.NewReplacer("client-id-", "batch-id-").Replace(body.String())
+	a := post(t, g.url+"/v1/topics/jobs/jobs:batch", batch)
+	var ba batchAnswer
+	a.decode(t, &ba)
+	if a.status != http.StatusAccepted || len(ba.Results) != len(cases) {
+		t.Fatalf("batch: %d %s", a.status, a.body)
+	}
+	for i, c := range cases {
+		r := ba.Results[i]
+		id := strings.Replace(c.id, "client-id-", "batch-id-", 1)
+		if id == "" {
+			id = r.ID
+		}
+		key := c.group
+		if key == "" {
+			key = id
+		}
+		if r.ID != id || *r.Partition != javaPartition(key, partitions) {
+			t.Fatalf("batch item %d: %+v, want id %q on partition %d", i, r, id, javaPartition(key, partitions))
+		}
+		checkRecord(t, k, id, *r.Partition, *r.Offset, c.group, c.idGiven)
 	}
 }
 
@@ -211,7 +290,14 @@ func TestExplicitPartition(t *testing.T) {
 		if a.status != http.StatusAccepted || acc.Partition != p {
 			t.Fatalf("?partition=%d: %d %s", p, a.status, a.body)
 		}
-		readRecord(t, k, "jobs", p, acc.Offset)
+		checkRecord(t, k, acc.ID, p, acc.Offset, "same-group", false)
+		// Without a group: the named partition still wins; the key is the id.
+		a = post(t, fmt.Sprintf("%s/v1/topics/jobs/jobs?partition=%d", g.url, p), fmt.Sprintf(`{"type":"t","id":"pinned-%d"}`, p))
+		a.decode(t, &acc)
+		if a.status != http.StatusAccepted || acc.Partition != p {
+			t.Fatalf("?partition=%d without a group: %d %s", p, a.status, a.body)
+		}
+		checkRecord(t, k, fmt.Sprintf("pinned-%d", p), p, acc.Offset, "", true)
 	}
 	for _, q := range []string{"4", "-1", "x", "99999999999"} {
 		a := post(t, g.url+"/v1/topics/jobs/jobs?partition="+q, `{"type":"t"}`)

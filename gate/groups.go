@@ -65,6 +65,10 @@ func (g *Gate) serveGroup(x *exchange) {
 		return
 	}
 	now := g.now()
+	// The items' ids derive from the group's id. When the client chose it,
+	// a resend of the group (after a 504, say) repeats every item's id:
+	// mark them id_given so those resends are deduped.
+	idGiven := fields.ID != ""
 	if fields.ID == "" {
 		fields.ID = job.NewID()
 	}
@@ -94,6 +98,7 @@ func (g *Gate) serveGroup(x *exchange) {
 		}
 	}
 	tmpl.Defaults(topic, now)
+	tmpl.IDGiven = idGiven // Defaults saw the item id the gate derived
 	// A big group takes longer than the server's per-request deadlines:
 	// extend them as the body keeps coming.
 	rc := http.NewResponseController(x.w)

@@ -82,7 +82,9 @@ func TestBulkGroupJSONAndNDJSON(t *testing.T) {
 		}
 		for i, j := range items {
 			want := fmt.Sprintf(`{"to":"u%d@x","html":"<b>&</b>"}`, i)
-			if j.ID != job.BulkID(group, int64(i)) || j.Group != group || j.Type != "email" || j.Resource != "smtp" || j.Priority != 2 || string(j.Payload) != want {
+			// The client chose the group's id, so every item's id is
+			// its choice too: id_given, for resends of the group.
+			if j.ID != job.BulkID(group, int64(i)) || j.Group != group || !j.IDGiven || j.Type != "email" || j.Resource != "smtp" || j.Priority != 2 || string(j.Payload) != want {
 				t.Fatalf("%s item %d: %+v payload %s", form, i, j, j.Payload)
 			}
 		}
@@ -91,6 +93,32 @@ func TestBulkGroupJSONAndNDJSON(t *testing.T) {
 		if c := control[0]; c.Group != group || c.Total != 2500 || c.CallbackURL != "http://cb.example/done" || c.Cancel {
 			t.Fatalf("%s close: %+v", form, c)
 		}
+	}
+}
+
+// A group without an id gets a ULID from the gate: its items are not
+// id_given, and the client cannot claim they are.
+func TestBulkGroupWithoutIDIsNotIDGiven(t *testing.T) {
+	k := newKafka(t)
+	g := startGate(t, k, nil)
+	a := post(t, g.url+"/v1/topics/jobs/groups", `{"type":"t","items":[1,2,3]}`, "Content-Type", "application/json")
+	var ga groupAnswer
+	a.decode(t, &ga)
+	if a.status != http.StatusAccepted || len(ga.Group) != 26 || ga.Count != 3 {
+		t.Fatalf("%d %s", a.status, a.body)
+	}
+	items, control := groupRecords(t, k, ga.Group, 4)
+	if len(items) != 3 || len(control) != 1 {
+		t.Fatalf("%d items, %d control records", len(items), len(control))
+	}
+	for i, j := range items {
+		if j.ID != job.BulkID(ga.Group, int64(i)) || j.Group != ga.Group || j.IDGiven {
+			t.Fatalf("item %d: %+v", i, j)
+		}
+	}
+	a = post(t, g.url+"/v1/topics/jobs/groups", `{"type":"t","id_given":true,"items":[1]}`, "Content-Type", "application/json")
+	if a.status != http.StatusBadRequest || !bytes.Contains(a.body, []byte("id_given")) {
+		t.Fatalf("a group claiming id_given: %d %s, want 400 naming the field", a.status, a.body)
 	}
 }
 

@@ -107,12 +107,15 @@ func internalTopic(t string) bool {
 
 // reserved says why a job may not be sent by this caller: group names and
 // types starting with "sluice." belong to sluice's heartbeat canaries, which
-// the worker completes itself and the funnel counts apart.
-func (x *exchange) reserved(group, jobType string) error {
-	if x.mayCanary || !(strings.HasPrefix(group, canary.ReservedPrefix) || strings.HasPrefix(jobType, canary.ReservedPrefix)) {
+// the worker completes itself and the funnel counts apart. name is the
+// job's group, or its id when it has none (as before groups stopped
+// defaulting to the id: a relay that still makes the id the group must not
+// be handed a canary group that way).
+func (x *exchange) reserved(name, jobType string) error {
+	if x.mayCanary || !(strings.HasPrefix(name, canary.ReservedPrefix) || strings.HasPrefix(jobType, canary.ReservedPrefix)) {
 		return nil
 	}
-	return fmt.Errorf("group names and job types starting with %q are reserved for sluice's heartbeat canaries (tokens with +canary)", canary.ReservedPrefix)
+	return fmt.Errorf("group names (and, for a job without a group, ids) and job types starting with %q are reserved for sluice's heartbeat canaries (tokens with +canary)", canary.ReservedPrefix)
 }
 
 // jobOutcome is the jobs counter's outcome of an accepted job: canaries
@@ -324,12 +327,14 @@ func (g *Gate) serveJob(x *exchange) {
 		return
 	}
 	j.Defaults(topic, now)
-	if err := x.reserved(j.Group, j.Type); err != nil {
+	if err := x.reserved(j.KafkaKey(), j.Type); err != nil {
 		g.metrics.jobs.with(topic, "rejected").Inc()
 		x.fail(http.StatusForbidden, "%v", err)
 		return
 	}
-	msg := kafka.Message{Topic: topic, Key: []byte(j.Group), Value: j.AppendJSON(make([]byte, 0, len(body)+192)), Partition: partition}
+	// Keyed by the group, else the id; ?partition= overrides the key's
+	// partition (the key is still sent).
+	msg := kafka.Message{Topic: topic, Key: []byte(j.KafkaKey()), Value: j.AppendJSON(make([]byte, 0, len(body)+192)), Partition: partition}
 	results, err := g.produce(x, acks, []kafka.Message{msg})
 	if err != nil {
 		g.metrics.jobs.with(topic, "failed").Inc()
@@ -421,7 +426,7 @@ func (g *Gate) serveBatch(x *exchange) {
 			continue
 		}
 		j.Defaults(topic, now)
-		if err := x.reserved(j.Group, j.Type); err != nil {
+		if err := x.reserved(j.KafkaKey(), j.Type); err != nil {
 			results = append(results, rejectedItem(len(results), err))
 			continue
 		}
@@ -431,7 +436,7 @@ func (g *Gate) serveBatch(x *exchange) {
 		msgItem = append(msgItem, len(results))
 		results = append(results, batchResult{Index: len(results), ID: j.ID})
 		ids = append(ids, j.ID)
-		msgs = append(msgs, kafka.Message{Topic: topic, Key: []byte(j.Group), Value: j.AppendJSON(make([]byte, 0, len(j.Payload)+256)), Partition: partition})
+		msgs = append(msgs, kafka.Message{Topic: topic, Key: []byte(j.KafkaKey()), Value: j.AppendJSON(make([]byte, 0, len(j.Payload)+256)), Partition: partition})
 	}
 	if len(results) == 0 {
 		x.fail(http.StatusBadRequest, "empty batch: send a JSON array of jobs or NDJSON")

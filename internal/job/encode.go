@@ -45,6 +45,10 @@ func (j *Job) AppendJSON(dst []byte) []byte {
 	}
 
 	str("id", j.ID)
+	if j.IDGiven {
+		field("id_given")
+		dst = append(dst, "true"...)
+	}
 	str("topic", j.Topic)
 	field("type")
 	dst = AppendString(dst, j.Type)
@@ -60,6 +64,9 @@ func (j *Job) AppendJSON(dst []byte) []byte {
 	num("max_attempts", int64(j.MaxAttempts))
 	if j.Timeout != 0 {
 		str("timeout", time.Duration(j.Timeout).String())
+	}
+	if j.Retain != 0 {
+		str("retain", time.Duration(j.Retain).String())
 	}
 	tm("run_at", j.RunAt)
 	tm("enqueued_at", j.EnqueuedAt)

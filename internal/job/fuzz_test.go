@@ -22,6 +22,9 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"type":"t","timeout":"1s","run_at":"2026-01-01T00:00:00Z","priority":3,"group_total":5}`))
 	f.Add([]byte(`{"type":"t","timeout":1e308}`))
 	f.Add([]byte(`{"type":"\u0000","id":"\ud800"}`))
+	f.Add([]byte(`{"type":"t","id":"c","id_given":false,"retain":"720h","group":"g"}`))
+	f.Add([]byte(`{"type":"t","id_given":true,"retain":86400.5}`))
+	f.Add([]byte(`{"type":"t","id_given":"yes","retain":"1h"}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		j, err := Decode(data)
 		if err != nil {
@@ -36,7 +39,13 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		payload := bytes.Clone(j.Payload)
+		clientID, clientGroup := j.ID, j.Group
 		j.Defaults("jobs", now)
+		// id_given says whether the client chose the id, whatever it sent;
+		// an absent group stays absent, and the key falls back to the id.
+		if j.IDGiven != (clientID != "") || j.Group != clientGroup || (clientGroup == "" && j.KafkaKey() != j.ID) {
+			t.Fatalf("Defaults: id %q group %q -> %+v", clientID, clientGroup, j)
+		}
 		back, err := Decode(j.AppendJSON(nil))
 		if err != nil {
 			t.Fatalf("Decode(AppendJSON(%+v)): %v", j, err)
@@ -135,6 +144,10 @@ func FuzzDecodeMatchesEncodingJSON(f *testing.F) {
 	}
 	for _, s := range []string{
 		`{"type":"t","timeout":"1s","run_at":"2026-01-01T00:00:00Z","priority":3,"group_total":5,"max_attempts":null}`,
+		`{"type":"t","id_given":true,"retain":"720h"}`, `{"type":"t","id_given":false,"retain":3600}`,
+		`{"type":"t","id_given":null,"retain":null}`, `{"type":"t","id_given":"true"}`, `{"type":"t","id_given":1}`,
+		`{"type":"t","id_given":tru}`, `{"type":"t","id_given":f}`, `{"type":"t","id_given":[true]}`,
+		`{"type":"t","retain":"forever"}`, `{"type":"t","retain":-1}`, `{"type":"t","retain":{}}`,
 		`{"type":"a\u00e9\ud83d\ude00\ud800x","id":"\"q\"","group":"\/"}`,
 		`{"Type":"t"}`, `{"type":"t","type":"u"}`, `{"type":1}`, `{"priority":1.5}`, `{"priority":1e2}`,
 		`{"type":"t","run_at":"yesterday"}`, `{"type":"t","timeout":-3}`, `{"type":"t"} `, `{"type":"t"}x`,

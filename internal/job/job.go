@@ -11,6 +11,7 @@ package job
 
 import (
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -19,16 +20,22 @@ import (
 // Job is one unit of work. Field names and meanings are fixed by DESIGN.md
 // ("Job envelope"); docs/envelope.md documents each field's limits.
 type Job struct {
-	// ID identifies the job everywhere; the relay dedupes by it. The gate
-	// assigns a ULID (time-sortable) when the client sends none.
+	// ID identifies the job everywhere. The gate assigns a ULID
+	// (time-sortable) when the client sends none.
 	ID string `json:"id,omitempty"`
+	// IDGiven is set by the gate, never taken from the client: true when
+	// the client chose ID (or, for a bulk group's item, the group's id), so
+	// the client's resends of that id can be deduped. Gate-assigned ULIDs
+	// are unique and are never resent.
+	IDGiven bool `json:"id_given,omitempty"`
 	// Topic is the Kafka topic the job was posted to; the gate sets it from
 	// the URL.
 	Topic string `json:"topic,omitempty"`
 	// Type selects the handler. Required.
 	Type string `json:"type"`
-	// Group is the fairness and fan-in unit; it is also the Kafka key.
-	// Defaults to ID.
+	// Group is the fairness and fan-in unit, and the Kafka key (KafkaKey).
+	// It has no default: a job without one joins the shared lane of its
+	// Redis partition (per tenant, else per topic).
 	Group    string `json:"group,omitempty"`
 	Tenant   string `json:"tenant,omitempty"`
 	Resource string `json:"resource,omitempty"`
@@ -42,6 +49,9 @@ type Job struct {
 	MaxAttempts int `json:"max_attempts,omitempty"`
 	// Timeout bounds one execution; 0 means the worker's default.
 	Timeout Duration `json:"timeout,omitzero"`
+	// Retain is how long the job's record and result are kept after it
+	// ends; 0 means not kept (the worker's per-topic default may apply).
+	Retain Duration `json:"retain,omitzero"`
 	// RunAt delays the job until then; zero means now.
 	RunAt time.Time `json:"run_at,omitzero"`
 	// EnqueuedAt is when the gate accepted the job.
@@ -61,26 +71,37 @@ const (
 	MaxPriority    = 9
 	MaxMaxAttempts = 100
 	MaxTimeout     = 24 * time.Hour
+	MaxRetain      = 30 * 24 * time.Hour
 	MaxRunAtAhead  = 366 * 24 * time.Hour
 )
 
 // NewID returns a new job id: a ULID, so ids sort by creation time.
 func NewID() string { return ulid.Make().String() }
 
-// Defaults fills what the gate assigns when the client left it out: id,
-// topic, group and enqueue time. A client-supplied topic must match the
-// URL's; the caller checks that through Validate first.
+// Defaults fills what the gate assigns: id (when the client left it out),
+// id_given (always: whatever the client sent in it is overwritten), topic
+// and enqueue time. It leaves an absent group absent. A client-supplied
+// topic must match the URL's; the caller checks that through Validate
+// first.
 func (j *Job) Defaults(topic string, now time.Time) {
+	j.IDGiven = j.ID != ""
 	if j.ID == "" {
 		j.ID = NewID()
 	}
 	j.Topic = topic
-	if j.Group == "" {
-		j.Group = j.ID
-	}
 	if j.EnqueuedAt.IsZero() {
 		j.EnqueuedAt = now.UTC()
 	}
+}
+
+// KafkaKey is the job's Kafka message key: its group when it has one, else
+// its id. The producer hashes it (murmur2) to pick the partition unless the
+// caller names a partition explicitly.
+func (j *Job) KafkaKey() string {
+	if j.Group != "" {
+		return j.Group
+	}
+	return j.ID
 }
 
 // Duration is a time.Duration that reads either a Go duration string ("30s",
@@ -92,7 +113,9 @@ func (d Duration) MarshalJSON() ([]byte, error) {
 	return AppendString(nil, time.Duration(d).String()), nil
 }
 
-// UnmarshalJSON reads a Go duration string or a number of seconds.
+// UnmarshalJSON reads a Go duration string or a number of seconds. Its
+// errors name no field: the same type reads timeout and retain, and the
+// decoder adds the field's name.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	if len(b) > 0 && b[0] == '"' {
 		var s string
@@ -101,14 +124,14 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 		}
 		v, err := time.ParseDuration(s)
 		if err != nil {
-			return &FieldError{Field: "timeout", Reason: "not a duration like \"30s\": " + s}
+			return errors.New("not a duration like \"30s\": " + s)
 		}
 		*d = Duration(v)
 		return nil
 	}
 	var secs float64
 	if err := json.Unmarshal(b, &secs); err != nil {
-		return &FieldError{Field: "timeout", Reason: "want a duration string like \"30s\" or a number of seconds"}
+		return errors.New("want a duration string like \"30s\" or a number of seconds")
 	}
 	*d = Duration(secs * float64(time.Second))
 	return nil

@@ -47,9 +47,9 @@ func TestPayloadRoundTripsByteForByte(t *testing.T) {
 func TestEncodeDecodeRoundTrip(t *testing.T) {
 	runAt := time.Date(2026, 11, 21, 12, 0, 0, 123456789, time.UTC)
 	in := Job{
-		ID: "01J0000000000000000000000A", Topic: "jobs", Type: "send\temail", Group: "g<1>",
+		ID: "01J0000000000000000000000A", IDGiven: true, Topic: "jobs", Type: "send\temail", Group: "g<1>",
 		Tenant: "acme", Resource: "smtp", Priority: 3, Payload: json.RawMessage(`{"a":"<&>"}`),
-		IdempotencyKey: "k\"1", MaxAttempts: 7, Timeout: Duration(90 * time.Second),
+		IdempotencyKey: "k\"1", MaxAttempts: 7, Timeout: Duration(90 * time.Second), Retain: Duration(72 * time.Hour),
 		RunAt: runAt, EnqueuedAt: runAt.Add(-time.Minute), GroupTotal: 1000000,
 		CallbackURL: "https://example.test/done?x=1&y=2",
 	}
@@ -59,6 +59,9 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 	}
 	if !bytes.Contains(enc, []byte(`"g<1>"`)) || !bytes.Contains(enc, []byte(`x=1&y=2`)) {
 		t.Fatalf("AppendJSON escaped HTML characters: %s", enc)
+	}
+	if !bytes.Contains(enc, []byte(`"id_given":true`)) || !bytes.Contains(enc, []byte(`"retain":"72h0m0s"`)) {
+		t.Fatalf("AppendJSON lacks id_given or retain: %s", enc)
 	}
 	out, err := Decode(enc)
 	if err != nil {
@@ -91,18 +94,46 @@ func TestAppendStringMatchesEncodingJSON(t *testing.T) {
 }
 
 func TestDurationAcceptsStringOrSeconds(t *testing.T) {
-	for body, want := range map[string]time.Duration{
-		`{"type":"t","timeout":"1m30s"}`: 90 * time.Second,
-		`{"type":"t","timeout":2.5}`:     2500 * time.Millisecond,
-		`{"type":"t","timeout":30}`:      30 * time.Second,
+	for _, field := range []string{"timeout", "retain"} {
+		for value, want := range map[string]time.Duration{
+			`"1m30s"`: 90 * time.Second,
+			`2.5`:     2500 * time.Millisecond,
+			`30`:      30 * time.Second,
+		} {
+			body := `{"type":"t","` + field + `":` + value + `}`
+			j, err := Decode([]byte(body))
+			if err != nil {
+				t.Fatalf("Decode(%s): %v", body, err)
+			}
+			got, other := j.Timeout, j.Retain
+			if field == "retain" {
+				got, other = j.Retain, j.Timeout
+			}
+			if time.Duration(got) != want || other != 0 {
+				t.Fatalf("Decode(%s): timeout %v retain %v, want %s = %v", body, time.Duration(j.Timeout), time.Duration(j.Retain), field, want)
+			}
+		}
+	}
+}
+
+func TestIDGivenIsABool(t *testing.T) {
+	for body, want := range map[string]bool{
+		`{"type":"t","id_given":true}`:  true,
+		`{"type":"t","id_given":false}`: false,
+		`{"type":"t","id_given":null}`:  false,
+		`{"type":"t"}`:                  false,
 	} {
 		j, err := Decode([]byte(body))
 		if err != nil {
 			t.Fatalf("Decode(%s): %v", body, err)
 		}
-		if time.Duration(j.Timeout) != want {
-			t.Fatalf("Decode(%s).Timeout = %v, want %v", body, time.Duration(j.Timeout), want)
+		if j.IDGiven != want {
+			t.Fatalf("Decode(%s).IDGiven = %v, want %v", body, j.IDGiven, want)
 		}
+	}
+	// Absent when false, so envelopes without a client id stay as they were.
+	if enc := (&Job{Type: "t", ID: "x"}).AppendJSON(nil); bytes.Contains(enc, []byte("id_given")) {
+		t.Fatalf("AppendJSON wrote id_given for a gate-assigned id: %s", enc)
 	}
 }
 
@@ -118,6 +149,12 @@ func TestDecodeErrorsSayWhatAndWhere(t *testing.T) {
 		{body: `{"type":"t","priority":"high"}`, field: "priority", inReason: "want an integer, got string"},
 		{body: `{"type":"t","prioirty":1}`, field: "prioirty", inReason: "unknown field"},
 		{body: `{"type":"t","timeout":"soon"}`, field: "timeout", inReason: "not a duration"},
+		{body: `{"type":"t","retain":"soon"}`, field: "retain", inReason: "not a duration"},
+		{body: `{"type":"t","retain":true}`, field: "retain", inReason: "want a duration string"},
+		{body: `{"type":"t","id_given":"true"}`, field: "id_given", inReason: "want true or false, got string"},
+		{body: `{"type":"t","id_given":1}`, field: "id_given", inReason: "want true or false, got number"},
+		{body: `{"type":"t","id_given":{}}`, field: "id_given", inReason: "want true or false, got object"},
+		{body: `{"type":"t","id_given":tru}`, inReason: "in literal true"},
 		{body: `{"type":"t"} {"type":"u"}`, inReason: "unexpected data after the job object"},
 		{body: ``, inReason: "empty body"},
 		{body: `{"type":"t"`, inReason: "unexpected end"},
@@ -141,18 +178,21 @@ func TestDecodeErrorsSayWhatAndWhere(t *testing.T) {
 func TestValidate(t *testing.T) {
 	now := time.Now()
 	bad := map[string]string{
-		`{}`:                                           "type",
-		`{"type":"has space"}`:                         "type",
-		`{"type":"t","topic":"other"}`:                 "topic",
-		`{"type":"t","id":"a\u0001b"}`:                 "id",
-		`{"type":"t","priority":10}`:                   "priority",
-		`{"type":"t","priority":-1}`:                   "priority",
-		`{"type":"t","max_attempts":101}`:              "max_attempts",
-		`{"type":"t","timeout":"-1s"}`:                 "timeout",
-		`{"type":"t","timeout":"25h"}`:                 "timeout",
-		`{"type":"t","callback_url":"x"}`:              "callback_url",
-		`{"type":"t","group_total":-1}`:                "group_total",
-		`{"type":"t","run_at":"2999-01-01T00:00:00Z"}`: "run_at",
+		`{}`:                                                               "type",
+		`{"type":"has space"}`:                                             "type",
+		`{"type":"t","topic":"other"}`:                                     "topic",
+		`{"type":"t","id":"a\u0001b"}`:                                     "id",
+		`{"type":"t","priority":10}`:                                       "priority",
+		`{"type":"t","priority":-1}`:                                       "priority",
+		`{"type":"t","max_attempts":101}`:                                  "max_attempts",
+		`{"type":"t","timeout":"-1s"}`:                                     "timeout",
+		`{"type":"t","timeout":"25h"}`:                                     "timeout",
+		`{"type":"t","retain":"-1s"}`:                                      "retain",
+		`{"type":"t","retain":"720h0m1s"}`:                                 "retain",
+		`{"type":"t","retain":2592001}`:                                    "retain",
+		`{"type":"t","callback_url":"x"}`:                                  "callback_url",
+		`{"type":"t","group_total":-1}`:                                    "group_total",
+		`{"type":"t","run_at":"2999-01-01T00:00:00Z"}`:                     "run_at",
 		`{"type":"t","group":"` + strings.Repeat("g", MaxNameLen+1) + `"}`: "group",
 	}
 	for body, field := range bad {
@@ -166,28 +206,67 @@ func TestValidate(t *testing.T) {
 			t.Fatalf("Validate(%s) = %v, want an error on field %q", body, err, field)
 		}
 	}
-	j, _ := Decode([]byte(`{"type":"t","topic":"jobs","priority":9,"callback_url":"https://x.test/cb"}`))
-	if err := j.Validate("jobs", now); err != nil {
-		t.Fatalf("Validate of a good job: %v", err)
+	for _, body := range []string{
+		`{"type":"t","topic":"jobs","priority":9,"callback_url":"https://x.test/cb"}`,
+		`{"type":"t","retain":"720h"}`, `{"type":"t","retain":2592000}`, `{"type":"t","retain":0}`,
+		// id_given is the gate's to set: whatever the client sends is not
+		// an error, Defaults overwrites it.
+		`{"type":"t","id_given":true}`, `{"type":"t","id":"x","id_given":false}`,
+	} {
+		j, err := Decode([]byte(body))
+		if err != nil {
+			t.Fatalf("Decode(%s): %v", body, err)
+		}
+		if err := j.Validate("jobs", now); err != nil {
+			t.Fatalf("Validate(%s) of a good job: %v", body, err)
+		}
 	}
 }
 
 func TestDefaults(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.FixedZone("x", 3600))
-	var j Job
-	j.Type = "t"
+	// No id, no group, and a client claiming id_given: the gate assigns
+	// the id, so id_given is false, and the group stays absent.
+	j := Job{Type: "t", IDGiven: true}
 	j.Defaults("jobs", now)
-	if len(j.ID) != 26 || j.Group != j.ID || j.Topic != "jobs" || !j.EnqueuedAt.Equal(now) || j.EnqueuedAt.Location() != time.UTC {
+	if len(j.ID) != 26 || j.IDGiven || j.Group != "" || j.Topic != "jobs" || !j.EnqueuedAt.Equal(now) || j.EnqueuedAt.Location() != time.UTC {
 		t.Fatalf("Defaults gave %+v", j)
+	}
+	if j.KafkaKey() != j.ID {
+		t.Fatalf("KafkaKey of a job without a group = %q, want its id %q", j.KafkaKey(), j.ID)
+	}
+	if enc := j.AppendJSON(nil); bytes.Contains(enc, []byte(`"group"`)) || bytes.Contains(enc, []byte(`id_given`)) {
+		t.Fatalf("envelope of a job without a group or client id: %s", enc)
 	}
 	other := NewID()
 	if other <= j.ID {
 		t.Fatalf("ids do not sort by time: %s then %s", j.ID, other)
 	}
-	k := Job{Type: "t", ID: "mine", Group: "g", EnqueuedAt: now}
+	// A client id with id_given false: the client did choose the id.
+	k := Job{Type: "t", ID: "mine", Group: "g", EnqueuedAt: now, IDGiven: false}
 	k.Defaults("jobs", now.Add(time.Hour))
-	if k.ID != "mine" || k.Group != "g" || !k.EnqueuedAt.Equal(now) {
-		t.Fatalf("Defaults overwrote client values: %+v", k)
+	if k.ID != "mine" || k.Group != "g" || !k.EnqueuedAt.Equal(now) || !k.IDGiven {
+		t.Fatalf("Defaults overwrote client values or missed id_given: %+v", k)
+	}
+	if k.KafkaKey() != "g" {
+		t.Fatalf("KafkaKey of a job with a group = %q, want the group", k.KafkaKey())
+	}
+	// Through the decoder too: what the client sent in id_given never counts.
+	for body, want := range map[string]bool{
+		`{"type":"t","id":"c1","id_given":false}`: true,
+		`{"type":"t","id_given":true}`:            false,
+		`{"type":"t","id":"","id_given":true}`:    false,
+		`{"type":"t","id":null,"id_given":true}`:  false,
+	} {
+		d, err := Decode([]byte(body))
+		if err != nil {
+			t.Fatalf("Decode(%s): %v", body, err)
+		}
+		d.Defaults("jobs", now)
+		back, err := Decode(d.AppendJSON(nil))
+		if err != nil || back.IDGiven != want || back.Group != "" {
+			t.Fatalf("%s after Defaults: id_given %v group %q (%v), want id_given %v and no group", body, back.IDGiven, back.Group, err, want)
+		}
 	}
 }
 

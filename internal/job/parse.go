@@ -195,7 +195,11 @@ func (p *parser) field(j *Job, key string, keyStart int) (bad, syn *DecodeError)
 		j.Payload = p.data[start:p.pos:p.pos]
 		return nil, nil
 	case "timeout":
-		return p.unmarshalerField(key, (*Duration)(&j.Timeout))
+		return p.unmarshalerField(key, &j.Timeout)
+	case "retain":
+		return p.unmarshalerField(key, &j.Retain)
+	case "id_given":
+		return p.boolField(&j.IDGiven, key)
 	case "run_at":
 		return p.unmarshalerField(key, &j.RunAt)
 	case "enqueued_at":
@@ -237,6 +241,27 @@ func (p *parser) stringField(dst *string, field string) (bad, syn *DecodeError) 
 		return nil, err
 	}
 	*dst = s
+	return nil, nil
+}
+
+// boolField reads true or false. Anything else (a string "true", 1) is a
+// field error, as in encoding/json.
+func (p *parser) boolField(dst *bool, field string) (bad, syn *DecodeError) {
+	if p.isNull() {
+		return nil, nil
+	}
+	if p.eof() || (p.data[p.pos] != 't' && p.data[p.pos] != 'f') {
+		return p.wrongType(field, "true or false")
+	}
+	v := p.data[p.pos] == 't'
+	word := "false"
+	if v {
+		word = "true"
+	}
+	if err := p.literal(word); err != nil {
+		return nil, err
+	}
+	*dst = v
 	return nil, nil
 }
 

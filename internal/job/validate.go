@@ -10,6 +10,7 @@ import (
 // Validate checks an envelope as a client sent it, before Defaults. topic is
 // the topic named by the URL; a client-supplied topic must equal it. now
 // bounds run_at. The first problem found is returned as a *FieldError.
+// id_given is not checked: the gate overwrites it (Defaults).
 func (j *Job) Validate(topic string, now time.Time) error {
 	if j.Type == "" {
 		return &FieldError{Field: "type", Reason: "required: names the handler that runs the job"}
@@ -42,6 +43,9 @@ func (j *Job) Validate(topic string, now time.Time) error {
 	}
 	if t := time.Duration(j.Timeout); t < 0 || t > MaxTimeout {
 		return &FieldError{Field: "timeout", Reason: fmt.Sprintf("%s is out of range 0..%s", t, MaxTimeout)}
+	}
+	if r := time.Duration(j.Retain); r < 0 || r > MaxRetain {
+		return &FieldError{Field: "retain", Reason: fmt.Sprintf("%s is out of range 0..%s (0: not kept after the job ends)", r, MaxRetain)}
 	}
 	if !j.RunAt.IsZero() && j.RunAt.After(now.Add(MaxRunAtAhead)) {
 		return &FieldError{Field: "run_at", Reason: fmt.Sprintf("more than %s ahead", MaxRunAtAhead)}
