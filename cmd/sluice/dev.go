@@ -60,6 +60,12 @@ type devConfig struct {
 	AdminTokens   string
 	AdminInsecure bool
 	Logging       cli.Logging
+	// SplitProcesses runs Kafka and each part as a child process of its
+	// own, `sluice dev <the same flags> --only-part <part>` (OnlyPart), so
+	// that each one's CPU can be measured apart (the loadtest does).
+	SplitProcesses bool
+	OnlyPart       string
+	args           []string // the flags given, for the children
 }
 
 func (c *devConfig) register(fs *flag.FlagSet) {
@@ -83,6 +89,8 @@ func (c *devConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiler under the gate's /debug/pprof/")
 	fs.StringVar(&c.AdminTokens, "admin-tokens", "", "the coordinator's admin API tokens, \"<token> admin;<token> read\"; empty: an admin token is generated into <dir>/admin-token and printed")
 	fs.BoolVar(&c.AdminInsecure, "admin-insecure", false, "serve the admin API and dashboard without tokens (anyone who reaches the coordinator's address is admin)")
+	fs.BoolVar(&c.SplitProcesses, "split-processes", false, "run Kafka (kfake) and each part (relay, worker, coordinator, gate) in a process of its own, so that each one's CPU and memory can be measured apart (the loadtest's per-part CPU); default: all in this process")
+	fs.StringVar(&c.OnlyPart, "only-part", "", "run only this part (kafka, relay, worker, coordinator or gate) of a stack whose Redis and Consul run already: how --split-processes starts its children")
 	c.Logging.Register(fs)
 	fs.Lookup("log-format").DefValue = "text"
 	c.Logging.Format = "text"
@@ -97,6 +105,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	defer stop()
+	cfg.args = args
 	return devStack(ctx, cfg, log, stdout, nil)
 }
 
@@ -104,7 +113,14 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 // component's death, and stops them all in reverse order. ready, if not nil,
 // is called once everything is up.
 func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Writer, ready func()) (err error) {
-	// Refuse taken ports before starting anything, with the flag to change.
+	if err := checkOnlyPart(cfg.OnlyPart); err != nil {
+		return err
+	}
+	if cfg.OnlyPart != "" {
+		log = log.With("process", cfg.OnlyPart)
+	}
+	// Refuse taken ports before starting anything, with the flag to change
+	// (a --split-processes child's parent did).
 	for _, p := range []struct{ addr, what, flag string }{
 		{cfg.GateAddr, "gate", "--gate-addr"},
 		{cfg.KafkaAddr, "kafka", "--kafka-addr"},
@@ -114,6 +130,9 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 		{cfg.WorkerAddr, "worker", "--worker-addr"},
 		{cfg.CoordinatorAddr, "coordinator", "--coordinator-addr"},
 	} {
+		if cfg.OnlyPart != "" {
+			break
+		}
 		if err := stack.CheckAddrFree(p.addr, p.what, p.flag); err != nil {
 			return err
 		}
@@ -141,6 +160,32 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	}()
 	startCtx, cancelStart := context.WithTimeout(ctx, time.Minute)
 	defer cancelStart()
+	// Before any child starts: they read the token the parent wrote.
+	adminToken, err := devAdminToken(cfg, dir)
+	if err != nil {
+		return err
+	}
+
+	// run starts a part in this process (inProc), or as a child process
+	// (--split-processes), or not at all (a child that runs another part);
+	// done is nil unless it runs in this process.
+	children := newDevChildren(cfg.args, stdout, os.Stderr)
+	run := func(part string, inProc func() (chan error, func(context.Context) error, error)) (done chan error, err error) {
+		var stop func(context.Context) error
+		switch {
+		case cfg.inProcess(part):
+			done, stop, err = inProc()
+		case cfg.OnlyPart == "":
+			stop, err = children.start(startCtx, part)
+		default:
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		stops = append(stops, stop)
+		return done, nil
+	}
 
 	_, kport, err := net.SplitHostPort(cfg.KafkaAddr)
 	if err != nil {
@@ -150,39 +195,49 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	if err != nil {
 		return fmt.Errorf("--kafka-addr %q: port: %w", cfg.KafkaAddr, err)
 	}
-	kafka, err := stack.StartKafka(startCtx, stack.KafkaConfig{
-		Ports:   []int{port},
-		DataDir: filepath.Join(dir, "kafka"),
-		Topics: map[string]int32{
-			cfg.Topic:            int32(cfg.Partitions),
-			cfg.Topic + ".retry": int32(cfg.Partitions),
-			cfg.Topic + ".dlq":   1,
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("kafka: %w", err)
-	}
-	stops = append(stops, func(context.Context) error { kafka.Close(); return nil })
-	log.Info("kafka up", "addr", cfg.KafkaAddr, "data", filepath.Join(dir, "kafka"))
-
-	redis, err := stack.StartRedis(startCtx, stack.RedisConfig{
-		Addr: cfg.RedisAddr, Dir: filepath.Join(dir, "redis"), AOF: cfg.RedisAOF, MaxMemory: cfg.RedisMaxMemory,
-	})
-	if err != nil {
-		return fmt.Errorf("redis: %w", err)
-	}
-	stops = append(stops, redis.Stop)
-	log.Info("redis up", "addr", cfg.RedisAddr, "data", filepath.Join(dir, "redis"))
-	if err := clearDevFences(startCtx, cfg); err != nil {
-		return fmt.Errorf("redis: %w", err)
+	if _, err := run("kafka", func() (chan error, func(context.Context) error, error) {
+		kafka, err := stack.StartKafka(startCtx, stack.KafkaConfig{
+			Ports:   []int{port},
+			DataDir: filepath.Join(dir, "kafka"),
+			Topics: map[string]int32{
+				cfg.Topic:            int32(cfg.Partitions),
+				cfg.Topic + ".retry": int32(cfg.Partitions),
+				cfg.Topic + ".dlq":   1,
+			},
+		})
+		if err != nil {
+			return nil, nil, fmt.Errorf("kafka: %w", err)
+		}
+		log.Info("kafka up", "addr", cfg.KafkaAddr, "data", filepath.Join(dir, "kafka"))
+		return nil, func(context.Context) error { kafka.Close(); return nil }, nil
+	}); err != nil {
+		return err
 	}
 
-	consul, err := stack.StartConsul(startCtx, stack.ConsulConfig{HTTPAddr: cfg.ConsulAddr, Dir: filepath.Join(dir, "consul")})
-	if err != nil {
-		return fmt.Errorf("consul: %w", err)
+	// Redis and Consul: children of the parent, whatever the layout.
+	var redisExited, consulExited <-chan struct{}
+	if cfg.OnlyPart == "" {
+		redis, err := stack.StartRedis(startCtx, stack.RedisConfig{
+			Addr: cfg.RedisAddr, Dir: filepath.Join(dir, "redis"), AOF: cfg.RedisAOF, MaxMemory: cfg.RedisMaxMemory,
+		})
+		if err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+		stops = append(stops, redis.Stop)
+		redisExited = redis.Exited()
+		log.Info("redis up", "addr", cfg.RedisAddr, "data", filepath.Join(dir, "redis"))
+		if err := clearDevFences(startCtx, cfg); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
+
+		consul, err := stack.StartConsul(startCtx, stack.ConsulConfig{HTTPAddr: cfg.ConsulAddr, Dir: filepath.Join(dir, "consul")})
+		if err != nil {
+			return fmt.Errorf("consul: %w", err)
+		}
+		stops = append(stops, consul.Stop)
+		consulExited = consul.Exited()
+		log.Info("consul up", "addr", cfg.ConsulAddr)
 	}
-	stops = append(stops, consul.Stop)
-	log.Info("consul up", "addr", cfg.ConsulAddr)
 
 	// The relay, in process: it holds the topic's lock in the dev Consul
 	// and moves jobs into the dev Redis.
@@ -195,13 +250,14 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	rcfg.RedisAddr = cfg.RedisAddr
 	rcfg.Partitions = cfg.RedisPartitions
 	rcfg.LockDelay = 0 // one relay: nobody to protect from a stale holder
-	relayDone, stopRelay, err := startPart("relay", cfg.RelayAddr, func() (*relay.Relay, error) {
-		return relay.New(startCtx, rcfg, log.With("part", "relay"))
+	relayDone, err := run("relay", func() (chan error, func(context.Context) error, error) {
+		return startPart("relay", cfg.RelayAddr, func() (*relay.Relay, error) {
+			return relay.New(startCtx, rcfg, log.With("part", "relay"))
+		})
 	})
 	if err != nil {
 		return err
 	}
-	stops = append(stops, stopRelay)
 
 	// The worker, in process: every job type runs the noop handler, type
 	// "sleep" sleeps for its payload's {"ms": N}.
@@ -214,13 +270,14 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	wf.handle, wf.other = "sleep=sleep", "noop"
 	wf.serve = cfg.WorkerServe
 	wf.cfg.ResultTTL = cfg.ResultTTL
-	workerDone, stopWorker, err := startPart("worker", cfg.WorkerAddr, func() (*worker.Worker, error) {
-		return wf.build(log.With("part", "worker"))
+	workerDone, err := run("worker", func() (chan error, func(context.Context) error, error) {
+		return startPart("worker", cfg.WorkerAddr, func() (*worker.Worker, error) {
+			return wf.build(log.With("part", "worker"))
+		})
 	})
 	if err != nil {
 		return err
 	}
-	stops = append(stops, stopWorker)
 
 	// The coordinator, in process: it holds its lock in the dev Consul,
 	// delivers completed bulk groups' callbacks and scales the worker's
@@ -234,10 +291,6 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	// DLQ and the relay's lag, the dev gate's counters for the funnel.
 	cf.cfg.Admin.Kafka.Brokers = cli.ListFlag{cfg.KafkaAddr}
 	cf.gateMetrics = cli.ListFlag{"http://" + cfg.GateAddr + "/metrics"}
-	adminToken, err := devAdminToken(cfg, dir)
-	if err != nil {
-		return err
-	}
 	cf.adminTokens, cf.adminInsecure = cfg.AdminTokens, cfg.AdminInsecure
 	if adminToken != "" {
 		cf.adminTokens = adminToken + " admin"
@@ -250,13 +303,14 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 		cf.cfg.Canary.Interval = cfg.CanaryInterval
 		cf.cfg.Canary.Grace = cfg.CanaryInterval / 2
 	}
-	coordDone, stopCoord, err := startPart("coordinator", cfg.CoordinatorAddr, func() (*coordinator.Coordinator, error) {
-		return cf.build(log.With("part", "coordinator"))
+	coordDone, err := run("coordinator", func() (chan error, func(context.Context) error, error) {
+		return startPart("coordinator", cfg.CoordinatorAddr, func() (*coordinator.Coordinator, error) {
+			return cf.build(log.With("part", "coordinator"))
+		})
 	})
 	if err != nil {
 		return err
 	}
-	stops = append(stops, stopCoord)
 
 	// The gate, in-process, started last: its own context ends first on
 	// shutdown, so it drains requests while Kafka is still up.
@@ -269,16 +323,24 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	gcfg.DrainTimeout = cfg.StopTimeout
 	gcfg.Pprof = cfg.Pprof
 	gcfg.Redis.Addr, gcfg.Redis.Layout.Partitions = cfg.RedisAddr, cfg.RedisPartitions // GET/DELETE /v1/groups/{id}
-	gateDone, stopGate, err := startPart("gate", cfg.GateAddr, func() (*gate.Gate, error) {
-		return gate.New(startCtx, gcfg, log.With("part", "gate"))
+	gateDone, err := run("gate", func() (chan error, func(context.Context) error, error) {
+		return startPart("gate", cfg.GateAddr, func() (*gate.Gate, error) {
+			return gate.New(startCtx, gcfg, log.With("part", "gate"))
+		})
 	})
 	if err != nil {
 		return err
 	}
-	stops = append(stops, stopGate)
 	cancelStart()
 
-	printBanner(stdout, cfg, dir, adminToken)
+	if cfg.OnlyPart != "" {
+		childReady(stdout, cfg.OnlyPart) // the parent waits for this line
+	} else {
+		printBanner(stdout, cfg, dir, adminToken)
+		if len(children.pids) > 0 {
+			fmt.Fprintf(stdout, "Each part runs in a process of its own (--split-processes): %s.\n", strings.Join(children.pids, ", "))
+		}
+	}
 	if ready != nil {
 		ready()
 	}
@@ -298,9 +360,11 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	case err := <-coordDone:
 		coordDone <- err // for the stop function
 		return fmt.Errorf("coordinator stopped: %v", err)
-	case <-redis.Exited():
+	case err := <-children.died:
+		return err
+	case <-redisExited:
 		return fmt.Errorf("redis-server exited unexpectedly; see %s", filepath.Join(dir, "redis", "redis.log"))
-	case <-consul.Exited():
+	case <-consulExited:
 		return fmt.Errorf("consul exited unexpectedly; see %s", filepath.Join(dir, "consul", "consul.log"))
 	}
 }
