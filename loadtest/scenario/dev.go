@@ -24,6 +24,9 @@ type DevConfig struct {
 	Dir string
 	// RedisMaxMemory is passed as --redis-maxmemory when set.
 	RedisMaxMemory string
+	// SplitProcesses passes --split-processes: Kafka and each part run in
+	// a process of their own, whose CPU the phases report apart.
+	SplitProcesses bool
 	// Args are more flags for `sluice dev`.
 	Args []string
 	// Log receives the child's output (nil: a file in Dir).
@@ -66,6 +69,9 @@ func StartDev(ctx context.Context, cfg DevConfig) (*Dev, error) {
 	if cfg.RedisMaxMemory != "" {
 		args = append(args, "--redis-maxmemory", cfg.RedisMaxMemory)
 	}
+	if cfg.SplitProcesses {
+		args = append(args, "--split-processes")
+	}
 	args = append(args, cfg.Args...)
 	d.cmd = exec.Command(cfg.Bin, args...)
 	d.cmd.Env = os.Environ()
@@ -97,6 +103,13 @@ func StartDev(ctx context.Context, cfg DevConfig) (*Dev, error) {
 		}
 	}
 	return d, nil
+}
+
+// Processes are the stack's processes on this machine: sluice dev's own,
+// its children of --split-processes (one per part) and its Consul agent
+// (see findProcesses). Read them once the stack is up.
+func (d *Dev) Processes() ([]Process, error) {
+	return findProcesses("/proc", d.cmd.Process.Pid)
 }
 
 // LogPath is the child's log file ("" when Log was given).

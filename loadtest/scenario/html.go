@@ -71,6 +71,18 @@ th{background:#f4f4f4}td.l,th.l{text-align:left}.pass{color:#1a7f37;font-weight:
 		b.WriteString(".</p>\n")
 		if c := ph.CPU; c != nil && c.TotalMicrosPerJob > 0 {
 			fmt.Fprintf(&b, "<p>%s</p>\n", esc(c.describe()))
+			if len(c.Parts) > 0 {
+				b.WriteString("<table><tr><th class=l>process</th><th>CPU per job (µs)</th><th>share</th><th>cores busy</th><th>jobs/s at one core</th><th class=l></th></tr>\n")
+				for _, p := range c.Parts {
+					oneCore := ""
+					if p.OneCoreJobsPerSecond > 0 {
+						oneCore = thousands(int(p.OneCoreJobsPerSecond))
+					}
+					fmt.Fprintf(&b, "<tr><td class=l>%s</td><td>%.1f</td><td>%.0f%%</td><td>%.2f</td><td>%s</td><td class=l>%s</td></tr>\n",
+						esc(p.Name), p.MicrosPerJob, p.Share*100, p.CoresBusy, oneCore, esc(strings.TrimSpace(p.note())))
+				}
+				b.WriteString("</table>\n")
+			}
 		}
 		b.WriteString("<table><tr><th class=l>stream</th><th class=l>load</th><th>jobs</th><th class=l>latency (ms)</th><th>n</th><th>p50</th><th>p90</th><th>p99</th><th>p99.9</th><th>max</th></tr>\n")
 		for _, s := range ph.Streams {

@@ -17,12 +17,15 @@ import (
 // and the verdicts against the seed's numbers. It is written as JSON, as
 // an HTML page with charts, and as text on the terminal.
 type Report struct {
-	Scenario  string         `json:"scenario"`
-	Size      string         `json:"size,omitempty"`
-	Started   time.Time      `json:"started"`
-	Elapsed   float64        `json:"elapsed_seconds"`
-	Machine   Machine        `json:"machine"`
-	Endpoints Endpoints      `json:"endpoints"`
+	Scenario  string    `json:"scenario"`
+	Size      string    `json:"size,omitempty"`
+	Started   time.Time `json:"started"`
+	Elapsed   float64   `json:"elapsed_seconds"`
+	Machine   Machine   `json:"machine"`
+	Endpoints Endpoints `json:"endpoints"`
+	// Processes are the stack's processes whose CPU the phases report,
+	// when known (the loadtest started sluice dev).
+	Processes []Process      `json:"processes,omitempty"`
 	Params    map[string]any `json:"params,omitempty"`
 	Phases    []PhaseResult  `json:"phases"`
 	Verdicts  []Verdict      `json:"verdicts"`
@@ -212,6 +215,9 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 		if c := ph.CPU; c != nil && c.TotalMicrosPerJob > 0 {
 			fmt.Fprintf(w, "  %s\n", c.describe())
+			for _, l := range c.describeParts() {
+				fmt.Fprintf(w, "    %s\n", l)
+			}
 		}
 		for _, e := range ph.Errors {
 			fmt.Fprintf(w, "  error: %s\n", e)

@@ -33,6 +33,10 @@ func NewRunner(ep Endpoints, progress *Progress) (*Runner, error) {
 // Close releases the runner's connections.
 func (r *Runner) Close() { r.t.close() }
 
+// SetProcesses names the stack's processes on this machine (Dev.Processes):
+// each phase then reports the CPU of each one (CPUUse.Parts).
+func (r *Runner) SetProcesses(ps []Process) { r.t.procs = ps }
+
 // Endpoints is where the runner sends load.
 func (r *Runner) Endpoints() Endpoints { return r.ep }
 

@@ -74,7 +74,7 @@ var Scenarios = []string{"throughput", "spike", "ratelimit", "scaling", "hol", "
 // RunScenario runs the named scenario.
 func (r *Runner) RunScenario(ctx context.Context, name string, o Options) (*Report, error) {
 	o.defaults()
-	rep := &Report{Scenario: name, Size: o.Size, Started: time.Now(), Machine: ThisMachine(), Endpoints: r.ep, Params: map[string]any{"run": o.Run}}
+	rep := &Report{Scenario: name, Size: o.Size, Started: time.Now(), Machine: ThisMachine(), Endpoints: r.ep, Processes: r.t.procs, Params: map[string]any{"run": o.Run}}
 	var err error
 	switch name {
 	case "throughput":

@@ -53,6 +53,10 @@ type target struct {
 	rdb    *redis.Client // partition 0's server, for INFO
 	consul *consulapi.Client
 	http   *http.Client
+	// procs are the stack's processes on this machine, when known (the
+	// loadtest started it): their CPU is read from procRoot/<pid>/stat.
+	procs    []Process
+	procRoot string
 }
 
 func openTarget(ep Endpoints) (*target, error) {
@@ -64,7 +68,7 @@ func openTarget(ep Endpoints) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
-	t := &target{ep: ep, layout: layout, pool: pool, rdb: pool.Client(0), http: &http.Client{Timeout: 5 * time.Second}}
+	t := &target{ep: ep, layout: layout, pool: pool, rdb: pool.Client(0), http: &http.Client{Timeout: 5 * time.Second}, procRoot: "/proc"}
 	if ep.Consul != "" {
 		cfg := consulapi.DefaultConfig()
 		cfg.Address = ep.Consul
