@@ -37,6 +37,7 @@ type config struct {
 	opts       scenario.Options
 	ep         scenario.Endpoints
 	startDev   bool
+	split      bool
 	bin        string
 	maxMemory  string
 	out        string
@@ -57,6 +58,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	def := scenario.DevEndpoints()
 	fs.StringVar(&c.opts.Size, "size", "scaled", `"scaled" (minutes at most) or "full" (the seed's sizes)`)
 	fs.BoolVar(&c.startDev, "start-dev", false, "start `sluice dev` on free ports in a temporary directory for the run (else target the endpoints below)")
+	fs.BoolVar(&c.split, "split-processes", true, "--start-dev: run Kafka and each part in a process of its own (sluice dev --split-processes), so that each phase reports the CPU per job of each; false: sluice dev's default, one process")
 	fs.StringVar(&c.bin, "sluice-bin", "bin/sluice", "the sluice binary for --start-dev and the bare-server yardstick (built with go build when missing)")
 	fs.StringVar(&c.maxMemory, "redis-maxmemory", "", "--start-dev: Redis's maxmemory (default: sluice dev's 256mb; 4gb for throughput, whose done jobs are kept 24 h)")
 	fs.StringVar(&c.out, "out", ".sluice/loadtest", "directory for the JSON and HTML reports")
@@ -144,6 +146,7 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (*scenario.R
 	progress := scenario.NewProgress(stderr, tty)
 	ep := c.ep
 	bin := ""
+	var procs []scenario.Process
 	if c.startDev || c.yardsticks {
 		var err error
 		if bin, err = sluiceBin(ctx, c.bin, stderr); err != nil {
@@ -156,7 +159,7 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (*scenario.R
 			mem = "4gb"
 		}
 		progress.Printf("starting %s dev on free ports...\n", bin)
-		dev, err := scenario.StartDev(ctx, scenario.DevConfig{Bin: bin, RedisMaxMemory: mem, Args: c.devFlags})
+		dev, err := scenario.StartDev(ctx, scenario.DevConfig{Bin: bin, RedisMaxMemory: mem, SplitProcesses: c.split, Args: c.devFlags})
 		if err != nil {
 			return nil, err
 		}
@@ -169,12 +172,18 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (*scenario.R
 		ep.Token = c.ep.Token
 		progress.Printf("sluice dev: gate %s, redis %s, consul %s, metrics %s %s %s; log %s\n",
 			ep.Gate, ep.Redis, ep.Consul, ep.Relay, ep.Worker, ep.Coordinator, dev.LogPath())
+		if procs, err = dev.Processes(); err != nil {
+			progress.Printf("sluice dev's processes not found (%v): the phases report the sluice processes' CPU together\n", err)
+		} else {
+			progress.Printf("sluice dev's processes: %s\n", processList(procs))
+		}
 	}
 	r, err := scenario.NewRunner(ep, progress)
 	if err != nil {
 		return nil, err
 	}
 	defer r.Close()
+	r.SetProcesses(procs)
 	var y *scenario.Yardsticks
 	if c.yardsticks {
 		v := scenario.MeasureYardsticks(ctx, bin, ep.Redis, c.yardFor, progress)
@@ -226,6 +235,15 @@ func sluiceBin(ctx context.Context, path string, stderr io.Writer) (string, erro
 		return "", fmt.Errorf("building sluice (run from the module root, or pass --sluice-bin): %w", err)
 	}
 	return path, nil
+}
+
+// processList is "gate 123, kafka 124, ...".
+func processList(ps []scenario.Process) string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, fmt.Sprintf("%s %d", p.Name, p.Pid))
+	}
+	return strings.Join(out, ", ")
 }
 
 func isTerminal(w io.Writer) bool {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -55,7 +56,21 @@ func TestThroughputScenarioSmoke(t *testing.T) {
 			Series []struct {
 				Workers []float64 `json:"workers"`
 			} `json:"series"`
+			CPU struct {
+				Pipeline float64 `json:"pipeline_cpu_seconds"`
+				Parts    []struct {
+					Name    string
+					Pid     int
+					Seconds float64 `json:"cpu_seconds"`
+					Micros  float64 `json:"cpu_us_per_job"`
+				} `json:"parts"`
+				Errors []string
+			} `json:"cpu"`
 		} `json:"phases"`
+		Processes []struct {
+			Name string
+			Pid  int
+		} `json:"processes"`
 		Verdicts []struct {
 			Name string
 			Pass bool
@@ -85,6 +100,41 @@ func TestThroughputScenarioSmoke(t *testing.T) {
 	}
 	if !allWorkers {
 		t.Error("no sample has every partition's workers gauge from the coordinator")
+	}
+	// --split-processes (the loadtest's default): Kafka and each part in a
+	// process of its own, and each phase's CPU per process, each pid once.
+	if len(rep.Processes) != 7 {
+		t.Errorf("processes: %+v", rep.Processes)
+	}
+	for _, ph := range rep.Phases {
+		var names []string
+		pids := map[int]bool{}
+		sluice := 0.0
+		for _, p := range ph.CPU.Parts {
+			names = append(names, p.Name)
+			if p.Pid != 0 && pids[p.Pid] {
+				t.Errorf("phase %s: pid %d twice", ph.Name, p.Pid)
+			}
+			pids[p.Pid] = true
+			if p.Name != "consul" && p.Name != "redis" && p.Name != "generator" {
+				sluice += p.Seconds
+			}
+		}
+		if want := "gate kafka relay worker coordinator dev consul redis generator"; strings.Join(names, " ") != want || len(ph.CPU.Errors) > 0 {
+			t.Errorf("phase %s: parts %v, want %s; errors %v", ph.Name, names, want, ph.CPU.Errors)
+		}
+		if math.Abs(sluice-ph.CPU.Pipeline) > 0.002 {
+			t.Errorf("phase %s: the sluice processes add up to %v s, the pipeline's is %v s", ph.Name, sluice, ph.CPU.Pipeline)
+		}
+		// 100-job POSTs for a second: every part on the job's path
+		// works for more than a clock tick (10 ms).
+		if ph.Name == "batch" {
+			for _, p := range ph.CPU.Parts[:4] {
+				if p.Seconds <= 0 || p.Micros <= 0 {
+					t.Errorf("phase batch: %s used no CPU: %+v", p.Name, p)
+				}
+			}
+		}
 	}
 	for _, v := range rep.Verdicts {
 		if strings.Contains(v.Name, "every accepted job done") && !v.Pass {
