@@ -265,6 +265,7 @@ func (w *groupWatcher) aggregate(ctx context.Context, log *slog.Logger, sum Grou
 	chunk := int64(c.cfg.ReadChunk)
 	ids := make([]string, 0, chunk)
 	var states []queue.JobState
+	var dead, cancelled int64 // items the group's results name so
 	for from := int64(0); from < sum.Total; from += chunk {
 		ids = ids[:0]
 		for i := from; i < min(from+chunk, sum.Total); i++ {
@@ -277,10 +278,24 @@ func (w *groupWatcher) aggregate(ctx context.Context, log *slog.Logger, sum Grou
 			return abandon(ctx.Err())
 		}
 		for k, js := range states {
-			if err := red.Add(itemResult(from+int64(k), js, !sum.CancelledAt.IsZero())); err != nil {
+			switch js.State {
+			case "dead":
+				dead++
+			case "cancelled":
+				cancelled++
+			}
+			if err := red.Add(itemResult(from+int64(k), js)); err != nil {
 				return abandon(err)
 			}
 		}
+	}
+	if dead != sum.Dead || cancelled != sum.Cancelled {
+		// An item the results do not name reads as done: a dead or
+		// cancelled one whose entry is missing shows as done, and one
+		// replayed from the dead set may still show dead. The counts
+		// above the items come from the counters, which are right.
+		log.Warn("the group's results disagree with its counters; the callback's items may show the wrong state",
+			"dead_items", dead, "dead", sum.Dead, "cancelled_items", cancelled, "cancelled", sum.Cancelled)
 	}
 	body, err := red.Finish()
 	if err != nil {
@@ -291,20 +306,13 @@ func (w *groupWatcher) aggregate(ctx context.Context, log *slog.Logger, sum Grou
 	return body, nil
 }
 
-// itemResult is what a reducer sees of one item's job state.
-func itemResult(index int64, js queue.JobState, groupCancelled bool) ItemResult {
+// itemResult is what a reducer sees of one item's state, as the group's
+// results record it (queue.Pool.JobStates): an item they do not name
+// completed without a result, and reads as done.
+func itemResult(index int64, js queue.JobState) ItemResult {
 	it := ItemResult{Index: index, ID: js.ID, State: js.State, Result: js.Result, Error: js.LastError, Attempts: js.Attempts}
-	switch js.State {
-	case "done":
+	if js.State == "done" {
 		it.Error = "" // an earlier failed attempt's error: it succeeded in the end
-	case "":
-		// No record: a cancelled group's job the relay dropped before
-		// it reached Redis, or a record that expired.
-		if groupCancelled {
-			it.State = "cancelled"
-		} else {
-			it.State, it.Error = StateMissing, "no record of the job is left: it expired before the group's callback was built"
-		}
 	}
 	return it
 }

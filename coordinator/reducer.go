@@ -25,11 +25,15 @@ type GroupSummary struct {
 	CancelledAt time.Time
 }
 
-// Item states an ItemResult can have besides the queue's own ("done",
+// Item states an ItemResult could have besides the queue's own ("done",
 // "dead", "cancelled").
 const (
-	// StateMissing: the item's job record is gone, most likely expired
-	// (its result TTL, or the dead set's) before the group was delivered.
+	// StateMissing was an item whose job record had expired before the
+	// group was delivered.
+	//
+	// Deprecated: no longer produced. A bulk group gathers its items'
+	// results in one hash kept until the group is delivered, and an item
+	// it does not name completed without a result ("done").
 	StateMissing = "missing"
 )
 
@@ -39,13 +43,16 @@ type ItemResult struct {
 	// job.BulkID(group, Index).
 	Index int64
 	ID    string
-	// State is "done", "dead", "cancelled" or StateMissing.
+	// State is "done", "dead" or "cancelled".
 	State string
 	// Result is what the handler returned, byte for byte (done jobs; may
 	// be empty).
 	Result []byte
 	// Error is the last attempt's error (dead jobs).
-	Error    string
+	Error string
+	// Attempts is how many attempts the item took when the group's
+	// results record it (dead items, and done ones with a result); 0
+	// when not recorded (done without a result, cancelled).
 	Attempts int
 }
 
