@@ -173,7 +173,8 @@ func (b *bed) deadJob(t *testing.T, id, topic, cause string) int {
 	if err != nil || len(jobs) != 1 || jobs[0].ID != id {
 		t.Fatalf("claim: %v %v", jobs, err)
 	}
-	if r, err := b.pool.Fail(ctx, part, jobs[0], cause, time.Time{}, time.Now(), queue.DeadLimits{Max: 100, Keep: time.Hour}); r != queue.FailDead || err != nil {
+	f := queue.Failure{Job: jobs[0], Topic: topic, Cause: cause}
+	if r, err := b.pool.Fail(ctx, part, f, time.Now(), queue.DeadLimits{Max: 100, Keep: time.Hour}); r != queue.FailDead || err != nil {
 		t.Fatalf("fail: %d %v", r, err)
 	}
 	return part
@@ -240,7 +241,7 @@ func TestAdminDeadJobReplayedRunsAgain(t *testing.T) {
 	if err != nil || len(jobs) != 1 || jobs[0].ID != "job-a" || jobs[0].Attempt != 1 {
 		t.Fatalf("the replayed job is not claimed as a first attempt: %+v %v", jobs, err)
 	}
-	if ok, err := b.pool.Ack(context.Background(), part, jobs[0], []byte("sent"), time.Now(), time.Hour); !ok || err != nil {
+	if ok, err := b.pool.Ack(context.Background(), part, queue.Done{Job: jobs[0], Result: []byte("sent"), Topic: "jobs"}, time.Now(), time.Hour); !ok || err != nil {
 		t.Fatalf("ack: %v %v", ok, err)
 	}
 	b.balanced(t)
@@ -519,7 +520,7 @@ func TestAdminGroupsAndPartitions(t *testing.T) {
 	if err != nil || len(jobs) != 1 {
 		t.Fatal(jobs, err)
 	}
-	if ok, err := b.pool.Ack(ctx, part, jobs[0], nil, time.Now(), time.Hour); !ok || err != nil {
+	if ok, err := b.pool.Ack(ctx, part, queue.Done{Job: jobs[0], Topic: "jobs"}, time.Now(), time.Hour); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	var list admin.GroupList

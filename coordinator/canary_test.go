@@ -105,9 +105,8 @@ func (cp *canaryPipeline) consume(ctx context.Context, part int) {
 			cp.b.pool.Client(part).BLPop(ctx, 200*time.Millisecond, wake)
 			continue
 		}
-		envs, _ := cp.b.pool.Envelopes(ctx, part, jobs)
-		for i, cl := range jobs {
-			j, _ := job.Decode(envs[i])
+		for _, cl := range jobs {
+			j, _ := job.Decode(cl.Envelope)
 			p, err := canary.DecodePayload(j.Payload)
 			if err == nil {
 				cp.b.pool.RecordCanaryDone(ctx, part, p.Path().Field(), time.UnixMilli(p.SentMS), time.Now())

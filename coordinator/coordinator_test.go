@@ -46,10 +46,12 @@ func newBed(t *testing.T, partitions int) *bed {
 }
 
 // outcome says how the test's "worker" ends item i: a result, or dead with
-// an error.
+// an error; retry, if set, fails its first attempt with that error first
+// (retried at once).
 type outcome struct {
 	result []byte
 	dead   string
+	retry  string
 }
 
 // completeGroup submits a bulk group of len(items) jobs with a callback
@@ -80,19 +82,34 @@ func (b *bed) completeGroup(t *testing.T, group, url string, items []outcome) {
 		if err != nil || len(jobs) == 0 {
 			t.Fatalf("claim: %v %v", jobs, err)
 		}
+		retried := 0
 		for _, j := range jobs {
 			i, ok := index[j.ID]
 			if !ok {
 				t.Fatalf("claimed %s, not of group %s", j.ID, group)
 			}
+			if items[i].retry != "" && j.Attempt == 1 {
+				f := queue.Failure{Job: j, Topic: "jobs", Cause: items[i].retry, NextTry: now}
+				if r, err := b.pool.Fail(ctx, part, f, now, queue.DeadLimits{Max: 1000, Keep: time.Hour}); r != queue.FailRetrying || err != nil {
+					t.Fatalf("fail %s for a retry: %d %v", j.ID, r, err)
+				}
+				retried++
+				continue
+			}
 			ended++
 			if items[i].dead != "" {
-				if r, err := b.pool.Fail(ctx, part, j, items[i].dead, time.Time{}, now, queue.DeadLimits{Max: 1000, Keep: time.Hour}); r != queue.FailDead || err != nil {
+				f := queue.Failure{Job: j, Topic: "jobs", Cause: items[i].dead}
+				if r, err := b.pool.Fail(ctx, part, f, now, queue.DeadLimits{Max: 1000, Keep: time.Hour}); r != queue.FailDead || err != nil {
 					t.Fatalf("fail %s: %d %v", j.ID, r, err)
 				}
 				continue
 			}
-			done = append(done, queue.Done{Job: j, Result: items[i].result})
+			done = append(done, queue.Done{Job: j, Result: items[i].result, Topic: "jobs"})
+		}
+		if retried > 0 {
+			if n, err := b.pool.Promote(ctx, part, 100, now); n != retried || err != nil {
+				t.Fatalf("promote: %d of %d retries, %v", n, retried, err)
+			}
 		}
 	}
 	if ok, err := b.pool.AckMany(ctx, part, done, now, time.Hour); err != nil || len(ok) != len(done) {
@@ -208,13 +225,33 @@ type running struct {
 	addr   string
 	cancel context.CancelFunc
 	done   chan error
+	logs   *logBuffer // what it logged, beside the test's log
+}
+
+// logBuffer keeps what a coordinator logs, for tests that look for a line.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func (b *bed) start(t *testing.T, name string, mutate func(*coordinator.Config)) *running {
 	t.Helper()
 	cfg := b.config(mutate)
 	cfg.Holder = name
-	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logs := &logBuffer{}
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t, name}, logs), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	c, err := coordinator.New(cfg, log)
 	if err != nil {
 		t.Fatal(err)
@@ -224,7 +261,7 @@ func (b *bed) start(t *testing.T, name string, mutate func(*coordinator.Config))
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{c: c, addr: ln.Addr().String(), cancel: cancel, done: make(chan error, 1)}
+	r := &running{c: c, addr: ln.Addr().String(), cancel: cancel, done: make(chan error, 1), logs: logs}
 	go func() { r.done <- c.Serve(ctx, ln) }()
 	t.Cleanup(func() { r.stop(t) })
 	return r

@@ -50,6 +50,8 @@ func TestCallbackCarriesCountsAndEveryItem(t *testing.T) {
 		{dead: "smtp: 550 no such mailbox"},
 		{}, // done without a result
 		{result: []byte{0xff, 0xfe, 'x'}},
+		{retry: "smtp: 421 try later", result: []byte(`{"sent":true}`)},
+		{retry: "smtp: 421 try later", dead: "smtp: 554 rejected"},
 	}
 	b.completeGroup(t, "mail", rc.URL+"/hook", items)
 	b.completeGroup(t, "quiet", "", allDone(3))
@@ -70,10 +72,10 @@ func TestCallbackCarriesCountsAndEveryItem(t *testing.T) {
 	if err := json.Unmarshal(c.body, &body); err != nil {
 		t.Fatalf("body %s: %v", c.body, err)
 	}
-	if body.Group != "mail" || body.Topic != "jobs" || body.Total != 5 || body.Done != 4 || body.Dead != 1 || body.Cancelled != 0 || body.CompletedAt == "" {
+	if body.Group != "mail" || body.Topic != "jobs" || body.Total != 7 || body.Done != 5 || body.Dead != 2 || body.Cancelled != 0 || body.CompletedAt == "" {
 		t.Fatalf("summary: %s", c.body)
 	}
-	if len(body.Items) != 5 {
+	if len(body.Items) != 7 {
 		t.Fatalf("%d items: %s", len(body.Items), c.body)
 	}
 	for i, it := range body.Items {
@@ -91,11 +93,27 @@ func TestCallbackCarriesCountsAndEveryItem(t *testing.T) {
 	if it := body.Items[2]; it.State != "dead" || it.Error != "smtp: 550 no such mailbox" || it.Attempts != 1 || it.Result != nil {
 		t.Errorf("dead item: %+v", it)
 	}
-	if it := body.Items[3]; it.State != "done" || string(it.Result) != "null" {
+	if it := body.Items[0]; it.State != "done" || it.Attempts != 1 || it.Error != "" {
+		t.Errorf("done item with a result: %+v", it)
+	}
+	// The group's results name only the items that returned something or
+	// did not complete: one done without a result has no attempts to show.
+	if it := body.Items[3]; it.State != "done" || string(it.Result) != "null" || it.Attempts != 0 {
 		t.Errorf("done item without a result: %+v", it)
 	}
 	if it := body.Items[4]; string(it.Result) != "null" || it.ResultBase64 != "//54" {
 		t.Errorf("binary result: %+v", it)
+	}
+	// A failed attempt's error does not follow an item that succeeded on
+	// its retry.
+	if it := body.Items[5]; it.State != "done" || string(it.Result) != `{"sent":true}` || it.Attempts != 2 || it.Error != "" {
+		t.Errorf("item done on its second attempt: %+v", it)
+	}
+	if it := body.Items[6]; it.State != "dead" || it.Error != "smtp: 554 rejected" || it.Attempts != 2 {
+		t.Errorf("item dead on its second attempt: %+v", it)
+	}
+	if strings.Contains(r.logs.String(), "disagree") {
+		t.Errorf("the watcher found the results at odds with the counters:\n%s", r.logs)
 	}
 
 	quiet := b.finished(t, "quiet")
@@ -351,7 +369,7 @@ func TestACancelledGroupsCallbackListsItsCancelledItems(t *testing.T) {
 	if n, err := b.pool.CancelGroup(ctx, "c", now); n != 2 || err != nil {
 		t.Fatalf("cancel: %d %v", n, err)
 	}
-	if ok, err := b.pool.Ack(ctx, 0, jobs[0], []byte(`"ran"`), now, time.Hour); !ok || err != nil {
+	if ok, err := b.pool.Ack(ctx, 0, queue.Done{Job: jobs[0], Result: []byte(`"ran"`), Topic: "jobs"}, now, time.Hour); !ok || err != nil {
 		t.Fatalf("ack: %v %v", ok, err)
 	}
 	b.finished(t, "c")
@@ -366,5 +384,82 @@ func TestACancelledGroupsCallbackListsItsCancelledItems(t *testing.T) {
 	if body.Done != 1 || body.Cancelled != 2 || body.Items[0].State != "done" || string(body.Items[0].Result) != `"ran"` ||
 		body.Items[1].State != "cancelled" || body.Items[2].State != "cancelled" || !strings.Contains(string(calls[0].body), `"cancelled_at":"`) {
 		t.Fatalf("body: %s", calls[0].body)
+	}
+}
+
+// The callback is built from the group's results and counters alone: an
+// item's job record is not needed, so a dead item whose record is gone
+// (purged from the dead set, or past --dead-ttl) still shows dead with its
+// error, and items that succeeded leave no record at all.
+func TestCallbackNeedsNoJobRecords(t *testing.T) {
+	b := newBed(t, 1)
+	rc := newReceiver(t, nil)
+	ctx := context.Background()
+	b.completeGroup(t, "rec", rc.URL, []outcome{{result: []byte(`1`)}, {dead: "boom"}, {}})
+	if ok, err := b.pool.PurgeDead(ctx, 0, "rec.1"); !ok || err != nil {
+		t.Fatalf("purge: %v %v", ok, err)
+	}
+	if keys, err := b.redis.Client().Keys(ctx, b.layout.Keys(0).Job("*")).Result(); err != nil || len(keys) != 0 {
+		t.Fatalf("job records left before the watcher runs: %v %v", keys, err)
+	}
+	r := b.start(t, "c", nil)
+	b.finished(t, "rec")
+	calls := rc.callsFor("rec")
+	if len(calls) != 1 {
+		t.Fatalf("%d calls", len(calls))
+	}
+	var body callbackBody
+	if err := json.Unmarshal(calls[0].body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if len(body.Items) != 3 || body.Done != 2 || body.Dead != 1 {
+		t.Fatalf("body: %s", calls[0].body)
+	}
+	if it := body.Items[0]; it.State != "done" || string(it.Result) != "1" || it.Attempts != 1 {
+		t.Errorf("item 0: %+v", it)
+	}
+	if it := body.Items[1]; it.State != "dead" || it.Error != "boom" || it.Attempts != 1 {
+		t.Errorf("the purged dead item: %+v", it)
+	}
+	if it := body.Items[2]; it.State != "done" || string(it.Result) != "null" {
+		t.Errorf("item 2: %+v", it)
+	}
+	if strings.Contains(r.logs.String(), "disagree") {
+		t.Errorf("the watcher found the results at odds with the counters:\n%s", r.logs)
+	}
+}
+
+// An item the group's results do not name reads as done; when that leaves
+// fewer dead (or cancelled) items than the group's counters hold, the
+// watcher still delivers, with the counters' counts, and says in its log
+// that the items disagree.
+func TestCallbackWithResultsAtOddsWithTheCountersIsDeliveredAndLogged(t *testing.T) {
+	b := newBed(t, 1)
+	rc := newReceiver(t, nil)
+	ctx := context.Background()
+	b.completeGroup(t, "odd", rc.URL, []outcome{{result: []byte(`1`)}, {dead: "boom"}})
+	// The dead item's entry lost, as if the results never had it.
+	if n, err := b.redis.Client().HDel(ctx, b.layout.Keys(0).Results("odd"), "odd.1").Result(); n != 1 || err != nil {
+		t.Fatalf("hdel: %d %v", n, err)
+	}
+	r := b.start(t, "c", nil)
+	st := b.finished(t, "odd")
+	if st.CallbackState != coordinator.CallbackDelivered {
+		t.Fatalf("status: %+v", st)
+	}
+	calls := rc.callsFor("odd")
+	if len(calls) != 1 {
+		t.Fatalf("%d calls", len(calls))
+	}
+	var body callbackBody
+	if err := json.Unmarshal(calls[0].body, &body); err != nil {
+		t.Fatal(err)
+	}
+	if body.Done != 1 || body.Dead != 1 || len(body.Items) != 2 || body.Items[1].State != "done" {
+		t.Fatalf("body: %s", calls[0].body)
+	}
+	logs := r.logs.String()
+	if !strings.Contains(logs, "disagree") || !strings.Contains(logs, "group=odd") || !strings.Contains(logs, "dead_items=0 dead=1") {
+		t.Errorf("no warning naming the group and the counts:\n%s", logs)
 	}
 }
