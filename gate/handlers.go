@@ -54,7 +54,9 @@ type errorBody struct {
 	Column int    `json:"column,omitempty"`
 	Offset *int64 `json:"offset,omitempty"`
 	// IDs are the jobs whose fate is unknown after a 504: resend them with
-	// the same ids and the relay will not queue them twice.
+	// the same ids. The relay will not queue a resend twice when the first
+	// send carried the id too (id_given); an id the gate assigned was not
+	// marked, so a resend of it may run the job twice.
 	IDs []string `json:"ids,omitempty"`
 }
 
@@ -271,7 +273,7 @@ func (g *Gate) answerCtxErr(x *exchange, err error, ids []string) {
 	}
 	g.log.Warn("produce deadline passed", "deadline", g.cfg.ProduceTimeout.String(), "jobs", len(ids), "err", err)
 	x.json(http.StatusGatewayTimeout, errorBody{
-		Error: fmt.Sprintf("Kafka did not acknowledge within %s; the jobs may or may not be stored: resend them with the same ids", g.cfg.ProduceTimeout),
+		Error: fmt.Sprintf("Kafka did not acknowledge within %s; the jobs may or may not be stored: resend them with the same ids (a resend is deduped when the first send carried the id; send your own ids to make every resend safe)", g.cfg.ProduceTimeout),
 		IDs:   ids,
 	})
 }
