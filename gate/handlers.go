@@ -110,9 +110,10 @@ func internalTopic(t string) bool {
 // reserved says why a job may not be sent by this caller: group names and
 // types starting with "sluice." belong to sluice's heartbeat canaries, which
 // the worker completes itself and the funnel counts apart. name is the
-// job's group, or its id when it has none (as before groups stopped
-// defaulting to the id: a relay that still makes the id the group must not
-// be handed a canary group that way).
+// job's group, or its id when it has none: the name it is keyed by, which
+// was also its group while groups defaulted to the id. Nothing downstream
+// takes a canary from an id any more; the reservation is kept as clients
+// knew it.
 func (x *exchange) reserved(name, jobType string) error {
 	if x.mayCanary || !(strings.HasPrefix(name, canary.ReservedPrefix) || strings.HasPrefix(jobType, canary.ReservedPrefix)) {
 		return nil
