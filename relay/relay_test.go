@@ -197,19 +197,20 @@ func (b *bed) counts(t testing.TB) (jobs, ready, relayed int) {
 	rdb := b.redis.Client()
 	for p := range b.layout.Partitions {
 		k := b.layout.Keys(p)
-		keys, err := rdb.Keys(ctx, k.Prefix()+"job:*").Result()
+		laneKeys, err := rdb.Keys(ctx, k.Prefix()+"lane:*").Result()
 		if err != nil && !strings.Contains(err.Error(), "connection refused") {
 			t.Fatal(err)
 		}
-		jobs += len(keys)
-		readyKeys, _ := rdb.Keys(ctx, k.Prefix()+"ready:*").Result()
-		for _, rk := range readyKeys {
-			n, _ := rdb.LLen(ctx, rk).Result()
+		for _, lk := range laneKeys {
+			n, _ := rdb.LLen(ctx, lk).Result()
 			ready += int(n)
 		}
+		delayed, _ := rdb.ZCard(ctx, k.Delayed()).Result()
+		jobs += int(delayed)
 		v, _ := rdb.HGet(ctx, k.Stats(), "relayed").Int()
 		relayed += v
 	}
+	jobs += ready
 	return
 }
 
@@ -236,7 +237,7 @@ func (b *bed) waitRelayed(t *testing.T, n int, timeout time.Duration) {
 	})
 	jobs, ready, relayed := b.counts(t)
 	if jobs != n || ready != n || relayed != n {
-		t.Fatalf("want every job exactly once: %d job hashes, %d ready ids, %d relayed; want %d each", jobs, ready, relayed, n)
+		t.Fatalf("want every job exactly once: %d jobs held, %d on lanes, %d relayed; want %d each", jobs, ready, relayed, n)
 	}
 }
 
@@ -293,6 +294,40 @@ func TestRelayMovesEveryJobOnceAndCommits(t *testing.T) {
 	b.produce(t, 500, 100)
 	b.start(t, "r2", nil)
 	b.waitRelayed(t, 600, 30*time.Second)
+}
+
+// TestReplayAfterFailoverAppliesNothingTwice: a relay that starts from
+// nothing committed (as a new holder after offsets were lost, or a
+// rewind) replays the whole topic into a Redis that already holds its
+// jobs; the watermark drops every record, however old.
+func TestReplayAfterFailoverAppliesNothingTwice(t *testing.T) {
+	b := newBed(t)
+	b.produce(t, 0, 300)
+	r := b.start(t, "r1", nil)
+	b.waitRelayed(t, 300, 30*time.Second)
+	r.stop(t)
+	before, ready, _ := b.counts(t)
+	// Another consumer group has no offsets: it reads every partition
+	// from the oldest record.
+	r2 := b.start(t, "r2", func(c *relay.Config) { c.ConsumerGroup = "replayer" })
+	testenv.WaitFor(t, 30*time.Second, "the replay to be read and deduplicated", func() bool {
+		return metricLabeled(t, r2.relay, "sluice_relay_jobs_total", "outcome", "duplicate") == 300
+	})
+	jobs, ready2, relayed := b.counts(t)
+	if jobs != before || ready2 != ready || relayed != 300 || jobs != 300 {
+		t.Fatalf("after the replay: %d jobs (%d before), %d ready (%d before), relayed %d; want 300 each, unchanged", jobs, before, ready2, ready, relayed)
+	}
+	deduped := 0
+	for p := range b.layout.Partitions {
+		n, _ := b.redis.Client().HGet(context.Background(), b.layout.Keys(p).Stats(), "deduped").Int()
+		deduped += n
+	}
+	if deduped != 300 {
+		t.Fatalf("deduped %d, want 300", deduped)
+	}
+	// New records after the replay still go in.
+	b.produce(t, 300, 10)
+	b.waitRelayed(t, 310, 30*time.Second)
 }
 
 func TestPoisonGoesToTheDLQAndGoodJobsFlow(t *testing.T) {
