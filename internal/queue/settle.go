@@ -169,7 +169,7 @@ func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time
 			keys = append(keys, k.Job(d.Job.ID))
 		}
 		args = append(args, batches.index[d.Job.Batch], groups.index[d.Job.Group], rec, d.Job.ID, d.Result,
-			int64(d.Retain/time.Second), topicOf(d.Topic, d.Job), d.Job.Attempt)
+			wholeSeconds(d.Retain), topicOf(d.Topic, d.Job), d.Job.Attempt)
 	}
 	res, err := runScript(ctx, p.byPart[part], ackScript, keys, args...)
 	if err != nil {
@@ -612,4 +612,13 @@ func (p *Pool) Promote(ctx context.Context, part, max int, now time.Time) (int, 
 // dueBy selects up to max members of key scored at or before now.
 func dueBy(key string, now time.Time, max int) redis.ZRangeArgs {
 	return redis.ZRangeArgs{Key: key, ByScore: true, Start: "-inf", Stop: strconv.FormatInt(now.UnixMilli(), 10), Count: int64(max)}
+}
+
+// wholeSeconds is d in seconds for EXPIRE, rounded up: a retain of 500ms
+// keeps the record a second, not none.
+func wholeSeconds(d time.Duration) int64 {
+	if d <= 0 {
+		return 0
+	}
+	return int64((d + time.Second - 1) / time.Second)
 }
