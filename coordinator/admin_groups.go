@@ -31,8 +31,9 @@ func groupInfo(name string, part int, st queue.GroupStatus) admin.GroupInfo {
 	return g
 }
 
-// groupList is the active groups of every partition in fair order, and
-// the bulk groups a SCAN of the partitions' group hashes finds.
+// groupList is the active lanes of every partition in fair order (a
+// group's, or a shared lane of jobs without a group), and the bulk groups
+// a SCAN of the partitions' group hashes finds.
 func (a *adminAPI) groupList(r *http.Request, _ admin.Role) (any, error) {
 	ctx := r.Context()
 	limit := defaultGroupLimit

@@ -159,16 +159,20 @@ func TestAdminAuth(t *testing.T) {
 	}
 }
 
-// deadJob enqueues a job in its own group and fails it to the dead set.
-func (b *bed) deadJob(t *testing.T, id, topic, cause string) int {
+// deadJob enqueues a job (in group, or on its topic's shared lane when
+// group is "") and fails it to the dead set. It returns the job's
+// partition and envelope.
+func (b *bed) deadJob(t *testing.T, id, group, topic, cause string) (int, []byte) {
 	t.Helper()
 	ctx := context.Background()
-	group := "g-" + id
 	env := fmt.Sprintf(`{"id":%q,"topic":%q,"type":"email","group":%q,"payload":{}}`, id, topic, group)
+	if group == "" {
+		env = fmt.Sprintf(`{"id":%q,"topic":%q,"type":"email","payload":{}}`, id, topic)
+	}
 	if _, err := b.pool.Enqueue(ctx, 1, []queue.Item{{ID: id, Group: group, Topic: topic, Weight: 1, Envelope: []byte(env)}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	part := b.layout.PartitionOf(group)
+	part := b.layout.PartitionOfJob(group, id)
 	jobs, err := b.pool.Claim(ctx, part, 10, time.Now().Add(time.Minute))
 	if err != nil || len(jobs) != 1 || jobs[0].ID != id {
 		t.Fatalf("claim: %v %v", jobs, err)
@@ -177,7 +181,23 @@ func (b *bed) deadJob(t *testing.T, id, topic, cause string) int {
 	if r, err := b.pool.Fail(ctx, part, f, time.Now(), queue.DeadLimits{Max: 100, Keep: time.Hour}); r != queue.FailDead || err != nil {
 		t.Fatalf("fail: %d %v", r, err)
 	}
-	return part
+	return part, []byte(env)
+}
+
+// claimAll claims what every partition has ready, by id.
+func (b *bed) claimAll(t *testing.T) map[string]queue.Claimed {
+	t.Helper()
+	out := map[string]queue.Claimed{}
+	for part := range b.layout.Partitions {
+		jobs, err := b.pool.Claim(context.Background(), part, 100, time.Now().Add(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, j := range jobs {
+			out[j.ID] = j
+		}
+	}
+	return out
 }
 
 // balanced checks that the funnel explains every job in Redis.
@@ -193,26 +213,28 @@ func (b *bed) balanced(t *testing.T) {
 }
 
 // TestAdminDeadJobReplayedRunsAgain: a dead job lists with its error and
-// attempts, replays to ready with its attempts reset, is claimed and runs
-// again; the funnel balances throughout; a purge removes one for good; a
-// replay of what is gone is a 409.
+// attempts, replays to its lane with its attempts reset (a group's, or its
+// topic's shared lane for a job without a group), is claimed with its
+// envelope as it was and runs again; the funnel balances throughout; a
+// purge removes one for good; a replay of what is gone is a 409.
 func TestAdminDeadJobReplayedRunsAgain(t *testing.T) {
 	b := newBed(t, 4)
 	c := b.start(t, "c1", withAdmin(t, nil))
-	part := b.deadJob(t, "job-a", "jobs", "smtp: 550 no such mailbox")
-	b.deadJob(t, "job-b", "jobs", "boom")
-	b.deadJob(t, "job-c", "other", "bang")
+	part, envA := b.deadJob(t, "job-a", "g-job-a", "jobs", "smtp: 550 no such mailbox")
+	b.deadJob(t, "job-b", "g-job-b", "jobs", "boom")
+	b.deadJob(t, "job-c", "g-job-c", "other", "bang")
+	partD, envD := b.deadJob(t, "job-d", "", "jobs", "no group")
 	b.balanced(t)
 
 	var list admin.DLQList
 	c.must(t, "GET", "/api/v1/dlq?source=redis&topic=jobs", nil, &list)
-	if len(list.Entries) != 2 || list.NextCursor != "" {
+	if len(list.Entries) != 3 || list.NextCursor != "" {
 		t.Fatalf("dead jobs of topic jobs: %+v", list)
 	}
-	// Paging one at a time finds all three, newest first, none twice.
+	// Paging one at a time finds all four, newest first, none twice.
 	var seen []string
 	cursor := ""
-	for range 5 {
+	for range 6 {
 		var page admin.DLQList
 		c.must(t, "GET", "/api/v1/dlq?source=redis&limit=1&cursor="+cursor, nil, &page)
 		for _, e := range page.Entries {
@@ -222,31 +244,54 @@ func TestAdminDeadJobReplayedRunsAgain(t *testing.T) {
 			break
 		}
 	}
-	if slices.Sort(seen); !slices.Equal(seen, []string{"job-a", "job-b", "job-c"}) {
+	if slices.Sort(seen); !slices.Equal(seen, []string{"job-a", "job-b", "job-c", "job-d"}) {
 		t.Errorf("paging by one found %v", seen)
 	}
 	var e admin.DLQEntry
 	c.must(t, "GET", "/api/v1/dlq/entry?source=redis&id=job-a", nil, &e)
-	if e.LastError != "smtp: 550 no such mailbox" || e.Attempts != 1 || e.Topic != "jobs" || e.Type != "email" || e.Partition != part || e.DeadAt == nil || len(e.Envelope) == 0 {
+	if e.LastError != "smtp: 550 no such mailbox" || e.Attempts != 1 || e.Topic != "jobs" || e.Type != "email" || e.Group != "g-job-a" ||
+		e.Partition != part || e.DeadAt == nil || string(e.Envelope) != string(envA) {
 		t.Errorf("entry: %+v", e)
+	}
+	// A job without a group lives in the partition its id picks.
+	c.must(t, "GET", "/api/v1/dlq/entry?source=redis&id=job-d", nil, &e)
+	if e.LastError != "no group" || e.Attempts != 1 || e.Topic != "jobs" || e.Group != "" || e.Partition != partD || string(e.Envelope) != string(envD) {
+		t.Errorf("entry of a job without a group: %+v", e)
 	}
 
 	var res admin.DLQResult
-	c.must(t, "POST", "/api/v1/dlq/replay", admin.DLQAction{Source: "redis", IDs: []string{"job-a"}}, &res)
-	if res.Replayed == nil || *res.Replayed != 1 || res.Missing != 0 {
+	c.must(t, "POST", "/api/v1/dlq/replay", admin.DLQAction{Source: "redis", IDs: []string{"job-a", "job-d"}}, &res)
+	if res.Replayed == nil || *res.Replayed != 2 || res.Missing != 0 || len(res.Skipped) != 0 {
 		t.Fatalf("replay: %+v", res)
 	}
 	b.balanced(t)
-	jobs, err := b.pool.Claim(context.Background(), part, 10, time.Now().Add(time.Minute))
-	if err != nil || len(jobs) != 1 || jobs[0].ID != "job-a" || jobs[0].Attempt != 1 {
-		t.Fatalf("the replayed job is not claimed as a first attempt: %+v %v", jobs, err)
+	if code, body := c.call(t, "GET", "/api/v1/dlq/entry?source=redis&id=job-a", adminToken, nil); code != 404 {
+		t.Errorf("entry of a replayed job: %d %s", code, body)
 	}
-	if ok, err := b.pool.Ack(context.Background(), part, queue.Done{Job: jobs[0], Result: []byte("sent"), Topic: "jobs"}, time.Now(), time.Hour); !ok || err != nil {
+	jobs := b.claimAll(t)
+	if len(jobs) != 2 {
+		t.Fatalf("claimed after the replay: %+v", jobs)
+	}
+	a, d := jobs["job-a"], jobs["job-d"]
+	if a.Attempt != 1 || a.Group != "g-job-a" || a.Lane != "g/g-job-a" || string(a.Envelope) != string(envA) {
+		t.Errorf("the replayed job is not claimed as a first attempt of its group, as it was: %+v", a)
+	}
+	if d.Attempt != 1 || d.Group != "" || d.Lane != "q/jobs/0" || string(d.Envelope) != string(envD) {
+		t.Errorf("the replayed job without a group is not claimed from its shared lane, as it was: %+v", d)
+	}
+	ok, err := b.pool.Ack(context.Background(), part, queue.Done{Job: a, Result: []byte("sent"), Topic: "jobs"}, time.Now(), time.Hour)
+	if !ok || err != nil {
+		t.Fatalf("ack: %v %v", ok, err)
+	}
+	if ok, err = b.pool.Ack(context.Background(), partD, queue.Done{Job: d, Topic: "jobs"}, time.Now(), time.Hour); !ok || err != nil {
 		t.Fatalf("ack: %v %v", ok, err)
 	}
 	b.balanced(t)
 	if st, _ := b.pool.GroupStatus(context.Background(), "g-job-a"); st.Done != 1 || st.Dead != 0 {
 		t.Errorf("the group after the replay ran: %+v", st)
+	}
+	if n := b.stage(t, "jobs", queue.StageCompleted); n != 2 {
+		t.Errorf("completed counted %d after both replays ran, want 2", n)
 	}
 
 	c.must(t, "POST", "/api/v1/dlq/purge", admin.DLQAction{Source: "redis", IDs: []string{"job-b"}}, &res)
@@ -500,8 +545,10 @@ func TestAdminLimits(t *testing.T) {
 }
 
 // TestAdminGroupsAndPartitions: a bulk group shows with its progress and
-// its ready jobs among the active groups; it can be read and cancelled;
-// the partitions show the depth; an unknown group is a 404.
+// its lane among the active lanes, beside the shared lanes of jobs without
+// a group (per topic, or per tenant); it can be read and cancelled, its
+// running job finishing it; the partitions show the depth and the jobs in
+// flight; an unknown group is a 404.
 func TestAdminGroupsAndPartitions(t *testing.T) {
 	b := newBed(t, 2)
 	c := b.start(t, "c1", withAdmin(t, nil))
@@ -516,35 +563,86 @@ func TestAdminGroupsAndPartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	part := b.layout.PartitionOf("news")
-	jobs, err := b.pool.Claim(ctx, part, 1, time.Now().Add(time.Minute))
-	if err != nil || len(jobs) != 1 {
+	jobs, err := b.pool.Claim(ctx, part, 2, time.Now().Add(time.Minute))
+	if err != nil || len(jobs) != 2 {
 		t.Fatal(jobs, err)
 	}
 	if ok, err := b.pool.Ack(ctx, part, queue.Done{Job: jobs[0], Topic: "jobs"}, time.Now(), time.Hour); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
+	running := jobs[1]
+	// Jobs without a group: on their partition's shared lane of the topic
+	// and priority, or of their tenant.
+	type lane struct {
+		part  int
+		name  string
+		group string
+	}
+	want := map[lane]int64{{part, "g/news", "news"}: 2}
+	ready := map[int]int64{part: 2}
+	for _, it := range []queue.Item{
+		{ID: "solo-1", Topic: "jobs", Weight: 1},
+		{ID: "solo-2", Topic: "jobs", Weight: 1},
+		{ID: "acme-1", Topic: "jobs", Tenant: "acme", Weight: 2},
+	} {
+		it.Envelope = []byte(`{"id":"` + it.ID + `"}`)
+		if _, err := b.pool.Enqueue(ctx, 1, []queue.Item{it}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		p := b.layout.PartitionOfJob("", it.ID)
+		want[lane{p, queue.LaneOf("", it.Tenant, "jobs", it.Weight-1), ""}]++
+		ready[p]++
+	}
 	var list admin.GroupList
 	c.must(t, "GET", "/api/v1/groups", nil, &list)
-	if len(list.Active) != 1 || list.Active[0].Group != "news" || list.Active[0].Ready != 3 || list.Active[0].Partition != part {
-		t.Errorf("active: %+v", list.Active)
+	got := map[lane]int64{}
+	for _, a := range list.Active {
+		got[lane{a.Partition, a.Lane, a.Group}] = a.Ready
 	}
-	if len(list.Bulk) != 1 || list.Bulk[0].Total != 4 || list.Bulk[0].Done != 1 || list.Bulk[0].Progress == nil || *list.Bulk[0].Progress != 0.25 {
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("active lanes: %+v, want %v", list.Active, want)
+	}
+	if len(list.Bulk) != 1 || list.Bulk[0].Total != 4 || list.Bulk[0].Done != 1 || list.Bulk[0].Running != 1 || list.Bulk[0].Progress == nil || *list.Bulk[0].Progress != 0.25 {
 		t.Errorf("bulk: %+v", list.Bulk)
 	}
 	var parts admin.Partitions
 	c.must(t, "GET", "/api/v1/partitions", nil, &parts)
-	if len(parts.Partitions) != 2 || parts.Partitions[part].Ready != 3 || parts.Partitions[part].Completed != 1 || parts.Partitions[part].ActiveGroups != 1 {
+	if len(parts.Partitions) != 2 || parts.Partitions[part].Completed != 1 || parts.Partitions[part].Inflight != 1 {
 		t.Errorf("partitions: %+v", parts)
+	}
+	for _, p := range parts.Partitions {
+		lanes := int64(0)
+		for l := range want {
+			if l.part == p.Partition {
+				lanes++
+			}
+		}
+		if p.Ready != ready[p.Partition] || p.ActiveGroups != lanes {
+			t.Errorf("partition %d: ready %d, %d active lanes; want %d, %d", p.Partition, p.Ready, p.ActiveGroups, ready[p.Partition], lanes)
+		}
 	}
 	var cancel admin.CancelResult
 	c.must(t, "POST", "/api/v1/groups/news/cancel", nil, &cancel)
-	if cancel.Removed != 3 {
+	if cancel.Removed != 2 {
 		t.Errorf("cancel: %+v", cancel)
 	}
 	var g admin.GroupInfo
 	c.must(t, "GET", "/api/v1/groups/news", nil, &g)
-	if g.Cancelled != 3 || g.CancelledAt == nil || g.CompletedAt == nil {
-		t.Errorf("after cancel: %+v", g)
+	if g.Cancelled != 2 || g.CancelledAt == nil || g.CompletedAt != nil || g.Running != 1 {
+		t.Errorf("after cancel, a job still running: %+v", g)
+	}
+	if ok, err := b.pool.Ack(ctx, part, queue.Done{Job: running, Topic: "jobs"}, time.Now(), time.Hour); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	c.must(t, "GET", "/api/v1/groups/news", nil, &g)
+	if g.Done != 2 || g.Cancelled != 2 || g.CompletedAt == nil || g.Progress == nil || *g.Progress != 1 {
+		t.Errorf("after its running job ended: %+v", g)
+	}
+	c.must(t, "GET", "/api/v1/groups", nil, &list)
+	for _, a := range list.Active {
+		if a.Group == "news" {
+			t.Errorf("the cancelled group is still active: %+v", a)
+		}
 	}
 	if code, _ := c.call(t, "POST", "/api/v1/groups/nope/cancel", adminToken, nil); code != 404 {
 		t.Errorf("cancel of an unknown group: %d", code)
