@@ -35,7 +35,9 @@ func BenchmarkAggregate(b *testing.B) {
 	for from := 0; from < n; from += 1000 {
 		items := make([]queue.Item, 0, 1001)
 		for i := from; i < from+1000; i++ {
-			items = append(items, queue.Item{ID: job.BulkID("big", int64(i)), Group: "big", Topic: "jobs", Weight: 1, Envelope: []byte(`{}`)})
+			// The total on every item: the group's results gather only
+			// once the total is known (see the check below).
+			items = append(items, queue.Item{ID: job.BulkID("big", int64(i)), Group: "big", Topic: "jobs", Weight: 1, GroupTotal: n, Envelope: []byte(`{}`)})
 		}
 		if from+1000 == n {
 			items = append(items, queue.Item{Close: true, Group: "big", Topic: "jobs", GroupTotal: n, CallbackURL: "http://x/"})
@@ -54,6 +56,11 @@ func BenchmarkAggregate(b *testing.B) {
 		if _, err := pool.AckMany(ctx, 0, done, now, time.Hour); err != nil {
 			b.Fatal(err)
 		}
+	}
+	// Every item's result is in the group's results: the body carries
+	// them all.
+	if got, err := pool.Client(0).HLen(ctx, layout.Keys(0).Results("big")).Result(); err != nil || got != n {
+		b.Fatalf("the group's results hold %d items, want %d (%v)", got, n, err)
 	}
 	cfg := DefaultConfig()
 	cfg.RedisAddr, cfg.Stage, cfg.Partitions, cfg.SpillDir = r.Addr(), "bench", 1, b.TempDir()
