@@ -23,7 +23,8 @@ import (
 // KEYS[3+nb+2g-1]        group:<g>   KEYS[3+nb+2g] results:<g>, g = 1..ng
 // KEYS[3+nb+2ng+r]       job:<id> of record r, r = 1..nr
 // ARGV[1] now, Unix ms   ARGV[2] seconds to keep an ended group, and a
-// record of a job that did not ask for retain   ARGV[3] n   ARGV[4] nb
+// record of a job that did not ask for retain (at least: see
+// luaKeepRecord)   ARGV[3] n   ARGV[4] nb
 // ARGV[5] ng   ARGV[5+b] batch b's name   ARGV[5+nb+g] group g's name
 // ARGV[5+nb+ng+8(j-1)+1..8]  job j: batch index, group index (0: none),
 // record index (0: none), id, result (may be empty), seconds to retain
@@ -31,7 +32,7 @@ import (
 // Returns an array of n: 1 where recorded, 0 where the job was no longer
 // in its batch (the reaper took the batch back, or an earlier call acked
 // it), so nothing is counted twice.
-var ackScript = newScript(luaGroupEnded + luaFunnel + `
+var ackScript = newScript(luaGroupEnded + luaFunnel + luaKeepRecord + `
 local now, keep, n, nb, ng = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local base = 5 + nb + ng
 local out, touched, perGroup, funnel = {}, {}, {}, {}
@@ -66,9 +67,9 @@ for j = 1, n do
       redis.call('HSET', rk, 'state', 'done', 'done_ms', now, 'attempts', attempt)
       if retain > 0 then
         if result ~= '' then redis.call('HSET', rk, 'result', result) end
-        redis.call('EXPIRE', rk, retain)
+        keepRecord(rk, retain)
       else
-        redis.call('EXPIRE', rk, keep)
+        keepRecord(rk, keep)
       end
     end
   end
@@ -96,6 +97,17 @@ funnelFlush(KEYS[2], funnel)
 return out
 `)
 
+// luaKeepRecord keeps a job's record at least secs from now: it only ever
+// lengthens an expiry. A client-chosen id's record is also its resends'
+// dedupe (the enqueue script gives it the dedupe TTL), which a shorter
+// keep or retain must not cut short.
+const luaKeepRecord = `
+local function keepRecord(key, secs)
+  local ttl = redis.call('TTL', key)
+  if ttl < 0 or ttl < tonumber(secs) then redis.call('EXPIRE', key, secs) end
+end
+`
+
 // Done is one success for AckMany.
 type Done struct {
 	Job    Claimed
@@ -104,8 +116,9 @@ type Done struct {
 	// completion there. Empty: its lane's (a shared lane's name, a
 	// group's hash).
 	Topic string
-	// Retain keeps the job's record and result this long (the envelope's
-	// retain, or its topic's default); 0 keeps nothing for a plain job.
+	// Retain keeps the job's record and result this long, at least (the
+	// envelope's retain, or its topic's default); 0 keeps nothing for a
+	// plain job.
 	Retain time.Duration
 }
 
@@ -233,12 +246,12 @@ func (x *indexer) add(name string) int {
 // KEYS[9] results:<g> (unused without a group)
 // ARGV[1] id  ARGV[2] error  ARGV[3] next try, Unix ms (0: dead)
 // ARGV[4] now, Unix ms  ARGV[5] most dead jobs kept  ARGV[6] seconds to
-// keep the record   ARGV[7] 1 for a deferral   ARGV[8] the group's name
+// keep the record (at least: see luaKeepRecord)   ARGV[7] 1 for a deferral   ARGV[8] the group's name
 // ("" none)   ARGV[9] the job's topic ("": its group's)   ARGV[10] the
 // batch's name
 // Returns 1 retrying (or deferred), 2 dead, 0 when the job was no longer
 // in its batch.
-var failScript = newScript(luaGroupEnded + luaFunnel + luaLanes + `
+var failScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaKeepRecord + `
 local e = redis.call('HGET', KEYS[2], ARGV[1])
 if not e then return 0 end
 redis.call('HDEL', KEYS[2], ARGV[1])
@@ -260,14 +273,14 @@ if group then redis.call('HINCRBY', KEYS[4], 'failed', 1) end
 if tonumber(ARGV[3]) > 0 then
   redis.call('ZADD', KEYS[5], ARGV[3], e)
   redis.call('HSET', KEYS[3], 'state', 'retrying')
-  redis.call('EXPIRE', KEYS[3], ARGV[6])
+  keepRecord(KEYS[3], ARGV[6])
   if group then redis.call('HINCRBY', KEYS[4], 'delayed', 1) end
   redis.call('HINCRBY', KEYS[7], 'retried', 1)
   redis.call('HINCRBY', KEYS[7], funnelField(ARGV[8], topic, 'retried'), 1)
   return 1
 end
 redis.call('HSET', KEYS[3], 'state', 'dead', 'dead_ms', ARGV[4], 'env', e)
-redis.call('EXPIRE', KEYS[3], ARGV[6])
+keepRecord(KEYS[3], ARGV[6])
 redis.call('ZADD', KEYS[6], ARGV[4], ARGV[1])
 -- Capped: the oldest dead ids go first (their records expire by themselves).
 local over = redis.call('ZCARD', KEYS[6]) - tonumber(ARGV[5])
