@@ -68,7 +68,10 @@ if l.group ~= '' and redis.call('EXISTS', l.meta) == 1 then
   -- A group set to expire once ended must last while the job is open
   -- again (its end sets the expiry anew), unless it completed: a bulk
   -- group's completion is final and it keeps its --keep expiry.
-  if redis.call('HEXISTS', l.meta, 'completed_ms') == 0 then redis.call('PERSIST', l.meta) end
+  if redis.call('HEXISTS', l.meta, 'completed_ms') == 0 then
+    redis.call('PERSIST', l.meta)
+    redis.call('PERSIST', l.results)
+  end
   redis.call('HINCRBY', l.meta, 'dead', -1)
 end
 redis.call('RPUSH', l.list, withAttempts(e, 0))

@@ -238,7 +238,9 @@ for li, c in pairs(per) do
       if fresh then
         redis.call('HSET', l.meta, 'first_ms', now, 'topic', topic)
       elseif #c.jobs > 0 then
-        redis.call('PERSIST', l.meta) -- it may have been idle, set to expire
+        -- It may have been idle, set to expire with its results.
+        redis.call('PERSIST', l.meta)
+        redis.call('PERSIST', l.results)
       end
       if c.total > 0 then redis.call('HSET', l.meta, 'total', c.total) end
       if #c.dropped > 0 then
@@ -259,7 +261,7 @@ for li, c in pairs(per) do
       if c.callback then redis.call('HSET', l.meta, 'callback_url', c.callback) end
       if c.close or #c.dropped > 0 then
         -- Its jobs may all have ended before the total arrived.
-        groupEnded(l.meta, l.group, KEYS[7], now, 86400)
+        groupEnded(l.meta, l.results, l.group, KEYS[7], now, 86400)
       end
     end
     if #c.delayed > 0 then redis.call('ZADD', KEYS[5], unpack(c.delayed)) end

@@ -15,21 +15,27 @@ import (
 // the completed list exactly once: completed_ms is set with HSETNX, and
 // only the call that sets it pushes. A group without a total (single jobs,
 // or a bulk group not closed yet) is kept for keep seconds once nothing of
-// it is left, then expires: a group hash per single job must not pile up.
-// The enqueue script PERSISTs a group that gets new jobs.
+// it is left, then expires, its results (rk) with it: a group hash per
+// single job must not pile up. The enqueue script PERSISTs a group (and
+// its results) that gets new jobs.
+//
+// Every group gathers its items' results, total or not: the gate streams
+// a bulk group's items before the close that carries its total, so its
+// first items may end before the group is known to be bulk.
 const luaGroupEnded = `
-local function groupEndedAfter(gk, name, completedKey, now, keep, total, relayed, ended)
+local function groupEndedAfter(gk, rk, name, completedKey, now, keep, total, relayed, ended)
   if total > 0 then
     if ended >= total and redis.call('HSETNX', gk, 'completed_ms', now) == 1 then
       redis.call('RPUSH', completedKey, name)
     end
   elseif ended >= relayed then
     redis.call('EXPIRE', gk, keep)
+    redis.call('EXPIRE', rk, keep)
   end
 end
-local function groupEnded(gk, name, completedKey, now, keep)
+local function groupEnded(gk, rk, name, completedKey, now, keep)
   local f = redis.call('HMGET', gk, 'total', 'relayed', 'done', 'dead', 'cancelled')
-  groupEndedAfter(gk, name, completedKey, now, keep, tonumber(f[1] or '0'), tonumber(f[2] or '0'),
+  groupEndedAfter(gk, rk, name, completedKey, now, keep, tonumber(f[1] or '0'), tonumber(f[2] or '0'),
     tonumber(f[3] or '0') + tonumber(f[4] or '0') + tonumber(f[5] or '0'))
 end
 `
@@ -59,12 +65,11 @@ if redis.call('ZREM', KEYS[3], ARGV[4]) == 1 then
   redis.call('HINCRBY', KEYS[5], 'ready', -redis.call('LLEN', KEYS[2]))
 end
 local removed, res = 0, {}
-local bulk = tonumber(redis.call('HGET', KEYS[1], 'total') or '0') > 0
 for i = 5, #ARGV do
   if redis.call('LREM', KEYS[2], 1, ARGV[i]) == 1 then
     removed = removed + 1
     local _, id = entryHead(ARGV[i])
-    if bulk and id then res[#res+1] = id; res[#res+1] = 'cancelled 0 ' end
+    if id then res[#res+1] = id; res[#res+1] = 'cancelled 0 ' end
   end
 end
 if #res > 0 then redis.call('HSET', KEYS[6], unpack(res)) end
@@ -72,7 +77,7 @@ if removed > 0 then
   redis.call('HINCRBY', KEYS[1], 'cancelled', removed)
   redis.call('HINCRBY', KEYS[5], funnelField(name, redis.call('HGET', KEYS[1], 'topic') or '?', 'cancelled'), removed)
 end
-groupEnded(KEYS[1], name, KEYS[4], now, keep)
+groupEnded(KEYS[1], KEYS[6], name, KEYS[4], now, keep)
 return removed
 `)
 

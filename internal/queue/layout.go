@@ -75,10 +75,12 @@ func (k Keys) Lane(lane string) string { return k.prefix + "lane:" + lane }
 // Group is the group's hash: counters, weight and virtual finish time.
 func (k Keys) Group(group string) string { return k.prefix + "group:" + group }
 
-// Results is a bulk group's gathered results, one hash per group (never a
+// Results is a group's gathered results, one hash per group (never a
 // key per item): id -> "<state> <attempts> <result or last error>", for
 // the items that returned a result, died or were cancelled. An item
-// without a field completed with an empty result.
+// without a field completed with an empty result. Every group gathers
+// them (a bulk group's first items may end before its close says it is
+// one); a group without a total expires with them.
 func (k Keys) Results(group string) string { return k.prefix + "results:" + group }
 
 // Lanes is the sorted set of lanes with ready entries, by virtual time:

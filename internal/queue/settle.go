@@ -12,7 +12,7 @@ import (
 // ackScript records the success of n jobs of claimed batches in one call:
 // a script call costs Redis far more than the commands inside it, so a
 // batch of acks shares one, and counters move once per batch. A plain job
-// leaves nothing behind: its entry leaves the lease, counters move. A bulk
+// leaves nothing behind: its entry leaves the lease, counters move. A
 // group's item with a result adds it to the group's results; a job with a
 // record (retain, or an earlier failed attempt) has it marked done. A bulk
 // group whose last job this is goes on the completed list, once.
@@ -79,16 +79,16 @@ if acked == 0 then return out end
 for b in pairs(touched) do
   if redis.call('EXISTS', KEYS[3+b]) == 0 then redis.call('ZREM', KEYS[1], ARGV[5+b]) end
 end
--- Per group, one read and one write of its counters; a bulk group (one
--- with a total) gathers its items' results.
+-- Per group, one read and one write of its counters, and its items'
+-- results (see luaGroupEnded).
 for g, c in pairs(perGroup) do
   local gk = KEYS[3+nb+2*g-1]
   local f = redis.call('HMGET', gk, 'total', 'relayed', 'done', 'dead', 'cancelled', 'running')
   local done = tonumber(f[3] or '0') + c.count
   redis.call('HSET', gk, 'running', tonumber(f[6] or '0') - c.count, 'done', done)
   local total = tonumber(f[1] or '0')
-  if total > 0 and #c.results > 0 then redis.call('HSET', KEYS[3+nb+2*g], unpack(c.results)) end
-  groupEndedAfter(gk, ARGV[5+nb+g], KEYS[3], now, keep, total, tonumber(f[2] or '0'),
+  if #c.results > 0 then redis.call('HSET', KEYS[3+nb+2*g], unpack(c.results)) end
+  groupEndedAfter(gk, KEYS[3+nb+2*g], ARGV[5+nb+g], KEYS[3], now, keep, total, tonumber(f[2] or '0'),
     done + tonumber(f[4] or '0') + tonumber(f[5] or '0'))
 end
 redis.call('HINCRBY', KEYS[2], 'done', acked)
@@ -289,10 +289,8 @@ redis.call('HINCRBY', KEYS[7], 'dead', 1)
 redis.call('HINCRBY', KEYS[7], funnelField(ARGV[8], topic, 'dead'), 1)
 if group then
   redis.call('HINCRBY', KEYS[4], 'dead', 1)
-  if tonumber(redis.call('HGET', KEYS[4], 'total') or '0') > 0 then
-    redis.call('HSET', KEYS[9], ARGV[1], 'dead ' .. attempts .. ' ' .. ARGV[2])
-  end
-  groupEnded(KEYS[4], ARGV[8], KEYS[8], ARGV[4], ARGV[6])
+  redis.call('HSET', KEYS[9], ARGV[1], 'dead ' .. attempts .. ' ' .. ARGV[2])
+  groupEnded(KEYS[4], KEYS[9], ARGV[8], KEYS[8], ARGV[4], ARGV[6])
 end
 return 2
 `)
@@ -362,7 +360,7 @@ func (p *Pool) fail(ctx context.Context, part int, f Failure, next int64, now ti
 // luaPutBack puts entries back on their lanes, at the front (they were
 // first in line already): the reaper's and a release's from a batch, the
 // promoter's from delayed. A job of a cancelled group is not put back: it
-// is counted cancelled (and a bulk group's results say so), and its group
+// is counted cancelled (and its group's results say so), and its group
 // may complete. counter is the group's counter the job leaves (running or
 // delayed). acc gathers what the call did: moved (put back), cancelled,
 // ended (groups to check once).
@@ -375,9 +373,7 @@ local function putBack(l, e, id, counter, lanesKey, vtKey, sharedKey, acc)
     end
     if acc.state[l.name] == 'cancelled' then
       redis.call('HINCRBY', l.meta, 'cancelled', 1)
-      if tonumber(redis.call('HGET', l.meta, 'total') or '0') > 0 then
-        redis.call('HSET', l.results, id, 'cancelled 0 ')
-      end
+      redis.call('HSET', l.results, id, 'cancelled 0 ')
       acc.ended[l.name] = l
       funnelAdd(acc.funnel, funnelField(l.group, laneTopic(l), 'cancelled'), 1)
       return
@@ -391,7 +387,7 @@ local function putBack(l, e, id, counter, lanesKey, vtKey, sharedKey, acc)
   acc.moved = acc.moved + 1
 end
 local function putBackDone(acc, statsKey, wakeKey, completedKey, now, keep)
-  for _, l in pairs(acc.ended) do groupEnded(l.meta, l.group, completedKey, now, keep) end
+  for _, l in pairs(acc.ended) do groupEnded(l.meta, l.results, l.group, completedKey, now, keep) end
   funnelFlush(statsKey, acc.funnel)
   if acc.moved > 0 then
     redis.call('HINCRBY', statsKey, 'ready', acc.moved)
