@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -181,5 +182,83 @@ func TestGroupTotalFromEnvelopes(t *testing.T) {
 	}
 	if cb, _ := r.Client().HGet(ctx, k.Group("e"), "callback_url").Result(); cb != "http://cb/e" {
 		t.Fatalf("callback_url %q", cb)
+	}
+}
+
+// The gate streams a bulk group's items before its close, which alone
+// carries the total: items that end before the close arrives keep their
+// results and states all the same, and so do items a cancel drops before
+// any close. A group that never gets a total (single jobs) keeps its
+// results only as long as its hash.
+func TestBulkItemsThatEndBeforeTheCloseKeepTheirStates(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	k := p.Layout().Keys(0)
+	enqueueOK(t, p, 1, positioned(0, 0, item("b.0", "b"), item("b.1", "b"), item("b.2", "b"), item("b.3", "b")), now)
+	jobs, err := p.Claim(ctx, 0, 4, now.Add(time.Minute))
+	if err != nil || len(jobs) != 4 {
+		t.Fatalf("claim: %+v %v", jobs, err)
+	}
+	if ok, err := p.AckMany(ctx, 0, []Done{{Job: jobs[0], Result: []byte(`"r0"`)}, {Job: jobs[1]}}, now, time.Hour); err != nil || !ok[0] || !ok[1] {
+		t.Fatalf("ack: %v %v", ok, err)
+	}
+	if res, err := p.Fail(ctx, 0, Failure{Job: jobs[2], Cause: "boom"}, now, DeadLimits{Max: 10, Keep: time.Hour}); res != FailDead || err != nil {
+		t.Fatalf("fail: %d %v", res, err)
+	}
+	if res := enqueueOK(t, p, 1, positioned(0, 4, closeItem("b", 4)), now); res[0].Outcome != Closed {
+		t.Fatalf("close: %v", res)
+	}
+	if ok, err := p.Ack(ctx, 0, Done{Job: jobs[3], Result: []byte(`"r3"`)}, now, time.Hour); !ok || err != nil {
+		t.Fatalf("ack: %v %v", ok, err)
+	}
+	if l := r.Client().LRange(ctx, k.Completed(), 0, -1).Val(); len(l) != 1 || l[0] != "b" {
+		t.Fatalf("completed %v", l)
+	}
+	states, err := p.JobStates(ctx, "b", []string{"b.0", "b.1", "b.2", "b.3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{`done 1 "r0"`, `done 0 `, `dead 1 boom`, `done 1 "r3"`}
+	for i, s := range states {
+		got := fmt.Sprintf("%s %d %s%s", s.State, s.Attempts, s.Result, s.LastError)
+		if got != want[i] {
+			t.Errorf("item %s: %q, want %q", s.ID, got, want[i])
+		}
+	}
+
+	// A cancel before any close: the dropped items read cancelled, and so
+	// does the running one handed back.
+	enqueueOK(t, p, 1, positioned(0, 5, item("c.0", "c"), item("c.1", "c"), item("c.2", "c")), now)
+	running, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
+	if n, err := p.CancelGroup(ctx, "c", now); n != 2 || err != nil {
+		t.Fatalf("cancel: %d %v", n, err)
+	}
+	if _, err := p.Release(ctx, 0, running); err != nil {
+		t.Fatal(err)
+	}
+	states, _ = p.JobStates(ctx, "c", []string{"c.0", "c.1", "c.2"})
+	for _, s := range states {
+		if s.State != "cancelled" {
+			t.Errorf("item %s of a group cancelled before its close: %+v", s.ID, s)
+		}
+	}
+
+	// A group without a total: its results go with its hash.
+	enqueueOK(t, p, 1, positioned(0, 8, item("s.0", "single")), now)
+	js, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
+	if ok, err := p.Ack(ctx, 0, Done{Job: js[0], Result: []byte(`1`)}, now, time.Hour); !ok || err != nil {
+		t.Fatalf("ack: %v %v", ok, err)
+	}
+	for _, key := range []string{k.Group("single"), k.Results("single")} {
+		if ttl := r.Client().TTL(ctx, key).Val(); ttl <= 0 || ttl > time.Hour {
+			t.Errorf("%s kept for %v, want the group's keep (1h)", key, ttl)
+		}
+	}
+	// New jobs keep it.
+	enqueueOK(t, p, 1, positioned(0, 9, item("s.1", "single")), now)
+	for _, key := range []string{k.Group("single"), k.Results("single")} {
+		if ttl := r.Client().TTL(ctx, key).Val(); ttl != -1 {
+			t.Errorf("%s of a group with new work still expires (%v)", key, ttl)
+		}
 	}
 }
