@@ -80,11 +80,11 @@ func (p *Pool) Leave(ctx context.Context, part int, consumer string) error {
 // one round trip: the ready depth (O(1): a counter, not a scan), Redis's
 // clock, the checkpointed worker count and the consumers' heartbeats.
 // Heartbeats older than ARGV[1] are removed (their consumers died without
-// leaving). When no group is active the partition has no ready job, so a
+// leaving). When no lane is active the partition has no ready job, so a
 // counter that drifted (say, jobs queued by a version without it) is set
 // back to 0 there.
 //
-// KEYS[1] stats  KEYS[2] groups  KEYS[3] consumers  KEYS[4] workers
+// KEYS[1] stats  KEYS[2] lanes  KEYS[3] consumers  KEYS[4] workers
 // ARGV[1] forget heartbeats older than this many ms
 // Returns {ready, now (Unix ms), checkpoint or "", id 1, heartbeat 1, ...}.
 var loadScript = newScript(`
