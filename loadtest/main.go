@@ -60,7 +60,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.startDev, "start-dev", false, "start `sluice dev` on free ports in a temporary directory for the run (else target the endpoints below)")
 	fs.BoolVar(&c.split, "split-processes", true, "--start-dev: run Kafka and each part in a process of its own (sluice dev --split-processes), so that each phase reports the CPU per job of each; false: sluice dev's default, one process")
 	fs.StringVar(&c.bin, "sluice-bin", "bin/sluice", "the sluice binary for --start-dev and the bare-server yardstick (built with go build when missing)")
-	fs.StringVar(&c.maxMemory, "redis-maxmemory", "", "--start-dev: Redis's maxmemory (default: sluice dev's 256mb; 4gb for throughput, whose done jobs are kept 24 h)")
+	fs.StringVar(&c.maxMemory, "redis-maxmemory", "", "--start-dev: Redis's maxmemory (default: sluice dev's 256mb; 4gb for throughput, whose 100-job POSTs may queue millions of jobs)")
 	fs.StringVar(&c.out, "out", ".sluice/loadtest", "directory for the JSON and HTML reports")
 	fs.StringVar(&c.progress, "progress", "auto", "live progress line: auto (on a terminal), on, off")
 	fs.BoolVar(&c.yardsticks, "yardsticks", false, "throughput: also measure the bare HTTP handler, kfake produce and redis-benchmark in the same run")
@@ -88,7 +88,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.opts.PayloadBytes, "payload", 0, "payload size in bytes")
 	fs.StringVar(&c.opts.JobType, "type", "", `load: job type ("noop", or "sleep" with --sleep-ms)`)
 	fs.IntVar(&c.opts.SleepMS, "sleep-ms", 0, "sleep jobs' time (spike, scaling, load)")
-	fs.IntVar(&c.opts.Groups, "groups", 0, "groups the jobs are spread over")
+	fs.IntVar(&c.opts.Groups, "groups", 0, "throughput, load: groups the jobs are spread over (0: the scenario's default; -1: none, each job on its partition's shared lane)")
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -9,19 +9,28 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/job"
 )
 
-// The job floor: the least Redis work per job that the design's contract
-// asks for (docs/redis-layout.md), with none of the pipeline's own
-// bookkeeping. Each job gets a key of its own holding its envelope (the
-// relay's dedupe by id), an entry on a ready list, a lease while it runs,
-// and a done record with a time to live (its state and result). Batches of
-// floorBatch jobs go through three scripts, as the pipeline's do: enqueue,
-// claim, ack. What is left out: fairness among groups, attempts, group and
-// stage counters, fencing, the wake-up list. So the pipeline cannot go
-// faster than this through one Redis, whatever its code.
+// The job floors: the least Redis work per job that a storage model asks
+// for, with none of the pipeline's own bookkeeping, measured on the
+// pipeline's Redis in the same run as a scenario (the yardsticks). Batches
+// of floorBatch jobs go through a model's scripts, as the pipeline's do.
+// What is left out: fairness among groups, attempts, group and stage
+// counters (but one), fencing, the wake-up list. So the pipeline cannot go
+// faster than a floor through one Redis, whatever its code.
+//
+// The list floor is the contract's floor since the batch storage model
+// (issue 17, docs/redis-layout.md): envelopes on a ready list, a claimed
+// batch leased as one entry, its ack one call; no key per job. The keyed
+// floor is the old contract's (a key per job holding its envelope for the
+// dedupe by id, an entry on a ready list, a lease per job, a done record
+// with a time to live per job), kept beside it for comparison.
 
 const floorBatch = 100
+
+// The keyed floor (the old contract's): floorEnqueue, floorClaim, floorAck.
 
 // floorEnqueue writes a batch of new jobs.
 // KEYS[1] the ready list   KEYS[1+i] job:<id i>, i = 1..n
@@ -74,11 +83,18 @@ type JobFloor struct {
 	RedisMicrosPerJob float64 `json:"redis_cpu_us_per_job"`
 }
 
-// measureJobFloor runs the floor's scripts for d from conns connections
-// against the Redis at addr, under a key prefix of its own, and deletes
-// its keys afterwards. The envelope is sized like the scenarios' jobs.
+// measureJobFloor runs the keyed floor's scripts (the old contract's) for
+// d from conns connections against the Redis at addr, under a key prefix
+// of its own, and deletes its keys afterwards. The envelope is sized like
+// the scenarios' jobs as the gate stores them.
 func measureJobFloor(ctx context.Context, addr string, d time.Duration, conns int) (JobFloor, error) {
 	return measureFloor(ctx, addr, d, conns, []*redis.Script{floorEnqueue, floorClaim, floorAck}, keyedRound)
+}
+
+// measureListFloor is the same harness for the list floor (listRound):
+// the batch storage model's, the contract's floor now.
+func measureListFloor(ctx context.Context, addr string, d time.Duration, conns int) (JobFloor, error) {
+	return measureFloor(ctx, addr, d, conns, []*redis.Script{listClaim, listAck}, listRound)
 }
 
 // floorRound puts one batch of new jobs through a model's scripts and says
@@ -96,7 +112,6 @@ func measureFloor(ctx context.Context, addr string, d time.Duration, conns int, 
 		}
 	}
 	defer cleanFloor(rdb, floorPrefix)
-	w := &Workload{Run: "floor", Type: "noop", Payload: PaddedPayload(100), Groups: 1}
 	cpu0, err := redisCPU(ctx, rdb)
 	if err != nil {
 		return JobFloor{}, err
@@ -109,7 +124,7 @@ func measureFloor(ctx context.Context, addr string, d time.Duration, conns int, 
 	deadline := start.Add(d)
 	for c := 0; c < conns; c++ {
 		wg.Go(func() {
-			env := func(seq int) []byte { return w.AppendJob(nil, seq) }
+			env := func(seq int) []byte { return gateEnvelope(c, seq) }
 			for b := 0; time.Now().Before(deadline) && ctx.Err() == nil; b++ {
 				n, err := round(ctx, rdb, env, c, b)
 				if err != nil {
@@ -143,7 +158,19 @@ func measureFloor(ctx context.Context, addr string, d time.Duration, conns int, 
 	}, nil
 }
 
-// keyedRound is the contract's model: floorEnqueue, floorClaim, floorAck.
+// gateEnvelope is job seq's envelope as the gate writes a scenario's plain
+// job to Kafka, and the relay into Redis: an id of a ULID's length (the
+// gate's), a group of 1,024, the topic, enqueued_at and a 100-byte
+// payload. conn keeps the ids of concurrent writers apart.
+func gateEnvelope(conn, seq int) []byte {
+	id := fmt.Sprintf("01LOADTEST%03d%013d", conn%1000, seq)
+	return (&job.Job{ID: id, Type: "noop", Group: "lt-g" + strconv.Itoa(seq%1024), Topic: "jobs", Payload: gatePayload,
+		EnqueuedAt: time.Date(2026, 1, 2, 3, 4, 5, 678000000, time.UTC)}).AppendJSON(nil)
+}
+
+var gatePayload = PaddedPayload(100)
+
+// keyedRound is the old contract's model: floorEnqueue, floorClaim, floorAck.
 func keyedRound(ctx context.Context, rdb *redis.Client, env func(int) []byte, conn, batch int) (int, error) {
 	ready, leases := floorPrefix+"ready", floorPrefix+"leases"
 	keys := make([]string, floorBatch+1)
@@ -172,6 +199,56 @@ func keyedRound(ctx context.Context, rdb *redis.Client, env func(int) []byte, co
 		args[2+i] = id
 	}
 	if err := floorAck.EvalSha(ctx, rdb, keys[:1+len(got)], args[:2+len(got)]...).Err(); err != nil {
+		return 0, fmt.Errorf("ack: %w", err)
+	}
+	return len(got), nil
+}
+
+// The list floor (the contract's): listClaim, listAck. Envelopes are kept
+// on the ready list itself and a claim's batch is leased as one entry: no
+// key per job, no record of a job once done, as the batch storage model
+// has a plain job (its dedupe is by Kafka position, a few fields per
+// batch, left out here).
+
+// listClaim leases up to ARGV[1] envelopes as one batch.
+// KEYS[1] the ready list   KEYS[2] leases, hash: batch -> its envelopes
+// KEYS[3] inflight, zset: batch by deadline
+// ARGV[1] how many   ARGV[2] the lease deadline, Unix ms   ARGV[3] the batch's name
+// Returns the envelopes leased.
+var listClaim = redis.NewScript(`
+local envs = redis.call('LPOP', KEYS[1], ARGV[1])
+if not envs then return {} end
+redis.call('HSET', KEYS[2], ARGV[3], table.concat(envs, '\n'))
+redis.call('ZADD', KEYS[3], ARGV[2], ARGV[3])
+return envs
+`)
+
+// listAck ends a batch's lease and counts its jobs done.
+// KEYS[1] leases   KEYS[2] inflight   KEYS[3] stats
+// ARGV[1] the batch's name   ARGV[2] its job count
+// Returns 1 if the lease was still held.
+var listAck = redis.NewScript(`
+local held = redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('HDEL', KEYS[1], ARGV[1])
+redis.call('HINCRBY', KEYS[3], 'done', ARGV[2])
+return held
+`)
+
+func listRound(ctx context.Context, rdb *redis.Client, env func(int) []byte, conn, batch int) (int, error) {
+	ready, leases, inflight, stats := floorPrefix+"ready", floorPrefix+"leases", floorPrefix+"inflight", floorPrefix+"stats"
+	envs := make([]any, floorBatch)
+	for i := range envs {
+		envs[i] = env(batch*floorBatch + i)
+	}
+	if err := rdb.RPush(ctx, ready, envs...).Err(); err != nil {
+		return 0, fmt.Errorf("enqueue: %w", err)
+	}
+	name := fmt.Sprintf("c%d-b%d", conn, batch)
+	got, err := listClaim.EvalSha(ctx, rdb, []string{ready, leases, inflight}, floorBatch, time.Now().Add(time.Minute).UnixMilli(), name).StringSlice()
+	if err != nil {
+		return 0, fmt.Errorf("claim: %w", err)
+	}
+	if err := listAck.EvalSha(ctx, rdb, []string{leases, inflight, stats}, name, len(got)).Err(); err != nil {
 		return 0, fmt.Errorf("ack: %w", err)
 	}
 	return len(got), nil

@@ -53,8 +53,12 @@ th{background:#f4f4f4}td.l,th.l{text-align:left}.pass{color:#1a7f37;font-weight:
 		fmt.Fprintf(&b, "<tr><td class=l>bare HTTP handler (this generator, single-job body)</td><td>%s req/s</td></tr>", thousands(int(y.BareHTTP)))
 		fmt.Fprintf(&b, "<tr><td class=l>kfake produce (franz-go, in process)</td><td>%s records/s</td></tr>", thousands(int(y.KfakeProduce)))
 		fmt.Fprintf(&b, "<tr><td class=l>redis-benchmark, 3-command EVALSHA, -P 16</td><td>%s calls/s</td></tr>", thousands(int(y.RedisEvalsha)))
+		if f := y.ListFloor; f != nil {
+			fmt.Fprintf(&b, "<tr><td class=l>the list floor in Redis, the contract's (envelopes on a list, a lease per batch)</td><td>%s jobs/s, %.1f µs of Redis CPU per job: at most %s jobs/s at one core</td></tr>",
+				thousands(int(f.JobsPerSecond)), f.RedisMicrosPerJob, thousands(int(floorCeiling(f))))
+		}
 		if f := y.JobFloor; f != nil {
-			fmt.Fprintf(&b, "<tr><td class=l>the job floor in Redis (a key, a lease and a done record per job)</td><td>%s jobs/s, %.1f µs of Redis CPU per job: at most %s jobs/s at one core</td></tr>",
+			fmt.Fprintf(&b, "<tr><td class=l>the keyed job floor in Redis, the old contract's (a key, a lease and a done record per job)</td><td>%s jobs/s, %.1f µs of Redis CPU per job: at most %s jobs/s at one core</td></tr>",
 				thousands(int(f.JobsPerSecond)), f.RedisMicrosPerJob, thousands(int(floorCeiling(f))))
 		}
 		for _, k := range slices.Sorted(maps.Keys(r.Ratios)) {

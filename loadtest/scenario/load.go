@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,27 +13,34 @@ import (
 	"time"
 )
 
-// Workload says what the jobs of a stream are. Job seq's id is
-// "<Run>-<seq>", so a run's jobs can be found in Redis afterwards without
-// reading the gate's answers. Names must be JSON-safe and printable
-// (letters, digits, '-', '_', '.', ':'), as the envelope rules want them.
+// Workload says what the jobs of a stream are. Names must be JSON-safe
+// and printable (letters, digits, '-', '_', '.', ':'), as the envelope
+// rules want them.
+//
+// A job is plain unless it is sampled: no id (the gate assigns one, so the
+// relay writes no record for a client-chosen id), no retain, so that it
+// leaves nothing in Redis once done, as the batch storage model promises
+// (docs/redis-layout.md). A sampled job, whose completion time the runner
+// reads afterwards, carries the id "<Run>-<seq>" and retain: the worker's
+// ack then keeps its record job:<id>, with done_ms, for that long.
 type Workload struct {
-	Run     string // unique per run: ids must not repeat (the relay dedupes by id)
+	Run     string // unique per run: a sampled job's id must not repeat (the relay dedupes client-chosen ids)
 	Type    string // job type: "noop"; sluice dev's worker sleeps for type "sleep" with {"ms": N}
 	Payload []byte // the payload, raw JSON; nil for none
 	// Groups spreads the jobs over this many groups, "<Run>-g<k>", round
-	// robin; 0 makes each job a group of its own (the gate's default).
+	// robin; 0 (or less) posts them without a group: each joins its
+	// partition's shared lane, its partition picked by its id.
 	Groups int
-	// GroupOf, if set, names job seq's group instead.
+	// GroupOf, if set, names job seq's group instead ("": none).
 	GroupOf func(seq int) string
 	// ResourceOf, if set, names job seq's rate-limit resource.
 	ResourceOf func(seq int) string
 }
 
-// ID is job seq's id.
+// ID is job seq's id when it is sampled (a plain job's is the gate's).
 func (w *Workload) ID(seq int) string { return w.Run + "-" + strconv.Itoa(seq) }
 
-// Group is job seq's group.
+// Group is job seq's group, "" for none.
 func (w *Workload) Group(seq int) string {
 	switch {
 	case w.GroupOf != nil:
@@ -40,20 +48,30 @@ func (w *Workload) Group(seq int) string {
 	case w.Groups > 0:
 		return w.Run + "-g" + strconv.Itoa(seq%w.Groups)
 	}
-	return w.ID(seq)
+	return ""
 }
 
-// AppendJob appends job seq's envelope.
-func (w *Workload) AppendJob(b []byte, seq int) []byte {
-	b = append(b, `{"id":"`...)
-	b = append(b, w.Run...)
-	b = append(b, '-')
-	b = strconv.AppendInt(b, int64(seq), 10)
-	b = append(b, `","type":"`...)
+// AppendJob appends job seq's envelope: a plain job when retain is 0,
+// else a sampled one, with its id and retain (whole seconds at least).
+func (w *Workload) AppendJob(b []byte, seq int, retain time.Duration) []byte {
+	b = append(b, '{')
+	if retain > 0 {
+		b = append(b, `"id":"`...)
+		b = append(b, w.Run...)
+		b = append(b, '-')
+		b = strconv.AppendInt(b, int64(seq), 10)
+		b = append(b, `","retain":"`...)
+		b = append(b, max(retain, time.Second).Round(time.Second).String()...)
+		b = append(b, `",`...)
+	}
+	b = append(b, `"type":"`...)
 	b = append(b, w.Type...)
-	b = append(b, `","group":"`...)
-	b = append(b, w.Group(seq)...)
 	b = append(b, '"')
+	if g := w.Group(seq); g != "" {
+		b = append(b, `,"group":"`...)
+		b = append(b, g...)
+		b = append(b, '"')
+	}
 	if w.ResourceOf != nil {
 		if r := w.ResourceOf(seq); r != "" {
 			b = append(b, `,"resource":"`...)
@@ -94,9 +112,17 @@ type Load struct {
 	// After delays the stream's start from the phase's.
 	After time.Duration
 	Work  *Workload
-	// Sample decides which jobs' completion times are read afterwards:
-	// every job when SampleAll, else one job per request.
-	SampleAll bool
+	// Which jobs are sampled (their completion times read afterwards):
+	// every job when SampleAll; else one in SampleEvery jobs when it is
+	// set; else one per request. A sampled job costs Redis a record (see
+	// Workload), so a stream of single-job POSTs that measures throughput
+	// samples one job in 100, as a stream of 100-job POSTs does.
+	SampleAll   bool
+	SampleEvery int
+	// Retain is how long a sampled job's record is kept after it is done:
+	// it must outlive the phase (the runner's default: 30 minutes more
+	// than the phase may take).
+	Retain time.Duration
 	// MaxQueue bounds requests due and not yet sent (open loop); past it
 	// they are counted as dropped.
 	MaxQueue int
@@ -145,6 +171,9 @@ type stream struct {
 	status   map[int]int
 	samples  []jobSample
 	end      time.Time // the last answer
+	// keep is the sampled jobs' retain when the Load sets none: the
+	// runner's, from the phase's longest wait.
+	keep time.Duration
 }
 
 func newStream(l *Load, phaseStart time.Time) *stream {
@@ -283,11 +312,16 @@ func (s *stream) seqs(i int) (from, to int) {
 	return from, to
 }
 
-// body is request i's body: one envelope, or its jobs as NDJSON.
+// body is request i's body: one envelope, or its jobs as NDJSON. Its
+// sampled jobs carry their id and retain, the others neither.
 func (s *stream) body(b []byte, i int) []byte {
 	from, to := s.seqs(i)
 	for seq := from; seq < to; seq++ {
-		b = s.l.Work.AppendJob(b, seq)
+		retain := time.Duration(0)
+		if s.isSampled(i, seq) {
+			retain = s.retain()
+		}
+		b = s.l.Work.AppendJob(b, seq, retain)
 		if s.l.batch() > 1 {
 			b = append(b, '\n')
 		}
@@ -295,18 +329,39 @@ func (s *stream) body(b []byte, i int) []byte {
 	return b
 }
 
-// sampled is the jobs of request i whose completion is read afterwards:
-// all, or one, at a position that moves from request to request.
+// retain is how long a sampled job's record is kept: the Load's, else
+// the phase's (set by the runner), else defaultRetain.
+func (s *stream) retain() time.Duration { return cmp.Or(s.l.Retain, s.keep, defaultRetain) }
+
+// defaultRetain keeps a sampled job's record for the reading after its
+// phase: the runner adds the phase's longest wait to it.
+const defaultRetain = 30 * time.Minute
+
+// isSampled says whether job seq of request i is sampled: every job, or
+// one in SampleEvery (at a position that moves from block to block of
+// SampleEvery jobs), or one per request (at a position that moves from
+// request to request).
+func (s *stream) isSampled(i, seq int) bool {
+	switch k := s.l.SampleEvery; {
+	case s.l.SampleAll:
+		return true
+	case k > 0:
+		return seq%k == (seq/k)%k
+	}
+	from, to := s.seqs(i)
+	return seq == from+i%max(to-from, 1)
+}
+
+// sampled is the jobs of request i whose completion is read afterwards.
 func (s *stream) sampled(i int) []int {
 	from, to := s.seqs(i)
-	if s.l.SampleAll {
-		out := make([]int, 0, to-from)
-		for seq := from; seq < to; seq++ {
+	var out []int
+	for seq := from; seq < to; seq++ {
+		if s.isSampled(i, seq) {
 			out = append(out, seq)
 		}
-		return out
 	}
-	return []int{from + i%max(to-from, 1)}
+	return out
 }
 
 // count is how many of request i's jobs the gate accepted, and which.

@@ -40,7 +40,9 @@ type Report struct {
 }
 
 // AddYardsticks records y and the ratios of the throughput phases' end to
-// end rates to them.
+// end rates to them; with the list floor, each phase's Redis CPU per job
+// over the floor's, and for the batch phase the target's verdict (at most
+// 2x the list floor of the same run).
 func (r *Report) AddYardsticks(y Yardsticks) {
 	r.Yardsticks = &y
 	r.Ratios = map[string]float64{}
@@ -60,7 +62,27 @@ func (r *Report) AddYardsticks(y Yardsticks) {
 		if f := y.JobFloor; f != nil && f.RedisMicrosPerJob > 0 {
 			r.Ratios[ph.Name+"_of_redis_job_floor_at_one_core"] = round3(ph.EndToEndRate * f.RedisMicrosPerJob / 1e6)
 		}
+		if f := y.ListFloor; f != nil && f.RedisMicrosPerJob > 0 {
+			r.Ratios[ph.Name+"_of_redis_list_floor_at_one_core"] = round3(ph.EndToEndRate * f.RedisMicrosPerJob / 1e6)
+			if ph.CPU != nil && ph.CPU.RedisMicrosPerJob > 0 {
+				over := round3(ph.CPU.RedisMicrosPerJob / f.RedisMicrosPerJob)
+				r.Ratios[ph.Name+"_redis_cpu_per_job_over_list_floor"] = over
+				if ph.Name == "batch" {
+					r.verdict("Redis CPU per job in the batch phase", "≤ 2x the list floor of the same run",
+						fmt.Sprintf("%.1f µs, %.2fx the list floor's %.1f µs (the keyed floor, the old contract's: %s)",
+							ph.CPU.RedisMicrosPerJob, over, f.RedisMicrosPerJob, keyedFloorText(y.JobFloor)),
+						over <= 2, "issue 8: 85 µs against a list floor of 3.7 µs")
+				}
+			}
+		}
 	}
+}
+
+func keyedFloorText(f *JobFloor) string {
+	if f == nil {
+		return "not measured"
+	}
+	return fmt.Sprintf("%.1f µs", f.RedisMicrosPerJob)
 }
 
 // floorCeiling is the most jobs/s one Redis core gives at the floor's cost.
@@ -226,8 +248,12 @@ func (r *Report) WriteText(w io.Writer) {
 	if y := r.Yardsticks; y != nil {
 		fmt.Fprintf(w, "\nyardsticks (same run): bare HTTP handler %s req/s, kfake produce %s records/s, redis-benchmark EVALSHA -P 16 %s calls/s\n",
 			thousands(int(y.BareHTTP)), thousands(int(y.KfakeProduce)), thousands(int(y.RedisEvalsha)))
+		if f := y.ListFloor; f != nil {
+			fmt.Fprintf(w, "  the list floor in Redis (the contract's): %s jobs/s, %.1f µs of Redis CPU per job (at most %s jobs/s with Redis at one whole core)\n",
+				thousands(int(f.JobsPerSecond)), f.RedisMicrosPerJob, thousands(int(floorCeiling(f))))
+		}
 		if f := y.JobFloor; f != nil {
-			fmt.Fprintf(w, "  the job floor in Redis: %s jobs/s, %.1f µs of Redis CPU per job (at most %s jobs/s with Redis at one whole core)\n",
+			fmt.Fprintf(w, "  the keyed job floor in Redis (the old contract's): %s jobs/s, %.1f µs of Redis CPU per job (at most %s jobs/s with Redis at one whole core)\n",
 				thousands(int(f.JobsPerSecond)), f.RedisMicrosPerJob, thousands(int(floorCeiling(f))))
 		}
 		for _, e := range y.Errors {

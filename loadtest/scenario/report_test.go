@@ -155,14 +155,23 @@ func TestWorkloadEnvelopes(t *testing.T) {
 		ID, Type, Group, Resource string
 		Payload                   json.RawMessage
 	}
-	if err := json.Unmarshal(w.AppendJob(nil, 7), &got); err != nil {
+	if err := json.Unmarshal(w.AppendJob(nil, 7, time.Hour), &got); err != nil {
 		t.Fatal(err)
 	}
 	if got.ID != "r1-7" || got.Type != "sleep" || got.Group != "r1-g1" || got.Resource != "res" || string(got.Payload) != `{"ms":5}` {
 		t.Fatalf("%+v", got)
 	}
-	if (&Workload{Run: "r"}).Group(4) != "r-4" {
-		t.Fatal("a job without groups is a group of its own")
+	// A plain job: no id (the gate's), no retain; no group without groups.
+	plain := (&Workload{Run: "r", Type: "noop"}).AppendJob(nil, 4, 0)
+	if string(plain) != `{"type":"noop"}` || (&Workload{Run: "r"}).Group(4) != "" {
+		t.Fatalf("a plain job without groups: %s", plain)
+	}
+	var sampled struct{ ID, Retain, Group string }
+	if err := json.Unmarshal(w.AppendJob(nil, 8, 40*time.Minute+500*time.Millisecond), &sampled); err != nil {
+		t.Fatal(err)
+	}
+	if sampled.ID != "r1-8" || sampled.Retain != "40m1s" || sampled.Group != "r1-g2" {
+		t.Fatalf("a sampled job: %+v", sampled)
 	}
 	for _, n := range []int{0, 10, 100, 1000} {
 		p := PaddedPayload(n)
@@ -189,6 +198,40 @@ func TestStreamCountsMultiStatus(t *testing.T) {
 	}
 	if got := s.sampled(1); len(got) != 1 || got[0] != 4 {
 		t.Fatalf("request 1 samples %v", got)
+	}
+}
+
+// Which jobs are sampled: one per request, one in SampleEvery, or all; and
+// only they carry an id and retain in the bodies.
+func TestStreamSamples(t *testing.T) {
+	w := &Workload{Run: "r", Type: "noop"}
+	count := func(l *Load, requests int) (samples, ids int) {
+		s := newStream(l, time.Now())
+		s.keep = time.Hour
+		for i := range requests {
+			got := s.sampled(i)
+			samples += len(got)
+			body := s.body(nil, i)
+			ids += bytes.Count(body, []byte(`"id":`))
+			if n := bytes.Count(body, []byte(`"retain":"1h0m0s"`)); n != len(got) {
+				t.Fatalf("request %d: %d sampled, %d with retain in %s", i, len(got), n, body)
+			}
+		}
+		return samples, ids
+	}
+	if n, ids := count(&Load{Batch: 100, Work: w}, 50); n != 50 || ids != 50 {
+		t.Fatalf("one per request: %d sampled, %d ids", n, ids)
+	}
+	if n, ids := count(&Load{Batch: 1, SampleEvery: 100, Work: w}, 10000); n != 100 || ids != 100 {
+		t.Fatalf("one in 100 single POSTs: %d sampled, %d ids", n, ids)
+	}
+	if n, ids := count(&Load{Batch: 20, SampleAll: true, Work: w}, 5); n != 100 || ids != 100 {
+		t.Fatalf("all: %d sampled, %d ids", n, ids)
+	}
+	// One in 100, at a position that moves from block to block.
+	s := newStream(&Load{Batch: 1, SampleEvery: 100, Work: w}, time.Now())
+	if !s.isSampled(0, 0) || !s.isSampled(101, 101) || !s.isSampled(202, 202) || s.isSampled(100, 100) {
+		t.Fatal("the sampled position does not move")
 	}
 }
 
@@ -267,10 +310,19 @@ func TestReportVerdictsJSONAndHTML(t *testing.T) {
 			{T: 1, Accepted: []int{10}, Done: 10, Ready: []float64{3, 0}, Workers: []float64{2, 4}, RedisMemory: 0.5},
 		}}
 	rep.Phases = append(rep.Phases, ph)
-	rep.AddYardsticks(Yardsticks{BareHTTP: 20, KfakeProduce: 100, RedisEvalsha: 50, JobFloor: &JobFloor{JobsPerSecond: 40, RedisMicrosPerJob: 20000}})
+	batch := PhaseResult{Name: "batch", Accepted: 100, AllDone: true, DoneSeconds: 1, EndToEndRate: 100, CPU: &CPUUse{RedisMicrosPerJob: 25}}
+	rep.Phases = append(rep.Phases, batch)
+	rep.AddYardsticks(Yardsticks{BareHTTP: 20, KfakeProduce: 100, RedisEvalsha: 50, JobFloor: &JobFloor{JobsPerSecond: 40, RedisMicrosPerJob: 20000},
+		ListFloor: &JobFloor{JobsPerSecond: 400, RedisMicrosPerJob: 10}})
 	// 10 jobs/s at 20 ms of Redis per job would keep a fifth of a Redis core busy.
-	if rep.Ratios["single_jobs_per_bare_http_request"] != 0.5 || rep.Ratios["single_of_redis_job_floor_at_one_core"] != 0.2 {
+	if rep.Ratios["single_jobs_per_bare_http_request"] != 0.5 || rep.Ratios["single_of_redis_job_floor_at_one_core"] != 0.2 ||
+		rep.Ratios["batch_redis_cpu_per_job_over_list_floor"] != 2.5 || rep.Ratios["batch_of_redis_list_floor_at_one_core"] != 0.001 {
 		t.Fatalf("ratios %v", rep.Ratios)
+	}
+	// The batch phase's Redis CPU per job against the target: 2.5x the
+	// list floor fails it.
+	if v := rep.Verdicts[len(rep.Verdicts)-1]; v.Name != "Redis CPU per job in the batch phase" || v.Pass {
+		t.Fatalf("verdict %+v", v)
 	}
 	var js bytes.Buffer
 	if err := rep.WriteJSON(&js); err != nil {

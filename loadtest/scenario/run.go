@@ -186,6 +186,9 @@ func (r *Runner) Run(ctx context.Context, ph Phase) (PhaseResult, error) {
 	streams := make([]*stream, len(ph.Streams))
 	for i, l := range ph.Streams {
 		streams[i] = newStream(l, start)
+		// A sampled job's record must outlive the phase: its sending, the
+		// wait for the last job, and the reading after it.
+		streams[i].keep = defaultRetain + l.After + l.Duration + ph.DoneTimeout
 	}
 
 	runCtx, cancel := context.WithCancel(ctx)

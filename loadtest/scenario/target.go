@@ -111,13 +111,16 @@ func infoField(info, field string) (string, bool) {
 }
 
 // doneAt reads the completion time (the worker's ack, Unix ms) of the
-// given jobs of w from their hashes, pipelined per partition. A job not
-// done (or already expired) reads 0.
+// given sampled jobs of w from their records, pipelined per partition. A
+// sampled job carries retain, so the ack keeps its record job:<id> (state
+// done, done_ms) in the job's partition: its group's, else its id's
+// (Layout.PartitionOfJob). A job not done (or whose record expired) reads
+// 0.
 func (t *target) doneAt(ctx context.Context, w *Workload, seqs []int) ([]int64, error) {
 	out := make([]int64, len(seqs))
 	byPart := map[int][]int{} // partition -> indexes into seqs
 	for i, seq := range seqs {
-		p := t.layout.PartitionOf(w.Group(seq))
+		p := t.layout.PartitionOfJob(w.Group(seq), w.ID(seq))
 		byPart[p] = append(byPart[p], i)
 	}
 	const chunk = 2000

@@ -34,9 +34,13 @@ type Yardsticks struct {
 	// pipelined 16 deep, against the pipeline's Redis (the relay's
 	// yardstick in BENCHMARKS.md).
 	RedisEvalsha float64 `json:"redis_benchmark_evalsha_per_second"`
-	// JobFloor is the least Redis work per job the design's contract asks
-	// for (floor.go), on the pipeline's Redis: no pipeline through one
+	// ListFloor is the least Redis work per job the contract asks for
+	// since the batch storage model (floor.go: envelopes on a list, a
+	// lease per batch), on the pipeline's Redis: no pipeline through one
 	// Redis goes faster than its rate with Redis at a whole core.
+	ListFloor *JobFloor `json:"redis_list_floor,omitempty"`
+	// JobFloor is the keyed floor, the old contract's (a key, a lease and
+	// a done record per job), for comparison with earlier runs.
 	JobFloor *JobFloor `json:"redis_job_floor,omitempty"`
 	Errors   []string  `json:"errors,omitempty"`
 }
@@ -58,7 +62,13 @@ func MeasureYardsticks(ctx context.Context, bin, redisAddr string, d time.Durati
 	if y.RedisEvalsha, err = redisBenchmark(ctx, redisAddr); err != nil {
 		y.Errors = append(y.Errors, "redis-benchmark: "+err.Error())
 	}
-	progress.Printf("yardstick: the job floor in Redis, %s\n", d)
+	progress.Printf("yardstick: the list floor in Redis (the contract's), %s\n", d)
+	if f, err := measureListFloor(ctx, redisAddr, d, 4); err != nil {
+		y.Errors = append(y.Errors, "list floor: "+err.Error())
+	} else {
+		y.ListFloor = &f
+	}
+	progress.Printf("yardstick: the keyed job floor in Redis (the old contract's), %s\n", d)
 	if f, err := measureJobFloor(ctx, redisAddr, d, 4); err != nil {
 		y.Errors = append(y.Errors, "job floor: "+err.Error())
 	} else {
@@ -103,7 +113,8 @@ func bareHTTP(ctx context.Context, bin string, d time.Duration) (float64, error)
 		}
 	}
 	w := &Workload{Run: "bare", Type: "noop", Payload: PaddedPayload(100), Groups: 1024}
-	l := &Load{Name: "bare", Gate: "http://" + addr, Topic: "jobs", Conns: 64, Duration: d, Batch: 1, Work: w}
+	// The single phase's bodies: one job in 100 sampled (id and retain).
+	l := &Load{Name: "bare", Gate: "http://" + addr, Topic: "jobs", Conns: 64, Duration: d, Batch: 1, Work: w, SampleEvery: singleSampleEvery}
 	s := newStream(l, time.Now())
 	if err := s.run(ctx); err != nil {
 		return 0, err
@@ -124,14 +135,13 @@ func kfakeProduce(ctx context.Context, d time.Duration) (float64, error) {
 		return 0, err
 	}
 	defer cl.Close()
-	w := &Workload{Run: "yardstick", Type: "noop", Payload: PaddedPayload(100), Groups: 1024}
 	var acked atomic.Int64
 	var firstErr error
 	var mu sync.Mutex
 	start := time.Now()
 	deadline := start.Add(d)
 	for seq := 0; time.Now().Before(deadline) && ctx.Err() == nil; seq++ {
-		rec := &kgo.Record{Topic: "yardstick", Key: []byte(w.Group(seq)), Value: w.AppendJob(nil, seq)}
+		rec := &kgo.Record{Topic: "yardstick", Key: []byte("lt-g" + strconv.Itoa(seq%1024)), Value: gateEnvelope(0, seq)}
 		cl.Produce(ctx, rec, func(_ *kgo.Record, err error) {
 			if err != nil {
 				mu.Lock()
