@@ -309,7 +309,14 @@ func TestOneLeasePerBatchReapReturnsOnlyTheUnacked(t *testing.T) {
 	if want := []string{"g-0", "g-2", "g-3", "s1", "s2"}; !slices.Equal(ids, want) {
 		t.Fatalf("reclaimed %v, want %v", ids, want)
 	}
+	// The first holder's ack stays late while another holds the job.
+	if ok, _ := p.Ack(ctx, 0, Done{Job: byID["s2"]}, now, time.Hour); ok {
+		t.Fatal("an ack from the old batch took the job off its new one")
+	}
 	ack(t, p, 0, again...)
+	if st := rdb.HGetAll(ctx, k.Stats()).Val(); st["done"] != "8" || st["inflight"] != "0" {
+		t.Fatalf("stats at the end: %v", st)
+	}
 }
 
 // Release hands jobs back without counting the attempt; a failure with a
