@@ -161,7 +161,7 @@ local out, lease = {}, {}
 for _, c in ipairs(order) do
   local e = c.entries[c.next]
   c.next = c.next + 1
-  local _, id = entryHead(e)
+  local id = string.match(e, '^%d+ (%S+) ')
   lease[#lease+1] = id
   lease[#lease+1] = e
   out[#out+1] = c.l.i

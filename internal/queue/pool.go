@@ -21,9 +21,9 @@ type Pool struct {
 	idDedupeTTL time.Duration
 	batchPrefix string
 	batchSeq    atomic.Uint64
-	byPart   []*redis.Client
-	distinct []*redis.Client
-	addrs    []string // of distinct
+	byPart      []*redis.Client
+	distinct    []*redis.Client
+	addrs       []string // of distinct
 }
 
 // PoolConfig configures NewPool.

@@ -37,11 +37,35 @@ local now, keep, n, nb, ng = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[
 local base = 5 + nb + ng
 local out, touched, perGroup, funnel = {}, {}, {}, {}
 local acked = 0
+-- Which jobs are still in their batches: one HMGET and one HDEL per batch,
+-- not a command per job. A job given twice counts once.
+local held = {}
+do
+  local ids = {}
+  for j = 1, n do
+    local a = base + 8*(j-1)
+    local b = tonumber(ARGV[a+1])
+    if not ids[b] then ids[b] = {} end
+    local list = ids[b]
+    list[#list+1] = ARGV[a+4]
+  end
+  for b, list in pairs(ids) do
+    local got = redis.call('HMGET', KEYS[3+b], unpack(list))
+    local present = {}
+    for i, id in ipairs(list) do
+      if got[i] then present[#present+1] = id; held[b .. ' ' .. id] = true end
+    end
+    if #present > 0 then redis.call('HDEL', KEYS[3+b], unpack(present)) end
+  end
+end
 for j = 1, n do
   local a = base + 8*(j-1)
   local b, g, r, id = tonumber(ARGV[a+1]), tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), ARGV[a+4]
-  out[j] = redis.call('HDEL', KEYS[3+b], id)
-  if out[j] == 1 then
+  local key = b .. ' ' .. id
+  out[j] = 0
+  if held[key] then
+    held[key] = nil
+    out[j] = 1
     acked = acked + 1
     touched[b] = true
     local result, retain, topic, attempt = ARGV[a+5], tonumber(ARGV[a+6]), ARGV[a+7], ARGV[a+8]
