@@ -73,6 +73,9 @@ if l.group ~= '' and redis.call('EXISTS', l.meta) == 1 then
     redis.call('PERSIST', l.results)
   end
   redis.call('HINCRBY', l.meta, 'dead', -1)
+  -- Open again: its death is no longer its result (an ack with an empty
+  -- result writes nothing there).
+  redis.call('HDEL', l.results, ARGV[1])
 end
 redis.call('RPUSH', l.list, withAttempts(e, 0))
 activate(l, KEYS[3], KEYS[4], KEYS[7], {})

@@ -169,3 +169,31 @@ func TestReplayKeepsACompletedBulkGroupFinal(t *testing.T) {
 		t.Errorf("the group was queued as completed again (%d)", n)
 	}
 }
+
+// TestReplayedItemIsNotReportedDead: a bulk group's dead item, replayed and
+// then done with an empty result, reads "done" in the group's results,
+// not its old death (found in review: the ack writes nothing for an empty
+// result, so the stale "dead" stayed).
+func TestReplayedItemIsNotReportedDead(t *testing.T) {
+	r := testenv.Redis(t)
+	p := newPool(t, 1, r.Addr(), nil)
+	ctx := context.Background()
+	part := kill(t, p, "g.0", "g", now)
+	if st, _ := p.JobStates(ctx, "g", []string{"g.0"}); st[0].State != "dead" {
+		t.Fatalf("before the replay: %+v, want dead", st[0])
+	}
+	if n, err := p.ReplayDead(ctx, part, "g.0", now); n != ReplayDone || err != nil {
+		t.Fatalf("replay: %d %v", n, err)
+	}
+	jobs, err := p.Claim(ctx, part, 1, now.Add(time.Minute))
+	if err != nil || len(jobs) != 1 {
+		t.Fatalf("claim after replay: %v %v", jobs, err)
+	}
+	if ok, err := p.Ack(ctx, part, Done{Job: jobs[0], Topic: "jobs"}, now, time.Hour); !ok || err != nil {
+		t.Fatalf("ack: %v %v", ok, err)
+	}
+	st, err := p.JobStates(ctx, "g", []string{"g.0"})
+	if err != nil || st[0].State != "done" || st[0].LastError != "" {
+		t.Fatalf("after the replay and ack: %+v (%v), want done without an error", st, err)
+	}
+}
