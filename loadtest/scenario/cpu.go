@@ -264,6 +264,8 @@ func (p *PartCPU) note() string {
 		return "  the parent of --split-processes"
 	case p.Name == "redis":
 		return "  INFO cpu"
+	case len(p.Parts) == 1 && p.Parts[0] == "rival":
+		return "  client and server, in the generator's process"
 	}
 	return ""
 }

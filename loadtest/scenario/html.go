@@ -61,6 +61,10 @@ th{background:#f4f4f4}td.l,th.l{text-align:left}.pass{color:#1a7f37;font-weight:
 			fmt.Fprintf(&b, "<tr><td class=l>the keyed job floor in Redis, the old contract's (a key, a lease and a done record per job)</td><td>%s jobs/s, %.1f µs of Redis CPU per job: at most %s jobs/s at one core</td></tr>",
 				thousands(int(f.JobsPerSecond)), f.RedisMicrosPerJob, thousands(int(floorCeiling(f))))
 		}
+		b.WriteString("</table>\n")
+	}
+	if len(r.Ratios) > 0 {
+		b.WriteString("<h2>Ratios</h2>\n<table>")
 		for _, k := range slices.Sorted(maps.Keys(r.Ratios)) {
 			fmt.Fprintf(&b, "<tr><td class=l>%s</td><td>%.3f</td></tr>", esc(k), r.Ratios[k])
 		}

@@ -259,6 +259,9 @@ func (r *Report) WriteText(w io.Writer) {
 		for _, e := range y.Errors {
 			fmt.Fprintf(w, "  error: %s\n", e)
 		}
+	}
+	if len(r.Ratios) > 0 {
+		fmt.Fprintln(w, "\nratios:")
 		for _, k := range slices.Sorted(maps.Keys(r.Ratios)) {
 			fmt.Fprintf(w, "  %-40s %.3f\n", k, r.Ratios[k])
 		}
