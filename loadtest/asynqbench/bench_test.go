@@ -3,7 +3,11 @@
 // concurrency, one run. It is a module of its own so that asynq never
 // becomes a dependency of sluice. Run:
 //
-//	cd loadtest/asynqbench && go test -run '^$' -bench . -benchtime 1x
+//	make bench-asynq
+//	cd loadtest/asynqbench && go test -run '^$' -bench NoopSluiceVsAsynq -benchtime 1x
+//
+// The end-to-end comparison (asynq's client and server against POSTs
+// through sluice's gate) is the program in ./e2e (make bench-asynq-e2e).
 package asynqbench
 
 import (
@@ -40,16 +44,24 @@ func BenchmarkNoopSluiceVsAsynq(b *testing.B) {
 
 	asynqRate, asynqCPU := runAsynq(b, r)
 	r.Client().FlushAll(ctx)
-	sluiceRate, sluiceCPU := runSluice(b, r)
+	// Jobs without a group, on their partitions' shared lanes, as asynq's
+	// tasks share one queue; then the same jobs in 100 groups.
+	sluiceRate, sluiceCPU := runSluice(b, r, 0)
+	r.Client().FlushAll(ctx)
+	groupsRate, groupsCPU := runSluice(b, r, 100)
 
 	b.ReportMetric(sluiceRate, "sluice-jobs/s")
+	b.ReportMetric(groupsRate, "sluice-100-groups-jobs/s")
 	b.ReportMetric(asynqRate, "asynq-jobs/s")
 	b.ReportMetric(sluiceRate/asynqRate, "x-asynq")
+	b.ReportMetric(groupsRate/asynqRate, "x-asynq-100-groups")
 	b.ReportMetric(ping, "ping-µs")
 	b.ReportMetric(asynqCPU.redis, "asynq-redis-cpu-µs/job")
 	b.ReportMetric(sluiceCPU.redis, "sluice-redis-cpu-µs/job")
+	b.ReportMetric(groupsCPU.redis, "sluice-100-groups-redis-cpu-µs/job")
 	b.ReportMetric(asynqCPU.own, "asynq-go-cpu-µs/job")
 	b.ReportMetric(sluiceCPU.own, "sluice-go-cpu-µs/job")
+	b.ReportMetric(groupsCPU.own, "sluice-100-groups-go-cpu-µs/job")
 }
 
 // cpuPerJob is what one job of a timed run cost in CPU: Redis's and this
@@ -117,9 +129,11 @@ func runAsynq(b *testing.B, r *testenv.RedisServer) (float64, cpuPerJob) {
 	return jobs / elapsed.Seconds(), used
 }
 
-// runSluice enqueues the jobs as the relay would, then times one worker
-// (8 partitions x 8 = 64 at once) until every one is done.
-func runSluice(b *testing.B, r *testenv.RedisServer) (float64, cpuPerJob) {
+// runSluice enqueues the jobs as the relay would (with their Kafka
+// positions, the gate's ids, spread over groups groups or, with 0, without
+// a group), then times one worker (8 partitions x 8 = 64 at once) until
+// every one is done. Plain jobs: no retain, so nothing is kept once done.
+func runSluice(b *testing.B, r *testenv.RedisServer, groups int) (float64, cpuPerJob) {
 	ctx := context.Background()
 	layout := queue.Layout{Stage: "bench", Partitions: 8}
 	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
@@ -129,13 +143,24 @@ func runSluice(b *testing.B, r *testenv.RedisServer) (float64, cpuPerJob) {
 	defer p.Close()
 	p.LoadScripts(ctx)
 	items := make([]queue.Item, 0, 1000)
+	now := time.Now()
 	for i := range jobs {
-		id, g := "j"+strconv.Itoa(i), "g"+strconv.Itoa(i%100)
-		env := (&job.Job{ID: id, Type: "noop", Group: g, Topic: "jobs"}).AppendJSON(nil)
-		items = append(items, queue.Item{ID: id, Group: g, Topic: "jobs", Weight: 1, Envelope: env})
+		id, g := job.NewID(), ""
+		if groups > 0 {
+			g = "g" + strconv.Itoa(i%groups)
+		}
+		env := (&job.Job{ID: id, Type: "noop", Group: g, Topic: "jobs", EnqueuedAt: now}).AppendJSON(nil)
+		items = append(items, queue.Item{ID: id, Group: g, Topic: "jobs", Weight: 1, Envelope: env,
+			KafkaPartition: int32(i % 8), Offset: int64(i / 8), HasPosition: true})
 		if len(items) == cap(items) || i == jobs-1 {
-			if _, err := p.Enqueue(ctx, 1, items, time.Now()); err != nil {
+			res, err := p.Enqueue(ctx, 1, items, time.Now())
+			if err != nil {
 				b.Fatal(err)
+			}
+			for _, x := range res {
+				if x.Outcome != queue.Queued {
+					b.Fatalf("enqueue: %v %v", x.Outcome, x.Err)
+				}
 			}
 			items = items[:0]
 		}
