@@ -10,7 +10,7 @@ GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.slu
 TEST_P  ?= 2
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build run test deps redis chromium consul modules fuzz bench bench-gate bench-relay bench-asynq bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
+.PHONY: all build run test deps redis chromium consul modules fuzz bench bench-gate bench-relay bench-asynq bench-asynq-e2e bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
 
 all: build
 
@@ -90,7 +90,13 @@ bench-relay: deps
 ## bench-asynq: sluice's worker beside asynq v0.26.0 on one Redis (a module
 ## of its own: asynq is no dependency of sluice).
 bench-asynq: deps
-	cd loadtest/asynqbench && $(GO) test -run '^$$' -bench . -benchtime 1x
+	cd loadtest/asynqbench && $(GO) test -run '^$$' -bench '^BenchmarkNoopSluiceVsAsynq$$' -benchtime 1x
+
+## bench-asynq-e2e: end to end beside asynq v0.26.0 on sluice dev's Redis:
+## asynq's client (64 goroutines) and server against single and 100-job POSTs
+## through the gate, the same jobs each (ASYNQ_E2E_FLAGS='--jobs 200000').
+bench-asynq-e2e: deps build
+	cd loadtest/asynqbench && $(GO) run ./e2e --sluice-bin ../../bin/sluice $(ASYNQ_E2E_FLAGS)
 
 ## bench-seed: the rate-limited seed scenario scaled down (3 x 1,000 jobs at
 ## 100/s per resource, ideal 10 s) against real Redis and Consul.
