@@ -32,6 +32,11 @@ const (
 	lockTTL         = 10 * time.Second
 	lockDelay       = "0"
 	lease           = 3 * time.Second
+	// recordGrace is how long a worker may take, of time Redis serves, to
+	// record a run of an idempotency key after its handler answered: one
+	// script call, or the next try once Redis answers again. A worker
+	// killed later than that had the time to record the run.
+	recordGrace = 500 * time.Millisecond
 	// canaryInterval is the coordinators' canary interval (and grace): a
 	// path alerts 3 s after its last canary.
 	canaryInterval = time.Second
@@ -52,8 +57,16 @@ type bed struct {
 	gates, relays, workers, coords []*part
 
 	mu         sync.Mutex
-	nextWorker int     // the worker the next worker fault kills
-	removed    []int32 // Kafka brokers removed
+	nextWorker int      // the worker the next worker fault kills
+	removed    []int32  // Kafka brokers removed
+	outages    []outage // Redis's, in order
+}
+
+// outage is a time Redis did not serve: from the signal that stopped or
+// killed it until it answered PING again after its restart (its AOF
+// loaded).
+type outage struct {
+	down, up time.Time // up is zero while it lasts
 }
 
 // part is one sluice process: its command line is rebuilt per incarnation
@@ -270,6 +283,11 @@ func (p *part) restart() error {
 // the test, so faults can run it in goroutines, and it polls at a steady
 // pace, for measuring.
 func waitUntil(timeout time.Duration, what string, cond func() bool) (time.Duration, error) {
+	return waitEvery(timeout, 50*time.Millisecond, what, cond)
+}
+
+// waitEvery is waitUntil polling every interval.
+func waitEvery(timeout, interval time.Duration, what string, cond func() bool) (time.Duration, error) {
 	start := time.Now()
 	for {
 		if cond() {
@@ -278,7 +296,7 @@ func waitUntil(timeout time.Duration, what string, cond func() bool) (time.Durat
 		if time.Since(start) > timeout {
 			return time.Since(start), fmt.Errorf("timed out after %s waiting for %s", timeout, what)
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(interval)
 	}
 }
 
@@ -362,6 +380,90 @@ func (b *bed) dumpLogs() {
 			b.t.Logf("--- %s log (tail)\n%s", p.name, b.tail(p.name, 3000))
 		}
 	}
+}
+
+// killedAt says when a worker incarnation ("worker1.2", as the ledger
+// names it) was killed with SIGKILL, if it was.
+func (b *bed) killedAt(who string) (time.Time, bool) {
+	name, incs, _ := strings.Cut(who, ".")
+	inc, err := strconv.Atoi(incs)
+	if err != nil {
+		return time.Time{}, false
+	}
+	for _, w := range b.workers {
+		if w.name == name {
+			return w.killedAt(inc)
+		}
+	}
+	return time.Time{}, false
+}
+
+// stopRedis stops Redis with SIGTERM (it flushes its AOF), killRedis with
+// SIGKILL; restartRedis starts it again and returns once it answers PING.
+// The bed keeps their times: the verdict asks when Redis served.
+func (b *bed) stopRedis() { b.redisDown(b.redis.Stop) }
+func (b *bed) killRedis() { b.redisDown(b.redis.Kill) }
+
+func (b *bed) redisDown(how func()) {
+	b.mu.Lock()
+	b.outages = append(b.outages, outage{down: time.Now()})
+	b.mu.Unlock()
+	how()
+}
+
+func (b *bed) restartRedis() time.Time {
+	b.redis.Restart()
+	up := time.Now()
+	b.mu.Lock()
+	b.outages[len(b.outages)-1].up = up
+	b.mu.Unlock()
+	return up
+}
+
+// recordDeadline is when a worker must have recorded a run whose handler
+// answered at t: t plus recordGrace of time Redis served, so an outage
+// in between moves it on by the outage's length.
+func (b *bed) recordDeadline(t time.Time) time.Time {
+	b.mu.Lock()
+	outs := append([]outage(nil), b.outages...)
+	b.mu.Unlock()
+	left := recordGrace
+	for _, o := range outs {
+		if o.up.IsZero() {
+			o.up = time.Now() // not over: Redis has not served since
+		}
+		if !o.up.After(t) {
+			continue // over before t
+		}
+		if o.down.After(t) {
+			if !t.Add(left).After(o.down) {
+				break // recorded (or due) before this one began
+			}
+			left -= o.down.Sub(t)
+		}
+		t = o.up
+	}
+	return t.Add(left)
+}
+
+// partitionOf is a job's Redis partition: its group's when it has one,
+// else its id's (a job without a group joins its partition's shared
+// lane). Every key of a job the suite reads goes through here.
+func (b *bed) partitionOf(j jobSpec) int {
+	if g := j.group(); g != "" {
+		return b.layout.PartitionOf(g)
+	}
+	return b.layout.PartitionOf(j.ID)
+}
+
+// recordKey is a job's record, job:<id>: kept for a failed attempt and a
+// dead job (state, last_error, attempts), not for a plain job that
+// succeeded.
+func (b *bed) recordKey(j jobSpec) string { return b.layout.Keys(b.partitionOf(j)).Job(j.ID) }
+
+// idemKey is an idempotency key's mark, in the partition of the key.
+func (b *bed) idemKey(key string) string {
+	return b.layout.Keys(b.layout.PartitionOf(key)).Idempotency(key)
 }
 
 // stats runs `sluice stats -o json` against the bed and returns its output.

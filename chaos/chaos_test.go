@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"sort"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/funnel"
+	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -163,12 +165,15 @@ func runScenario(t *testing.T, sc scenario) {
 // verdict is what the run proved.
 type verdict struct {
 	Accepted, AcceptedWork, AcceptedFail int
-	Executed                             int // accepted work jobs whose key ran to a 2xx
-	Twice                                int // keys run to a 2xx twice, unexplained
-	TwiceAfterKill                       int // keys run twice because a worker was killed between the run and its ack
+	Executed                             int           // accepted work jobs whose key ran to a 2xx
+	Twice                                int           // keys run to a 2xx twice, unexplained
+	TwiceAfterKill                       int           // keys run again because a worker was killed before it could record the run
+	TwiceAfterAnswer                     int           // ... of which a kill came after the handler answered (not mid-run)
+	GraceUsed                            time.Duration // the most of recordGrace gone by at such a kill
 	Lost                                 []string
 	Dead, DeadExpected                   int
-	DeadUnexpected                       []string
+	DeadUnexpected                       []string // work jobs dead
+	DeadNoError                          []string // failing jobs dead without their last error
 	Poison, PoisonDLQ                    int
 	DLQReasons                           map[string]int
 	Funnel                               *funnel.Report
@@ -180,28 +185,34 @@ type verdict struct {
 	CanaryLast                  string
 }
 
-// states reads every accepted job's state from Redis.
-func jobStates(b *bed, jobs []jobSpec) (map[string]string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// records reads the record (job:<id>) of each job: its state, last_error
+// and attempts, empty for a job without one (a plain job that succeeded
+// leaves none).
+func records(b *bed, jobs []jobSpec) (map[string]record, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out := make(map[string]string, len(jobs))
+	out := make(map[string]record, len(jobs))
 	for start := 0; start < len(jobs); start += 1000 {
 		pipe := b.redis.Client().Pipeline()
 		part := jobs[start:min(start+1000, len(jobs))]
-		cmds := make([]interface{ Val() string }, len(part))
+		cmds := make([]*redis.SliceCmd, len(part))
 		for i, j := range part {
-			group := j.envelope()["group"].(string)
-			cmds[i] = pipe.HGet(ctx, b.layout.Keys(b.layout.PartitionOf(group)).Job(j.ID), "state")
+			cmds[i] = pipe.HMGet(ctx, b.recordKey(j), "state", "last_error", "attempts")
 		}
 		if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
 			return nil, err
 		}
 		for i, j := range part {
-			out[j.ID] = cmds[i].Val()
+			f := cmds[i].Val()
+			str := func(k int) string { s, _ := f[k].(string); return s }
+			out[j.ID] = record{State: str(0), LastError: str(1), Attempts: str(2)}
 		}
 	}
 	return out, nil
 }
+
+// record is the part of a job's record the verdict reads.
+type record struct{ State, LastError, Attempts string }
 
 func verdictOf(t *testing.T, b *bed, l *loader, poison int, drain time.Duration) verdict {
 	t.Helper()
@@ -214,39 +225,83 @@ func verdictOf(t *testing.T, b *bed, l *loader, poison int, drain time.Duration)
 	sort.Slice(jobs, func(i, k int) bool { return jobs[i].N < jobs[k].N })
 	v := verdict{Accepted: len(jobs), Poison: poison, DLQReasons: map[string]int{}}
 
-	// Settled: every work job done, every failing job dead.
-	settled := func(states map[string]string) bool {
-		for _, j := range jobs {
-			if want := map[bool]string{false: "done", true: "dead"}[j.Fail]; states[j.ID] != want {
-				return false
-			}
+	// Settled: every key of a job that should succeed has a 2xx run in
+	// the ledger, by a job that carries it (the other of a pair of twins
+	// is done without running); every always-failing job's record says
+	// dead; and every job relayed has ended (the funnel's completed and
+	// dead add up to its relayed, at least the accepted jobs), so a job
+	// whose worker was killed before its ack has run again, or been
+	// skipped by its key, before the verdict counts runs. The ledger is
+	// read as it grows, the records of the failing jobs not yet dead.
+	carriers := map[string]map[string]bool{} // key -> the ids of the accepted work jobs with it
+	var dying []jobSpec                      // failing jobs not dead yet
+	for _, j := range jobs {
+		if j.Fail {
+			dying = append(dying, j)
+			continue
 		}
-		return true
+		if carriers[j.Key] == nil {
+			carriers[j.Key] = map[string]bool{}
+		}
+		carriers[j.Key][j.ID] = true
 	}
-	var states map[string]string
+	okRuns := map[string][]execution{}
+	unrun := map[string]bool{}
+	for key := range carriers {
+		unrun[key] = true
+	}
+	read := 0
 	start := time.Now()
 	waitUntil(drain, "every accepted job to settle", func() bool {
-		s, err := jobStates(b, jobs)
-		if err == nil {
-			states = s
+		news := b.ledger.since(read)
+		read += len(news)
+		for _, e := range news {
+			if e.OK {
+				okRuns[e.Key] = append(okRuns[e.Key], e)
+				if carriers[e.Key][e.JobID] {
+					delete(unrun, e.Key)
+				}
+			}
 		}
-		return err == nil && settled(s)
+		if len(unrun) > 0 {
+			return false
+		}
+		recs, err := records(b, dying)
+		if err != nil {
+			return false
+		}
+		rest := dying[:0]
+		for _, j := range dying {
+			if recs[j.ID].State != "dead" {
+				rest = append(rest, j)
+			}
+		}
+		dying = rest
+		if len(dying) > 0 {
+			return false
+		}
+		relayed, ended := b.funnel(queue.StageRelayed), b.funnel(queue.StageCompleted)+b.funnel(queue.StageDead)
+		return relayed >= len(jobs) && ended == relayed
 	})
 	v.Settled = time.Since(start)
-
-	// The ledger: 2xx runs per key.
-	okRuns := map[string][]execution{}
-	for _, e := range b.ledger.snapshot() {
+	for _, e := range b.ledger.since(read) {
 		if e.OK {
 			okRuns[e.Key] = append(okRuns[e.Key], e)
 		}
 	}
+
+	// Keys run to a 2xx twice: each earlier run must have lost its
+	// record to a kill -9 of its worker.
 	for key, runs := range okRuns {
 		if len(runs) < 2 {
 			continue
 		}
-		if killedBeforeAck(b, runs) {
+		if excused, used := rerunAfterKill(b, runs); excused {
 			v.TwiceAfterKill++
+			if used > 0 {
+				v.TwiceAfterAnswer++
+				v.GraceUsed = max(v.GraceUsed, used)
+			}
 		} else {
 			v.Twice++
 			if v.Twice <= 5 {
@@ -254,27 +309,42 @@ func verdictOf(t *testing.T, b *bed, l *loader, poison int, drain time.Duration)
 			}
 		}
 	}
+
+	// Every job's record: a failing job's says dead with its last error,
+	// and no job that should succeed has one that says dead.
+	recs, err := records(b, jobs)
+	if err != nil {
+		t.Errorf("reading the jobs' records: %v", err)
+	}
 	for _, j := range jobs {
-		st := states[j.ID]
+		rec := recs[j.ID]
 		if j.Fail {
 			v.AcceptedFail++
-			if st == "dead" {
+			switch {
+			case rec.State == "dead" && rec.LastError != "":
 				v.Dead++
 				v.DeadExpected++
-			} else {
-				v.Lost = append(v.Lost, fmt.Sprintf("%s (always failing, state %q)", j.ID, st))
+			case rec.State == "dead":
+				v.Dead++
+				v.DeadNoError = append(v.DeadNoError, j.ID)
+			default:
+				v.Lost = append(v.Lost, fmt.Sprintf("%s (always failing, state %q)", j.ID, rec.State))
 			}
 			continue
 		}
 		v.AcceptedWork++
+		ran := false
+		for _, r := range okRuns[j.Key] {
+			ran = ran || carriers[j.Key][r.JobID]
+		}
 		switch {
-		case st == "dead":
+		case rec.State == "dead":
 			v.Dead++
 			v.DeadUnexpected = append(v.DeadUnexpected, j.ID)
-		case len(okRuns[j.Key]) > 0 && st == "done":
+		case ran:
 			v.Executed++
 		default:
-			v.Lost = append(v.Lost, fmt.Sprintf("%s (key %s ran %d times, state %q)", j.ID, j.Key, len(okRuns[j.Key]), st))
+			v.Lost = append(v.Lost, fmt.Sprintf("%s (key %s: no 2xx run by a job with it, %d 2xx runs in all; record state %q)", j.ID, j.Key, len(okRuns[j.Key]), rec.State))
 		}
 	}
 
@@ -340,41 +410,45 @@ func verdictOf(t *testing.T, b *bed, l *loader, poison int, drain time.Duration)
 	return v
 }
 
-// killedBeforeAck says whether every 2xx run of a key but the last was made
-// by a worker incarnation killed with SIGKILL less than a lease after the
-// call arrived: the run happened, its ack did not, and the lease expired.
-// That is at-least-once execution, which the idempotency key cannot prevent
-// for a run that never completed. (A call can arrive a little after its
-// sender's death: the ledger's server is scheduled late on a busy machine.)
-func killedBeforeAck(b *bed, runs []execution) bool {
+// rerunAfterKill says whether every 2xx run of a key but the last lost its
+// record to a kill -9: the worker incarnation that made it was killed with
+// SIGKILL before it could have recorded the run (within recordGrace of
+// time Redis served after the handler answered, see bed.recordDeadline),
+// and the next run began only after that kill. The key's mark then still
+// said running:<id>:<attempt>, and the next run waited for it to expire:
+// at-least-once, which an idempotency key cannot prevent for a run that
+// was never recorded. A worker killed later than that had the time to
+// record the run, and a run beside a live earlier holder means the mark
+// did not hold: neither is excused.
+//
+// used is how much of recordGrace the latest such kill left the worker
+// after the handler answered (0 for kills mid-run).
+func rerunAfterKill(b *bed, runs []execution) (excused bool, used time.Duration) {
 	sort.Slice(runs, func(i, k int) bool { return runs[i].At.Before(runs[k].At) })
-	for _, r := range runs[:len(runs)-1] {
-		name, incs, _ := strings.Cut(r.Who, ".")
-		inc, _ := strconv.Atoi(incs)
-		var killed bool
-		for _, w := range b.workers {
-			if w.name != name {
-				continue
-			}
-			if at, ok := w.killedAt(inc); ok && at.Sub(r.At) < lease {
-				killed = true
-			}
+	for i, r := range runs[:len(runs)-1] {
+		killed, ok := b.killedAt(r.Who)
+		deadline := b.recordDeadline(r.Answered)
+		if !ok || !killed.Before(runs[i+1].At) || killed.After(deadline) {
+			return false, 0
 		}
-		if !killed {
-			return false
+		if killed.After(r.Answered) {
+			used = max(used, recordGrace-deadline.Sub(killed))
 		}
 	}
-	return true
+	return true, used
 }
 
 // failures are the verdict's broken guarantees.
 func (v verdict) failures() []string {
 	var out []string
 	if v.Twice > 0 {
-		out = append(out, fmt.Sprintf("%d idempotency keys ran to a 2xx twice (no worker was killed between the run and its ack)", v.Twice))
+		out = append(out, fmt.Sprintf("%d idempotency keys ran to a 2xx twice (not explained by a worker killed before it could record the run)", v.Twice))
 	}
 	if len(v.Lost) > 0 {
 		out = append(out, fmt.Sprintf("%d accepted jobs lost, e.g. %s", len(v.Lost), strings.Join(v.Lost[:min(5, len(v.Lost))], ", ")))
+	}
+	if len(v.DeadNoError) > 0 {
+		out = append(out, fmt.Sprintf("%d dead jobs without their last error, e.g. %v", len(v.DeadNoError), v.DeadNoError[:min(5, len(v.DeadNoError))]))
 	}
 	if len(v.DeadUnexpected) > 0 {
 		out = append(out, fmt.Sprintf("%d jobs dead that should have run, e.g. %v", len(v.DeadUnexpected), v.DeadUnexpected[:min(5, len(v.DeadUnexpected))]))
@@ -408,9 +482,10 @@ func (v verdict) table(outcomes []outcome) string {
 	row("accepted (2xx) jobs", v.Accepted, fmt.Sprintf("%d to run, %d always failing", v.AcceptedWork, v.AcceptedFail))
 	row("executed at least once", v.Executed, mark(v.Executed == v.AcceptedWork))
 	row("executed twice with one idempotency key", v.Twice, mark(v.Twice == 0)+" (must be 0)")
-	row("  ... run again after a kill -9 before the ack", v.TwiceAfterKill, "at-least-once: the run never completed")
+	row("  ... run again: killed before its record", v.TwiceAfterKill, fmt.Sprintf("at-least-once: the worker killed mid-run, or after the answer but within %s of Redis serving (%d, at most %s in)",
+		recordGrace, v.TwiceAfterAnswer, v.GraceUsed.Round(time.Millisecond)))
 	row("lost", len(v.Lost), mark(len(v.Lost) == 0)+" (must be 0)")
-	row("dead-lettered: dead set", v.Dead, mark(len(v.DeadUnexpected) == 0 && v.Dead == v.AcceptedFail)+" (only the always-failing ones)")
+	row("dead-lettered: dead set", v.Dead, mark(len(v.DeadUnexpected) == 0 && len(v.DeadNoError) == 0 && v.Dead == v.AcceptedFail)+" (only the always-failing ones, each with its last error)")
 	reasons := make([]string, 0, len(v.DLQReasons))
 	for r, n := range v.DLQReasons {
 		reasons = append(reasons, fmt.Sprintf("%s: %d", r, n))
@@ -458,13 +533,9 @@ func (v verdict) table(outcomes []outcome) string {
 func describeRuns(b *bed, runs []execution) string {
 	var s []string
 	for _, r := range runs {
-		d := fmt.Sprintf("%s attempt %d by %s at %s", r.JobID, r.Attempt, r.Who, r.At.Format("15:04:05.000"))
-		name, incs, _ := strings.Cut(r.Who, ".")
-		inc, _ := strconv.Atoi(incs)
-		for _, w := range b.workers {
-			if at, ok := w.killedAt(inc); ok && w.name == name {
-				d += fmt.Sprintf(" (killed at %s)", at.Format("15:04:05.000"))
-			}
+		d := fmt.Sprintf("%s attempt %d by %s at %s, answered %s", r.JobID, r.Attempt, r.Who, r.At.Format("15:04:05.000"), r.Answered.Format("15:04:05.000"))
+		if at, ok := b.killedAt(r.Who); ok {
+			d += fmt.Sprintf(" (killed at %s; to record by %s)", at.Format("15:04:05.000"), b.recordDeadline(r.Answered).Format("15:04:05.000"))
 		}
 		s = append(s, d)
 	}

@@ -76,10 +76,9 @@ var (
 		return killLockHolder(b, coordLock, "coordinator")
 	}}
 	faultRedis = fault{"stop Redis 2s, restart it", func(b *bed) (string, time.Duration, error) {
-		b.redis.Stop()
+		b.stopRedis()
 		time.Sleep(2 * time.Second) // the outage's length, a parameter of the fault
-		b.redis.Restart()
-		start := time.Now()
+		start := b.restartRedis()
 		err := b.waitFlow("jobs to flow after Redis restarted")
 		return fmt.Sprintf("flowing %s after restart", time.Since(start).Round(100*time.Millisecond)), 0, err
 	}}
@@ -101,14 +100,14 @@ var (
 	faultRedisMidAck = fault{"stop Redis 2s as jobs finish, restart it", func(b *bed) (string, time.Duration, error) {
 		release := b.ledger.hold()
 		_, err := waitUntil(10*time.Second, "runs to be held", func() bool { return b.ledger.busy(b.workers[0].who()) || b.ledger.busy(b.workers[1].who()) })
-		b.redis.Stop()
+		b.stopRedis()
 		release()
 		if err != nil {
-			b.redis.Restart()
+			b.restartRedis()
 			return "", 0, err
 		}
 		time.Sleep(2 * time.Second) // the outage's length, a parameter of the fault
-		b.redis.Restart()
+		b.restartRedis()
 		return "", 0, b.waitFlow("jobs to flow after Redis restarted")
 	}}
 	faultLeaders = fault{"move every Kafka partition's leader", func(b *bed) (string, time.Duration, error) {

@@ -20,6 +20,10 @@ type execution struct {
 	Who     string    // the worker incarnation: "worker1.2"
 	OK      bool      // answered 2xx (the job succeeded)
 	At      time.Time // when the call arrived
+	// Answered is when the ledger gave its answer: from then on the run
+	// is over and only its worker's record of it (the idempotency key,
+	// then the ack) is missing.
+	Answered time.Time
 }
 
 // ledger is the handlers' receiver, outside Redis: the workers' http
@@ -83,8 +87,10 @@ func newLedger(t *testing.T) *ledger {
 		kind, who, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 		attempt, _ := strconv.Atoi(r.Header.Get("Sluice-Attempt"))
 		ok := kind == "ok"
+		e := execution{JobID: r.Header.Get("Sluice-Job-Id"), Key: p.Key, Attempt: attempt, Who: who, At: arrived}
 		if !ok {
-			l.record(execution{JobID: r.Header.Get("Sluice-Job-Id"), Key: p.Key, Attempt: attempt, Who: who, At: arrived})
+			e.Answered = time.Now()
+			l.record(e)
 			http.Error(w, "always failing", http.StatusInternalServerError)
 			return
 		}
@@ -92,13 +98,16 @@ func newLedger(t *testing.T) *ledger {
 		l.running[who]++
 		l.mu.Unlock()
 		time.Sleep(jobRun)
-		l.record(execution{JobID: r.Header.Get("Sluice-Job-Id"), Key: p.Key, Attempt: attempt, Who: who, OK: true, At: arrived})
 		l.mu.Lock()
 		held := l.held
 		l.mu.Unlock()
 		if held != nil {
 			<-held
 		}
+		// Recorded as it is answered, whether or not its worker is still
+		// alive to read the answer: a kill mid-run is a run that happened.
+		e.OK, e.Answered = true, time.Now()
+		l.record(e)
 		l.mu.Lock()
 		l.running[who]--
 		l.mu.Unlock()
@@ -120,6 +129,17 @@ func (l *ledger) snapshot() []execution {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]execution(nil), l.execs...)
+}
+
+// since copies the executions from the n-th on (0: all), so a poll reads
+// only what is new.
+func (l *ledger) since(n int) []execution {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n >= len(l.execs) {
+		return nil
+	}
+	return append([]execution(nil), l.execs[n:]...)
 }
 
 // busy says whether a worker incarnation has a job in its handler now.

@@ -16,8 +16,10 @@ import (
 
 // jobSpec is one job the loader sends. Every job has an idempotency key;
 // every twinEvery-th job reuses the key of the job before it (in another
-// group), so exactly one of the two may run; every failEvery-th job is of
-// type fail, which the ledger always answers 500, with 2 attempts.
+// group or lane), so exactly one of the two may run; every failEvery-th job
+// is of type fail, which the ledger always answers 500, with 2 attempts.
+// Jobs come in groups of 4, and every laneEvery-th such group is sent
+// without a group: those jobs share their partition's lane.
 type jobSpec struct {
 	N    int
 	ID   string
@@ -28,6 +30,7 @@ type jobSpec struct {
 const (
 	twinEvery = 25
 	failEvery = 50
+	laneEvery = 4
 	batchSize = 20
 )
 
@@ -39,14 +42,25 @@ func specOf(run string, n int) jobSpec {
 	return jobSpec{N: n, ID: fmt.Sprintf("%s-j%06d", run, n), Key: fmt.Sprintf("%s-k%06d", run, key), Fail: n%failEvery == failEvery-7}
 }
 
+// group is the job's group, "" for a job sent without one.
+func (j jobSpec) group() string {
+	if (j.N/4)%laneEvery == laneEvery-1 {
+		return ""
+	}
+	return fmt.Sprintf("g%d", j.N/4)
+}
+
 func (j jobSpec) envelope() map[string]any {
 	typ, attempts := "work", 0
 	if j.Fail {
 		typ, attempts = "fail", 2
 	}
 	e := map[string]any{
-		"id": j.ID, "type": typ, "group": fmt.Sprintf("g%d", j.N/4), "idempotency_key": j.Key,
+		"id": j.ID, "type": typ, "idempotency_key": j.Key,
 		"payload": map[string]any{"key": j.Key, "n": j.N},
+	}
+	if g := j.group(); g != "" {
+		e["group"] = g
 	}
 	if attempts > 0 {
 		e["max_attempts"] = attempts
