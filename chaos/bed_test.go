@@ -32,6 +32,11 @@ const (
 	lockTTL         = 10 * time.Second
 	lockDelay       = "0"
 	lease           = 3 * time.Second
+	// durableAfter is the relay's --durable-after: it commits a Kafka
+	// offset only once Redis has kept the writes before it this long in
+	// one life (its AOF is fsynced every second), and relays again from
+	// the committed offsets when Redis restarted under younger writes.
+	durableAfter = 3 * time.Second
 	// recordGrace is how long a worker may take, of time Redis serves, to
 	// record a run of an idempotency key after its handler answered: one
 	// script call, or the next try once Redis answers again. A worker
@@ -116,7 +121,7 @@ func newBed(t *testing.T) *bed {
 		b.relays = append(b.relays, b.newPart(fmt.Sprintf("relay%d", i), func(int) []string {
 			return append(slicesConcat(common, redisFlags), "--kafka-brokers", brokers, "--topics", topic,
 				"--consul-addr", b.consul.Addr(), "--lock-ttl", lockTTL.String(), "--lock-delay", lockDelay,
-				"--commit-every", "200ms", "--lag-every", "500ms")
+				"--commit-every", "200ms", "--lag-every", "500ms", "--durable-after", durableAfter.String())
 		}, "relay"))
 		b.workers = append(b.workers, b.newPart(fmt.Sprintf("worker%d", i), func(inc int) []string {
 			who := fmt.Sprintf("worker%d.%d", i, inc) // as part.who

@@ -82,6 +82,22 @@ var (
 		err := b.waitFlow("jobs to flow after Redis restarted")
 		return fmt.Sprintf("flowing %s after restart", time.Since(start).Round(100*time.Millisecond)), 0, err
 	}}
+	// faultRedisKill kills Redis with SIGKILL while jobs flow and starts it
+	// again at once from its AOF (appendfsync everysec). What Redis
+	// answered is in its AOF in the kernel, so a process crash loses
+	// nothing; the relay, whose younger writes met a new run_id, goes on
+	// from its committed offsets (--durable-after) and the replay is
+	// deduplicated.
+	faultRedisKill = fault{"kill -9 Redis, restart it", func(b *bed) (string, time.Duration, error) {
+		rewinds := b.relayRewinds()
+		b.killRedis()
+		restarted := time.Now()
+		up := b.restartRedis()
+		err := b.waitFlow("jobs to flow after Redis was killed")
+		m := fmt.Sprintf("up (AOF loaded) %s after the kill, flowing %s later; the relays went back to their committed offsets %d times",
+			up.Sub(restarted).Round(100*time.Millisecond), time.Since(up).Round(100*time.Millisecond), max(0, b.relayRewinds()-rewinds))
+		return m, 0, err
+	}}
 	faultConsul = fault{"restart the Consul agent", func(b *bed) (string, time.Duration, error) {
 		start := time.Now()
 		b.consul.Restart()
@@ -109,6 +125,74 @@ var (
 		time.Sleep(2 * time.Second) // the outage's length, a parameter of the fault
 		b.restartRedis()
 		return "", 0, b.waitFlow("jobs to flow after Redis restarted")
+	}}
+	// faultRedisMidRecord is faultRedisMidAck that also measures how long
+	// after Redis answers again the workers record the runs whose handlers
+	// answered while it was down: each key's mark must say done:<id>
+	// within recordGrace. A worker killed in between runs the key again.
+	faultRedisMidRecord = fault{"stop Redis 2s as jobs finish, restart it, time the key records", func(b *bed) (string, time.Duration, error) {
+		release := b.ledger.hold()
+		_, err := waitUntil(10*time.Second, "runs to be held", func() bool { return b.ledger.busy(b.workers[0].who()) || b.ledger.busy(b.workers[1].who()) })
+		seen := b.ledger.count()
+		b.stopRedis()
+		down := time.Now()
+		release()
+		if err != nil {
+			b.restartRedis()
+			return "", 0, err
+		}
+		time.Sleep(2 * time.Second) // the outage's length, a parameter of the fault
+		up := b.restartRedis()
+		// The 2xx runs answered while Redis was down, and when each
+		// key's mark first says done:<id>.
+		var runs []execution
+		for _, e := range b.ledger.since(seen) {
+			if e.OK && e.Answered.After(down) && e.Answered.Before(up) {
+				runs = append(runs, e)
+			}
+		}
+		if len(runs) == 0 {
+			return "", 0, errors.New("no run was answered while Redis was down")
+		}
+		recorded := make([]time.Duration, len(runs))
+		_, err = waitEvery(20*time.Second, 10*time.Millisecond, "the keys of the runs answered while Redis was down to be recorded", func() bool {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			pipe := b.redis.Client().Pipeline()
+			cmds := make([]interface{ Val() string }, len(runs))
+			for i, r := range runs {
+				cmds[i] = pipe.Get(ctx, b.idemKey(r.Key))
+			}
+			if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
+				return false
+			}
+			now, all := time.Since(up), true
+			for i, r := range runs {
+				if recorded[i] == 0 && cmds[i].Val() == "done:"+r.JobID {
+					recorded[i] = now
+				}
+				all = all && recorded[i] > 0
+			}
+			return all
+		})
+		var late []string
+		slowest := time.Duration(0)
+		for i, d := range recorded {
+			slowest = max(slowest, d)
+			if d == 0 || d > recordGrace {
+				late = append(late, fmt.Sprintf("%s after %s", runs[i].JobID, d.Round(10*time.Millisecond)))
+			}
+		}
+		m := fmt.Sprintf("%d runs answered while Redis was down; their keys recorded at most %s after Redis answered (within %s: %d)",
+			len(runs), slowest.Round(10*time.Millisecond), recordGrace, len(runs)-len(late))
+		if err == nil && len(late) > 0 {
+			err = fmt.Errorf("%d keys recorded later than %s after Redis answered again (a worker killed meanwhile runs them again): %s",
+				len(late), recordGrace, strings.Join(late[:min(5, len(late))], ", "))
+		}
+		if ferr := b.waitFlow("jobs to flow after Redis restarted"); err == nil {
+			err = ferr
+		}
+		return m, 0, err
 	}}
 	faultLeaders = fault{"move every Kafka partition's leader", func(b *bed) (string, time.Duration, error) {
 		c := b.kafka.Cluster()
@@ -255,6 +339,18 @@ func (b *bed) funnel(stageName string) int {
 		sum += n
 	}
 	return sum
+}
+
+// relayRewinds sums the relays' sluice_relay_rewinds_total: the times a
+// relay went back to its committed offsets because Redis restarted under
+// writes younger than --durable-after.
+func (b *bed) relayRewinds() int {
+	sum := 0.0
+	for _, r := range b.relays {
+		v, _ := r.metric("sluice_relay_rewinds_total")
+		sum += v
+	}
+	return int(sum)
 }
 
 func isNil(err error) bool { return err != nil && err.Error() == "redis: nil" }
