@@ -91,6 +91,7 @@ type loader struct {
 	requests []request
 	accepted map[string]jobSpec
 	lastErr  string
+	began    time.Time // when the first batch was due
 	done     bool
 }
 
@@ -109,16 +110,39 @@ func newLoader(run string, gates []*part, rate float64, total int) *loader {
 	return l
 }
 
+// senders is how many batches may be on their way at once: a batch that
+// fails is resent (with backoff) by its sender while the others keep the
+// rate.
+const senders = 8
+
 // runUntil sends jobs until at least total were accepted and more is
-// closed (or ctx ends). Batches go out every batchSize/rate; a batch that
-// fails is resent to the other gate after a short backoff.
+// closed (or ctx ends). A batch goes out every batchSize/rate, to the
+// gates in turn, by whichever sender is free; a batch that fails is resent
+// to the other gate after a short backoff. When every sender is busy the
+// batch waits (and the ticker drops ticks): the rate reached is what
+// rate() reports.
 func (l *loader) runUntil(ctx context.Context, more <-chan struct{}) {
 	defer func() { l.mu.Lock(); l.done = true; l.mu.Unlock() }()
-	client := &http.Client{Timeout: 10 * time.Second}
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: senders}}
+	batches := make(chan int)
+	var wg sync.WaitGroup
+	for range senders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for first := range batches {
+				l.send(ctx, client, first)
+			}
+		}()
+	}
+	defer wg.Wait()
+	defer close(batches)
 	tick := time.NewTicker(time.Duration(float64(time.Second) * batchSize / l.rate))
 	defer tick.Stop()
-	n, gate := 0, 0
-	for {
+	l.mu.Lock()
+	l.began = time.Now()
+	l.mu.Unlock()
+	for n := 0; ; n += batchSize {
 		select {
 		case <-ctx.Done():
 			return
@@ -131,22 +155,38 @@ func (l *loader) runUntil(ctx context.Context, more <-chan struct{}) {
 			default:
 			}
 		}
-		batch := make([]jobSpec, batchSize)
-		for i := range batch {
-			batch[i] = specOf(l.run, n+i)
+		select {
+		case batches <- n:
+		case <-ctx.Done():
+			return
 		}
-		n += batchSize
-		for backoff := 20 * time.Millisecond; len(batch) > 0 && ctx.Err() == nil; backoff = min(2*backoff, time.Second) {
-			batch = l.post(ctx, client, gate, batch)
-			gate = (gate + 1) % len(l.gates)
-			if len(batch) > 0 {
-				select {
-				case <-ctx.Done():
-				case <-time.After(backoff):
-				}
+	}
+}
+
+// send posts the batch of jobs first.. until the gates took all of it.
+func (l *loader) send(ctx context.Context, client *http.Client, first int) {
+	batch := make([]jobSpec, batchSize)
+	for i := range batch {
+		batch[i] = specOf(l.run, first+i)
+	}
+	gate := (first / batchSize) % len(l.gates)
+	for backoff := 20 * time.Millisecond; len(batch) > 0 && ctx.Err() == nil; backoff = min(2*backoff, time.Second) {
+		batch = l.post(ctx, client, gate, batch)
+		gate = (gate + 1) % len(l.gates)
+		if len(batch) > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(backoff):
 			}
 		}
 	}
+}
+
+// beganAt is when the first batch was due.
+func (l *loader) beganAt() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.began
 }
 
 // post sends one batch and returns the jobs the gate did not accept.
