@@ -103,7 +103,7 @@ func TestCLIAdminCommandsAgainstDev(t *testing.T) {
 	}
 	pausedSeries := `sluice_relay_rate_paused{topic="` + cfg.Topic + `"}`
 	testenv.WaitFor(t, 10*time.Second, "the relay to pause", func() bool { return metricValue(t, relayMetrics, pausedSeries) == "1" })
-	body := postJSON(t, gate+"/v1/topics/"+cfg.Topic+"/jobs", `{"id":"while-paused","type":"hello","payload":{}}`)
+	body := postJSON(t, gate+"/v1/topics/"+cfg.Topic+"/jobs", `{"id":"while-paused","group":"while-paused","type":"hello","payload":{}}`)
 	if out := adminCLI(t, cfg, 0, "rate", "get"); !strings.Contains(out, "paused") {
 		t.Errorf("rate get while paused: %s", out)
 	}
