@@ -31,6 +31,20 @@ const (
 
 var errLeaseLost = errors.New("the relay's lock lease is no longer valid")
 
+// topicRun is one topic's relaying under one lock lease: what every
+// partition's loop and batch shares.
+type topicRun struct {
+	r        *Relay
+	topic    string
+	lease    *consul.Lease
+	th       *throttle
+	log      *slog.Logger
+	co       *coalescer           // merges the partitions' batches into enqueue calls
+	consumer sarama.Consumer      // the topic's partition consumers come from it
+	om       sarama.OffsetManager // nil for a shadow, which never commits
+	durable  *durableMarks        // commits only what Redis kept (durable.go)
+}
+
 // relayTopic relays every partition of topic while lctx lives (the lease).
 func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lease, th *throttle, log *slog.Logger) error {
 	sc, err := r.saramaConfig()
@@ -92,11 +106,10 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 		progress[p] = &atomic.Int64{}
 		progress[p].Store(-1)
 	}
-	co := newCoalescer(r.cfg.BatchSize*len(parts), func(ctx context.Context, items []queue.Item) ([]queue.Result, error) {
-		return r.enqueue(ctx, topic, lease, items, log)
-	})
+	run := &topicRun{r: r, topic: topic, lease: lease, th: th, log: log, consumer: consumer, om: om, durable: durable}
+	run.co = newCoalescer(r.cfg.BatchSize*len(parts), run.enqueue)
 	coDone := make(chan struct{})
-	go func() { defer close(coDone); co.run(ctx) }()
+	go func() { defer close(coDone); run.co.run(ctx) }()
 	for _, p := range parts {
 		wg.Add(1)
 		go func() {
@@ -109,9 +122,9 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 				if start <= 0 {
 					start = sarama.OffsetOldest
 				}
-				err = r.relayPartition(ctx, topic, p, start, nil, progress[p], co, lease, th, consumer, log.With("partition", p))
+				err = run.relayPartition(ctx, p, start, nil, progress[p])
 			} else {
-				err = r.managedPartition(ctx, topic, p, om, durable, progress[p], co, lease, th, consumer, log.With("partition", p))
+				err = run.managedPartition(ctx, p, progress[p])
 			}
 			if err != nil && ctx.Err() == nil {
 				once.Do(func() { first = err; cancel() })
@@ -213,29 +226,34 @@ func seedGroup(client sarama.Client, group, topic string, parts []int32, log *sl
 
 // managedPartition relays one partition from its committed offset, marking
 // each batch's offsets once it is settled.
-func (r *Relay) managedPartition(ctx context.Context, topic string, partition int32, om sarama.OffsetManager, durable *durableMarks, progress *atomic.Int64,
-	co *coalescer, lease *consul.Lease, th *throttle, consumer sarama.Consumer, log *slog.Logger) error {
-	pom, err := om.ManagePartition(topic, partition)
+func (t *topicRun) managedPartition(ctx context.Context, partition int32, progress *atomic.Int64) error {
+	pom, err := t.om.ManagePartition(t.topic, partition)
 	if err != nil {
-		return fmt.Errorf("offsets of %s/%d: %w", topic, partition, err)
+		return fmt.Errorf("offsets of %s/%d: %w", t.topic, partition, err)
 	}
 	// relayTopic closes pom after its last commit (durable.closeAll).
 	next, _ := pom.NextOffset()
-	mark := durable.track(partition, func(o int64) { pom.MarkOffset(o, "") }, pom.AsyncClose)
-	return r.relayPartition(ctx, topic, partition, next, mark, progress, co, lease, th, consumer, log)
+	mark := t.durable.track(partition, func(o int64) { pom.MarkOffset(o, "") }, pom.AsyncClose)
+	return t.relayPartition(ctx, partition, next, mark, progress)
 }
 
 // relayPartition moves one Kafka partition's messages into Redis in
 // batches from offset start until ctx ends, calling mark (if not nil) with
 // the next offset after each settled batch, which progress holds too.
-func (r *Relay) relayPartition(ctx context.Context, topic string, partition int32, start int64, mark func(int64), progress *atomic.Int64,
-	co *coalescer, lease *consul.Lease, th *throttle, consumer sarama.Consumer, log *slog.Logger) error {
+//
+// Batches go one after the other: the next is read only once the one
+// before it is settled, so every Redis partition sees this Kafka
+// partition's records in offset order, which the watermark's dedupe needs
+// (docs/relay.md).
+func (t *topicRun) relayPartition(ctx context.Context, partition int32, start int64, mark func(int64), progress *atomic.Int64) error {
+	r, topic := t.r, t.topic
+	log := t.log.With("partition", partition)
 	next := start
-	pc, err := consumer.ConsumePartition(topic, partition, next)
+	pc, err := t.consumer.ConsumePartition(topic, partition, next)
 	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
 		// The committed offset fell out of retention: relay what is left.
 		log.Warn("committed offset is gone from Kafka (retention); starting at the oldest", "offset", next)
-		pc, err = consumer.ConsumePartition(topic, partition, sarama.OffsetOldest)
+		pc, err = t.consumer.ConsumePartition(topic, partition, sarama.OffsetOldest)
 	}
 	if err != nil {
 		return fmt.Errorf("consume %s/%d at %d: %w", topic, partition, next, err)
@@ -270,7 +288,7 @@ func (r *Relay) relayPartition(ctx context.Context, topic string, partition int3
 				break fill
 			}
 		}
-		if err := r.relayBatch(ctx, topic, co, lease, th, batch, log); err != nil {
+		if err := t.relayBatch(ctx, batch, log); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
@@ -321,10 +339,11 @@ func (r *Relay) watchLag(ctx context.Context, client sarama.Client, topic string
 // relayBatch moves a batch into Redis, or to the DLQ or back to Kafka; when
 // it returns nil every message of the batch is settled and its offset may
 // be committed.
-func (r *Relay) relayBatch(ctx context.Context, topic string, co *coalescer, lease *consul.Lease, th *throttle, batch []*sarama.ConsumerMessage, log *slog.Logger) error {
+func (t *topicRun) relayBatch(ctx context.Context, batch []*sarama.ConsumerMessage, log *slog.Logger) error {
+	r, topic := t.r, t.topic
 	r.m.batchSize.Observe(float64(len(batch)))
 	waitStart := time.Now()
-	if err := th.Wait(ctx, len(batch)); err != nil {
+	if err := t.th.Wait(ctx, len(batch)); err != nil {
 		return err
 	}
 	r.m.rateWait.WithLabelValues(topic).Add(time.Since(waitStart).Seconds())
@@ -354,7 +373,7 @@ func (r *Relay) relayBatch(ctx context.Context, topic string, co *coalescer, lea
 		return nil
 	}
 	if len(poison) > 0 {
-		if err := r.produce(ctx, lease, poison, log); err != nil {
+		if err := r.produce(ctx, t.lease, poison, log); err != nil {
 			return err
 		}
 		r.m.jobs.WithLabelValues(topic, "dead_lettered").Add(float64(len(poison)))
@@ -364,7 +383,7 @@ func (r *Relay) relayBatch(ctx context.Context, topic string, co *coalescer, lea
 	if len(items) == 0 {
 		return r.cancelGroups(ctx, topic, cancels, log)
 	}
-	results, err := co.Enqueue(ctx, items) // merged with the other partitions' waiting batches
+	results, err := t.co.Enqueue(ctx, items) // merged with the other partitions' waiting batches
 	if err != nil {
 		return err
 	}
@@ -390,7 +409,7 @@ func (r *Relay) relayBatch(ctx context.Context, topic string, co *coalescer, lea
 		}
 	}
 	if len(again) > 0 {
-		if err := r.produce(ctx, lease, again, log); err != nil {
+		if err := r.produce(ctx, t.lease, again, log); err != nil {
 			return err
 		}
 		r.countStage(ctx, topic, queue.StageRequeued, counts["requeued"], log)
@@ -480,7 +499,8 @@ func (r *Relay) item(topic string, m *sarama.ConsumerMessage, now time.Time) (qu
 
 // enqueue writes items into Redis, waiting out the memory guard and
 // retrying while Redis cannot serve, logging state changes only.
-func (r *Relay) enqueue(ctx context.Context, topic string, lease *consul.Lease, items []queue.Item, log *slog.Logger) ([]queue.Result, error) {
+func (t *topicRun) enqueue(ctx context.Context, items []queue.Item) ([]queue.Result, error) {
+	r, topic, lease, log := t.r, t.topic, t.lease, t.log
 	start := time.Now()
 	defer func() { r.m.enqueueTime.Observe(time.Since(start).Seconds()) }()
 	failures := 0
