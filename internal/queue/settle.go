@@ -9,13 +9,16 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ackScript records the success of n jobs of claimed batches in one call:
-// a script call costs Redis far more than the commands inside it, so a
-// batch of acks shares one, and counters move once per batch. A plain job
-// leaves nothing behind: its entry leaves the lease, counters move. A
-// group's item with a result adds it to the group's results; a job with a
-// record (retain, or an earlier failed attempt) has it marked done. A bulk
-// group whose last job this is goes on the completed list, once.
+// ackScript records the success of jobs of claimed batches in one call: a
+// script call costs Redis far more than the commands inside it, so a batch
+// of acks shares one, and counters move once per batch. A job without a
+// record or a result (the common case) leaves nothing behind: it comes in
+// a set of its batch's jobs of one lane and topic, which one HDEL takes
+// off the lease, without any work per job in Lua; a set's group counts
+// them at once. Other jobs ("extras") are handled one by one: a group's
+// item adds its result to the group's results; a job with a record
+// (retain, or an earlier failed attempt) has it marked done. A bulk group whose last job this is goes on the
+// completed list, once.
 //
 // KEYS[1] leases   KEYS[2] stats: done, inflight, and the funnel's
 // completed field of each job's topic   KEYS[3] completed
@@ -24,26 +27,56 @@ import (
 // KEYS[3+nb+2ng+r]       job:<id> of record r, r = 1..nr
 // ARGV[1] now, Unix ms   ARGV[2] seconds to keep an ended group, and a
 // record of a job that did not ask for retain (at least: see
-// luaKeepRecord)   ARGV[3] n   ARGV[4] nb
-// ARGV[5] ng   ARGV[5+b] batch b's name   ARGV[5+nb+g] group g's name
-// ARGV[5+nb+ng+8(j-1)+1..8]  job j: batch index, group index (0: none),
+// luaKeepRecord)   ARGV[3] nb   ARGV[4] ng   ARGV[5] ns, plain sets
+// ARGV[6] nx, extras   ARGV[6+b] batch b's name   ARGV[6+nb+g] group g's name
+// then ns plain sets, each: batch index, group index (0: none), topic
+// ("": its group's), count c, then c ids
+// then nx extras, 8 fields each: batch index, group index (0: none),
 // record index (0: none), id, result (may be empty), seconds to retain
 // (0: none), topic ("": its group's), attempt
-// Returns an array of n: 1 where recorded, 0 where the job was no longer
+// Returns ns counts (the jobs of each set still in their batch, now taken
+// off it), then nx flags: 1 where recorded, 0 where the job was no longer
 // in its batch (the reaper took the batch back, or an earlier call acked
-// it), so nothing is counted twice.
+// it). Nothing is counted twice: a reaped batch is gone whole, and a
+// retried call finds every job it acked gone.
 var ackScript = newScript(luaGroupEnded + luaFunnel + luaKeepRecord + `
-local now, keep, n, nb, ng = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local base = 5 + nb + ng
+local now, keep, nb, ng, ns, nx = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local out, touched, perGroup, funnel = {}, {}, {}, {}
 local acked = 0
--- Which jobs are still in their batches: one HMGET and one HDEL per batch,
--- not a command per job. A job given twice counts once.
+local pos = 6 + nb + ng
+local function group(g)
+  local c = perGroup[g]
+  if not c then c = {count = 0, results = {}}; perGroup[g] = c end
+  return c
+end
+for s = 1, ns do
+  local b, g, topic, c = tonumber(ARGV[pos+1]), tonumber(ARGV[pos+2]), ARGV[pos+3], tonumber(ARGV[pos+4])
+  local removed = redis.call('HDEL', KEYS[3+b], unpack(ARGV, pos+5, pos+4+c))
+  out[s] = removed
+  if removed > 0 then
+    touched[b] = true
+    acked = acked + removed
+    local name = ''
+    if g > 0 then
+      name = ARGV[6+nb+g]
+      local gc = group(g)
+      gc.count = gc.count + removed
+      if topic == '' then
+        if not gc.topic then gc.topic = redis.call('HGET', KEYS[3+nb+2*g-1], 'topic') or '?' end
+        topic = gc.topic
+      end
+    end
+    funnelAdd(funnel, funnelField(name, topic, 'completed'), removed)
+  end
+  pos = pos + 4 + c
+end
+-- Extras: which are still in their batches, one HMGET and one HDEL per
+-- batch. A job given twice counts once.
 local held = {}
 do
   local ids = {}
-  for j = 1, n do
-    local a = base + 8*(j-1)
+  for j = 1, nx do
+    local a = pos + 8*(j-1)
     local b = tonumber(ARGV[a+1])
     if not ids[b] then ids[b] = {} end
     local list = ids[b]
@@ -51,29 +84,29 @@ do
   end
   for b, list in pairs(ids) do
     local got = redis.call('HMGET', KEYS[3+b], unpack(list))
-    local present = {}
+    local present, h = {}, {}
     for i, id in ipairs(list) do
-      if got[i] then present[#present+1] = id; held[b .. ' ' .. id] = true end
+      if got[i] then present[#present+1] = id; h[id] = true end
     end
+    held[b] = h
     if #present > 0 then redis.call('HDEL', KEYS[3+b], unpack(present)) end
   end
 end
-for j = 1, n do
-  local a = base + 8*(j-1)
+local fields = {}
+for j = 1, nx do
+  local a = pos + 8*(j-1)
   local b, g, r, id = tonumber(ARGV[a+1]), tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), ARGV[a+4]
-  local key = b .. ' ' .. id
-  out[j] = 0
-  if held[key] then
-    held[key] = nil
-    out[j] = 1
+  out[ns+j] = 0
+  if held[b][id] then
+    held[b][id] = nil
+    out[ns+j] = 1
     acked = acked + 1
     touched[b] = true
     local result, retain, topic, attempt = ARGV[a+5], tonumber(ARGV[a+6]), ARGV[a+7], ARGV[a+8]
     local name = ''
     if g > 0 then
-      name = ARGV[5+nb+g]
-      local c = perGroup[g]
-      if not c then c = {count = 0, results = {}}; perGroup[g] = c end
+      name = ARGV[6+nb+g]
+      local c = group(g)
       c.count = c.count + 1
       if topic == '' then
         -- A group's jobs share its topic: read once per group.
@@ -85,7 +118,12 @@ for j = 1, n do
         c.results[#c.results+1] = 'done ' .. attempt .. ' ' .. result
       end
     end
-    funnelAdd(funnel, funnelField(name, topic, 'completed'), 1)
+    -- The funnel's field, built once per group (or plain) and topic.
+    local byTopic = fields[g]
+    if not byTopic then byTopic = {}; fields[g] = byTopic end
+    local field = byTopic[topic]
+    if not field then field = funnelField(name, topic, 'completed'); byTopic[topic] = field end
+    funnelAdd(funnel, field, 1)
     if r > 0 then
       local rk = KEYS[3+nb+2*ng+r]
       redis.call('HSET', rk, 'state', 'done', 'done_ms', now, 'attempts', attempt)
@@ -101,7 +139,7 @@ end
 if acked == 0 then return out end
 -- A batch whose every job is settled leaves the leases.
 for b in pairs(touched) do
-  if redis.call('EXISTS', KEYS[3+b]) == 0 then redis.call('ZREM', KEYS[1], ARGV[5+b]) end
+  if redis.call('EXISTS', KEYS[3+b]) == 0 then redis.call('ZREM', KEYS[1], ARGV[6+b]) end
 end
 -- Per group, one read and one write of its counters, and its items'
 -- results (see luaGroupEnded).
@@ -112,7 +150,7 @@ for g, c in pairs(perGroup) do
   redis.call('HSET', gk, 'running', tonumber(f[6] or '0') - c.count, 'done', done)
   local total = tonumber(f[1] or '0')
   if #c.results > 0 then redis.call('HSET', KEYS[3+nb+2*g], unpack(c.results)) end
-  groupEndedAfter(gk, KEYS[3+nb+2*g], ARGV[5+nb+g], KEYS[3], now, keep, total, tonumber(f[2] or '0'),
+  groupEndedAfter(gk, KEYS[3+nb+2*g], ARGV[6+nb+g], KEYS[3], now, keep, total, tonumber(f[2] or '0'),
     done + tonumber(f[4] or '0') + tonumber(f[5] or '0'))
 end
 redis.call('HINCRBY', KEYS[2], 'done', acked)
@@ -174,13 +212,43 @@ func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time
 	}
 	k := p.layout.Keys(part)
 	batches, groups := indexer{}, indexer{}
-	for i := range done {
-		batches.add(done[i].Job.Batch)
-		if done[i].Job.Group != "" {
-			groups.add(done[i].Job.Group)
-		}
+	// Plain jobs go in sets per batch and topic; the others are extras.
+	type set struct {
+		batch, group int
+		topic        string
+		jobs         []int // indexes into done
 	}
-	keys := make([]string, 0, 3+len(batches.names)+2*len(groups.names)+len(done))
+	var sets []*set
+	bySet := map[[3]string]*set{}
+	var extras []int
+	seen := make(map[[2]string]bool, len(done))
+	for i := range done {
+		d := &done[i]
+		if id := [2]string{d.Job.Batch, d.Job.ID}; seen[id] {
+			continue // given twice: the first counts, this one reads false
+		} else {
+			seen[id] = true
+		}
+		b := batches.add(d.Job.Batch)
+		g := 0
+		if d.Job.Group != "" {
+			g = groups.add(d.Job.Group)
+		}
+		if len(d.Result) > 0 || d.needsRecord() {
+			extras = append(extras, i)
+			continue
+		}
+		topic := topicOf(d.Topic, d.Job)
+		key := [3]string{d.Job.Batch, d.Job.Group, topic}
+		st := bySet[key]
+		if st == nil {
+			st = &set{batch: b, group: g, topic: topic}
+			bySet[key] = st
+			sets = append(sets, st)
+		}
+		st.jobs = append(st.jobs, i)
+	}
+	keys := make([]string, 0, 3+len(batches.names)+2*len(groups.names)+len(extras))
 	keys = append(keys, k.Leases(), k.Stats(), k.Completed())
 	for _, b := range batches.names {
 		keys = append(keys, k.Lease(b))
@@ -188,16 +256,22 @@ func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time
 	for _, g := range groups.names {
 		keys = append(keys, k.Group(g), k.Results(g))
 	}
-	args := make([]any, 0, 5+len(batches.names)+len(groups.names)+8*len(done))
-	args = append(args, now.UnixMilli(), max(int64(keep/time.Second), 1), len(done), len(batches.names), len(groups.names))
+	args := make([]any, 0, 6+len(batches.names)+len(groups.names)+4*len(sets)+len(done)+8*len(extras))
+	args = append(args, now.UnixMilli(), max(int64(keep/time.Second), 1), len(batches.names), len(groups.names), len(sets), len(extras))
 	for _, b := range batches.names {
 		args = append(args, b)
 	}
 	for _, g := range groups.names {
 		args = append(args, g)
 	}
+	for _, st := range sets {
+		args = append(args, st.batch, st.group, st.topic, len(st.jobs))
+		for _, i := range st.jobs {
+			args = append(args, done[i].Job.ID)
+		}
+	}
 	records := 0
-	for i := range done {
+	for _, i := range extras {
 		d := &done[i]
 		rec := 0
 		if d.needsRecord() {
@@ -213,12 +287,21 @@ func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time
 		return nil, fmt.Errorf("ack on partition %d: %w", part, err)
 	}
 	flat, _ := res.([]any)
-	if len(flat) != len(done) {
-		return nil, fmt.Errorf("ack on partition %d: %d answers for %d jobs", part, len(flat), len(done))
+	if len(flat) != len(sets)+len(extras) {
+		return nil, fmt.Errorf("ack on partition %d: %d answers for %d sets and %d jobs", part, len(flat), len(sets), len(extras))
 	}
 	ok = make([]bool, len(done))
-	for i, v := range flat {
-		ok[i] = v == int64(1)
+	for s, st := range sets {
+		// All or none: a reaped batch is gone whole, and a retried call
+		// finds everything it acked gone. A part (which no caller
+		// produces) counts in Redis but reads as lost here.
+		n, _ := flat[s].(int64)
+		for _, i := range st.jobs {
+			ok[i] = int(n) == len(st.jobs)
+		}
+	}
+	for j, i := range extras {
+		ok[i] = flat[len(sets)+j] == int64(1)
 	}
 	return ok, nil
 }
