@@ -113,7 +113,7 @@ func newLoader(run string, gates []*part, rate float64, total int) *loader {
 // senders is how many batches may be on their way at once: a batch that
 // fails is resent (with backoff) by its sender while the others keep the
 // rate.
-const senders = 8
+const senders = 32
 
 // runUntil sends jobs until at least total were accepted and more is
 // closed (or ctx ends). A batch goes out every batchSize/rate, to the
