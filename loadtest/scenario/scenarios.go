@@ -166,12 +166,12 @@ func (r *Runner) throughput(ctx context.Context, o Options, rep *Report) error {
 		return err
 	}
 
-	rep.verdict("single-job POSTs, end to end", "≥ 12,000 jobs/s",
+	rep.verdict("single-job POSTs, end to end", "≥ 12,000 jobs/s (goal 15,000)",
 		fmt.Sprintf("%s jobs/s (gate alone accepted %s/s)", thousands(int(ph.EndToEndRate)), thousands(int(ph.EnqueueRate))),
 		ph.AllDone && ph.EndToEndRate >= 12000, "a minimal prototype of the whole path: 13-15k")
-	rep.verdict(fmt.Sprintf("%d-job POSTs, end to end", batchN), "≥ 100,000 jobs/s",
+	rep.verdict(fmt.Sprintf("%d-job POSTs, end to end", batchN), "≥ 50,000 jobs/s (goal 100,000)",
 		fmt.Sprintf("%s jobs/s (gate alone accepted %s/s)", thousands(int(pb.EndToEndRate)), thousands(int(pb.EnqueueRate))),
-		pb.AllDone && pb.EndToEndRate >= 100000, "prototype: about 120k")
+		pb.AllDone && pb.EndToEndRate >= 50000, "issue 17; a minimal prototype of the path: about 120k")
 	q := pl.EnqueueToStart
 	under5 := q.Under(.005)
 	rep.verdict(fmt.Sprintf("enqueue-to-start p50 at %g jobs/s (a tenth of the single rate)", lightRate), "< 5 ms",
