@@ -485,8 +485,8 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	if key := j.IdempotencyKey; key != "" {
 		// As long as the running mark holds (timeout + lease from its
 		// start), no other attempt runs: keep trying that long.
-		if err := c.untilRedisAnswers("recording the idempotency key", timeout+w.cfg.Lease, func() error {
-			return w.pool.IdempotencyEnd(context.WithoutCancel(ctx), key, cl.ID, cl.Attempt, herr == nil, w.cfg.IdempotencyTTL)
+		if err := c.untilRedisAnswers("recording the idempotency key", timeout+w.cfg.Lease, func(pool *queue.Pool) error {
+			return pool.IdempotencyEnd(context.WithoutCancel(ctx), key, cl.ID, cl.Attempt, herr == nil, w.cfg.IdempotencyTTL)
 		}); err != nil {
 			c.log.Warn("recording the idempotency key failed", "job", cl.ID, "key", key, "err", err)
 		}
@@ -536,10 +536,24 @@ func (c *consumer) settle(ctx context.Context, h *heldJob, result []byte, herr e
 // back. Dropping the write instead would let the lease expire and the job
 // run again: an ack or an idempotency key lost to a Redis restart is a job
 // run twice with one key (found by the chaos suite).
-func (c *consumer) untilRedisAnswers(what string, within time.Duration, do func() error) error {
+//
+// The retries go through fresh clients (queue.Pool.Fresh), at most
+// retryCap apart, so the write lands within about retryCap of Redis
+// answering again: the worker's own clients, after failed dials, wait out
+// a second of go-redis's dial backoff first, and a worker killed in that
+// second has run a job whose ack or idempotency key was never recorded
+// (the chaos suite measured 920 ms).
+func (c *consumer) untilRedisAnswers(what string, within time.Duration, do func(*queue.Pool) error) error {
 	deadline := time.Now().Add(within)
+	pool := c.w.pool
+	var fresh *queue.Pool
+	defer func() {
+		if fresh != nil {
+			fresh.Close()
+		}
+	}()
 	for attempt := 1; ; attempt++ {
-		err := do()
+		err := do(pool)
 		if err == nil || !queue.Transient(err) || time.Now().After(deadline) {
 			if err == nil && attempt > 1 {
 				c.log.Info(what+": Redis answers again", "attempts", attempt)
@@ -549,9 +563,20 @@ func (c *consumer) untilRedisAnswers(what string, within time.Duration, do func(
 		if attempt == 1 {
 			c.log.Warn(what+" failed; retrying while Redis is away", "err", err)
 		}
-		retry.Sleep(context.Background(), retry.Backoff(50*time.Millisecond, time.Second, attempt))
+		retry.Sleep(context.Background(), retry.Backoff(20*time.Millisecond, retryCap, attempt))
+		if fresh != nil {
+			fresh.Close()
+		}
+		if fresh, err = c.w.pool.Fresh(); err == nil {
+			pool = fresh
+		}
 	}
 }
+
+// retryCap bounds the wait between retries of an ack or an idempotency
+// key's record while Redis is away: how late after Redis answers again
+// they land, at most (plus the write itself).
+const retryCap = 100 * time.Millisecond
 
 // ackRequest is a success for the acker to record.
 type ackRequest struct {
@@ -587,8 +612,8 @@ func (c *consumer) acker() {
 			done[i] = queue.Done{Job: r.job.claimed, Result: r.result, Topic: r.job.topic, Retain: r.job.retain}
 		}
 		var ok []bool
-		err := c.untilRedisAnswers("acking", w.cfg.Lease, func() (err error) {
-			ok, err = w.pool.AckMany(context.Background(), c.part, done, w.cfg.Now(), w.cfg.ResultTTL)
+		err := c.untilRedisAnswers("acking", w.cfg.Lease, func(pool *queue.Pool) (err error) {
+			ok, err = pool.AckMany(context.Background(), c.part, done, w.cfg.Now(), w.cfg.ResultTTL)
 			return err
 		})
 		acked := map[string]int{} // by job type

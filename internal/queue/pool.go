@@ -17,6 +17,7 @@ import (
 // Pool holds the Redis clients of a layout's partitions: one per distinct
 // address, so partitions on the same Redis share connections and pipelines.
 type Pool struct {
+	cfg         PoolConfig // as given, for Fresh
 	layout      Layout
 	idDedupeTTL time.Duration
 	batchPrefix string
@@ -49,7 +50,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if cfg.Addr == "" {
 		return nil, errors.New("queue: no Redis address")
 	}
-	p := &Pool{layout: cfg.Layout, byPart: make([]*redis.Client, cfg.Layout.Partitions), idDedupeTTL: cfg.IDDedupeTTL}
+	p := &Pool{cfg: cfg, layout: cfg.Layout, byPart: make([]*redis.Client, cfg.Layout.Partitions), idDedupeTTL: cfg.IDDedupeTTL}
 	if p.idDedupeTTL <= 0 {
 		p.idDedupeTTL = 24 * time.Hour
 	}
@@ -187,4 +188,23 @@ func (p *Pool) Epoch(ctx context.Context) (string, error) {
 // prefix per pool) and within one (a counter).
 func (p *Pool) nextBatch() string {
 	return p.batchPrefix + strconv.FormatUint(p.batchSeq.Add(1), 36)
+}
+
+// Fresh returns a pool of new clients to the same servers, for a retry
+// that must go through as soon as Redis answers again: after as many failed
+// dials as its pool size, a go-redis client answers every dial with the
+// last error until a probe of its own, once a second, succeeds; a new
+// client has no such memory. Each of its dials is tried once. The caller
+// closes it, and should use it only while the pool's own clients fail.
+func (p *Pool) Fresh() (*Pool, error) {
+	cfg := p.cfg
+	adjust := cfg.Options
+	cfg.Options = func(o *redis.Options) {
+		if adjust != nil {
+			adjust(o)
+		}
+		o.DialerRetries = 1
+		o.PoolSize = 2
+	}
+	return NewPool(cfg)
 }
