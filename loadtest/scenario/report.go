@@ -39,6 +39,17 @@ type Report struct {
 	Notes      []string           `json:"notes,omitempty"`
 }
 
+// openLoop: every stream of ph sent at a rate it was given, so its end to
+// end rate is that rate, not what the pipeline can do.
+func openLoop(ph PhaseResult) bool {
+	for _, s := range ph.Streams {
+		if s.Mode != "open" {
+			return false
+		}
+	}
+	return len(ph.Streams) > 0
+}
+
 // AddYardsticks records y and the ratios of the throughput phases' end to
 // end rates to them; with the list floor, each phase's Redis CPU per job
 // over the floor's, and for the batch phase the target's verdict (at most
@@ -47,7 +58,7 @@ func (r *Report) AddYardsticks(y Yardsticks) {
 	r.Yardsticks = &y
 	r.Ratios = map[string]float64{}
 	for _, ph := range r.Phases {
-		if ph.EndToEndRate <= 0 || ph.Name == "light" {
+		if ph.EndToEndRate <= 0 || openLoop(ph) {
 			continue
 		}
 		if y.BareHTTP > 0 {
