@@ -363,6 +363,23 @@ func TestReportVerdictsJSONAndHTML(t *testing.T) {
 	}
 }
 
+// An open-loop phase's end-to-end rate is the rate it was asked for: the
+// yardsticks give it no ratios.
+func TestYardsticksSkipOpenLoopPhases(t *testing.T) {
+	rep := &Report{Scenario: "throughput"}
+	for _, ph := range []PhaseResult{
+		{Name: "single", EndToEndRate: 10, Streams: []StreamResult{{Mode: "closed"}}},
+		{Name: "light", EndToEndRate: 1, Streams: []StreamResult{{Mode: "open"}}},
+		{Name: "half", EndToEndRate: 5, Streams: []StreamResult{{Mode: "open"}}},
+	} {
+		rep.Phases = append(rep.Phases, ph)
+	}
+	rep.AddYardsticks(Yardsticks{BareHTTP: 20})
+	if len(rep.Ratios) != 1 || rep.Ratios["single_jobs_per_bare_http_request"] != 0.5 {
+		t.Fatalf("ratios %v, want the single phase's only", rep.Ratios)
+	}
+}
+
 func TestBarAndThousands(t *testing.T) {
 	if bar(0.5, 10) != "[=====>    ]" || bar(1, 4) != "[====]" || bar(-1, 3) != "[>  ]" {
 		t.Fatalf("%q %q %q", bar(0.5, 10), bar(1, 4), bar(-1, 3))
