@@ -14,7 +14,7 @@ import (
 )
 
 // The program end to end, as `go run ./loadtest --start-dev throughput`
-// runs it, in short: it starts `sluice dev` on free ports, runs the three
+// runs it, in short: it starts `sluice dev` on free ports, runs the four
 // phases of one second each, waits for every job's completion, and writes
 // the reports. The targets' verdicts are not asserted (this is a smoke
 // test on a shared machine, under the race detector); that every phase's
@@ -46,6 +46,7 @@ func TestThroughputScenarioSmoke(t *testing.T) {
 			Rate     float64
 			E2E      float64 `json:"end_to_end_jobs_per_second"`
 			Streams  []struct {
+				Rate          float64               `json:"rate"`
 				Enqueue       struct{ Count int64 } `json:"enqueue"`
 				EnqueueToDone struct {
 					Count int64
@@ -79,7 +80,7 @@ func TestThroughputScenarioSmoke(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Phases) != 3 || len(rep.Verdicts) != 6 {
+	if len(rep.Phases) != 4 || len(rep.Verdicts) != 8 {
 		t.Fatalf("%d phases, %d verdicts", len(rep.Phases), len(rep.Verdicts))
 	}
 	// The coordinator's gauges are read: every partition's (their values
@@ -134,6 +135,13 @@ func TestThroughputScenarioSmoke(t *testing.T) {
 					t.Errorf("phase batch: %s used no CPU: %+v", p.Name, p)
 				}
 			}
+		}
+	}
+	// The open-loop phases run at a tenth and at half of the single
+	// phase's end-to-end rate (at least 100 requests/s).
+	for i, div := range map[int]float64{2: 10, 3: 2} {
+		if ph, want := rep.Phases[i], math.Max(math.Round(rep.Phases[0].E2E/div), 100); ph.Streams[0].Rate != want {
+			t.Errorf("phase %s ran at %v requests/s, want %v", ph.Name, ph.Streams[0].Rate, want)
 		}
 	}
 	for _, v := range rep.Verdicts {
