@@ -47,7 +47,7 @@ func TestCompareSmoke(t *testing.T) {
 				Sampled int `json:"sampled"`
 			} `json:"streams"`
 		} `json:"phases"`
-		Ratios   map[string]float64 `json:"ratios"`
+		Ratios   map[string]float64      `json:"ratios"`
 		Verdicts []struct{ Name string } `json:"verdicts"`
 	}
 	if err := json.Unmarshal(b, &rep); err != nil {
