@@ -140,7 +140,7 @@ bench-e2e: deps build
 ## chaos: the full chaos suite (docs/chaos.md): tens of thousands of jobs through
 ## 2 gates, 2 relays, 2 workers and 2 coordinators as real processes while every
 ## fault strikes, one at a time and mixed, and the regression tests of the bugs
-## it found (about 3.5 minutes; they fail until those are fixed); prints the verdict table. The short version runs
+## it found (about 4 minutes; they fail until those are fixed); prints the verdict table. The short version runs
 ## in `make test`.
 chaos: deps
 	SLUICE_CHAOS_FULL=1 $(GO) test ./chaos/ -count=1 -v -timeout 30m
