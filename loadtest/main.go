@@ -125,7 +125,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rep, err := c.run(ctx, stdout, stderr)
 	if rep != nil {
 		rep.WriteText(stdout)
-		if path, werr := c.write(rep); werr != nil {
+		if path, werr := rep.Save(c.out); werr != nil {
 			fmt.Fprintf(stderr, "loadtest: writing the report: %v\n", werr)
 		} else {
 			fmt.Fprintf(stdout, "\nreport: %s.json and %s.html\n", path, path)
@@ -194,29 +194,6 @@ func (c *config) run(ctx context.Context, stdout, stderr io.Writer) (*scenario.R
 		rep.AddYardsticks(*y)
 	}
 	return rep, err
-}
-
-// write stores the report as <out>/<scenario>-<time>.{json,html}; it
-// returns the path without extension.
-func (c *config) write(rep *scenario.Report) (string, error) {
-	if err := os.MkdirAll(c.out, 0o755); err != nil {
-		return "", err
-	}
-	path := filepath.Join(c.out, rep.Scenario+"-"+rep.Started.Format("20060102-150405"))
-	for ext, write := range map[string]func(io.Writer) error{".json": rep.WriteJSON, ".html": rep.WriteHTML} {
-		f, err := os.Create(path + ext)
-		if err != nil {
-			return "", err
-		}
-		if err := write(f); err != nil {
-			f.Close()
-			return "", err
-		}
-		if err := f.Close(); err != nil {
-			return "", err
-		}
-	}
-	return path, nil
 }
 
 // sluiceBin is path when it exists; else the binary is built there with

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
@@ -310,4 +311,28 @@ func fmtMS(v float64) string {
 		return fmt.Sprintf("%.1f", v)
 	}
 	return fmt.Sprintf("%.2f", v)
+}
+
+// Save writes the report as <dir>/<scenario>-<time>.json and .html and
+// returns the path without its extension.
+func (r *Report) Save(dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	name := strings.NewReplacer(" ", "-", "/", "-").Replace(r.Scenario)
+	path := filepath.Join(dir, name+"-"+r.Started.Format("20060102-150405"))
+	for ext, write := range map[string]func(io.Writer) error{".json": r.WriteJSON, ".html": r.WriteHTML} {
+		f, err := os.Create(path + ext)
+		if err != nil {
+			return "", err
+		}
+		if err := write(f); err != nil {
+			f.Close()
+			return "", err
+		}
+		if err := f.Close(); err != nil {
+			return "", err
+		}
+	}
+	return path, nil
 }

@@ -29,7 +29,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -111,7 +110,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("asynq v0.26.0 ran on sluice dev's Redis (%s): one Redis, one run; its client and server ran in this process (the generator's line of its phase), sluice's parts idle meanwhile", dev.Endpoints.Redis),
 			"asynq is timed from its first enqueue to its last handler's return; sluice from its first POST until Redis counted every job done, polled every 50 ms")
 		rep.WriteText(stdout)
-		if p, werr := write(*out, rep); werr != nil {
+		if p, werr := rep.Save(*out); werr != nil {
 			fmt.Fprintf(stderr, "e2e: writing the report: %v\n", werr)
 		} else {
 			fmt.Fprintf(stdout, "\nreport: %s.json and %s.html\n", p, p)
@@ -203,27 +202,4 @@ func (a *asynqRival) Stop() {
 	if a.srv != nil {
 		a.srv.Shutdown()
 	}
-}
-
-// write stores the report as <dir>/<scenario>-<time>.{json,html}.
-func write(dir string, rep *scenario.Report) (string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	name := strings.NewReplacer(" ", "-", "/", "-").Replace(rep.Scenario)
-	path := filepath.Join(dir, name+"-"+rep.Started.Format("20060102-150405"))
-	for ext, w := range map[string]func(io.Writer) error{".json": rep.WriteJSON, ".html": rep.WriteHTML} {
-		f, err := os.Create(path + ext)
-		if err != nil {
-			return "", err
-		}
-		if err := w(f); err != nil {
-			f.Close()
-			return "", err
-		}
-		if err := f.Close(); err != nil {
-			return "", err
-		}
-	}
-	return path, nil
 }
