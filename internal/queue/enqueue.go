@@ -136,7 +136,17 @@ if #order > 0 then
   local got = redis.call('HMGET', KEYS[8], unpack(order))
   for j, kp in ipairs(order) do wm[kp] = tonumber(got[j] or '-1') end
 end
-local high = {}
+local codes = {}
+local high, refusedAt = {}, {}
+-- A refused record keeps the watermark below it: a relay that dies before
+-- it has produced the record again (requeue) must find it unapplied on
+-- replay. The applied records after it may then apply twice; refusals
+-- come only from keys of the wrong type.
+local function refuse(i)
+  codes[i] = 3
+  local kp, off = ARGV[base+8*(i-1)+1], tonumber(ARGV[base+8*(i-1)+2])
+  if off >= 0 and (refusedAt[kp] == nil or off < refusedAt[kp]) then refusedAt[kp] = off end
+end
 
 -- A cancelled group takes no more jobs: they are counted, not written.
 local cancelled = {}
@@ -144,7 +154,7 @@ for _, l in ipairs(lanes) do
   cancelled[l.i] = l.group ~= '' and redis.pcall('HEXISTS', l.meta, 'cancelled_ms') == 1
 end
 
-local codes, per, funnel = {}, {}, {}
+local per, funnel = {}, {}
 local relayed, deduped, readied = 0, 0, 0
 local function lane(l)
   local c = per[l]
@@ -180,7 +190,7 @@ for i = 1, n do
         if not failed(fresh) and fresh == 1 then redis.call('EXPIRE', KEYS[9+3*m+rec], ttl) end
       end
       if failed(fresh) then
-        codes[i] = 3
+        refuse(i)
       elseif fresh == 0 then
         codes[i] = 0
         deduped = deduped + 1
@@ -226,7 +236,7 @@ for li, c in pairs(per) do
     for _, i in ipairs(c.jobs) do
       local rec = tonumber(ARGV[base+8*(i-1)+5])
       if rec > 0 then redis.call('DEL', KEYS[9+3*m+rec]) end
-      codes[i] = 3
+      refuse(i)
     end
     relayed = relayed - #c.jobs
   else
@@ -270,7 +280,10 @@ for li, c in pairs(per) do
   end
 end
 local marks = {}
-for kp, off in pairs(high) do marks[#marks+1] = kp; marks[#marks+1] = off end
+for kp, off in pairs(high) do
+  if refusedAt[kp] then off = math.min(off, refusedAt[kp] - 1) end
+  if off > wm[kp] then marks[#marks+1] = kp; marks[#marks+1] = off end
+end
 if #marks > 0 then redis.call('HSET', KEYS[8], unpack(marks)) end
 if relayed > 0 then redis.call('HINCRBY', KEYS[2], 'relayed', relayed) end
 if deduped > 0 then redis.call('HINCRBY', KEYS[2], 'deduped', deduped) end

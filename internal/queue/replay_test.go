@@ -230,3 +230,35 @@ func TestRetriedAndOutOfOrderBatchesApplyOnce(t *testing.T) {
 		t.Fatalf("deduped %d", n)
 	}
 }
+
+// TestARefusedRecordIsNotMarkedApplied: a record Redis refused (a key of
+// the wrong type) keeps its Kafka partition's watermark below it, so a
+// relay that dies before producing it again finds it unapplied on replay
+// and writes it then; the watermark would otherwise have skipped it for
+// good.
+func TestARefusedRecordIsNotMarkedApplied(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	k := p.Layout().Keys(0)
+	at := func(it Item, off int64) Item {
+		it.KafkaPartition, it.Offset, it.HasPosition = 3, off, true
+		return it
+	}
+	batch := []Item{at(item("a", "ok"), 10), at(item("b", "broken"), 11), at(item("c", "ok"), 12)}
+	r.Client().Set(ctx, k.Lane(LaneOf("broken", "", "jobs", 0)), "not a list", 0)
+	res, err := p.Enqueue(ctx, 1, batch, now)
+	if err != nil || res[0].Outcome != Queued || res[1].Outcome != Failed || res[2].Outcome != Queued {
+		t.Fatalf("first pass: %+v %v", res, err)
+	}
+	if wm := r.Client().HGet(ctx, k.Watermark("jobs"), "3").Val(); wm != "10" {
+		t.Fatalf("watermark %q after offset 11 was refused, want 10", wm)
+	}
+	r.Client().Del(ctx, k.Lane(LaneOf("broken", "", "jobs", 0)))
+	res, err = p.Enqueue(ctx, 1, batch, now) // the replay
+	if err != nil || res[0].Outcome != Duplicate || res[1].Outcome != Queued {
+		t.Fatalf("replay: %+v %v", res, err)
+	}
+	if n := r.Client().LLen(ctx, k.Lane(LaneOf("broken", "", "jobs", 0))).Val(); n != 1 {
+		t.Fatalf("the refused job on its lane after the replay: %d entries, want 1", n)
+	}
+}
