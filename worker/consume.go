@@ -27,6 +27,11 @@ import (
 // Prefetch adapts to how long jobs run: a prefetched job should wait about
 // PrefetchWait for a slot, no more, so fast jobs are claimed in batches
 // while slow ones are not hoarded by one process, out of the fair order.
+//
+// This file follows a job in one direction: run claims it, startWaiting
+// gives it a slot, execute runs it, settle records a failure or hands a
+// success to the acker; then what runs beside them (the lease keeper) and
+// the way out (shutdown, release).
 type consumer struct {
 	w     *Worker
 	part  int
@@ -142,6 +147,28 @@ func (c *consumer) run(ctx context.Context) {
 	c.shutdown(runCtx, stopRuns, &running)
 }
 
+// waitForWork blocks on the partition's command and wake lists for up to
+// max: enqueues, retries coming due and released jobs push a wake token,
+// the coordinator pushes commands. A command is applied here.
+func (c *consumer) waitForWork(ctx context.Context, max time.Duration) {
+	w := c.w
+	k := w.pool.Layout().Keys(c.part)
+	kv, err := w.pool.Client(c.part).BLPop(ctx, max, k.Cmd(), k.Wake()).Result()
+	if err == nil && len(kv) == 2 && kv[0] == k.Cmd() {
+		w.apply(ctx, c.part, kv[1])
+		return
+	}
+	if err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil {
+		// Redis unreachable: do not spin.
+		t := time.NewTimer(max)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	}
+}
+
 // prefetch is how many claimed jobs may wait for a slot now: as many as
 // the consumer gets through within PrefetchWait, at most Prefetch. The
 // slots' average run time says how fast they could go; the jobs finished
@@ -173,41 +200,6 @@ func (c *consumer) room() (room, claimAt int, changed <-chan struct{}) {
 	// A job waiting for its ack uses no slot: the next one may start.
 	room = size + pf - (len(c.held) - c.acking)
 	return room, max(1, min(c.w.cfg.ClaimBatch, pf/2)), changed
-}
-
-// ran records a handler's run time, which ended at end, in the moving
-// average and counts the job into the finished rate.
-func (c *consumer) ran(d time.Duration, end time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.avgRun <= 0 {
-		c.avgRun = max(d, 1)
-	} else {
-		c.avgRun += (d - c.avgRun) / 16
-		c.avgRun = max(c.avgRun, 1)
-	}
-	c.countFinished(end)
-}
-
-// countFinished counts a finished job into the moving rate. A window that
-// spans an idle spell (ten windows without a job) starts over instead of
-// dragging the rate down: the rate is how fast jobs go while there are
-// jobs. Under c.mu.
-func (c *consumer) countFinished(now time.Time) {
-	c.windowJobs++
-	elapsed := now.Sub(c.windowStart)
-	switch {
-	case c.windowStart.IsZero() || elapsed > 10*rateWindow || elapsed < 0:
-		c.windowStart, c.windowJobs = now, 1
-	case elapsed >= rateWindow:
-		r := float64(c.windowJobs) / elapsed.Seconds()
-		if c.finished == 0 {
-			c.finished = r
-		} else {
-			c.finished += (r - c.finished) / 4
-		}
-		c.windowStart, c.windowJobs = now, 0
-	}
 }
 
 func (c *consumer) hasWaiting() bool {
@@ -244,145 +236,6 @@ func (c *consumer) startWaiting(runCtx context.Context, running *sync.WaitGroup)
 			}
 			c.mu.Unlock()
 		}()
-	}
-}
-
-// shutdown hands waiting jobs back at once, lets running ones finish for up
-// to Drain, then cuts them short and hands them back, not counted as failed.
-func (c *consumer) shutdown(runCtx context.Context, stopRuns context.CancelFunc, running *sync.WaitGroup) {
-	w := c.w
-	c.mu.Lock()
-	waiting := make([]queue.Claimed, len(c.waiting))
-	for i, h := range c.waiting {
-		waiting[i] = h.claimed
-		delete(c.held, h.claimed.ID)
-	}
-	c.waiting = nil
-	c.mu.Unlock()
-	c.release(waiting, "claimed jobs not started handed back to ready")
-
-	done := make(chan struct{})
-	go func() { running.Wait(); close(done) }()
-	t := time.NewTimer(w.cfg.Drain)
-	defer t.Stop()
-	select {
-	case <-done:
-		return
-	case <-t.C:
-	}
-	c.mu.Lock()
-	c.draining = true
-	rest := make([]queue.Claimed, 0, len(c.held))
-	for _, h := range c.held {
-		rest = append(rest, h.claimed)
-	}
-	c.mu.Unlock()
-	stopRuns()
-	<-done
-	c.release(rest, "drain deadline passed: jobs handed back to ready")
-}
-
-func (c *consumer) release(jobs []queue.Claimed, msg string) {
-	if len(jobs) == 0 {
-		return
-	}
-	n, err := c.w.pool.Release(context.Background(), c.part, jobs)
-	c.log.Info(msg, "released", n, "err", err)
-	c.w.count("released", "", n)
-}
-
-// keepLeases extends the lease of every batch with a job held here,
-// waiting or running, every Lease/3 in one call. A job whose batch is gone
-// (the reaper took it back after Redis or this process stalled) is dropped
-// if waiting and cancelled if running: another holder settles it.
-func (c *consumer) keepLeases(ctx context.Context) {
-	w := c.w
-	t := time.NewTicker(w.cfg.Lease / 3)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		c.mu.Lock()
-		seen := map[string]bool{}
-		batches := make([]string, 0, 4)
-		for _, h := range c.held {
-			if b := h.claimed.Batch; !seen[b] {
-				seen[b] = true
-				batches = append(batches, b)
-			}
-		}
-		c.mu.Unlock()
-		if len(batches) == 0 {
-			continue
-		}
-		kept, err := w.pool.Extend(ctx, c.part, batches, w.cfg.Now().Add(w.cfg.Lease))
-		if err != nil {
-			if ctx.Err() == nil {
-				c.log.Warn("extending leases failed; retrying at the next tick", "batches", len(batches), "err", err)
-			}
-			continue
-		}
-		gone := map[string]bool{}
-		for i, b := range batches {
-			if !kept[i] {
-				gone[b] = true
-			}
-		}
-		if len(gone) == 0 {
-			continue
-		}
-		c.mu.Lock()
-		dropped := false
-		for id, h := range c.held {
-			if !gone[h.claimed.Batch] || h.lost || h.acking {
-				continue
-			}
-			h.lost = true
-			if h.cancel != nil {
-				h.cancel()
-				continue
-			}
-			// Waiting: never started, and no longer ours.
-			delete(c.held, id)
-			for k, x := range c.waiting {
-				if x == h {
-					c.waiting = append(c.waiting[:k], c.waiting[k+1:]...)
-					break
-				}
-			}
-			dropped = true
-			w.count("lost", h.jobType, 1)
-			c.log.Warn("lease lost before the job started; it will run elsewhere", "job", id)
-		}
-		c.mu.Unlock()
-		if dropped {
-			c.slots.poke() // room grew
-		}
-	}
-}
-
-// waitForWork blocks on the partition's command and wake lists for up to
-// max: enqueues, retries coming due and released jobs push a wake token,
-// the coordinator pushes commands. A command is applied here.
-func (c *consumer) waitForWork(ctx context.Context, max time.Duration) {
-	w := c.w
-	k := w.pool.Layout().Keys(c.part)
-	kv, err := w.pool.Client(c.part).BLPop(ctx, max, k.Cmd(), k.Wake()).Result()
-	if err == nil && len(kv) == 2 && kv[0] == k.Cmd() {
-		w.apply(ctx, c.part, kv[1])
-		return
-	}
-	if err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil {
-		// Redis unreachable: do not spin.
-		t := time.NewTimer(max)
-		defer t.Stop()
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-		}
 	}
 }
 
@@ -497,6 +350,41 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	c.settle(context.WithoutCancel(ctx), h, result, herr, maxAttempts)
 }
 
+// ran records a handler's run time, which ended at end, in the moving
+// average and counts the job into the finished rate.
+func (c *consumer) ran(d time.Duration, end time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.avgRun <= 0 {
+		c.avgRun = max(d, 1)
+	} else {
+		c.avgRun += (d - c.avgRun) / 16
+		c.avgRun = max(c.avgRun, 1)
+	}
+	c.countFinished(end)
+}
+
+// countFinished counts a finished job into the moving rate. A window that
+// spans an idle spell (ten windows without a job) starts over instead of
+// dragging the rate down: the rate is how fast jobs go while there are
+// jobs. Under c.mu.
+func (c *consumer) countFinished(now time.Time) {
+	c.windowJobs++
+	elapsed := now.Sub(c.windowStart)
+	switch {
+	case c.windowStart.IsZero() || elapsed > 10*rateWindow || elapsed < 0:
+		c.windowStart, c.windowJobs = now, 1
+	case elapsed >= rateWindow:
+		r := float64(c.windowJobs) / elapsed.Seconds()
+		if c.finished == 0 {
+			c.finished = r
+		} else {
+			c.finished += (r - c.finished) / 4
+		}
+		c.windowStart, c.windowJobs = now, 0
+	}
+}
+
 // settle records the attempt's outcome. A success goes to the acker, which
 // answers later: the slot is free for the next job meanwhile.
 func (c *consumer) settle(ctx context.Context, h *heldJob, result []byte, herr error, maxAttempts int) {
@@ -529,54 +417,6 @@ func (c *consumer) settle(ctx context.Context, h *heldJob, result []byte, herr e
 		c.log.Warn("job dead", "job", cl.ID, "attempts", cl.Attempt, "err", herr)
 	}
 }
-
-// untilRedisAnswers runs do again, with backoff, while Redis cannot serve
-// (restarting, loading its AOF, unreachable), for up to within. The job
-// stays held meanwhile, so the lease keeper keeps its lease once Redis is
-// back. Dropping the write instead would let the lease expire and the job
-// run again: an ack or an idempotency key lost to a Redis restart is a job
-// run twice with one key (found by the chaos suite).
-//
-// The retries go through fresh clients (queue.Pool.Fresh), at most
-// retryCap apart, so the write lands within about retryCap of Redis
-// answering again: the worker's own clients, after failed dials, wait out
-// a second of go-redis's dial backoff first, and a worker killed in that
-// second has run a job whose ack or idempotency key was never recorded
-// (the chaos suite measured 920 ms).
-func (c *consumer) untilRedisAnswers(what string, within time.Duration, do func(*queue.Pool) error) error {
-	deadline := time.Now().Add(within)
-	pool := c.w.pool
-	var fresh *queue.Pool
-	defer func() {
-		if fresh != nil {
-			fresh.Close()
-		}
-	}()
-	for attempt := 1; ; attempt++ {
-		err := do(pool)
-		if err == nil || !queue.Transient(err) || time.Now().After(deadline) {
-			if err == nil && attempt > 1 {
-				c.log.Info(what+": Redis answers again", "attempts", attempt)
-			}
-			return err
-		}
-		if attempt == 1 {
-			c.log.Warn(what+" failed; retrying while Redis is away", "err", err)
-		}
-		retry.Sleep(context.Background(), retry.Backoff(20*time.Millisecond, retryCap, attempt))
-		if fresh != nil {
-			fresh.Close()
-		}
-		if fresh, err = c.w.pool.Fresh(); err == nil {
-			pool = fresh
-		}
-	}
-}
-
-// retryCap bounds the wait between retries of an ack or an idempotency
-// key's record while Redis is away: how late after Redis answers again
-// they land, at most (plus the write itself).
-const retryCap = 100 * time.Millisecond
 
 // ackRequest is a success for the acker to record.
 type ackRequest struct {
@@ -641,4 +481,169 @@ func (c *consumer) acker() {
 		c.mu.Unlock()
 		c.slots.poke() // room grew
 	}
+}
+
+// untilRedisAnswers runs do again, with backoff, while Redis cannot serve
+// (restarting, loading its AOF, unreachable), for up to within. The job
+// stays held meanwhile, so the lease keeper keeps its lease once Redis is
+// back. Dropping the write instead would let the lease expire and the job
+// run again: an ack or an idempotency key lost to a Redis restart is a job
+// run twice with one key (found by the chaos suite).
+//
+// The retries go through fresh clients (queue.Pool.Fresh), at most
+// retryCap apart, so the write lands within about retryCap of Redis
+// answering again: the worker's own clients, after failed dials, wait out
+// a second of go-redis's dial backoff first, and a worker killed in that
+// second has run a job whose ack or idempotency key was never recorded
+// (the chaos suite measured 920 ms).
+func (c *consumer) untilRedisAnswers(what string, within time.Duration, do func(*queue.Pool) error) error {
+	deadline := time.Now().Add(within)
+	pool := c.w.pool
+	var fresh *queue.Pool
+	defer func() {
+		if fresh != nil {
+			fresh.Close()
+		}
+	}()
+	for attempt := 1; ; attempt++ {
+		err := do(pool)
+		if err == nil || !queue.Transient(err) || time.Now().After(deadline) {
+			if err == nil && attempt > 1 {
+				c.log.Info(what+": Redis answers again", "attempts", attempt)
+			}
+			return err
+		}
+		if attempt == 1 {
+			c.log.Warn(what+" failed; retrying while Redis is away", "err", err)
+		}
+		retry.Sleep(context.Background(), retry.Backoff(20*time.Millisecond, retryCap, attempt))
+		if fresh != nil {
+			fresh.Close()
+		}
+		if fresh, err = c.w.pool.Fresh(); err == nil {
+			pool = fresh
+		}
+	}
+}
+
+// retryCap bounds the wait between retries of an ack or an idempotency
+// key's record while Redis is away: how late after Redis answers again
+// they land, at most (plus the write itself).
+const retryCap = 100 * time.Millisecond
+
+// keepLeases extends the lease of every batch with a job held here,
+// waiting or running, every Lease/3 in one call. A job whose batch is gone
+// (the reaper took it back after Redis or this process stalled) is dropped
+// if waiting and cancelled if running: another holder settles it.
+func (c *consumer) keepLeases(ctx context.Context) {
+	w := c.w
+	t := time.NewTicker(w.cfg.Lease / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		seen := map[string]bool{}
+		batches := make([]string, 0, 4)
+		for _, h := range c.held {
+			if b := h.claimed.Batch; !seen[b] {
+				seen[b] = true
+				batches = append(batches, b)
+			}
+		}
+		c.mu.Unlock()
+		if len(batches) == 0 {
+			continue
+		}
+		kept, err := w.pool.Extend(ctx, c.part, batches, w.cfg.Now().Add(w.cfg.Lease))
+		if err != nil {
+			if ctx.Err() == nil {
+				c.log.Warn("extending leases failed; retrying at the next tick", "batches", len(batches), "err", err)
+			}
+			continue
+		}
+		gone := map[string]bool{}
+		for i, b := range batches {
+			if !kept[i] {
+				gone[b] = true
+			}
+		}
+		if len(gone) == 0 {
+			continue
+		}
+		c.mu.Lock()
+		dropped := false
+		for id, h := range c.held {
+			if !gone[h.claimed.Batch] || h.lost || h.acking {
+				continue
+			}
+			h.lost = true
+			if h.cancel != nil {
+				h.cancel()
+				continue
+			}
+			// Waiting: never started, and no longer ours.
+			delete(c.held, id)
+			for k, x := range c.waiting {
+				if x == h {
+					c.waiting = append(c.waiting[:k], c.waiting[k+1:]...)
+					break
+				}
+			}
+			dropped = true
+			w.count("lost", h.jobType, 1)
+			c.log.Warn("lease lost before the job started; it will run elsewhere", "job", id)
+		}
+		c.mu.Unlock()
+		if dropped {
+			c.slots.poke() // room grew
+		}
+	}
+}
+
+// shutdown hands waiting jobs back at once, lets running ones finish for up
+// to Drain, then cuts them short and hands them back, not counted as failed.
+func (c *consumer) shutdown(runCtx context.Context, stopRuns context.CancelFunc, running *sync.WaitGroup) {
+	w := c.w
+	c.mu.Lock()
+	waiting := make([]queue.Claimed, len(c.waiting))
+	for i, h := range c.waiting {
+		waiting[i] = h.claimed
+		delete(c.held, h.claimed.ID)
+	}
+	c.waiting = nil
+	c.mu.Unlock()
+	c.release(waiting, "claimed jobs not started handed back to ready")
+
+	done := make(chan struct{})
+	go func() { running.Wait(); close(done) }()
+	t := time.NewTimer(w.cfg.Drain)
+	defer t.Stop()
+	select {
+	case <-done:
+		return
+	case <-t.C:
+	}
+	c.mu.Lock()
+	c.draining = true
+	rest := make([]queue.Claimed, 0, len(c.held))
+	for _, h := range c.held {
+		rest = append(rest, h.claimed)
+	}
+	c.mu.Unlock()
+	stopRuns()
+	<-done
+	c.release(rest, "drain deadline passed: jobs handed back to ready")
+}
+
+func (c *consumer) release(jobs []queue.Claimed, msg string) {
+	if len(jobs) == 0 {
+		return
+	}
+	n, err := c.w.pool.Release(context.Background(), c.part, jobs)
+	c.log.Info(msg, "released", n, "err", err)
+	c.w.count("released", "", n)
 }
