@@ -25,12 +25,12 @@ import (
 //
 //	go test ./worker -run '^$' -bench WorkerNoop -benchtime 100000x
 func BenchmarkWorkerNoop(b *testing.B) {
-	for _, prefetch := range []int{0, 64} {
-		b.Run("prefetch="+strconv.Itoa(prefetch), func(b *testing.B) { benchWorkerNoop(b, prefetch) })
+	for _, c := range []struct{ prefetch, claim int }{{0, 32}, {64, 32}, {128, 64}} {
+		b.Run("prefetch="+strconv.Itoa(c.prefetch)+"/claim="+strconv.Itoa(c.claim), func(b *testing.B) { benchWorkerNoop(b, c.prefetch, c.claim) })
 	}
 }
 
-func benchWorkerNoop(b *testing.B, prefetch int) {
+func benchWorkerNoop(b *testing.B, prefetch, claim int) {
 	r := testenv.Redis(b)
 	layout := queue.Layout{Stage: "bench", Partitions: 8}
 	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
@@ -61,7 +61,7 @@ func benchWorkerNoop(b *testing.B, prefetch int) {
 
 	cfg := worker.DefaultConfig()
 	cfg.Stage, cfg.Partitions, cfg.RedisAddr = layout.Stage, layout.Partitions, r.Addr()
-	cfg.Workers, cfg.Prefetch = 8, prefetch
+	cfg.Workers, cfg.Prefetch, cfg.ClaimBatch = 8, prefetch, claim
 	w, err := worker.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
