@@ -3,6 +3,7 @@ package queue
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -38,14 +39,21 @@ type Claimed struct {
 // ARGV[3] m   ARGV[4] the quantum: the most jobs one lane gives a claim
 // while other candidates could give theirs   ARGV[5] the batch's name
 // ARGV[5+4g-3..5+4g]  candidate g's fields (laneArgs)
-// Returns a flat array: candidate index, entry for each claimed job, in
-// the order served. Candidates no longer active are skipped; a candidate
-// whose list ran dry leaves the fair order with its virtual finish
-// recorded.
+// ARGV[6+4m..]      lanes in the fair order that the caller cannot read
+// (a name that is no lane's): passed over
+// Returns {1, claimed, next}: claimed is a flat array, candidate index and
+// entry for each claimed job in the order served; next is the fair
+// order's first K lanes after the claim (and one more for each lane passed
+// over), the caller's candidates for its next claim. Or {0, lanes}: a lane the claim would read is not among the
+// candidates (it became active since they were read); lanes is the fair
+// order's first K, to call again with. A lane whose list ran dry leaves
+// the fair order with its virtual finish recorded.
 //
-// The candidates come in fair order (lowest virtual time first), and the
-// script reads only as many as it needs: the first ones that fill K jobs
-// with at most the quantum from each. Per-lane work is most of a claim's
+// The script reads the fair order itself (lowest virtual time first) and
+// only as many lanes as it needs: the first ones that fill K jobs with at
+// most the quantum from each. So a claim is one round trip while the fair
+// order's head stays among the candidates the last claim returned, and two
+// when a lane became active in between. Per-lane work is most of a claim's
 // cost beside the entries, so a partition pays it once per quantum of jobs.
 // The fair order holds between claims (a lane's virtual time moves by the
 // jobs it gave, so it waits its turn after a quantum) and within one claim
@@ -57,20 +65,28 @@ type Claimed struct {
 // HSET of its counters.
 var claimScript = newScript(luaFunnel + luaLanes + `
 local K, deadline, m, quantum, batch = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local lanes = readLanes(m, 6, 5)
-local cand, supply, scores = {}, 0, {}
-for g = 1, m do
+local _, byName = readLanes(m, 6, 5)
+-- The fair order's first K lanes, read here. The caller's candidates (the
+-- answer of its last claim, or a read of its own) must name every lane
+-- this claim reads; if one is missing, the caller gets the order back and
+-- calls again with their keys.
+local nforeign = #ARGV - (5 + 4*m)
+local top = redis.call('ZRANGE', KEYS[1], 0, K + nforeign - 1, 'WITHSCORES')
+local function names()
+  local out = {}
+  for i = 1, #top, 2 do out[#out+1] = top[i] end
+  return out
+end
+-- Lanes the caller cannot serve (names it does not know how to read) are
+-- passed over, not asked for again.
+local foreign = {}
+for i = 6 + 4*m, #ARGV do foreign[ARGV[i]] = true end
+local cand, supply = {}, 0
+for t = 1, #top, 2 do
   if supply >= K then break end
-  -- Which candidates are still active: one ZMSCORE per 16 of them, read
-  -- as they are needed.
-  if (g - 1) % 16 == 0 then
-    local names = {}
-    for h = g, math.min(g + 15, m) do names[#names+1] = lanes[h].name end
-    local got = redis.call('ZMSCORE', KEYS[1], unpack(names))
-    for h = 1, #names do scores[g+h-1] = got[h] end
-  end
-  local l, score = lanes[g], scores[g]
-  if score then
+  local l, score = byName[top[t]], top[t+1]
+  if not l and not foreign[top[t]] then return {0, names()} end
+  if l then
     local left = redis.call('LLEN', l.list)
     local w, running = l.weight, 0
     local remaining = left
@@ -149,7 +165,7 @@ while #order < K do
   order[#order+1] = best
   if best.take < best.left and best.take < cap then push(best) end
 end
-if #order == 0 then return {} end
+if #order == 0 then return {1, {}, names()} end
 local funnel = {}
 for _, c in ipairs(cand) do
   if c.take > 0 then
@@ -197,33 +213,59 @@ redis.call('SET', KEYS[2], vt)
 redis.call('HINCRBY', KEYS[5], 'ready', -#order)
 redis.call('HINCRBY', KEYS[5], 'inflight', #order)
 funnelFlush(KEYS[5], funnel)
-return out
+top = redis.call('ZRANGE', KEYS[1], 0, K + nforeign - 1)
+return {1, out, top}
 `)
 
 // Claim leases up to max jobs of partition part in weighted fair order,
-// as one batch, until leaseUntil. It reads the first candidates of the
-// fair order, then claims among them in one script: fair across those
-// candidates, which are the lanes with the lowest virtual times.
+// as one batch, until leaseUntil. The claim script reads the fair order
+// itself and needs the keys of the lanes it will serve: the candidates
+// are those the last claim of this pool on the partition returned (one
+// round trip), else a read of the fair order (two), and the script asks
+// again when a lane it would serve is not among them.
 func (p *Pool) Claim(ctx context.Context, part, max int, leaseUntil time.Time) ([]Claimed, error) {
 	max = min(max, MaxBatch)
-	keys := p.layout.Keys(part)
-	c := p.byPart[part]
-	// As many candidates as jobs asked for: a job each at the least (small
-	// groups). The script reads only those it needs.
-	names, err := c.ZRange(ctx, keys.Lanes(), 0, int64(max-1)).Result()
-	if err != nil || len(names) == 0 {
-		return nil, err
+	names := p.candidates.take(part)
+	if names == nil {
+		var err error
+		// As many candidates as jobs asked for: a job each at the least
+		// (small groups). The script reads only those it needs.
+		// A few more, for names that are no lane's (passed over).
+		if names, err = p.byPart[part].ZRange(ctx, p.layout.Keys(part).Lanes(), 0, int64(max-1+8)).Result(); err != nil || len(names) == 0 {
+			return nil, err
+		}
 	}
+	for range 3 {
+		out, next, stale, err := p.claimAmong(ctx, part, max, leaseUntil, names)
+		if err != nil {
+			return nil, err
+		}
+		if !stale {
+			p.candidates.keep(part, next)
+			return out, nil
+		}
+		if names = next; len(names) == 0 {
+			return nil, nil
+		}
+	}
+	return nil, nil // the fair order kept changing under us: the next claim reads it again
+}
+
+// claimAmong runs the claim script with the keys of the lanes named. stale
+// says a lane the claim would serve was not among them; next is then the
+// fair order's head to call again with, else the candidates for the next
+// claim.
+func (p *Pool) claimAmong(ctx context.Context, part, max int, leaseUntil time.Time, names []string) (out []Claimed, next []string, stale bool, err error) {
+	keys := p.layout.Keys(part)
 	lanes := make([]LaneInfo, 0, len(names))
+	var foreign []string
 	for _, name := range names {
 		l, err := ParseLane(name)
 		if err != nil {
-			continue // not ours to serve; left for an operator to see
+			foreign = append(foreign, name) // not ours to serve; left for an operator to see
+			continue
 		}
 		lanes = append(lanes, l)
-	}
-	if len(lanes) == 0 {
-		return nil, nil
 	}
 	batch := p.nextBatch()
 	ks := make([]string, 0, 6+3*len(lanes))
@@ -234,12 +276,25 @@ func (p *Pool) Claim(ctx context.Context, part, max int, leaseUntil time.Time) (
 		ks = append(ks, keys.laneKeys(l)...)
 		args = append(args, laneArgs(l)...)
 	}
-	res, err := runScript(ctx, c, claimScript, ks, args...)
-	if err != nil {
-		return nil, fmt.Errorf("claim on partition %d: %w", part, err)
+	for _, name := range foreign {
+		args = append(args, name)
 	}
-	flat, _ := res.([]any)
-	out := make([]Claimed, 0, len(flat)/2)
+	res, err := runScript(ctx, p.byPart[part], claimScript, ks, args...)
+	if err != nil {
+		return nil, nil, false, fmt.Errorf("claim on partition %d: %w", part, err)
+	}
+	reply, _ := res.([]any)
+	if len(reply) < 2 {
+		return nil, nil, false, fmt.Errorf("claim on partition %d: unexpected reply %v", part, res)
+	}
+	if status, _ := reply[0].(int64); status == 0 {
+		return nil, stringsOf(reply[1]), true, nil
+	}
+	if len(reply) > 2 {
+		next = stringsOf(reply[2])
+	}
+	flat, _ := reply[1].([]any)
+	out = make([]Claimed, 0, len(flat)/2)
 	for i := 0; i+1 < len(flat); i += 2 {
 		li, _ := flat[i].(int64)
 		e, _ := flat[i+1].(string)
@@ -252,7 +307,49 @@ func (p *Pool) Claim(ctx context.Context, part, max int, leaseUntil time.Time) (
 		out = append(out, Claimed{ID: pe.ID, Group: lanes[li-1].Group, Lane: pe.Lane, Batch: batch,
 			Attempt: pe.Attempts + 1, Envelope: []byte(pe.Envelope)})
 	}
-	return out, nil
+	return out, next, false, nil
+}
+
+func stringsOf(v any) []string {
+	list, _ := v.([]any)
+	out := make([]string, 0, len(list))
+	for _, x := range list {
+		if s, ok := x.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// candidateCache keeps, per partition, the fair order's head that the last
+// claim returned: the next claim's candidates. The claim script checks
+// them against the order itself, so a stale entry costs a round trip,
+// never a wrong claim.
+type candidateCache struct {
+	mu    sync.Mutex
+	names map[int][]string
+}
+
+// take returns and forgets partition part's candidates: a claim that
+// fails leaves none behind.
+func (c *candidateCache) take(part int) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := c.names[part]
+	delete(c.names, part)
+	return names
+}
+
+func (c *candidateCache) keep(part int, names []string) {
+	if len(names) == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.names == nil {
+		c.names = map[int][]string{}
+	}
+	c.names[part] = names
 }
 
 // ClaimQuantum is the most jobs a group gives one claim while other groups

@@ -22,6 +22,7 @@ type Pool struct {
 	idDedupeTTL time.Duration
 	batchPrefix string
 	batchSeq    atomic.Uint64
+	candidates  candidateCache // Claim's, per partition
 	byPart      []*redis.Client
 	distinct    []*redis.Client
 	addrs       []string // of distinct

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -588,5 +590,40 @@ func TestClaimFillsFromOneJobGroups(t *testing.T) {
 	}
 	if bulk > ClaimQuantum {
 		t.Fatalf("the bulk group gave %d of 32 jobs while one-job groups waited", bulk)
+	}
+}
+
+// TestAForeignLaneDoesNotBlockClaims: a name in the fair order that is no
+// lane's (a hand edit, another program's) is passed over: the lanes
+// behind it are still served, from a fresh read and from the candidates
+// the last claim returned.
+func TestAForeignLaneDoesNotBlockClaims(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	k := p.Layout().Keys(0)
+	enqueueGroup(t, p, "a", 4, 1)
+	r.Client().ZAdd(ctx, k.Lanes(), redis.Z{Score: -1, Member: "not-a-lane"})
+	for i := range 4 {
+		jobs, err := p.Claim(ctx, 0, 1, now.Add(time.Minute))
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("claim %d behind a foreign name: %+v %v", i, jobs, err)
+		}
+	}
+}
+
+// TestClaimSeesALaneActivatedAfterItsCandidates: the candidates a claim
+// returns for the next one miss a lane that becomes active in between;
+// the next claim still serves it in its fair turn.
+func TestClaimSeesALaneActivatedAfterItsCandidates(t *testing.T) {
+	p, _ := onePartition(t)
+	ctx := context.Background()
+	enqueueGroup(t, p, "big", 100, 1)
+	if jobs, err := p.Claim(ctx, 0, 8, now.Add(time.Minute)); err != nil || len(jobs) != 8 {
+		t.Fatalf("first claim: %+v %v", jobs, err)
+	}
+	enqueueGroup(t, p, "small", 1, 1) // joins at the virtual clock: ahead of big
+	jobs, err := p.Claim(ctx, 0, 1, now.Add(time.Minute))
+	if err != nil || len(jobs) != 1 || jobs[0].Group != "small" {
+		t.Fatalf("claim after a lane joined: %+v %v, want the small group's job", jobs, err)
 	}
 }
