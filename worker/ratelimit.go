@@ -234,7 +234,7 @@ func (c *consumer) admit(ctx context.Context, h *heldJob, j *job.Job, handler Ha
 				w.count("throttled", j.Type, 1)
 			}
 			if c.deferJob(ctx, h, j, due) {
-				l.promoter.at(c.part, due, id, h.claimed.Group)
+				l.promoter.at(c.part, due, id)
 			}
 			return nil, false
 		}
@@ -367,18 +367,17 @@ type promoter struct {
 }
 
 type dueJob struct {
-	at    time.Time
-	part  int
-	id    string
-	group string
+	at   time.Time
+	part int
+	id   string
 }
 
 func newPromoter(l *limiter) *promoter { return &promoter{l: l, changed: make(chan struct{}, 1)} }
 
 // at schedules the promotion of a job deferred until t.
-func (p *promoter) at(part int, t time.Time, id, group string) {
+func (p *promoter) at(part int, t time.Time, id string) {
 	p.mu.Lock()
-	heap.Push(&p.due, dueJob{at: t, part: part, id: id, group: group})
+	heap.Push(&p.due, dueJob{at: t, part: part, id: id})
 	first := p.due[0].id == id
 	p.mu.Unlock()
 	if first {
