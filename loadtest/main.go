@@ -124,12 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	rep, err := c.run(ctx, stdout, stderr)
 	if rep != nil {
-		rep.WriteText(stdout)
-		if path, werr := rep.Save(c.out); werr != nil {
-			fmt.Fprintf(stderr, "loadtest: writing the report: %v\n", werr)
-		} else {
-			fmt.Fprintf(stdout, "\nreport: %s.json and %s.html\n", path, path)
-		}
+		rep.Publish(stdout, stderr, c.out, "loadtest")
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "loadtest: %v\n", err)

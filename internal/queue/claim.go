@@ -34,11 +34,11 @@ type Claimed struct {
 // KEYS[5] stats     hash: ready goes down and inflight up by the jobs
 // claimed, the funnel's dequeued fields up
 // KEYS[6] shared    hash: shared lanes' virtual finish times
-// KEYS[6+3g-2..6+3g]  candidate g's keys (laneKeys), g = 1..m
+// KEYS[6+3g-2..6+3g]  candidate g's keys (appendLaneKeys), g = 1..m
 // ARGV[1] K, most jobs to claim   ARGV[2] lease deadline, Unix ms
 // ARGV[3] m   ARGV[4] the quantum: the most jobs one lane gives a claim
 // while other candidates could give theirs   ARGV[5] the batch's name
-// ARGV[5+4g-3..5+4g]  candidate g's fields (laneArgs)
+// ARGV[5+4g-3..5+4g]  candidate g's fields (appendLaneArgs)
 // ARGV[6+4m..]      lanes in the fair order that the caller cannot read
 // (a name that is no lane's): passed over
 // Returns {1, claimed, next}: claimed is a flat array, candidate index and
@@ -272,10 +272,8 @@ func (p *Pool) claimAmong(ctx context.Context, part, max int, leaseUntil time.Ti
 	ks = append(ks, keys.Lanes(), keys.VirtualTime(), keys.Leases(), keys.Lease(batch), keys.Stats(), keys.Shared())
 	args := make([]any, 0, 5+4*len(lanes))
 	args = append(args, max, leaseUntil.UnixMilli(), len(lanes), ClaimQuantum, batch)
-	for _, l := range lanes {
-		ks = append(ks, keys.laneKeys(l)...)
-		args = append(args, laneArgs(l)...)
-	}
+	ks = keys.appendLaneKeys(ks, lanes...)
+	args = appendLaneArgs(args, lanes...)
 	for _, name := range foreign {
 		args = append(args, name)
 	}

@@ -42,8 +42,8 @@ const (
 //
 // KEYS[1] dead   KEYS[2] job:<id>   KEYS[3] lanes   KEYS[4] vt
 // KEYS[5] stats: ready, and the funnel's replayed field of the job's topic
-// KEYS[6] wake   KEYS[7] shared   KEYS[8..10] its lane's keys (laneKeys)
-// ARGV[1] id   ARGV[2..5] its lane's fields (laneArgs)   ARGV[6] now, Unix ms
+// KEYS[6] wake   KEYS[7] shared   KEYS[8..10] its lane's keys (appendLaneKeys)
+// ARGV[1] id   ARGV[2..5] its lane's fields (appendLaneArgs)   ARGV[6] now, Unix ms
 // ARGV[7] the job's topic ("": its lane's, a group's from its hash)
 // Returns 1 replayed, 0 not in the dead set, -1 its record had expired (the
 // id is taken off the dead set), -2 its group was cancelled (left dead).
@@ -232,8 +232,8 @@ func (p *Pool) ReplayDead(ctx context.Context, part int, id string, now time.Tim
 			topic = j.Topic
 		}
 	}
-	keys := append([]string{k.Dead(), k.Job(id), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Shared()}, k.laneKeys(l)...)
-	args := append(append([]any{id}, laneArgs(l)...), now.UnixMilli(), topic)
+	keys := k.appendLaneKeys([]string{k.Dead(), k.Job(id), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Shared()}, l)
+	args := append(appendLaneArgs([]any{id}, l), now.UnixMilli(), topic)
 	res, err := runScript(ctx, c, replayScript, keys, args...)
 	if err != nil {
 		return 0, fmt.Errorf("replaying dead job %s on partition %d: %w", id, part, err)

@@ -89,11 +89,11 @@ type Result struct {
 // KEYS[7] completed       list: bulk groups whose jobs have all ended
 // KEYS[8] wm:<topic>      hash: Kafka partition -> highest offset applied
 // KEYS[9] shared          hash: shared lanes' virtual finish times
-// KEYS[9+3l-2..9+3l]      lane l's keys (laneKeys), l = 1..m
+// KEYS[9+3l-2..9+3l]      lane l's keys (appendLaneKeys), l = 1..m
 // KEYS[9+3m+r]            job:<id> of record r, r = 1..q (client-chosen ids)
 // ARGV[1] lock token   ARGV[2] now, Unix ms   ARGV[3] topic   ARGV[4] n
 // ARGV[5] m   ARGV[6] seconds a client-chosen id is deduped
-// ARGV[6+4l-3..6+4l]      lane l's fields (laneArgs)
+// ARGV[6+4l-3..6+4l]      lane l's fields (appendLaneArgs)
 // ARGV[6+4m+8(i-1)+1..8]  item i: Kafka partition, offset (-1: none),
 // lane index, due time Unix ms (0: now), record index (0: none), group
 // total (0: unknown), callback URL (may be empty), entry. An item with an
@@ -472,14 +472,10 @@ func (p *Pool) enqueueArgs(cl call, items []Item, tok, nowMS string) ([]string, 
 	ks := make([]string, 0, 9+3*m+records)
 	ks = append(ks, keys.Fence(topic), keys.Stats(), keys.Lanes(), keys.VirtualTime(), keys.Delayed(), keys.Wake(),
 		keys.Completed(), keys.Watermark(topic), keys.Shared())
-	for _, l := range lanes {
-		ks = append(ks, keys.laneKeys(l)...)
-	}
+	ks = keys.appendLaneKeys(ks, lanes...)
 	args := make([]any, 0, 6+4*m+8*n)
 	args = append(args, tok, nowMS, topic, n, m, max(int64(p.idDedupeTTL/time.Second), 1))
-	for _, l := range lanes {
-		args = append(args, laneArgs(l)...)
-	}
+	args = appendLaneArgs(args, lanes...)
 	rec := 0
 	for j, i := range cl.items {
 		it := &items[i]
@@ -502,7 +498,7 @@ func (p *Pool) enqueueArgs(cl call, items []Item, tok, nowMS string) ([]string, 
 			ks = append(ks, keys.Job(it.ID))
 		}
 		args = append(args, it.KafkaPartition, offset, itemLane[j], due, r, it.GroupTotal, it.CallbackURL,
-			Entry(0, it.ID, LaneOf(it.Group, it.Tenant, it.Topic, max(it.Weight, 1)-1), it.Envelope))
+			Entry(0, it.ID, lanes[itemLane[j]-1].Name, it.Envelope))
 	}
 	return ks, args
 }

@@ -103,23 +103,33 @@ func ParseLane(lane string) (LaneInfo, error) {
 	return LaneInfo{}, fmt.Errorf("malformed lane name %q", lane)
 }
 
-// laneKeys are the keys a script names for a lane: its list, its meta hash
-// (the group's hash, or the partition's shared hash) and its group's
-// results (the shared hash again for a shared lane, unused).
-func (k Keys) laneKeys(l LaneInfo) []string {
-	if l.Group != "" {
-		return []string{k.Lane(l.Name), k.Group(l.Group), k.Results(l.Group)}
+// appendLaneKeys appends the keys a script names for each lane: its list,
+// its meta hash (the group's hash, or the partition's shared hash) and its
+// group's results (the shared hash again for a shared lane, unused).
+func (k Keys) appendLaneKeys(dst []string, lanes ...LaneInfo) []string {
+	for _, l := range lanes {
+		if l.Group != "" {
+			dst = append(dst, k.Lane(l.Name), k.Group(l.Group), k.Results(l.Group))
+		} else {
+			dst = append(dst, k.Lane(l.Name), k.Shared(), k.Shared())
+		}
 	}
-	return []string{k.Lane(l.Name), k.Shared(), k.Shared()}
+	return dst
 }
 
-// laneArgs are a lane's ARGV fields for luaLanes: name, group ("" shared),
-// weight, topic.
-func laneArgs(l LaneInfo) []any { return []any{l.Name, l.Group, l.Weight, l.Topic} }
+// appendLaneArgs appends each lane's ARGV fields for luaLanes: name, group
+// ("" shared), weight, topic.
+func appendLaneArgs(dst []any, lanes ...LaneInfo) []any {
+	for _, l := range lanes {
+		dst = append(dst, l.Name, l.Group, l.Weight, l.Topic)
+	}
+	return dst
+}
 
 // luaLanes reads lane specs from ARGV and KEYS: lanes[i] and byName[name]
 // hold {name, group, weight, topic, list, meta, results}. keyBase + 3i-2..
-// are lane i's keys (laneKeys), argBase + 4i-3.. its fields (laneArgs).
+// are lane i's keys (appendLaneKeys), argBase + 4i-3.. its fields
+// (appendLaneArgs).
 // A group lane's weight and topic are read from its hash when needed.
 const luaLanes = `
 local function readLanes(count, keyBase, argBase)

@@ -40,9 +40,10 @@ local function groupEnded(gk, rk, name, completedKey, now, keep)
 end
 `
 
-// cancelledKeep is how long the hash of a job dropped by a cancel is kept,
-// so that its state reads "cancelled" for a while.
-const cancelledKeep = 24 * time.Hour
+// endedKeep is how long a group that ends in a script without a worker's
+// keep (a cancel, a return or promotion that drops a cancelled group's
+// jobs) is kept once nothing of it is left.
+const endedKeep = 24 * time.Hour
 
 // cancelScript cancels a group's ready jobs, a chunk at a time: the first
 // call marks the group cancelled and takes its lane out of the fair order
@@ -89,7 +90,7 @@ func (p *Pool) CancelGroup(ctx context.Context, group string, now time.Time) (in
 	part := p.layout.PartitionOf(group)
 	k, c := p.layout.Keys(part), p.byPart[part]
 	lane := LaneOf(group, "", "", 0)
-	keep := int64(cancelledKeep / time.Second)
+	keep := int64(endedKeep / time.Second)
 	total := 0
 	for first := true; ; first = false {
 		var entries []string

@@ -513,10 +513,10 @@ end
 // KEYS[1] leases   KEYS[2] lanes   KEYS[3] vt   KEYS[4] stats: ready,
 // inflight, the funnel's cancelled fields   KEYS[5] wake   KEYS[6] completed
 // KEYS[7] shared   KEYS[8] lease:<batch>
-// KEYS[8+3l-2..8+3l]  lane l's keys (laneKeys), l = 1..m
+// KEYS[8+3l-2..8+3l]  lane l's keys (appendLaneKeys), l = 1..m
 // ARGV[1] now, Unix ms   ARGV[2] m   ARGV[3] "reap" or "release"
 // ARGV[4] seconds to keep an ended group   ARGV[5] the batch's name
-// ARGV[5+4l-3..5+4l]  lane l's fields (laneArgs)
+// ARGV[5+4l-3..5+4l]  lane l's fields (appendLaneArgs)
 // ARGV[6+4m..]        the ids to release (release only)
 // Returns how many jobs went back to their lanes.
 var returnScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaPutBack + `
@@ -562,10 +562,10 @@ return acc.moved
 //
 // KEYS[1] delayed   KEYS[2] lanes   KEYS[3] vt   KEYS[4] stats: ready, the
 // funnel's cancelled fields   KEYS[5] wake   KEYS[6] completed   KEYS[7] shared
-// KEYS[7+3l-2..7+3l]  lane l's keys (laneKeys), l = 1..m
+// KEYS[7+3l-2..7+3l]  lane l's keys (appendLaneKeys), l = 1..m
 // ARGV[1] now, Unix ms: only entries due at or before it move   ARGV[2] m
 // ARGV[3] seconds to keep an ended group
-// ARGV[3+4l-3..3+4l]  lane l's fields (laneArgs)
+// ARGV[3+4l-3..3+4l]  lane l's fields (appendLaneArgs)
 // ARGV[4+4m..]        the candidate entries
 // Returns how many went back to their lanes.
 var promoteScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaPutBack + `
@@ -678,11 +678,9 @@ func (p *Pool) returnBatch(ctx context.Context, part int, batch, mode string, la
 	ks := make([]string, 0, 8+3*len(lanes))
 	ks = append(ks, k.Leases(), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Completed(), k.Shared(), k.Lease(batch))
 	args := make([]any, 0, 5+4*len(lanes)+len(ids))
-	args = append(args, now.UnixMilli(), len(lanes), mode, int64(cancelledKeep/time.Second), batch)
-	for _, l := range lanes {
-		ks = append(ks, k.laneKeys(l)...)
-		args = append(args, laneArgs(l)...)
-	}
+	args = append(args, now.UnixMilli(), len(lanes), mode, int64(endedKeep/time.Second), batch)
+	ks = k.appendLaneKeys(ks, lanes...)
+	args = appendLaneArgs(args, lanes...)
 	for _, id := range ids {
 		args = append(args, id)
 	}
@@ -709,11 +707,9 @@ func (p *Pool) Promote(ctx context.Context, part, max int, now time.Time) (int, 
 	ks := make([]string, 0, 7+3*len(lanes))
 	ks = append(ks, k.Delayed(), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Completed(), k.Shared())
 	args := make([]any, 0, 3+4*len(lanes)+len(entries))
-	args = append(args, now.UnixMilli(), len(lanes), int64(cancelledKeep/time.Second))
-	for _, l := range lanes {
-		ks = append(ks, k.laneKeys(l)...)
-		args = append(args, laneArgs(l)...)
-	}
+	args = append(args, now.UnixMilli(), len(lanes), int64(endedKeep/time.Second))
+	ks = k.appendLaneKeys(ks, lanes...)
+	args = appendLaneArgs(args, lanes...)
 	for _, e := range entries {
 		args = append(args, e)
 	}

@@ -313,6 +313,17 @@ func fmtMS(v float64) string {
 	return fmt.Sprintf("%.2f", v)
 }
 
+// Publish prints the report to stdout and saves it in dir (Save), saying
+// where on stdout or, prefixed with who, why not on stderr.
+func (r *Report) Publish(stdout, stderr io.Writer, dir, who string) {
+	r.WriteText(stdout)
+	if path, err := r.Save(dir); err != nil {
+		fmt.Fprintf(stderr, "%s: writing the report: %v\n", who, err)
+	} else {
+		fmt.Fprintf(stdout, "\nreport: %s.json and %s.html\n", path, path)
+	}
+}
+
 // Save writes the report as <dir>/<scenario>-<time>.json and .html and
 // returns the path without its extension.
 func (r *Report) Save(dir string) (string, error) {

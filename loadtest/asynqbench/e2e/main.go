@@ -109,12 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if rep != nil {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("asynq v0.26.0 ran on sluice dev's Redis (%s): one Redis, one run; its client and server ran in this process (the generator's line of its phase), sluice's parts idle meanwhile", dev.Endpoints.Redis),
 			"asynq is timed from its first enqueue to its last handler's return; sluice from its first POST until Redis counted every job done, polled every 50 ms")
-		rep.WriteText(stdout)
-		if p, werr := rep.Save(*out); werr != nil {
-			fmt.Fprintf(stderr, "e2e: writing the report: %v\n", werr)
-		} else {
-			fmt.Fprintf(stdout, "\nreport: %s.json and %s.html\n", p, p)
-		}
+		rep.Publish(stdout, stderr, *out, "e2e")
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "e2e: %v\n", err)
