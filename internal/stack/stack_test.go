@@ -196,7 +196,15 @@ func TestChildDiesWithParent(t *testing.T) {
 	for {
 		var ws syscall.WaitStatus
 		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
-		if err != nil {
+		if errors.Is(err, syscall.ECHILD) {
+			// Not our child: it was reaped before it could become our
+			// orphan (CI saw this once). What the test is about still
+			// holds if no such process is left.
+			if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+				return
+			}
+			got = 0
+		} else if err != nil {
 			t.Fatalf("waiting for redis %d: %v", pid, err)
 		}
 		if got == pid {
