@@ -79,7 +79,7 @@ func metricValue(t *testing.T, url, series string) string {
 func TestCLIAdminCommandsAgainstDev(t *testing.T) {
 	cfg := devOnFreePorts(t, filepath.Join(t.TempDir(), ".sluice"))
 	cfg.CanaryInterval = time.Second
-	d := startDev(t, cfg)
+	d := startDev(t, &cfg)
 	banner := d.out.String()
 	tok, err := os.ReadFile(filepath.Join(cfg.Dir, "admin-token"))
 	if err != nil {

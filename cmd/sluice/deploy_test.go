@@ -53,7 +53,7 @@ func TestDeployFilesNameExportedMetrics(t *testing.T) {
 
 	cfg := devOnFreePorts(t, filepath.Join(t.TempDir(), ".sluice"))
 	cfg.RedisPartitions, cfg.Partitions = 2, 2 // fewer series, same families
-	startDev(t, cfg)
+	startDev(t, &cfg)
 	endpoints := []string{cfg.GateAddr, cfg.RelayAddr, cfg.WorkerAddr, cfg.CoordinatorAddr}
 
 	// The worker's rate-limit histograms have a child per limited resource

@@ -86,7 +86,7 @@ func TestDevCanariesAndFunnel(t *testing.T) {
 	cfg := devOnFreePorts(t, filepath.Join(t.TempDir(), ".sluice"))
 	cfg.CanaryInterval = time.Second
 	cfg.WorkerServe = "0-2,4-7" // partition 3 gets a worker of its own
-	startDev(t, cfg)
+	startDev(t, &cfg)
 	stopThree := extraWorker(t, cfg, "3")
 	interval, grace := cfg.CanaryInterval, cfg.CanaryInterval/2
 

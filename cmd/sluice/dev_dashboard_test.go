@@ -278,7 +278,7 @@ func TestDevDashboard(t *testing.T) {
 	cfg.CanaryInterval = time.Second
 	const token, readToken = "dashboard-test-token", "dashboard-read-token"
 	cfg.AdminTokens = token + " admin;" + readToken + " read"
-	startDev(t, cfg)
+	startDev(t, &cfg)
 	gate := "http://" + cfg.GateAddr
 	coord := "http://" + cfg.CoordinatorAddr
 	layout := queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}

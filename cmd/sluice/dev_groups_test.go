@@ -24,7 +24,7 @@ func TestDevDeliversABulkGroupsCallback(t *testing.T) {
 	}))
 	defer hook.Close()
 	cfg := devOnFreePorts(t, filepath.Join(t.TempDir(), ".sluice"))
-	startDev(t, cfg)
+	startDev(t, &cfg)
 
 	resp, err := http.Post("http://"+cfg.GateAddr+"/v1/topics/jobs/groups", "application/json",
 		strings.NewReader(`{"id":"dev-fanin","type":"hello","callback_url":"`+hook.URL+`/done","items":[{"n":0},{"n":1},{"n":2}]}`))

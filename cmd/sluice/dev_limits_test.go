@@ -20,7 +20,7 @@ import (
 // for that resource are throttled to it.
 func TestDevWorkerFollowsRateLimits(t *testing.T) {
 	cfg := devOnFreePorts(t, filepath.Join(t.TempDir(), ".sluice"))
-	startDev(t, cfg)
+	startDev(t, &cfg)
 	c := devConsul(t, cfg)
 	if _, err := c.KV().Put(&consulapi.KVPair{Key: "sluice/dev/limits/billing-api", Value: []byte(`{"rate": 2}`)}, nil); err != nil {
 		t.Fatal(err)

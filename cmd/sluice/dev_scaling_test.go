@@ -17,7 +17,7 @@ import (
 func TestDevCoordinatorScalesTheDevWorker(t *testing.T) {
 	cfg := devOnFreePorts(t, filepath.Join(t.TempDir(), ".sluice"))
 	cfg.RedisPartitions = 2
-	startDev(t, cfg)
+	startDev(t, &cfg)
 	metrics := func() string {
 		resp, err := http.Get("http://" + cfg.CoordinatorAddr + "/metrics")
 		if err != nil {
