@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -40,6 +41,9 @@ func FreePort() (int, error) {
 	if lo, ok := ephemeralLow(); ok && lo > freeLow+1000 {
 		for range 100 {
 			port := freeLow + rand.IntN(lo-freeLow)
+			if !holdPort(port) {
+				continue
+			}
 			if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
 				ln.Close()
 				return port, nil
@@ -56,6 +60,37 @@ func FreePort() (int, error) {
 
 // freeLow is the lowest port FreePort picks: above the usual services'.
 const freeLow = 20000
+
+// portHold is how long a port FreePort returned is not returned again, by
+// any process on the machine: go test runs packages in parallel processes,
+// and one's test bed took a port another had just picked (a CI run failed
+// on it).
+const portHold = 3 * time.Minute
+
+// holdPort marks port as handed out, in a file per port under the temporary
+// directory, and reports false if another pick holds it still.
+func holdPort(port int) bool {
+	dir := filepath.Join(os.TempDir(), "sluice-free-ports")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true // no record to keep: the listen check alone decides
+	}
+	name := filepath.Join(dir, strconv.Itoa(port))
+	for range 2 {
+		f, err := os.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o666)
+		if err == nil {
+			f.Close()
+			return true
+		}
+		if !errors.Is(err, os.ErrExist) {
+			return true // no record to keep: the listen check alone decides
+		}
+		if info, err := os.Stat(name); err == nil && time.Since(info.ModTime()) < portHold {
+			return false
+		}
+		os.Remove(name) // an old hold (or one just removed): take it over
+	}
+	return false
+}
 
 // ephemeralLow is the first port of the kernel's ephemeral range.
 func ephemeralLow() (int, bool) {

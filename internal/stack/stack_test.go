@@ -320,3 +320,22 @@ func TestFreePortAvoidsTheEphemeralRange(t *testing.T) {
 		}
 	}
 }
+
+// A port FreePort returned is not returned again for a while, to this
+// process or another, though nothing listens on it yet.
+func TestFreePortDoesNotHandOutAPortTwice(t *testing.T) {
+	if lo, ok := ephemeralLow(); !ok || lo <= freeLow+1000 {
+		t.Skip("no room below the ephemeral range: FreePort falls back to :0")
+	}
+	seen := map[int]bool{}
+	for range 200 {
+		port, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[port] {
+			t.Fatalf("port %d handed out twice", port)
+		}
+		seen[port] = true
+	}
+}
