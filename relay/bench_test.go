@@ -9,6 +9,7 @@ import (
 	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/relay"
 )
 
@@ -63,7 +64,7 @@ func newBenchBed(b *testing.B) *bed {
 func (bd *bed) relayedTotal(b *testing.B) int {
 	total := 0
 	for p := range bd.layout.Partitions {
-		v, _ := bd.redis.Client().HGet(context.Background(), bd.layout.Keys(p).Stats(), "relayed").Int()
+		v, _ := bd.redis.Client().HGet(context.Background(), bd.layout.Keys(queue.Queue{Topic: topic, Part: p}).Stats(), "relayed").Int()
 		total += v
 	}
 	return total

@@ -146,6 +146,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Relay, error) {
 		if err := pool.LoadScripts(ctx); err != nil {
 			return fail(err)
 		}
+		// Readers of every queue (stats, the admin API, the coordinator,
+		// the gate's group lookup) list the topics from here.
+		if err := pool.RegisterTopics(ctx, cfg.Topics, time.Now()); err != nil {
+			return fail(err)
+		}
 	}
 	ccfg := consulapi.DefaultConfig()
 	ccfg.Address = cfg.ConsulAddr
@@ -156,6 +161,9 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Relay, error) {
 		return fail(err)
 	}
 	for _, t := range cfg.Topics {
+		if err := queue.ValidTopic(t); err != nil {
+			return fail(err)
+		}
 		for _, need := range []string{t, t + ".dlq"} {
 			if _, err := r.producer.Client().Partitions(need); err != nil {
 				return fail(fmt.Errorf("topic %s: %v (the relay needs each topic and its .dlq; create them)", need, err))

@@ -140,7 +140,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 // fails the test if it is not there.
 func (b *bed) entry(t *testing.T, group, id string) queue.ParsedEntry {
 	t.Helper()
-	k := b.layout.Keys(b.layout.PartitionOf(group))
+	k := b.layout.Keys(queue.Queue{Topic: topic, Part: b.layout.PartitionOf(group)})
 	all, err := b.redis.Client().LRange(context.Background(), k.Lane(queue.LaneOf(group, "", topic, 0)), 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -196,7 +196,7 @@ func (b *bed) counts(t testing.TB) (jobs, ready, relayed int) {
 	ctx := context.Background()
 	rdb := b.redis.Client()
 	for p := range b.layout.Partitions {
-		k := b.layout.Keys(p)
+		k := b.layout.Keys(queue.Queue{Topic: topic, Part: p})
 		laneKeys, err := rdb.Keys(ctx, k.Prefix()+"lane:*").Result()
 		if err != nil && !strings.Contains(err.Error(), "connection refused") {
 			t.Fatal(err)
@@ -222,7 +222,7 @@ func (b *bed) waitCount(t testing.TB, n int, timeout time.Duration) {
 	testenv.WaitFor(t, timeout, fmt.Sprintf("%d jobs relayed", n), func() bool {
 		total := 0
 		for p := range b.layout.Partitions {
-			v, _ := b.redis.Client().HGet(ctx, b.layout.Keys(p).Stats(), "relayed").Int()
+			v, _ := b.redis.Client().HGet(ctx, b.layout.Keys(queue.Queue{Topic: topic, Part: p}).Stats(), "relayed").Int()
 			total += v
 		}
 		return total >= n
@@ -281,7 +281,7 @@ func TestRelayMovesEveryJobOnceAndCommits(t *testing.T) {
 	if e := b.entry(t, "g4", "j42"); e.Envelope != string(b.sent["j42"]) || e.Attempts != 0 {
 		t.Fatalf("entry in Redis %+v, want the Kafka record's bytes %q and no attempt", e, b.sent["j42"])
 	}
-	k := b.layout.Keys(b.layout.PartitionOf("g4"))
+	k := b.layout.Keys(queue.Queue{Topic: topic, Part: b.layout.PartitionOf("g4")})
 	if n, _ := b.redis.Client().Exists(context.Background(), k.Job("j42")).Result(); n != 0 {
 		t.Fatal("a plain job got a job:<id> key")
 	}
@@ -319,7 +319,7 @@ func TestReplayAfterFailoverAppliesNothingTwice(t *testing.T) {
 	}
 	deduped := 0
 	for p := range b.layout.Partitions {
-		n, _ := b.redis.Client().HGet(context.Background(), b.layout.Keys(p).Stats(), "deduped").Int()
+		n, _ := b.redis.Client().HGet(context.Background(), b.layout.Keys(queue.Queue{Topic: topic, Part: p}).Stats(), "deduped").Int()
 		deduped += n
 	}
 	if deduped != 300 {
@@ -371,7 +371,7 @@ func TestPoisonGoesToTheDLQAndGoodJobsFlow(t *testing.T) {
 	defer pool.Close()
 	stages := map[string]int64{}
 	for p := range b.layout.Partitions {
-		f, err := pool.Funnel(context.Background(), p)
+		f, err := pool.Funnel(context.Background(), queue.Queue{Topic: topic, Part: p})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -413,13 +413,13 @@ func TestADeposedRelayWritesNothing(t *testing.T) {
 	// A newer holder has written somewhere: raise every fence.
 	ctx := context.Background()
 	for p := range b.layout.Partitions {
-		b.redis.Client().Set(ctx, b.layout.Keys(p).Fence(topic), 1<<40, 0)
+		b.redis.Client().Set(ctx, b.layout.Keys(queue.Queue{Topic: topic, Part: p}).Fence(), 1<<40, 0)
 	}
 	b.produce(t, 10, 10)
 	testenv.WaitFor(t, 10*time.Second, "the fence to refuse the relay", func() bool {
 		refused := 0
 		for p := range b.layout.Partitions {
-			v, _ := b.redis.Client().HGet(ctx, b.layout.Keys(p).Stats(), "fenced").Int()
+			v, _ := b.redis.Client().HGet(ctx, b.layout.Keys(queue.Queue{Topic: topic, Part: p}).Stats(), "fenced").Int()
 			refused += v
 		}
 		return refused > 0
@@ -508,7 +508,7 @@ func TestMemoryGuardKeepsRedisFromOOM(t *testing.T) {
 	seen := map[string]bool{}
 	testenv.WaitFor(t, 2*time.Minute, "every job to pass through Redis", func() bool {
 		for p := range b.layout.Partitions {
-			for _, id := range drain(t, b.redis.Client(), b.layout.Keys(p)) {
+			for _, id := range drain(t, b.redis.Client(), b.layout.Keys(queue.Queue{Topic: topic, Part: p})) {
 				seen[id] = true
 			}
 		}
@@ -579,7 +579,7 @@ func TestJobSpecificRedisErrorRequeuesThenDeadLetters(t *testing.T) {
 	ctx := context.Background()
 	// The group's lane key holds a string: Redis refuses its jobs, and
 	// only its jobs.
-	bad := b.layout.Keys(b.layout.PartitionOf("broken"))
+	bad := b.layout.Keys(queue.Queue{Topic: topic, Part: b.layout.PartitionOf("broken")})
 	b.redis.Client().Set(ctx, bad.Lane(queue.LaneOf("broken", "", topic, 0)), "not a list", 0)
 	b.produceRaw(t, []kafka.Message{
 		{Topic: topic, Key: []byte("broken"), Value: envelope("victim", "broken"), Partition: 1},

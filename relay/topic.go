@@ -442,7 +442,7 @@ func (r *Relay) cancelGroups(ctx context.Context, topic string, groups []string,
 	for _, g := range groups {
 		failures := 0
 		for {
-			n, err := r.pool.CancelGroup(ctx, g, r.now())
+			n, err := r.pool.CancelGroup(ctx, topic, g, r.now())
 			if err == nil {
 				log.Info("bulk group cancelled: its submission failed halfway", "group", g, "removed", n)
 				r.m.jobs.WithLabelValues(topic, "group_cancelled").Inc()

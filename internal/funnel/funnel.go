@@ -76,10 +76,11 @@ type GateCounts struct {
 	Rejected int64 `json:"rejected"` // invalid or not allowed: answered 4xx
 }
 
-// Partition is what a Redis partition holds, against what its counters
-// say it should.
+// Partition is what a queue partition (a topic's Redis partition) holds,
+// against what its counters say it should.
 type Partition struct {
-	Partition int   `json:"partition"`
+	Topic     string `json:"topic"`
+	Partition int    `json:"partition"`
 	Ready     int64 `json:"ready"`
 	Delayed   int64 `json:"delayed"`
 	Inflight  int64 `json:"inflight"`
@@ -125,7 +126,7 @@ func Build(in Input) Report {
 	for _, f := range in.Partitions {
 		add(stages, f.Stages)
 		add(canaries, f.Canaries)
-		p := Partition{Partition: f.Partition, Ready: f.Ready, Delayed: f.Delayed, Inflight: f.Inflight, Dead: f.Dead}
+		p := Partition{Topic: f.Queue.Topic, Partition: f.Queue.Part, Ready: f.Ready, Delayed: f.Delayed, Inflight: f.Inflight, Dead: f.Dead}
 		for _, s := range []map[string]map[string]int64{f.Stages, f.Canaries} {
 			for _, st := range s {
 				p.Open += open(st)
@@ -133,12 +134,15 @@ func Build(in Input) Report {
 		}
 		if p.Open != f.Held() {
 			r.Problems = append(r.Problems, fmt.Sprintf(
-				"Redis partition %d: its counters say %d jobs are open (relayed, not ended), but it holds %d (ready %d, delayed %d, in flight %d): %d unexplained",
-				f.Partition, p.Open, f.Held(), f.Ready, f.Delayed, f.Inflight, p.Open-f.Held()))
+				"queue partition %s: its counters say %d jobs are open (relayed, not ended), but it holds %d (ready %d, delayed %d, in flight %d): %d unexplained",
+				f.Queue, p.Open, f.Held(), f.Ready, f.Delayed, f.Inflight, p.Open-f.Held()))
 		}
 		r.Partitions = append(r.Partitions, p)
 	}
-	sort.Slice(r.Partitions, func(i, j int) bool { return r.Partitions[i].Partition < r.Partitions[j].Partition })
+	sort.Slice(r.Partitions, func(i, j int) bool {
+		a, b := r.Partitions[i], r.Partitions[j]
+		return a.Topic < b.Topic || a.Topic == b.Topic && a.Partition < b.Partition
+	})
 
 	names := map[string]bool{}
 	for t := range stages {

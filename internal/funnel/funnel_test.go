@@ -11,7 +11,7 @@ import (
 )
 
 func part(p int, stages map[string]int64, ready, delayed, inflight int64) queue.PartitionFunnel {
-	return queue.PartitionFunnel{Partition: p, Stages: map[string]map[string]int64{"jobs": stages}, Canaries: map[string]map[string]int64{},
+	return queue.PartitionFunnel{Queue: queue.Queue{Topic: "jobs", Part: p}, Stages: map[string]map[string]int64{"jobs": stages}, Canaries: map[string]map[string]int64{},
 		Ready: ready, Delayed: delayed, Inflight: inflight}
 }
 
@@ -44,7 +44,7 @@ func TestBuildExplainsGapsAndFlagsTheRest(t *testing.T) {
 		{
 			name:     "a job lost in Redis",
 			in:       Input{Partitions: []queue.PartitionFunnel{part(0, balanced, 2, 1, 1)}, Gate: gate(100, 0), KafkaLag: map[string]int64{"jobs": 0}},
-			problems: []string{"Redis partition 0: its counters say 5 jobs are open (relayed, not ended), but it holds 4 (ready 2, delayed 1, in flight 1): 1 unexplained"},
+			problems: []string{"queue partition jobs/p0: its counters say 5 jobs are open (relayed, not ended), but it holds 4 (ready 2, delayed 1, in flight 1): 1 unexplained"},
 		},
 		{
 			name:    "a gate restarted: more settled than produced is said, not flagged",

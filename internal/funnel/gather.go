@@ -24,6 +24,9 @@ type Sources struct {
 	GateMetrics []string
 	// KafkaTimeout bounds the dial to Kafka; 0: 5 s.
 	KafkaTimeout time.Duration
+	// Topics are read besides those the relays registered (see
+	// queue.Pool.Topics).
+	Topics []string
 }
 
 // RedisError is Gather's failure to read Redis, the report's backbone.
@@ -32,21 +35,26 @@ type RedisError struct{ Err error }
 func (e *RedisError) Error() string { return "Redis: " + e.Err.Error() }
 func (e *RedisError) Unwrap() error { return e.Err }
 
-// Gather reads the report's inputs: every partition's funnel and the
+// Gather reads the report's inputs: every queue partition's funnel and the
 // canaries from Redis (required: a failure is a *RedisError), the relay's
 // lag from Kafka and the gates' counters (optional: a Kafka failure is
 // said in the report; a gate that cannot be read is an error, since it was
 // named). sluice stats and the admin API's /api/v1/stats share it.
 func Gather(ctx context.Context, pool *queue.Pool, src Sources, now time.Time) (Input, error) {
 	in := Input{Now: now}
-	for p := range pool.Layout().Partitions {
-		pf, err := pool.Funnel(ctx, p)
-		if err != nil {
-			return in, &RedisError{err}
-		}
-		in.Partitions = append(in.Partitions, pf)
+	queues, err := pool.Topics(ctx, src.Topics...)
+	if err != nil {
+		return in, &RedisError{err}
 	}
-	var err error
+	for _, topic := range queues {
+		for p := range pool.Layout().Partitions {
+			pf, err := pool.Funnel(ctx, queue.Queue{Topic: topic, Part: p})
+			if err != nil {
+				return in, &RedisError{err}
+			}
+			in.Partitions = append(in.Partitions, pf)
+		}
+	}
 	if in.CanarySettings, in.CanaryMonitor, in.CanaryRecords, err = canary.Read(ctx, pool); err != nil {
 		return in, &RedisError{err}
 	}

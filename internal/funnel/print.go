@@ -56,13 +56,13 @@ func Write(w io.Writer, r Report) error {
 			fmt.Fprintln(tw, "  ✓ every gap explained")
 		}
 	}
-	fmt.Fprintln(tw, "\nREDIS PARTITIONS\n  partition\tready\tdelayed\tin flight\tdead set\topen by counters\t")
+	fmt.Fprintln(tw, "\nQUEUE PARTITIONS\n  topic\tpartition\tready\tdelayed\tin flight\tdead set\topen by counters\t")
 	for _, p := range r.Partitions {
 		mark := ""
 		if p.Open != p.Ready+p.Delayed+p.Inflight {
 			mark = "✗"
 		}
-		fmt.Fprintf(tw, "  %d\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Partition, p.Ready, p.Delayed, p.Inflight, p.Dead, p.Open, mark)
+		fmt.Fprintf(tw, "  %s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n", p.Topic, p.Partition, p.Ready, p.Delayed, p.Inflight, p.Dead, p.Open, mark)
 	}
 	if c := r.Canary; c != nil {
 		fmt.Fprintf(tw, "\nCANARIES (monitor %s, every %s, stale after %s, last round %s)\n", orNone(c.Monitor), c.Interval, 2*c.Interval+c.Grace, ago(c.LastRound, time.Now()))

@@ -107,15 +107,15 @@ func BenchmarkClaimAck(b *testing.B) {
 			b.ResetTimer()
 			lease := time.Now().Add(time.Hour)
 			for done := 0; done < b.N; {
-				jobs, err := p.Claim(ctx, 0, min(batch, b.N-done), lease)
+				jobs, err := p.Claim(ctx, jq(0), min(batch, b.N-done), lease)
 				if err != nil || len(jobs) == 0 {
 					b.Fatalf("claim: %v %v", len(jobs), err)
 				}
 				acks := make([]Done, len(jobs))
 				for i, j := range jobs {
-					acks[i] = Done{Job: j, Topic: "jobs"}
+					acks[i] = Done{Job: j}
 				}
-				ok, err := p.AckMany(ctx, 0, acks, time.Now(), time.Hour)
+				ok, err := p.AckMany(ctx, jq(0), acks, time.Now(), time.Hour)
 				if err != nil || !slices.Equal(ok, slices.Repeat([]bool{true}, len(jobs))) {
 					b.Fatal(ok, err)
 				}

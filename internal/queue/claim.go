@@ -223,25 +223,25 @@ return {1, out, top}
 // are those the last claim of this pool on the partition returned (one
 // round trip), else a read of the fair order (two), and the script asks
 // again when a lane it would serve is not among them.
-func (p *Pool) Claim(ctx context.Context, part, max int, leaseUntil time.Time) ([]Claimed, error) {
+func (p *Pool) Claim(ctx context.Context, q Queue, max int, leaseUntil time.Time) ([]Claimed, error) {
 	max = min(max, MaxBatch)
-	names := p.candidates.take(part)
+	names := p.candidates.take(q)
 	if names == nil {
 		var err error
 		// As many candidates as jobs asked for: a job each at the least
 		// (small groups). The script reads only those it needs.
 		// A few more, for names that are no lane's (passed over).
-		if names, err = p.byPart[part].ZRange(ctx, p.layout.Keys(part).Lanes(), 0, int64(max-1+8)).Result(); err != nil || len(names) == 0 {
+		if names, err = p.byPart[q.Part].ZRange(ctx, p.layout.Keys(q).Lanes(), 0, int64(max-1+8)).Result(); err != nil || len(names) == 0 {
 			return nil, err
 		}
 	}
 	for range 3 {
-		out, next, stale, err := p.claimAmong(ctx, part, max, leaseUntil, names)
+		out, next, stale, err := p.claimAmong(ctx, q, max, leaseUntil, names)
 		if err != nil {
 			return nil, err
 		}
 		if !stale {
-			p.candidates.keep(part, next)
+			p.candidates.keep(q, next)
 			return out, nil
 		}
 		if names = next; len(names) == 0 {
@@ -255,8 +255,8 @@ func (p *Pool) Claim(ctx context.Context, part, max int, leaseUntil time.Time) (
 // says a lane the claim would serve was not among them; next is then the
 // fair order's head to call again with, else the candidates for the next
 // claim.
-func (p *Pool) claimAmong(ctx context.Context, part, max int, leaseUntil time.Time, names []string) (out []Claimed, next []string, stale bool, err error) {
-	keys := p.layout.Keys(part)
+func (p *Pool) claimAmong(ctx context.Context, q Queue, max int, leaseUntil time.Time, names []string) (out []Claimed, next []string, stale bool, err error) {
+	keys := p.layout.Keys(q)
 	lanes := make([]LaneInfo, 0, len(names))
 	var foreign []string
 	for _, name := range names {
@@ -277,13 +277,13 @@ func (p *Pool) claimAmong(ctx context.Context, part, max int, leaseUntil time.Ti
 	for _, name := range foreign {
 		args = append(args, name)
 	}
-	res, err := runScript(ctx, p.byPart[part], claimScript, ks, args...)
+	res, err := runScript(ctx, p.byPart[q.Part], claimScript, ks, args...)
 	if err != nil {
-		return nil, nil, false, fmt.Errorf("claim on partition %d: %w", part, err)
+		return nil, nil, false, fmt.Errorf("claim on %s: %w", q, err)
 	}
 	reply, _ := res.([]any)
 	if len(reply) < 2 {
-		return nil, nil, false, fmt.Errorf("claim on partition %d: unexpected reply %v", part, res)
+		return nil, nil, false, fmt.Errorf("claim on %s: unexpected reply %v", q, res)
 	}
 	if status, _ := reply[0].(int64); status == 0 {
 		return nil, stringsOf(reply[1]), true, nil
@@ -325,29 +325,29 @@ func stringsOf(v any) []string {
 // never a wrong claim.
 type candidateCache struct {
 	mu    sync.Mutex
-	names map[int][]string
+	names map[Queue][]string
 }
 
 // take returns and forgets partition part's candidates: a claim that
 // fails leaves none behind.
-func (c *candidateCache) take(part int) []string {
+func (c *candidateCache) take(q Queue) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	names := c.names[part]
-	delete(c.names, part)
+	names := c.names[q]
+	delete(c.names, q)
 	return names
 }
 
-func (c *candidateCache) keep(part int, names []string) {
+func (c *candidateCache) keep(q Queue, names []string) {
 	if len(names) == 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.names == nil {
-		c.names = map[int][]string{}
+		c.names = map[Queue][]string{}
 	}
-	c.names[part] = names
+	c.names[q] = names
 }
 
 // ClaimQuantum is the most jobs a group gives one claim while other groups
@@ -400,7 +400,7 @@ return out
 // MaxBatch batches. kept[i] is false where batch i is no longer leased
 // (the reaper took it back, or all of it was settled): the holder of its
 // jobs must stop, their results would not count.
-func (p *Pool) Extend(ctx context.Context, part int, batches []string, until time.Time) (kept []bool, err error) {
+func (p *Pool) Extend(ctx context.Context, q Queue, batches []string, until time.Time) (kept []bool, err error) {
 	kept = make([]bool, 0, len(batches))
 	for len(batches) > 0 {
 		chunk := batches[:min(len(batches), MaxBatch)]
@@ -410,13 +410,13 @@ func (p *Pool) Extend(ctx context.Context, part int, batches []string, until tim
 		for _, b := range chunk {
 			args = append(args, b)
 		}
-		res, err := runScript(ctx, p.byPart[part], extendScript, []string{p.layout.Keys(part).Leases()}, args...)
+		res, err := runScript(ctx, p.byPart[q.Part], extendScript, []string{p.layout.Keys(q).Leases()}, args...)
 		if err != nil {
-			return nil, fmt.Errorf("extending leases on partition %d: %w", part, err)
+			return nil, fmt.Errorf("extending leases on %s: %w", q, err)
 		}
 		flat, _ := res.([]any)
 		if len(flat) != len(chunk) {
-			return nil, fmt.Errorf("extending leases on partition %d: %d answers for %d batches", part, len(flat), len(chunk))
+			return nil, fmt.Errorf("extending leases on %s: %d answers for %d batches", q, len(flat), len(chunk))
 		}
 		for _, v := range flat {
 			kept = append(kept, v == int64(1))

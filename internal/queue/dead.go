@@ -8,8 +8,6 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/sluicehq/sluice/internal/job"
 )
 
 // The dead set's operator side (the admin API, docs/admin.md): list it,
@@ -114,8 +112,8 @@ func (d DeadRef) Score() int64 { return d.At.UnixMilli() }
 // strictly after the cursor (beforeMS, beforeID) in that order: a score
 // below beforeMS, or equal with an id below beforeID. beforeMS < 0 starts
 // at the newest.
-func (p *Pool) DeadPage(ctx context.Context, part int, beforeMS int64, beforeID string, n int) ([]DeadRef, error) {
-	c, k := p.byPart[part], p.layout.Keys(part)
+func (p *Pool) DeadPage(ctx context.Context, q Queue, beforeMS int64, beforeID string, n int) ([]DeadRef, error) {
+	c, k := p.byPart[q.Part], p.layout.Keys(q)
 	var out []DeadRef
 	add := func(zs []redis.Z) {
 		for _, z := range zs {
@@ -165,11 +163,11 @@ var deadFields = []string{"env", "attempts", "last_error", "dead_ms", "failed_ms
 // DeadJobs fills refs' Fields (env, attempts, last_error, dead_ms,
 // failed_ms, state) in one round trip; a job whose hash has expired gets
 // an empty map.
-func (p *Pool) DeadJobs(ctx context.Context, part int, refs []DeadRef) error {
+func (p *Pool) DeadJobs(ctx context.Context, q Queue, refs []DeadRef) error {
 	if len(refs) == 0 {
 		return nil
 	}
-	c, k := p.byPart[part], p.layout.Keys(part)
+	c, k := p.byPart[q.Part], p.layout.Keys(q)
 	pipe := c.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(refs))
 	for i, r := range refs {
@@ -190,65 +188,60 @@ func (p *Pool) DeadJobs(ctx context.Context, part int, refs []DeadRef) error {
 	return nil
 }
 
-// FindDead finds the partition whose dead set holds id (a job's partition
-// follows its group, which the id does not tell): one ZSCORE per
+// FindDead finds the partition of topic whose dead set holds id (a job's
+// partition follows its group, which the id does not tell): one ZSCORE per
 // partition. ok is false when no dead set holds it.
-func (p *Pool) FindDead(ctx context.Context, id string) (ref DeadRef, part int, ok bool, err error) {
+func (p *Pool) FindDead(ctx context.Context, topic, id string) (ref DeadRef, q Queue, ok bool, err error) {
 	for part := range p.layout.Partitions {
-		s, err := p.byPart[part].ZScore(ctx, p.layout.Keys(part).Dead(), id).Result()
+		q = Queue{Topic: topic, Part: part}
+		s, err := p.byPart[q.Part].ZScore(ctx, p.layout.Keys(q).Dead(), id).Result()
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
 		if err != nil {
-			return DeadRef{}, part, false, fmt.Errorf("dead set of partition %d: %w", part, err)
+			return DeadRef{}, q, false, fmt.Errorf("dead set of %s: %w", q, err)
 		}
 		ref = DeadRef{ID: id, At: time.UnixMilli(int64(s))}
-		return ref, part, true, nil
+		return ref, q, true, nil
 	}
-	return DeadRef{}, 0, false, nil
+	return DeadRef{}, Queue{}, false, nil
 }
 
-// ReplayDead puts dead job id of partition part back on its lane with its
+// ReplayDead puts dead job id of queue partition q back on its lane with its
 // attempts reset; see replayScript and the Replay* outcomes.
-func (p *Pool) ReplayDead(ctx context.Context, part int, id string, now time.Time) (int, error) {
-	k, c := p.layout.Keys(part), p.byPart[part]
+func (p *Pool) ReplayDead(ctx context.Context, q Queue, id string, now time.Time) (int, error) {
+	k, c := p.layout.Keys(q), p.byPart[q.Part]
 	e, err := c.HGet(ctx, k.Job(id), "env").Result()
 	if errors.Is(err, redis.Nil) || (err == nil && e == "") {
 		e = "0 " + id + " g/? {}" // no record: the script finds it gone
 	} else if err != nil {
-		return 0, fmt.Errorf("replaying dead job %s on partition %d: %w", id, part, err)
+		return 0, fmt.Errorf("replaying dead job %s on %s: %w", id, q, err)
 	}
 	pe, err := ParseEntry(e)
 	if err != nil {
-		return 0, fmt.Errorf("replaying dead job %s on partition %d: %w", id, part, err)
+		return 0, fmt.Errorf("replaying dead job %s on %s: %w", id, q, err)
 	}
 	l, err := ParseLane(pe.Lane)
 	if err != nil {
-		return 0, fmt.Errorf("replaying dead job %s on partition %d: %w", id, part, err)
-	}
-	topic := l.Topic
-	if topic == "" {
-		if j, derr := job.Decode([]byte(pe.Envelope)); derr == nil {
-			topic = j.Topic
-		}
+		return 0, fmt.Errorf("replaying dead job %s on %s: %w", id, q, err)
 	}
 	keys := k.appendLaneKeys([]string{k.Dead(), k.Job(id), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Shared()}, l)
-	args := append(appendLaneArgs([]any{id}, l), now.UnixMilli(), topic)
+	args := append(appendLaneArgs([]any{id}, l), now.UnixMilli(), q.Topic)
 	res, err := runScript(ctx, c, replayScript, keys, args...)
 	if err != nil {
-		return 0, fmt.Errorf("replaying dead job %s on partition %d: %w", id, part, err)
+		return 0, fmt.Errorf("replaying dead job %s on %s: %w", id, q, err)
 	}
 	n, _ := res.(int64)
 	return int(n), nil
 }
 
-// PurgeDead removes dead job id of partition part for good; false when it
+// PurgeDead removes dead job id of queue partition q for good; false when it
 // was not in the dead set.
-func (p *Pool) PurgeDead(ctx context.Context, part int, id string) (bool, error) {
-	k := p.layout.Keys(part)
-	res, err := runScript(ctx, p.byPart[part], purgeScript, []string{k.Dead(), k.Job(id)}, id)
+func (p *Pool) PurgeDead(ctx context.Context, q Queue, id string) (bool, error) {
+	k := p.layout.Keys(q)
+	res, err := runScript(ctx, p.byPart[q.Part], purgeScript, []string{k.Dead(), k.Job(id)}, id)
 	if err != nil {
-		return false, fmt.Errorf("purging dead job %s on partition %d: %w", id, part, err)
+		return false, fmt.Errorf("purging dead job %s on %s: %w", id, q, err)
 	}
 	return res == int64(1), nil
 }

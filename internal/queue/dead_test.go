@@ -18,11 +18,11 @@ func kill(t *testing.T, p *Pool, id, group string, death time.Time) int {
 		t.Fatal(err)
 	}
 	part := p.Layout().PartitionOfJob(group, id)
-	jobs, err := p.Claim(ctx, part, 1, death.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(part), 1, death.Add(time.Minute))
 	if err != nil || len(jobs) != 1 || jobs[0].ID != id {
 		t.Fatalf("claim %s: %v %v", id, jobs, err)
 	}
-	if r, err := p.Fail(ctx, part, Failure{Job: jobs[0], Topic: "jobs", Cause: "boom " + id}, death, DeadLimits{Max: 1000, Keep: time.Hour}); r != FailDead || err != nil {
+	if r, err := p.Fail(ctx, jq(part), Failure{Job: jobs[0], Cause: "boom " + id}, death, DeadLimits{Max: 1000, Keep: time.Hour}); r != FailDead || err != nil {
 		t.Fatalf("fail %s: %d %v", id, r, err)
 	}
 	return part
@@ -44,7 +44,7 @@ func TestDeadPageWalksTiesByID(t *testing.T) {
 		var got []string
 		ms, id := int64(-1), ""
 		for range 20 {
-			refs, err := p.DeadPage(context.Background(), 0, ms, id, size)
+			refs, err := p.DeadPage(context.Background(), jq(0), ms, id, size)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,55 +72,55 @@ func TestReplayDeadOutcomes(t *testing.T) {
 	p := newPool(t, 2, r.Addr(), nil)
 	ctx := context.Background()
 	part := kill(t, p, "a", "ga", now)
-	if n, err := p.ReplayDead(ctx, part, "a", now); n != ReplayDone || err != nil {
+	if n, err := p.ReplayDead(ctx, jq(part), "a", now); n != ReplayDone || err != nil {
 		t.Fatalf("replay: %d %v", n, err)
 	}
-	if n, _ := p.ReplayDead(ctx, part, "a", now); n != ReplayGone {
+	if n, _ := p.ReplayDead(ctx, jq(part), "a", now); n != ReplayGone {
 		t.Errorf("a second replay: %d", n)
 	}
-	load, err := p.Load(ctx, part, time.Minute)
+	load, err := p.Load(ctx, part, []string{"jobs"}, time.Minute)
 	if err != nil || load.Ready != 1 {
 		t.Errorf("ready depth after the replay: %+v %v", load, err)
 	}
-	k := p.Layout().Keys(part)
+	k := p.Layout().Keys(jq(part))
 	// The record keeps its last error, without the entry, until it expires.
 	if h := r.Client().HGetAll(ctx, k.Job("a")).Val(); h["env"] != "" || h["state"] != "" || h["last_error"] != "boom a" {
 		t.Errorf("the replayed job's record: %v", h)
 	}
-	jobs, err := p.Claim(ctx, part, 5, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(part), 5, now.Add(time.Minute))
 	if err != nil || len(jobs) != 1 || jobs[0].Attempt != 1 {
 		t.Fatalf("claim after replay: %+v %v", jobs, err)
 	}
-	f, _ := p.Funnel(ctx, part)
+	f, _ := p.Funnel(ctx, jq(part))
 	if f.Stages["jobs"][StageReplayed] != 1 {
 		t.Errorf("funnel: %v", f.Stages)
 	}
 
 	part = kill(t, p, "b", "gb", now)
-	if _, err := p.CancelGroup(ctx, "gb", now); err != nil {
+	if _, err := p.CancelGroup(ctx, "jobs", "gb", now); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := p.ReplayDead(ctx, part, "b", now); n != ReplayCancelled {
+	if n, _ := p.ReplayDead(ctx, jq(part), "b", now); n != ReplayCancelled {
 		t.Errorf("replay into a cancelled group: %d", n)
 	}
 
 	part = kill(t, p, "c", "gc", now)
-	r.Client().Del(ctx, p.Layout().Keys(part).Job("c"))
-	if n, _ := p.ReplayDead(ctx, part, "c", now); n != ReplayExpired {
+	r.Client().Del(ctx, p.Layout().Keys(jq(part)).Job("c"))
+	if n, _ := p.ReplayDead(ctx, jq(part), "c", now); n != ReplayExpired {
 		t.Errorf("replay of an expired job: %d", n)
 	}
-	if _, _, ok, _ := p.FindDead(ctx, "c"); ok {
+	if _, _, ok, _ := p.FindDead(ctx, "jobs", "c"); ok {
 		t.Error("the expired job is still in the dead set")
 	}
 
 	part = kill(t, p, "d", "gd", now)
-	if ok, err := p.PurgeDead(ctx, part, "d"); !ok || err != nil {
+	if ok, err := p.PurgeDead(ctx, jq(part), "d"); !ok || err != nil {
 		t.Errorf("purge: %v %v", ok, err)
 	}
-	if ok, _ := p.PurgeDead(ctx, part, "d"); ok {
+	if ok, _ := p.PurgeDead(ctx, jq(part), "d"); ok {
 		t.Error("a second purge found it")
 	}
-	if n := r.Client().Exists(ctx, p.Layout().Keys(part).Job("d")).Val(); n != 0 {
+	if n := r.Client().Exists(ctx, p.Layout().Keys(jq(part)).Job("d")).Val(); n != 0 {
 		t.Error("the purged job's record is still there")
 	}
 }
@@ -138,31 +138,31 @@ func TestReplayKeepsACompletedBulkGroupFinal(t *testing.T) {
 		t.Fatal(err)
 	}
 	part := p.Layout().PartitionOf("bulk")
-	jobs, err := p.Claim(ctx, part, 1, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(part), 1, now.Add(time.Minute))
 	if err != nil || len(jobs) != 1 {
 		t.Fatal(jobs, err)
 	}
-	if r, err := p.Fail(ctx, part, Failure{Job: jobs[0], Topic: "jobs", Cause: "boom"}, now, DeadLimits{Max: 10, Keep: time.Hour}); r != FailDead || err != nil {
+	if r, err := p.Fail(ctx, jq(part), Failure{Job: jobs[0], Cause: "boom"}, now, DeadLimits{Max: 10, Keep: time.Hour}); r != FailDead || err != nil {
 		t.Fatal(r, err)
 	}
-	if g, err := p.TakeCompleted(ctx, part); g != "bulk" || err != nil {
+	if g, err := p.TakeCompleted(ctx, jq(part)); g != "bulk" || err != nil {
 		t.Fatalf("completed: %q %v", g, err)
 	}
-	if err := p.FinishCompleted(ctx, "bulk", map[string]any{"callback_state": "delivered"}, time.Hour); err != nil {
+	if err := p.FinishCompleted(ctx, "jobs", "bulk", map[string]any{"callback_state": "delivered"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	k := p.Layout().Keys(part)
-	if n, err := p.ReplayDead(ctx, part, "bulk.0", now); n != ReplayDone || err != nil {
+	k := p.Layout().Keys(jq(part))
+	if n, err := p.ReplayDead(ctx, jq(part), "bulk.0", now); n != ReplayDone || err != nil {
 		t.Fatal(n, err)
 	}
 	if ttl := r.Client().TTL(ctx, k.Group("bulk")).Val(); ttl <= 0 {
 		t.Errorf("the completed group lost its expiry: %v", ttl)
 	}
-	jobs, err = p.Claim(ctx, part, 1, now.Add(time.Minute))
+	jobs, err = p.Claim(ctx, jq(part), 1, now.Add(time.Minute))
 	if err != nil || len(jobs) != 1 {
 		t.Fatal(jobs, err)
 	}
-	if ok, err := p.Ack(ctx, part, Done{Job: jobs[0], Topic: "jobs"}, now, time.Hour); !ok || err != nil {
+	if ok, err := p.Ack(ctx, jq(part), Done{Job: jobs[0]}, now, time.Hour); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	if n := r.Client().LLen(ctx, k.Completed()).Val(); n != 0 {
@@ -179,20 +179,20 @@ func TestReplayedItemIsNotReportedDead(t *testing.T) {
 	p := newPool(t, 1, r.Addr(), nil)
 	ctx := context.Background()
 	part := kill(t, p, "g.0", "g", now)
-	if st, _ := p.JobStates(ctx, "g", []string{"g.0"}); st[0].State != "dead" {
+	if st, _ := p.JobStates(ctx, "jobs", "g", []string{"g.0"}); st[0].State != "dead" {
 		t.Fatalf("before the replay: %+v, want dead", st[0])
 	}
-	if n, err := p.ReplayDead(ctx, part, "g.0", now); n != ReplayDone || err != nil {
+	if n, err := p.ReplayDead(ctx, jq(part), "g.0", now); n != ReplayDone || err != nil {
 		t.Fatalf("replay: %d %v", n, err)
 	}
-	jobs, err := p.Claim(ctx, part, 1, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(part), 1, now.Add(time.Minute))
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("claim after replay: %v %v", jobs, err)
 	}
-	if ok, err := p.Ack(ctx, part, Done{Job: jobs[0], Topic: "jobs"}, now, time.Hour); !ok || err != nil {
+	if ok, err := p.Ack(ctx, jq(part), Done{Job: jobs[0]}, now, time.Hour); !ok || err != nil {
 		t.Fatalf("ack: %v %v", ok, err)
 	}
-	st, err := p.JobStates(ctx, "g", []string{"g.0"})
+	st, err := p.JobStates(ctx, "jobs", "g", []string{"g.0"})
 	if err != nil || st[0].State != "done" || st[0].LastError != "" {
 		t.Fatalf("after the replay and ack: %+v (%v), want done without an error", st, err)
 	}

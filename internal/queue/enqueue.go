@@ -313,8 +313,16 @@ const maxScriptBatch = 256
 func (p *Pool) Enqueue(ctx context.Context, token uint64, items []Item, now time.Time) ([]Result, error) {
 	results := make([]Result, len(items))
 	byClient := map[*redis.Client][]int{}
+	valid := "" // the last topic checked: a batch is mostly one topic's
 	for i := range items {
-		c := p.byPart[p.layout.PartitionOfJob(items[i].Group, items[i].ID)]
+		if t := items[i].Topic; t != valid {
+			if err := ValidTopic(t); err != nil {
+				results[i] = Result{Outcome: Failed, Err: err}
+				continue
+			}
+			valid = t
+		}
+		c := p.byPart[p.layout.QueueOf(items[i].Topic, items[i].Group, items[i].ID).Part]
 		byClient[c] = append(byClient[c], i)
 	}
 	var (
@@ -340,9 +348,9 @@ func (p *Pool) Enqueue(ctx context.Context, token uint64, items []Item, now time
 	return results, nil
 }
 
-// call is one script call: a batch of items of one partition and topic.
+// call is one script call: a batch of items of one queue partition.
 type call struct {
-	part  int
+	q     Queue
 	items []int // indexes into the caller's items
 }
 
@@ -350,24 +358,20 @@ func (p *Pool) enqueueOn(ctx context.Context, c *redis.Client, token uint64, ite
 	nowMS := strconv.FormatInt(now.UnixMilli(), 10)
 	tok := strconv.FormatUint(token, 10)
 	var calls []call
-	type target struct {
-		part  int
-		topic string
-	}
-	byTarget := map[target][]int{}
-	var targets []target
+	byQueue := map[Queue][]int{}
+	var queues []Queue
 	for _, i := range idx {
-		t := target{p.layout.PartitionOfJob(items[i].Group, items[i].ID), items[i].Topic}
-		if _, ok := byTarget[t]; !ok {
-			targets = append(targets, t)
+		q := p.layout.QueueOf(items[i].Topic, items[i].Group, items[i].ID)
+		if _, ok := byQueue[q]; !ok {
+			queues = append(queues, q)
 		}
-		byTarget[t] = append(byTarget[t], i)
+		byQueue[q] = append(byQueue[q], i)
 	}
-	for _, t := range targets {
-		list := byTarget[t]
+	for _, q := range queues {
+		list := byQueue[q]
 		for len(list) > 0 {
 			k := min(len(list), maxScriptBatch)
-			calls = append(calls, call{part: t.part, items: list[:k]})
+			calls = append(calls, call{q: q, items: list[:k]})
 			list = list[k:]
 		}
 	}
@@ -442,7 +446,7 @@ func (it *Item) lane() string { return LaneOf(it.Group, it.Tenant, it.Topic, max
 
 // enqueueArgs lays out one call's KEYS and ARGV as enqueueScript documents.
 func (p *Pool) enqueueArgs(cl call, items []Item, tok, nowMS string) ([]string, []any) {
-	keys := p.layout.Keys(cl.part)
+	keys := p.layout.Keys(cl.q)
 	laneIndex := map[string]int{}
 	var lanes []LaneInfo
 	itemLane := make([]int, len(cl.items))
@@ -468,10 +472,10 @@ func (p *Pool) enqueueArgs(cl call, items []Item, tok, nowMS string) ([]string, 
 		}
 	}
 	n, m := len(cl.items), len(lanes)
-	topic := items[cl.items[0]].Topic
+	topic := cl.q.Topic
 	ks := make([]string, 0, 9+3*m+records)
-	ks = append(ks, keys.Fence(topic), keys.Stats(), keys.Lanes(), keys.VirtualTime(), keys.Delayed(), keys.Wake(),
-		keys.Completed(), keys.Watermark(topic), keys.Shared())
+	ks = append(ks, keys.Fence(), keys.Stats(), keys.Lanes(), keys.VirtualTime(), keys.Delayed(), keys.Wake(),
+		keys.Completed(), keys.Watermark(), keys.Shared())
 	ks = keys.appendLaneKeys(ks, lanes...)
 	args := make([]any, 0, 6+4*m+8*n)
 	args = append(args, tok, nowMS, topic, n, m, max(int64(p.idDedupeTTL/time.Second), 1))

@@ -51,10 +51,10 @@ end
 
 // CountStage adds n to a stage of topic's funnel, for the stages counted
 // outside a script (the relay's dead letters and requeues). They go to
-// the partition the topic's name picks; readers sum every partition.
+// the topic's partition its name picks; readers sum every partition.
 func (p *Pool) CountStage(ctx context.Context, topic, stage string, canary bool, n int64) error {
-	part := p.layout.PartitionOf(topic)
-	return p.byPart[part].HIncrBy(ctx, p.layout.Keys(part).Stats(), funnelName(topic, stage, canary), n).Err()
+	q := Queue{Topic: topic, Part: p.layout.PartitionOf(topic)}
+	return p.byPart[q.Part].HIncrBy(ctx, p.layout.Keys(q).Stats(), funnelName(topic, stage, canary), n).Err()
 }
 
 func funnelName(topic, stage string, canary bool) string {
@@ -67,7 +67,7 @@ func funnelName(topic, stage string, canary bool) string {
 // PartitionFunnel is one partition's funnel counters and what it holds, read
 // at one moment (one MULTI), so that its numbers agree with each other.
 type PartitionFunnel struct {
-	Partition int
+	Queue Queue
 	// Stages holds the counters by topic, then stage; Canaries, the same
 	// for canaries.
 	Stages, Canaries map[string]map[string]int64
@@ -84,18 +84,18 @@ func (f PartitionFunnel) Held() int64 { return f.Ready + f.Delayed + f.Inflight 
 
 // Funnel reads a partition's funnel counters and the sizes of its ready,
 // delayed, in-flight and dead sets in one transaction.
-func (p *Pool) Funnel(ctx context.Context, part int) (PartitionFunnel, error) {
-	k := p.layout.Keys(part)
-	pipe := p.byPart[part].TxPipeline()
+func (p *Pool) Funnel(ctx context.Context, q Queue) (PartitionFunnel, error) {
+	k := p.layout.Keys(q)
+	pipe := p.byPart[q.Part].TxPipeline()
 	stats := pipe.HGetAll(ctx, k.Stats())
 	delayed := pipe.ZCard(ctx, k.Delayed())
 	dead := pipe.ZCard(ctx, k.Dead())
 	active := pipe.ZCard(ctx, k.Lanes())
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		return PartitionFunnel{}, fmt.Errorf("funnel of partition %d: %w", part, err)
+		return PartitionFunnel{}, fmt.Errorf("funnel of %s: %w", q, err)
 	}
 	f := PartitionFunnel{
-		Partition: part, Stages: map[string]map[string]int64{}, Canaries: map[string]map[string]int64{},
+		Queue: q, Stages: map[string]map[string]int64{}, Canaries: map[string]map[string]int64{},
 		Delayed: delayed.Val(), Dead: dead.Val(), ActiveGroups: active.Val(),
 	}
 	for field, v := range stats.Val() {

@@ -15,7 +15,7 @@ func TestFunnelCountsEveryHandOffAndBalances(t *testing.T) {
 	ctx := context.Background()
 	balanced := func(what string) PartitionFunnel {
 		t.Helper()
-		f, err := p.Funnel(ctx, 0)
+		f, err := p.Funnel(ctx, jq(0))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,7 +51,7 @@ func TestFunnelCountsEveryHandOffAndBalances(t *testing.T) {
 	}
 	balanced("after enqueue")
 
-	jobs, err := p.Claim(ctx, 0, 100, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(0), 100, now.Add(time.Minute))
 	if err != nil || len(jobs) != 8 {
 		t.Fatalf("claim: %d jobs, %v", len(jobs), err)
 	}
@@ -60,24 +60,24 @@ func TestFunnelCountsEveryHandOffAndBalances(t *testing.T) {
 		byID[j.ID] = j
 	}
 	balanced("after claim")
-	done := []Done{{Job: byID["a1"], Topic: "jobs"}, {Job: byID["a2"]}, {Job: byID["c1"], Topic: "jobs"}}
-	if _, err := p.AckMany(ctx, 0, done, now, time.Hour); err != nil {
+	done := []Done{{Job: byID["a1"]}, {Job: byID["a2"]}, {Job: byID["c1"]}}
+	if _, err := p.AckMany(ctx, jq(0), done, now, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Fail(ctx, 0, Failure{Job: byID["a3"], Topic: "jobs", Cause: "boom", NextTry: now.Add(time.Second)}, now, DeadLimits{Max: 10, Keep: time.Hour}); err != nil {
+	if _, err := p.Fail(ctx, jq(0), Failure{Job: byID["a3"], Cause: "boom", NextTry: now.Add(time.Second)}, now, DeadLimits{Max: 10, Keep: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Fail(ctx, 0, Failure{Job: byID["a4"], Topic: "jobs", Cause: "boom"}, now, DeadLimits{Max: 10, Keep: time.Hour}); err != nil {
+	if _, err := p.Fail(ctx, jq(0), Failure{Job: byID["a4"], Cause: "boom"}, now, DeadLimits{Max: 10, Keep: time.Hour}); err != nil {
 		t.Fatal(err)
 	}
 	balanced("after settling")
 	// b1 and b2 are in flight when their group is cancelled: handed back,
 	// they are dropped as cancelled. A later job of the group is dropped
 	// at enqueue.
-	if _, err := p.CancelGroup(ctx, "gb", now); err != nil {
+	if _, err := p.CancelGroup(ctx, "jobs", "gb", now); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := p.Release(ctx, 0, []Claimed{byID["b1"], byID["b2"]}); err != nil {
+	if _, err := p.Release(ctx, jq(0), []Claimed{byID["b1"], byID["b2"]}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := p.Enqueue(ctx, 1, positioned(0, 9, item("b3", "gb")), now); err != nil {

@@ -86,9 +86,9 @@ return removed
 // delayed ones when they come due, and jobs still on their way from Kafka
 // when the relay brings them. Running jobs finish. It returns how many
 // ready jobs it removed.
-func (p *Pool) CancelGroup(ctx context.Context, group string, now time.Time) (int, error) {
-	part := p.layout.PartitionOf(group)
-	k, c := p.layout.Keys(part), p.byPart[part]
+func (p *Pool) CancelGroup(ctx context.Context, topic, group string, now time.Time) (int, error) {
+	q := p.layout.QueueOf(topic, group, "")
+	k, c := p.layout.Keys(q), p.byPart[q.Part]
 	lane := LaneOf(group, "", "", 0)
 	keep := int64(endedKeep / time.Second)
 	total := 0
@@ -146,9 +146,9 @@ func (st GroupStatus) Progress() (float64, bool) {
 }
 
 // GroupStatus reads a group's hash and the length of its lane.
-func (p *Pool) GroupStatus(ctx context.Context, group string) (GroupStatus, error) {
-	part := p.layout.PartitionOf(group)
-	k, c := p.layout.Keys(part), p.byPart[part]
+func (p *Pool) GroupStatus(ctx context.Context, topic, group string) (GroupStatus, error) {
+	q := p.layout.QueueOf(topic, group, "")
+	k, c := p.layout.Keys(q), p.byPart[q.Part]
 	pipe := c.Pipeline()
 	h := pipe.HGetAll(ctx, k.Group(group))
 	ready := pipe.LLen(ctx, k.Lane(LaneOf(group, "", "", 0)))
@@ -174,38 +174,38 @@ func (p *Pool) GroupStatus(ctx context.Context, group string) (GroupStatus, erro
 	return st, nil
 }
 
-// TakeCompleted moves the next completed group of partition part to the
+// TakeCompleted moves the next completed group of queue partition q to the
 // completing list and returns it; "" when there is none. The caller
 // delivers it, then calls FinishCompleted.
-func (p *Pool) TakeCompleted(ctx context.Context, part int) (string, error) {
-	k := p.layout.Keys(part)
-	g, err := p.byPart[part].LMove(ctx, k.Completed(), k.Completing(), "LEFT", "RIGHT").Result()
+func (p *Pool) TakeCompleted(ctx context.Context, q Queue) (string, error) {
+	k := p.layout.Keys(q)
+	g, err := p.byPart[q.Part].LMove(ctx, k.Completed(), k.Completing(), "LEFT", "RIGHT").Result()
 	if err == redis.Nil {
 		return "", nil
 	}
 	return g, err
 }
 
-// Completing lists the groups of partition part a watcher took and has not
+// Completing lists the groups of queue partition q a watcher took and has not
 // finished: a new watcher delivers them first.
-func (p *Pool) Completing(ctx context.Context, part int) ([]string, error) {
-	return p.byPart[part].LRange(ctx, p.layout.Keys(part).Completing(), 0, -1).Result()
+func (p *Pool) Completing(ctx context.Context, q Queue) ([]string, error) {
+	return p.byPart[q.Part].LRange(ctx, p.layout.Keys(q).Completing(), 0, -1).Result()
 }
 
 // SetGroupFields records fields on a group's hash (the watcher's callback
 // state and attempts).
-func (p *Pool) SetGroupFields(ctx context.Context, group string, fields map[string]any) error {
-	part := p.layout.PartitionOf(group)
-	return p.byPart[part].HSet(ctx, p.layout.Keys(part).Group(group), fields).Err()
+func (p *Pool) SetGroupFields(ctx context.Context, topic, group string, fields map[string]any) error {
+	q := p.layout.QueueOf(topic, group, "")
+	return p.byPart[q.Part].HSet(ctx, p.layout.Keys(q).Group(group), fields).Err()
 }
 
 // FinishCompleted records a completed group's final fields, keeps the group
 // (and so its status) for keep, and takes it off the completing list, in
 // one transaction.
-func (p *Pool) FinishCompleted(ctx context.Context, group string, fields map[string]any, keep time.Duration) error {
-	part := p.layout.PartitionOf(group)
-	k := p.layout.Keys(part)
-	_, err := p.byPart[part].TxPipelined(ctx, func(pipe redis.Pipeliner) error {
+func (p *Pool) FinishCompleted(ctx context.Context, topic, group string, fields map[string]any, keep time.Duration) error {
+	q := p.layout.QueueOf(topic, group, "")
+	k := p.layout.Keys(q)
+	_, err := p.byPart[q.Part].TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.HSet(ctx, k.Group(group), fields)
 		pipe.Expire(ctx, k.Group(group), keep)
 		pipe.Expire(ctx, k.Results(group), keep)
@@ -228,10 +228,10 @@ type JobState struct {
 // with an empty result (a group's results name only the items that
 // returned something, died or were cancelled): its State is "done" and
 // Attempts 0 (not recorded). Only meaningful once the group completed.
-func (p *Pool) JobStates(ctx context.Context, group string, ids []string) ([]JobState, error) {
-	part := p.layout.PartitionOf(group)
-	k := p.layout.Keys(part)
-	vals, err := p.byPart[part].HMGet(ctx, k.Results(group), ids...).Result()
+func (p *Pool) JobStates(ctx context.Context, topic, group string, ids []string) ([]JobState, error) {
+	q := p.layout.QueueOf(topic, group, "")
+	k := p.layout.Keys(q)
+	vals, err := p.byPart[q.Part].HMGet(ctx, k.Results(group), ids...).Result()
 	if err != nil && err != redis.Nil {
 		return nil, err
 	}

@@ -114,3 +114,6 @@ func diffDumps(a, b map[string]string) string {
 func dedupeCounters(key, field string) bool {
 	return strings.HasSuffix(key, ":stats") && (field == "deduped" || strings.HasSuffix(field, ":"+StageDeduplicated))
 }
+
+// jq is partition part of the tests' topic, "jobs".
+func jq(part int) Queue { return Queue{Topic: "jobs", Part: part} }

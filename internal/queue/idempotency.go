@@ -47,7 +47,7 @@ return 1
 
 func (p *Pool) idemKey(key string) (string, int) {
 	part := p.layout.PartitionOf(key)
-	return p.layout.Keys(part).Idempotency(key), part
+	return p.layout.PartKeys(part).Idempotency(key), part
 }
 
 // IdempotencyBegin claims key for an attempt of job id for up to hold. It

@@ -50,17 +50,50 @@ func (l Layout) PartitionOf(group string) int {
 	return int(h.Sum32() % uint32(l.Partitions))
 }
 
-// Keys returns the key names of partition p.
-func (l Layout) Keys(p int) Keys {
-	// All of a partition's keys share the hash tag {stage:pN}, so one
-	// script can touch them together on a Redis Cluster too.
-	return Keys{prefix: "sluice:{" + l.Stage + ":p" + strconv.Itoa(p) + "}:"}
+// Queue names one queue partition: partition Part of topic Topic. A topic
+// is a queue; its jobs live in its own keys on each partition.
+type Queue struct {
+	Topic string
+	Part  int
 }
 
-// Keys names the keys of one partition. See docs/redis-layout.md.
+func (q Queue) String() string { return q.Topic + "/p" + strconv.Itoa(q.Part) }
+
+// QueueOf is the queue partition of a job of topic (see PartitionOfJob).
+func (l Layout) QueueOf(topic, group, id string) Queue {
+	return Queue{Topic: topic, Part: l.PartitionOfJob(group, id)}
+}
+
+// ValidTopic checks that topic can name a queue: Kafka's topic names
+// (letters, digits, '.', '_', '-') fit in a hash tag as they are.
+func ValidTopic(topic string) error {
+	if topic == "" || len(topic) > 249 || strings.IndexFunc(topic, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-')
+	}) >= 0 {
+		return fmt.Errorf("topic %q: want 1 to 249 letters, digits, '.', '_' or '-' (a Kafka topic's name)", topic)
+	}
+	return nil
+}
+
+// Keys returns the key names of queue partition q.
+func (l Layout) Keys(q Queue) Keys {
+	// All of a queue partition's keys share the hash tag {stage:topic:pN},
+	// so one script can touch them together on a Redis Cluster too, and
+	// one topic's partition can live apart from another's.
+	return Keys{prefix: "sluice:{" + l.Stage + ":" + q.Topic + ":p" + strconv.Itoa(q.Part) + "}:"}
+}
+
+// PartKeys returns the key names of partition p that serve every topic:
+// the workers' and the coordinator's, and those named by something other
+// than a job (a resource's rate limit, an idempotency key, canary records).
+func (l Layout) PartKeys(p int) PartKeys {
+	return PartKeys{prefix: "sluice:{" + l.Stage + ":p" + strconv.Itoa(p) + "}:"}
+}
+
+// Keys names the keys of one queue partition. See docs/redis-layout.md.
 type Keys struct{ prefix string }
 
-// Prefix is the partition's key prefix, "sluice:{<stage>:p<id>}:".
+// Prefix is the queue partition's key prefix, "sluice:{<stage>:<topic>:p<n>}:".
 func (k Keys) Prefix() string { return k.prefix }
 
 // Job is a job's record, kept only when something needs it: the client
@@ -106,49 +139,20 @@ func (k Keys) Leases() string { return k.prefix + "leases" }
 func (k Keys) Lease(batch string) string { return k.prefix + "lease:" + batch }
 
 // Watermark is the hash of the highest Kafka offset applied per Kafka
-// partition of topic (the relay's dedupe by Kafka position).
-func (k Keys) Watermark(topic string) string { return k.prefix + "wm:" + topic }
+// partition of the topic (the relay's dedupe by Kafka position).
+func (k Keys) Watermark() string { return k.prefix + "wm" }
 
 // Dead is the sorted set of dead job ids by time of death (Unix ms); each
 // has a record (Job) with its entry and last error.
 func (k Keys) Dead() string { return k.prefix + "dead" }
 
-// Idempotency is the marker of an idempotency key: "running:<job id>:<attempt>"
-// while a job with that key runs, "done:<job id>" for the key's TTL after
-// one succeeded. It lives in the partition PartitionOf(key) picks, whatever
-// the jobs' groups.
-func (k Keys) Idempotency(key string) string { return k.prefix + "idem:" + key }
-
-// Limit is the execution rate-limit schedule of a resource key: the GCRA
-// state and the slots reserved for throttled jobs (see ratelimit.go). Like
-// idempotency markers it lives in the partition PartitionOf(resource)
-// picks, because a resource's jobs come from any group and partition.
-func (k Keys) Limit(resource string) string { return k.prefix + "limit:" + resource }
-
-// LimitStarts is the log of a resource key's recent starts (the last
-// second's), beside its Limit schedule: no window may hold more than the
-// limit allows.
-func (k Keys) LimitStarts(resource string) string { return k.prefix + "starts:" + resource }
-
 // Wake is the partition's wake-up list: scripts that make jobs ready push
 // a token, and idle consumers block on it (BLPOP) instead of polling.
 func (k Keys) Wake() string { return k.prefix + "wake" }
 
-// WorkerCount is the checkpoint of the partition's worker count, restored
-// when a worker starts.
-func (k Keys) WorkerCount() string { return k.prefix + "workers" }
-
-// Cmd is the partition's list of coordinator commands.
-func (k Keys) Cmd() string { return k.prefix + "cmd" }
-
-// Consumers is the partition's hash of consumer heartbeats: consumer id ->
-// "<workers>:<unix ms>:<busy ms>", refreshed by each worker consumer every
-// maintenance tick (see Heartbeat). The coordinator sums the live ones.
-func (k Keys) Consumers() string { return k.prefix + "consumers" }
-
-// Fence holds the newest relay lock token seen for topic; writes with an
-// older one are refused.
-func (k Keys) Fence(topic string) string { return k.prefix + "fence:" + topic }
+// Fence holds the newest relay lock token seen for the topic; writes with
+// an older one are refused.
+func (k Keys) Fence() string { return k.prefix + "fence" }
 
 // Completed is the partition's list of bulk groups whose every job has
 // ended: the group watcher takes them from here (see Completing).
@@ -164,12 +168,48 @@ func (k Keys) Completing() string { return k.prefix + "completing" }
 // lists of the groups in Groups, kept by the scripts that move them.
 func (k Keys) Stats() string { return k.prefix + "stats" }
 
+// PartKeys names the keys of one partition that serve every topic. See
+// docs/redis-layout.md.
+type PartKeys struct{ prefix string }
+
+// Prefix is the partition's key prefix, "sluice:{<stage>:p<n>}:".
+func (k PartKeys) Prefix() string { return k.prefix }
+
+// Idempotency is the marker of an idempotency key: "running:<job id>:<attempt>"
+// while a job with that key runs, "done:<job id>" for the key's TTL after
+// one succeeded. It lives in the partition PartitionOf(key) picks, whatever
+// the jobs' groups.
+func (k PartKeys) Idempotency(key string) string { return k.prefix + "idem:" + key }
+
+// Limit is the execution rate-limit schedule of a resource key: the GCRA
+// state and the slots reserved for throttled jobs (see ratelimit.go). Like
+// idempotency markers it lives in the partition PartitionOf(resource)
+// picks, because a resource's jobs come from any group and partition.
+func (k PartKeys) Limit(resource string) string { return k.prefix + "limit:" + resource }
+
+// LimitStarts is the log of a resource key's recent starts (the last
+// second's), beside its Limit schedule: no window may hold more than the
+// limit allows.
+func (k PartKeys) LimitStarts(resource string) string { return k.prefix + "starts:" + resource }
+
+// WorkerCount is the checkpoint of the partition's worker count, restored
+// when a worker starts.
+func (k PartKeys) WorkerCount() string { return k.prefix + "workers" }
+
+// Cmd is the partition's list of coordinator commands.
+func (k PartKeys) Cmd() string { return k.prefix + "cmd" }
+
+// Consumers is the partition's hash of consumer heartbeats: consumer id ->
+// "<workers>:<unix ms>:<busy ms>", refreshed by each worker consumer every
+// maintenance tick (see Heartbeat). The coordinator sums the live ones.
+func (k PartKeys) Consumers() string { return k.prefix + "consumers" }
+
 // Canary is the partition's hash of heartbeat canary records, one set of
 // fields per path (see internal/canary): "sent:<topic>/<kafka partition>"
 // is when the monitor last sent one along it, "done:<...>" the newest one
 // completed here, "<sent ms>:<done ms>". Partition 0's also holds the
 // monitor's settings ("monitor").
-func (k Keys) Canary() string { return k.prefix + "canary" }
+func (k PartKeys) Canary() string { return k.prefix + "canary" }
 
 // ParsePartitionAddrs reads "0=host:port,3=host:port": partitions that live
 // on a Redis of their own. The others use the default address.

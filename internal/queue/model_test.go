@@ -68,7 +68,7 @@ func TestClientChosenIDResendIsADuplicateWithinTheTTL(t *testing.T) {
 	t.Cleanup(func() { p.Close() })
 	ctx := context.Background()
 	rdb := r.Client()
-	k := p.Layout().Keys(0)
+	k := p.Layout().Keys(jq(0))
 	given := func(id string, kp int32, off int64) Item {
 		it := item(id, "")
 		it.IDGiven = true
@@ -110,7 +110,7 @@ func TestClientChosenIDResendIsADuplicateWithinTheTTL(t *testing.T) {
 		t.Fatalf("stats %v", st)
 	}
 
-	jobs, err := p.Claim(ctx, 0, 10, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(0), 10, now.Add(time.Minute))
 	if err != nil || len(jobs) != 4 {
 		t.Fatalf("claim: %+v %v", jobs, err)
 	}
@@ -126,18 +126,18 @@ func TestClientChosenIDResendIsADuplicateWithinTheTTL(t *testing.T) {
 	// A failed attempt, kept for less than the TTL, then done with a short
 	// retain: the dedupe still lasts the TTL.
 	limits := DeadLimits{Max: 10, Keep: time.Minute}
-	if res, err := p.Fail(ctx, 0, Failure{Job: byID["order-43"], Cause: "e", NextTry: now.Add(time.Second)}, now, limits); res != FailRetrying || err != nil {
+	if res, err := p.Fail(ctx, jq(0), Failure{Job: byID["order-43"], Cause: "e", NextTry: now.Add(time.Second)}, now, limits); res != FailRetrying || err != nil {
 		t.Fatalf("fail: %d %v", res, err)
 	}
 	wantTTL("retrying", "order-43")
-	if n, _ := p.Promote(ctx, 0, 10, now.Add(time.Second)); n != 1 {
+	if n, _ := p.Promote(ctx, jq(0), 10, now.Add(time.Second)); n != 1 {
 		t.Fatalf("promoted %d", n)
 	}
-	again, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
+	again, _ := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
 	if len(again) != 1 || again[0].ID != "order-43" || again[0].Attempt != 2 {
 		t.Fatalf("claim: %+v", again)
 	}
-	if ok, err := p.Ack(ctx, 0, Done{Job: again[0], Result: []byte("r"), Retain: time.Minute}, now, time.Minute); !ok || err != nil {
+	if ok, err := p.Ack(ctx, jq(0), Done{Job: again[0], Result: []byte("r"), Retain: time.Minute}, now, time.Minute); !ok || err != nil {
 		t.Fatalf("ack: %v %v", ok, err)
 	}
 	if h := rdb.HGetAll(ctx, k.Job("order-43")).Val(); h["state"] != "done" || h["result"] != "r" || h["last_error"] != "e" {
@@ -172,7 +172,7 @@ func TestJobsWithoutAGroupShareLanesFairly(t *testing.T) {
 			}
 			used[part]++
 			lane := LaneOf("", it.Tenant, "jobs", 0)
-			if _, err := r.Client().LPos(ctx, p.Layout().Keys(part).Lane(lane), Entry(0, it.ID, lane, it.Envelope), redis.LPosArgs{}).Result(); err != nil {
+			if _, err := r.Client().LPos(ctx, p.Layout().Keys(jq(part)).Lane(lane), Entry(0, it.ID, lane, it.Envelope), redis.LPosArgs{}).Result(); err != nil {
 				t.Fatalf("%s not on lane %s of partition %d: %v", it.ID, lane, part, err)
 			}
 		}
@@ -180,7 +180,7 @@ func TestJobsWithoutAGroupShareLanesFairly(t *testing.T) {
 			t.Fatalf("jobs without a group spread over %d of 4 partitions: %v", len(used), used)
 		}
 		for part := range 4 {
-			lanes := r.Client().ZRange(ctx, p.Layout().Keys(part).Lanes(), 0, -1).Val()
+			lanes := r.Client().ZRange(ctx, p.Layout().Keys(jq(part)).Lanes(), 0, -1).Val()
 			if strings.Join(lanes, ",") != "q/jobs/0,t/jobs/0/acme" && strings.Join(lanes, ",") != "t/jobs/0/acme,q/jobs/0" {
 				t.Fatalf("partition %d's lanes %v", part, lanes)
 			}
@@ -192,7 +192,7 @@ func TestJobsWithoutAGroupShareLanesFairly(t *testing.T) {
 		ctx := context.Background()
 		enqueueGroup(t, p, "big", 20000, 1)
 		for range 5 {
-			jobs, _ := p.Claim(ctx, 0, 16, now.Add(time.Minute))
+			jobs, _ := p.Claim(ctx, jq(0), 16, now.Add(time.Minute))
 			ack(t, p, 0, jobs...)
 		}
 		var items []Item
@@ -208,7 +208,7 @@ func TestJobsWithoutAGroupShareLanesFairly(t *testing.T) {
 		enqueueOK(t, p, 1, items, now)
 		claimed, big, left := 0, 0, len(items)
 		for left > 0 {
-			jobs, err := p.Claim(ctx, 0, 16, now.Add(time.Minute))
+			jobs, err := p.Claim(ctx, jq(0), 16, now.Add(time.Minute))
 			if err != nil || len(jobs) == 0 {
 				t.Fatalf("claim: %v %v", jobs, err)
 			}
@@ -249,7 +249,7 @@ func TestJobsWithoutAGroupShareLanesFairly(t *testing.T) {
 		enqueueOK(t, p, 1, light, now)
 		claimed, left := 0, len(light)
 		for left > 0 {
-			jobs, _ := p.Claim(ctx, 0, 8, now.Add(time.Minute))
+			jobs, _ := p.Claim(ctx, jq(0), 8, now.Add(time.Minute))
 			if len(jobs) == 0 {
 				t.Fatal("nothing to claim")
 			}
@@ -291,7 +291,7 @@ func TestAPlainJobLeavesNoKeyBehind(t *testing.T) {
 	enqueueOK(t, p, 1, positioned(0, 0, items...), now)
 	for part := range 4 {
 		for {
-			jobs, err := p.Claim(ctx, part, 64, now.Add(time.Minute))
+			jobs, err := p.Claim(ctx, jq(part), 64, now.Add(time.Minute))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -301,7 +301,7 @@ func TestAPlainJobLeavesNoKeyBehind(t *testing.T) {
 			ack(t, p, part, jobs...)
 		}
 	}
-	fixed := map[string]bool{"stats": true, "vt": true, "wm:jobs": true, "shared": true, "fence:jobs": true, "wake": true}
+	fixed := map[string]bool{"stats": true, "vt": true, "wm": true, "shared": true, "fence": true, "wake": true}
 	keys := r.Client().Keys(ctx, "*").Val()
 	groups := 0
 	for _, key := range keys {
@@ -325,7 +325,7 @@ func TestAPlainJobLeavesNoKeyBehind(t *testing.T) {
 		t.Fatalf("%d one-job group hashes, want 100", groups)
 	}
 	for part := range 4 {
-		st := r.Client().HGetAll(ctx, p.Layout().Keys(part).Stats()).Val()
+		st := r.Client().HGetAll(ctx, p.Layout().Keys(jq(part)).Stats()).Val()
 		if st["ready"] != "0" || st["inflight"] != "0" {
 			t.Fatalf("partition %d's stats %v", part, st)
 		}
@@ -372,7 +372,7 @@ func TestAQueuedJobCostsAboutItsEnvelope(t *testing.T) {
 				}
 			}
 			after := used()
-			lane := p.Layout().Keys(0).Lane(LaneOf(group, "", "jobs", 0))
+			lane := p.Layout().Keys(jq(0)).Lane(LaneOf(group, "", "jobs", 0))
 			if l := r.Client().LLen(ctx, lane).Val(); l != n+1 {
 				t.Fatalf("lane holds %d", l)
 			}

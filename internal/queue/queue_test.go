@@ -40,7 +40,7 @@ func TestPartitionOfIsFNV1a32(t *testing.T) {
 			t.Errorf("PartitionOf(%q) = %d, want %d", in, got, want)
 		}
 	}
-	if k := (Layout{Stage: "prod", Partitions: 8}).Keys(3).Job("j1"); k != "sluice:{prod:p3}:job:j1" {
+	if k := (Layout{Stage: "prod", Partitions: 8}).Keys(jq(3)).Job("j1"); k != "sluice:{prod:jobs:p3}:job:j1" {
 		t.Errorf("key %q", k)
 	}
 }
@@ -58,7 +58,7 @@ func TestEnqueueWritesEntriesOnTheirLanes(t *testing.T) {
 	}
 	rdb := r.Client()
 	pg := p.Layout().PartitionOf("g")
-	k := p.Layout().Keys(pg)
+	k := p.Layout().Keys(jq(pg))
 	lane, _ := rdb.LRange(ctx, k.Lane("g/g"), 0, -1).Result()
 	want := []string{Entry(0, "j1", "g/g", items[0].Envelope), Entry(0, "j2", "g/g", items[1].Envelope)}
 	if !slices.Equal(lane, want) {
@@ -69,14 +69,14 @@ func TestEnqueueWritesEntriesOnTheirLanes(t *testing.T) {
 	}
 	// No key per job.
 	for _, id := range []string{"j1", "j2", "j3"} {
-		if n := rdb.Exists(ctx, p.Layout().Keys(p.Layout().PartitionOfJob("g", id)).Job(id)).Val(); n != 0 {
+		if n := rdb.Exists(ctx, p.Layout().Keys(jq(p.Layout().PartitionOfJob("g", id))).Job(id)).Val(); n != 0 {
 			t.Fatalf("a plain job %s has a record", id)
 		}
 	}
 	if _, err := rdb.ZScore(ctx, k.Lanes(), "g/g").Result(); err != nil {
 		t.Fatalf("lane g/g not in the fair order: %v", err)
 	}
-	ko := p.Layout().Keys(p.Layout().PartitionOf("other"))
+	ko := p.Layout().Keys(jq(p.Layout().PartitionOf("other")))
 	if total, _ := rdb.HGet(ctx, ko.Group("other"), "total").Result(); total != "10" {
 		t.Fatalf("group total %q", total)
 	}
@@ -88,7 +88,7 @@ func TestEnqueueWritesEntriesOnTheirLanes(t *testing.T) {
 	if p.Layout().PartitionOf("other") == pg {
 		wantWM = "2"
 	}
-	if wm, _ := rdb.HGet(ctx, k.Watermark("jobs"), "0").Result(); wm != wantWM {
+	if wm, _ := rdb.HGet(ctx, k.Watermark(), "0").Result(); wm != wantWM {
 		t.Fatalf("watermark %q, want %s", wm, wantWM)
 	}
 
@@ -119,7 +119,7 @@ func TestFenceRefusesAnOlderToken(t *testing.T) {
 	if res, err := p.Enqueue(ctx, 5, []Item{item("a", "g")}, now); err != nil || res[0].Outcome != Queued {
 		t.Fatalf("token 5: %v %v", res, err)
 	}
-	k := p.Layout().Keys(0)
+	k := p.Layout().Keys(jq(0))
 	before := dump(t, r.Client(), nil)
 	res, err := p.Enqueue(ctx, 3, positioned(0, 9, item("b", "g"), item("c", "")), now)
 	if err != nil || res[0].Outcome != Fenced || res[1].Outcome != Fenced {
@@ -155,7 +155,7 @@ func TestDelayedAndFairOrderEntry(t *testing.T) {
 	p := newPool(t, 1, r.Addr(), nil)
 	ctx := context.Background()
 	rdb := r.Client()
-	k := p.Layout().Keys(0)
+	k := p.Layout().Keys(jq(0))
 	later := item("later", "g")
 	later.RunAt = now.Add(time.Minute)
 	res, err := p.Enqueue(ctx, 1, []Item{later}, now)
@@ -218,16 +218,16 @@ func TestPhysicalPartitions(t *testing.T) {
 	if _, err := p.Enqueue(ctx, 1, []Item{item("a", g0), item("b", g1)}, now); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := r0.Client().LLen(ctx, l.Keys(0).Lane("g/"+g0)).Result(); n != 1 {
+	if n, _ := r0.Client().LLen(ctx, l.Keys(jq(0)).Lane("g/"+g0)).Result(); n != 1 {
 		t.Fatal("partition 0's job is not on its Redis")
 	}
-	if n, _ := r1.Client().LLen(ctx, l.Keys(1).Lane("g/"+g1)).Result(); n != 1 {
+	if n, _ := r1.Client().LLen(ctx, l.Keys(jq(1)).Lane("g/"+g1)).Result(); n != 1 {
 		t.Fatal("partition 1's job is not on its own Redis")
 	}
-	if n, _ := r0.Client().Exists(ctx, l.Keys(1).Lane("g/"+g1)).Result(); n != 0 {
+	if n, _ := r0.Client().Exists(ctx, l.Keys(jq(1)).Lane("g/"+g1)).Result(); n != 0 {
 		t.Fatal("partition 1's job landed on the default Redis")
 	}
-	jobs, err := p.Claim(ctx, 1, 10, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(1), 10, now.Add(time.Minute))
 	if err != nil || len(jobs) != 1 || jobs[0].ID != "b" {
 		t.Fatalf("claim on partition 1: %+v %v", jobs, err)
 	}
@@ -267,5 +267,60 @@ func TestParsePartitionAddrs(t *testing.T) {
 		if _, err := ParsePartitionAddrs(bad, 4); err == nil {
 			t.Errorf("ParsePartitionAddrs(%q) accepted", bad)
 		}
+	}
+}
+
+// A topic is a queue: its jobs live in keys of their own, a claim on one
+// topic's partition sees none of another's, and an item whose topic cannot
+// name a queue is refused alone.
+func TestEachTopicIsAQueueOfItsOwn(t *testing.T) {
+	p := newPool(t, 1, testenv.Redis(t).Addr(), nil)
+	ctx := context.Background()
+	a, b, bad := item("a1", ""), item("b1", ""), item("x1", "")
+	b.Topic, bad.Topic = "emails", "no{tag}"
+	res, err := p.Enqueue(ctx, 1, []Item{a, b, bad}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res[0].Outcome != Queued || res[1].Outcome != Queued || res[2].Outcome != Failed || res[2].Err == nil {
+		t.Fatalf("results %+v", res)
+	}
+	emails := Queue{Topic: "emails", Part: 0}
+	if k := p.Layout().Keys(emails).Lanes(); k != "sluice:{test:emails:p0}:lanes" {
+		t.Fatalf("lanes key %q", k)
+	}
+	for _, tc := range []struct {
+		q    Queue
+		want string
+	}{{jq(0), "a1"}, {emails, "b1"}} {
+		jobs, err := p.Claim(ctx, tc.q, 10, now.Add(time.Minute))
+		if err != nil || len(jobs) != 1 || jobs[0].ID != tc.want {
+			t.Fatalf("claim on %s: %+v %v, want only %s", tc.q, jobs, err, tc.want)
+		}
+		if ok, err := p.Ack(ctx, tc.q, Done{Job: jobs[0]}, now, time.Hour); !ok || err != nil {
+			t.Fatalf("ack on %s: %v %v", tc.q, ok, err)
+		}
+		f, err := p.Funnel(ctx, tc.q)
+		if err != nil || f.Completed != 1 || f.Stages[tc.q.Topic][StageCompleted] != 1 || len(f.Stages) != 1 {
+			t.Fatalf("funnel of %s: %+v %v", tc.q, f, err)
+		}
+	}
+}
+
+// Relays register their topics; readers of every queue list them.
+func TestTopicsRegisteredByRelaysAreListed(t *testing.T) {
+	p := newPool(t, 2, testenv.Redis(t).Addr(), nil)
+	ctx := context.Background()
+	if got, err := p.Topics(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("before any relay: %v %v", got, err)
+	}
+	if err := p.RegisterTopics(ctx, []string{"jobs", "emails"}, now); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.RegisterTopics(ctx, []string{"bad topic"}, now); err == nil {
+		t.Fatal("registered a topic that cannot name a queue")
+	}
+	if got, err := p.Topics(ctx, "jobs", "critical"); err != nil || !slices.Equal(got, []string{"critical", "emails", "jobs"}) {
+		t.Fatalf("topics %v %v", got, err)
 	}
 }

@@ -136,7 +136,7 @@ func TestReserveKeyLivesOnTheResourcesPartition(t *testing.T) {
 	reserve(t, p, reservation("billing-api", "a"), now)
 	reserve(t, p, reservation("billing-api", "b"), now)
 	l := p.Layout()
-	key := l.Keys(l.PartitionOf("billing-api")).Limit("billing-api")
+	key := l.PartKeys(l.PartitionOf("billing-api")).Limit("billing-api")
 	ctx := context.Background()
 	fields, err := r.Client().HGetAll(ctx, key).Result()
 	if err != nil {
@@ -201,7 +201,7 @@ func TestAdmitHoldsEveryWindowToTheLimit(t *testing.T) {
 		t.Errorf("at 1015 ms: wait %s, want 5ms (until s2 leaves at 1020 ms)", w)
 	}
 	l := p.Layout()
-	key := l.Keys(l.PartitionOf("api")).LimitStarts("api")
+	key := l.PartKeys(l.PartitionOf("api")).LimitStarts("api")
 	if n := r.Client().ZCard(ctx, key).Val(); n != 3 {
 		t.Errorf("%s holds %d starts, want the last second's 3", key, n)
 	}

@@ -36,7 +36,7 @@ func (p *Pool) PushCommand(ctx context.Context, c Command) error {
 	if err != nil {
 		return err
 	}
-	return p.byPart[c.Partition].RPush(ctx, p.layout.Keys(c.Partition).Cmd(), raw).Err()
+	return p.byPart[c.Partition].RPush(ctx, p.layout.PartKeys(c.Partition).Cmd(), raw).Err()
 }
 
 // heartbeatScript records a consumer's heartbeat, stamped with Redis's
@@ -59,7 +59,7 @@ return redis.call('GET', KEYS[2]) or ''
 // returns the partition's checkpointed worker count (0: none), which every
 // consumer of the partition follows.
 func (p *Pool) Heartbeat(ctx context.Context, part int, consumer string, workers int, busy time.Duration) (checkpoint int, err error) {
-	k := p.layout.Keys(part)
+	k := p.layout.PartKeys(part)
 	res, err := runScript(ctx, p.byPart[part], heartbeatScript, []string{k.Consumers(), k.WorkerCount()},
 		consumer, workers, busy.Milliseconds())
 	if err != nil {
@@ -73,41 +73,49 @@ func (p *Pool) Heartbeat(ctx context.Context, part int, consumer string, workers
 // Leave removes a stopping consumer's heartbeat: its workers no longer
 // count.
 func (p *Pool) Leave(ctx context.Context, part int, consumer string) error {
-	return p.byPart[part].HDel(ctx, p.layout.Keys(part).Consumers(), consumer).Err()
+	return p.byPart[part].HDel(ctx, p.layout.PartKeys(part).Consumers(), consumer).Err()
 }
 
-// loadScript reads what the coordinator's scaler needs of a partition in
-// one round trip: the ready depth (O(1): a counter, not a scan), Redis's
-// clock, the checkpointed worker count and the consumers' heartbeats.
-// Heartbeats older than ARGV[1] are removed (their consumers died without
-// leaving). When no lane is active the partition has no ready job, so a
-// counter that drifted (say, jobs queued by a version without it) is set
-// back to 0 there.
+// loadScript reads what the coordinator's scaler needs of a partition
+// beside its queues' ready depths, in one round trip: Redis's clock, the
+// checkpointed worker count and the consumers' heartbeats. Heartbeats
+// older than ARGV[1] are removed (their consumers died without leaving).
 //
-// KEYS[1] stats  KEYS[2] lanes  KEYS[3] consumers  KEYS[4] workers
+// KEYS[1] consumers  KEYS[2] workers
 // ARGV[1] forget heartbeats older than this many ms
-// Returns {ready, now (Unix ms), checkpoint or "", id 1, heartbeat 1, ...}.
+// Returns {now (Unix ms), checkpoint or "", id 1, heartbeat 1, ...}.
 var loadScript = newScript(`
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local ready = tonumber(redis.call('HGET', KEYS[1], 'ready') or '0')
-if ready ~= 0 and redis.call('ZCARD', KEYS[2]) == 0 then
-  redis.call('HSET', KEYS[1], 'ready', 0)
-  ready = 0
-end
-local out = {ready, now, redis.call('GET', KEYS[4]) or ''}
-local all = redis.call('HGETALL', KEYS[3])
+local out = {now, redis.call('GET', KEYS[2]) or ''}
+local all = redis.call('HGETALL', KEYS[1])
 local forget = tonumber(ARGV[1])
 for i = 1, #all, 2 do
   local at = tonumber(string.match(all[i+1], '^%d+:(%d+)') or '')
   if not at or now - at > forget then
-    redis.call('HDEL', KEYS[3], all[i])
+    redis.call('HDEL', KEYS[1], all[i])
   else
     out[#out+1] = all[i]
     out[#out+1] = all[i+1]
   end
 end
 return out
+`)
+
+// readyScript reads a queue partition's ready depth (O(1): a counter, not
+// a scan). When no lane is active the queue has no ready job, so a counter
+// that drifted (say, jobs queued by a version without it) is set back to
+// 0 there.
+//
+// KEYS[1] stats  KEYS[2] lanes
+// Returns the ready depth.
+var readyScript = newScript(`
+local ready = tonumber(redis.call('HGET', KEYS[1], 'ready') or '0')
+if ready ~= 0 and redis.call('ZCARD', KEYS[2]) == 0 then
+  redis.call('HSET', KEYS[1], 'ready', 0)
+  ready = 0
+end
+return ready
 `)
 
 // Beat is a consumer's last heartbeat.
@@ -119,8 +127,8 @@ type Beat struct {
 
 // PartitionLoad is what Load read of a partition.
 type PartitionLoad struct {
-	// Ready is the partition's ready depth: jobs that a consumer could
-	// claim now (not delayed, not in flight).
+	// Ready is the partition's ready depth over the topics read: jobs that
+	// a consumer could claim now (not delayed, not in flight).
 	Ready int64
 	// Now is Redis's clock at the read, to age heartbeats by.
 	Now time.Time
@@ -130,30 +138,38 @@ type PartitionLoad struct {
 	Consumers map[string]Beat
 }
 
-// Load reads a partition's ready depth, clock, checkpoint and heartbeats in
-// one script call, and forgets heartbeats older than forget.
-func (p *Pool) Load(ctx context.Context, part int, forget time.Duration) (PartitionLoad, error) {
-	k := p.layout.Keys(part)
-	res, err := runScript(ctx, p.byPart[part], loadScript,
-		[]string{k.Stats(), k.Lanes(), k.Consumers(), k.WorkerCount()}, forget.Milliseconds())
+// Load reads partition part's ready depth summed over topics, its clock,
+// checkpoint and heartbeats, one script call for the partition and one per
+// topic, and forgets heartbeats older than forget.
+func (p *Pool) Load(ctx context.Context, part int, topics []string, forget time.Duration) (PartitionLoad, error) {
+	k, c := p.layout.PartKeys(part), p.byPart[part]
+	res, err := runScript(ctx, c, loadScript, []string{k.Consumers(), k.WorkerCount()}, forget.Milliseconds())
 	if err != nil {
 		return PartitionLoad{}, fmt.Errorf("load of partition %d: %w", part, err)
 	}
 	flat, _ := res.([]any)
-	if len(flat) < 3 {
+	if len(flat) < 2 {
 		return PartitionLoad{}, fmt.Errorf("load of partition %d: %d values", part, len(flat))
 	}
-	ready, _ := flat[0].(int64)
-	now, _ := flat[1].(int64)
-	cp, _ := flat[2].(string)
-	out := PartitionLoad{Ready: max(ready, 0), Now: time.UnixMilli(now), Consumers: map[string]Beat{}}
+	now, _ := flat[0].(int64)
+	cp, _ := flat[1].(string)
+	out := PartitionLoad{Now: time.UnixMilli(now), Consumers: map[string]Beat{}}
 	out.Checkpoint, _ = strconv.Atoi(cp)
-	for i := 3; i+1 < len(flat); i += 2 {
+	for i := 2; i+1 < len(flat); i += 2 {
 		id, _ := flat[i].(string)
 		v, _ := flat[i+1].(string)
 		if b, err := parseBeat(v); err == nil {
 			out.Consumers[id] = b
 		}
+	}
+	for _, topic := range topics {
+		qk := p.layout.Keys(Queue{Topic: topic, Part: part})
+		res, err := runScript(ctx, c, readyScript, []string{qk.Stats(), qk.Lanes()})
+		if err != nil {
+			return PartitionLoad{}, fmt.Errorf("ready depth of %s/p%d: %w", topic, part, err)
+		}
+		n, _ := res.(int64)
+		out.Ready += max(n, 0)
 	}
 	return out, nil
 }

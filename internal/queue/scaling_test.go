@@ -14,7 +14,7 @@ import (
 func readyTruth(t *testing.T, p *Pool, part int) int64 {
 	t.Helper()
 	ctx := context.Background()
-	k := p.Layout().Keys(part)
+	k := p.Layout().Keys(jq(part))
 	lanes, err := p.Client(part).ZRange(ctx, k.Lanes(), 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +29,7 @@ func readyTruth(t *testing.T, p *Pool, part int) int64 {
 
 func wantReady(t *testing.T, p *Pool, what string, want int64) {
 	t.Helper()
-	l, err := p.Load(context.Background(), 0, time.Minute)
+	l, err := p.Load(context.Background(), 0, []string{"jobs"}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,47 +59,47 @@ func TestReadyDepthFollowsEveryMove(t *testing.T) {
 	wantReady(t, p, "enqueued 16 ready, 1 delayed, 1 duplicate", 16)
 	inflight := func(what string, want int64) {
 		t.Helper()
-		f, err := p.Funnel(ctx, 0)
+		f, err := p.Funnel(ctx, jq(0))
 		if err != nil || f.Inflight != want {
 			t.Fatalf("%s: in flight %d %v, want %d", what, f.Inflight, err, want)
 		}
 	}
 
-	jobs, _ := p.Claim(ctx, 0, 6, now.Add(time.Second))
+	jobs, _ := p.Claim(ctx, jq(0), 6, now.Add(time.Second))
 	wantReady(t, p, "claimed 6", 10)
 	inflight("claimed 6", 6)
 	limits := DeadLimits{Max: 10, Keep: time.Hour}
-	p.Fail(ctx, 0, Failure{Job: jobs[0], Cause: "retry", NextTry: now.Add(time.Second)}, now, limits)
-	p.Fail(ctx, 0, Failure{Job: jobs[1], Cause: "dead"}, now, limits)
-	p.AckMany(ctx, 0, []Done{{Job: jobs[2]}}, now, time.Hour)
+	p.Fail(ctx, jq(0), Failure{Job: jobs[0], Cause: "retry", NextTry: now.Add(time.Second)}, now, limits)
+	p.Fail(ctx, jq(0), Failure{Job: jobs[1], Cause: "dead"}, now, limits)
+	p.AckMany(ctx, jq(0), []Done{{Job: jobs[2]}}, now, time.Hour)
 	wantReady(t, p, "failed, dead and acked", 10)
 	inflight("failed, dead and acked", 3)
-	if n, _ := p.Promote(ctx, 0, 10, now.Add(2*time.Hour)); n != 2 {
+	if n, _ := p.Promote(ctx, jq(0), 10, now.Add(2*time.Hour)); n != 2 {
 		t.Fatalf("promoted %d, want 2", n)
 	}
 	wantReady(t, p, "promoted 2", 12)
-	if n, _ := p.Release(ctx, 0, jobs[5:]); n != 1 {
+	if n, _ := p.Release(ctx, jq(0), jobs[5:]); n != 1 {
 		t.Fatalf("released %d", n)
 	}
 	wantReady(t, p, "released 1", 13)
 	inflight("released 1", 2)
-	if n, _ := p.Reap(ctx, 0, 10, now.Add(2*time.Second)); n != 2 {
+	if n, _ := p.Reap(ctx, jq(0), 10, now.Add(2*time.Second)); n != 2 {
 		t.Fatalf("reaped %d, want 2 (jobs[3], jobs[4])", n)
 	}
 	wantReady(t, p, "reaped 2", 15)
 	inflight("reaped 2", 0)
-	if n, _ := p.ReplayDead(ctx, 0, jobs[1].ID, now); n != ReplayDone {
+	if n, _ := p.ReplayDead(ctx, jq(0), jobs[1].ID, now); n != ReplayDone {
 		t.Fatalf("replay: %d", n)
 	}
 	wantReady(t, p, "replayed 1", 16)
 	ready := readyTruth(t, p, 0)
-	bLeft, _ := p.Client(0).LLen(ctx, p.Layout().Keys(0).Lane("g/b")).Result()
-	if _, err := p.CancelGroup(ctx, "b", now); err != nil {
+	bLeft, _ := p.Client(0).LLen(ctx, p.Layout().Keys(jq(0)).Lane("g/b")).Result()
+	if _, err := p.CancelGroup(ctx, "jobs", "b", now); err != nil {
 		t.Fatal(err)
 	}
 	wantReady(t, p, "cancelled b", ready-bLeft)
 	for {
-		js, err := p.Claim(ctx, 0, 100, now.Add(time.Hour))
+		js, err := p.Claim(ctx, jq(0), 100, now.Add(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -116,7 +116,7 @@ func TestReadyDepthFollowsEveryMove(t *testing.T) {
 func TestReadyDepthHealsWhenNothingIsActive(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	k := p.Layout().Keys(0)
+	k := p.Layout().Keys(jq(0))
 	r.Client().HSet(ctx, k.Stats(), "ready", 42)
 	wantReady(t, p, "drifted, nothing active", 0)
 	if v, _ := r.Client().HGet(ctx, k.Stats(), "ready").Result(); v != "0" {
@@ -125,7 +125,7 @@ func TestReadyDepthHealsWhenNothingIsActive(t *testing.T) {
 	// A negative drift reads as 0 while lanes are active.
 	enqueueGroup(t, p, "g", 3, 1)
 	r.Client().HIncrBy(ctx, k.Stats(), "ready", -10)
-	if l, _ := p.Load(ctx, 0, time.Minute); l.Ready != 0 {
+	if l, _ := p.Load(ctx, 0, []string{"jobs"}, time.Minute); l.Ready != 0 {
 		t.Fatalf("negative counter read as %d", l.Ready)
 	}
 }
@@ -133,7 +133,7 @@ func TestReadyDepthHealsWhenNothingIsActive(t *testing.T) {
 func TestHeartbeatsAndLoad(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	k := p.Layout().Keys(0)
+	k := p.Layout().PartKeys(0)
 	if cp, err := p.Heartbeat(ctx, 0, "w1", 4, 1500*time.Millisecond); err != nil || cp != 0 {
 		t.Fatalf("first heartbeat: %d %v", cp, err)
 	}
@@ -144,7 +144,7 @@ func TestHeartbeatsAndLoad(t *testing.T) {
 	// A consumer that died long ago, and garbage: both forgotten.
 	old := strconv.FormatInt(time.Now().Add(-time.Hour).UnixMilli(), 10)
 	r.Client().HSet(ctx, k.Consumers(), "dead", "8:"+old+":0", "junk", "x")
-	l, err := p.Load(ctx, 0, time.Minute)
+	l, err := p.Load(ctx, 0, []string{"jobs"}, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestHeartbeatsAndLoad(t *testing.T) {
 	if err := p.Leave(ctx, 0, "w1"); err != nil {
 		t.Fatal(err)
 	}
-	if l, _ := p.Load(ctx, 0, time.Minute); len(l.Consumers) != 1 {
+	if l, _ := p.Load(ctx, 0, []string{"jobs"}, time.Minute); len(l.Consumers) != 1 {
 		t.Fatalf("after leaving: %+v", l.Consumers)
 	}
 }
@@ -173,7 +173,7 @@ func TestPushCommandIsTheSeedsForm(t *testing.T) {
 	if err := p.PushCommand(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	got, _ := p.Client(2).LRange(ctx, p.Layout().Keys(2).Cmd(), 0, -1).Result()
+	got, _ := p.Client(2).LRange(ctx, p.Layout().PartKeys(2).Cmd(), 0, -1).Result()
 	want := `{"type":"SCALE_UP","partition":2,"targetWorkers":24,"reason":"PWQD threshold exceeded for 3 consecutive cycles"}`
 	if len(got) != 1 || got[0] != want {
 		t.Fatalf("cmd list %q, want %q", got, want)

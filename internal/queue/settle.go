@@ -174,10 +174,6 @@ end
 type Done struct {
 	Job    Claimed
 	Result []byte
-	// Topic is the job's, from its envelope: the stage funnel counts the
-	// completion there. Empty: its lane's (a shared lane's name, a
-	// group's hash).
-	Topic string
 	// Retain keeps the job's record and result this long, at least (the
 	// envelope's retain, or its topic's default); 0 keeps nothing for a
 	// plain job.
@@ -190,8 +186,8 @@ func (d *Done) needsRecord() bool { return d.Retain > 0 || d.Job.Attempt > 1 }
 
 // Ack records the success of a claimed job. It reports false when the
 // job's batch had already been taken back.
-func (p *Pool) Ack(ctx context.Context, part int, d Done, now time.Time, keep time.Duration) (bool, error) {
-	ok, err := p.AckMany(ctx, part, []Done{d}, now, keep)
+func (p *Pool) Ack(ctx context.Context, q Queue, d Done, now time.Time, keep time.Duration) (bool, error) {
+	ok, err := p.AckMany(ctx, q, []Done{d}, now, keep)
 	if err != nil {
 		return false, err
 	}
@@ -201,25 +197,24 @@ func (p *Pool) Ack(ctx context.Context, part int, d Done, now time.Time, keep ti
 // AckMany records several successes in one script call; ok[i] is false
 // where the job's batch had already been taken back. keep is how long an
 // ended group, and the record of a job that failed before, are kept.
-func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time, keep time.Duration) (ok []bool, err error) {
+func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time, keep time.Duration) (ok []bool, err error) {
 	if len(done) > MaxBatch {
-		first, err := p.AckMany(ctx, part, done[:MaxBatch], now, keep)
+		first, err := p.AckMany(ctx, q, done[:MaxBatch], now, keep)
 		if err != nil {
 			return nil, err
 		}
-		rest, err := p.AckMany(ctx, part, done[MaxBatch:], now, keep)
+		rest, err := p.AckMany(ctx, q, done[MaxBatch:], now, keep)
 		return append(first, rest...), err
 	}
-	k := p.layout.Keys(part)
+	k := p.layout.Keys(q)
 	batches, groups := indexer{}, indexer{}
-	// Plain jobs go in sets per batch and topic; the others are extras.
+	// Plain jobs go in sets per batch and group; the others are extras.
 	type set struct {
 		batch, group int
-		topic        string
 		jobs         []int // indexes into done
 	}
 	var sets []*set
-	bySet := map[[3]string]*set{}
+	bySet := map[[2]string]*set{}
 	var extras []int
 	seen := make(map[[2]string]bool, len(done))
 	for i := range done {
@@ -238,11 +233,10 @@ func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time
 			extras = append(extras, i)
 			continue
 		}
-		topic := topicOf(d.Topic, d.Job)
-		key := [3]string{d.Job.Batch, d.Job.Group, topic}
+		key := [2]string{d.Job.Batch, d.Job.Group}
 		st := bySet[key]
 		if st == nil {
-			st = &set{batch: b, group: g, topic: topic}
+			st = &set{batch: b, group: g}
 			bySet[key] = st
 			sets = append(sets, st)
 		}
@@ -265,7 +259,7 @@ func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time
 		args = append(args, g)
 	}
 	for _, st := range sets {
-		args = append(args, st.batch, st.group, st.topic, len(st.jobs))
+		args = append(args, st.batch, st.group, q.Topic, len(st.jobs))
 		for _, i := range st.jobs {
 			args = append(args, done[i].Job.ID)
 		}
@@ -280,15 +274,15 @@ func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time
 			keys = append(keys, k.Job(d.Job.ID))
 		}
 		args = append(args, batches.index[d.Job.Batch], groups.index[d.Job.Group], rec, d.Job.ID, d.Result,
-			wholeSeconds(d.Retain), topicOf(d.Topic, d.Job), d.Job.Attempt)
+			wholeSeconds(d.Retain), q.Topic, d.Job.Attempt)
 	}
-	res, err := runScript(ctx, p.byPart[part], ackScript, keys, args...)
+	res, err := runScript(ctx, p.byPart[q.Part], ackScript, keys, args...)
 	if err != nil {
-		return nil, fmt.Errorf("ack on partition %d: %w", part, err)
+		return nil, fmt.Errorf("ack on %s: %w", q, err)
 	}
 	flat, _ := res.([]any)
 	if len(flat) != len(sets)+len(extras) {
-		return nil, fmt.Errorf("ack on partition %d: %d answers for %d sets and %d jobs", part, len(flat), len(sets), len(extras))
+		return nil, fmt.Errorf("ack on %s: %d answers for %d sets and %d jobs", q, len(flat), len(sets), len(extras))
 	}
 	ok = make([]bool, len(done))
 	for s, st := range sets {
@@ -304,18 +298,6 @@ func (p *Pool) AckMany(ctx context.Context, part int, done []Done, now time.Time
 		ok[i] = flat[len(sets)+j] == int64(1)
 	}
 	return ok, nil
-}
-
-// topicOf is a job's topic for the funnel: the caller's, else a shared
-// lane's (from its name); "" for a group's job, whose topic the scripts
-// read from the group's hash.
-func topicOf(topic string, job Claimed) string {
-	if topic == "" && job.Group == "" {
-		if l, err := ParseLane(job.Lane); err == nil {
-			return l.Topic
-		}
-	}
-	return topic
 }
 
 // indexer numbers distinct names from 1, in the order first seen (the
@@ -418,7 +400,6 @@ type DeadLimits struct {
 // Failure is a failed attempt for Fail.
 type Failure struct {
 	Job   Claimed
-	Topic string // the job's, for the funnel ("": its lane's)
 	Cause string
 	// NextTry is when to try again; zero: the job is dead.
 	NextTry time.Time
@@ -426,25 +407,25 @@ type Failure struct {
 
 // Fail records a failed attempt of a claimed job: retried at NextTry, or
 // dead when NextTry is zero.
-func (p *Pool) Fail(ctx context.Context, part int, f Failure, now time.Time, dead DeadLimits) (int, error) {
+func (p *Pool) Fail(ctx context.Context, q Queue, f Failure, now time.Time, dead DeadLimits) (int, error) {
 	next := int64(0)
 	if !f.NextTry.IsZero() {
 		next = f.NextTry.UnixMilli()
 	}
-	return p.fail(ctx, part, f, next, now, dead, false)
+	return p.fail(ctx, q, f, next, now, dead, false)
 }
 
 // Defer puts a claimed job in delayed until at without counting the attempt:
 // it could not run yet (another job holds its idempotency key, or its rate
 // limit's slot is later), which is not a failure. It reports false when
 // the job was no longer in its batch.
-func (p *Pool) Defer(ctx context.Context, part int, job Claimed, topic string, at time.Time) (bool, error) {
-	res, err := p.fail(ctx, part, Failure{Job: job, Topic: topic}, at.UnixMilli(), at, DeadLimits{}, true)
+func (p *Pool) Defer(ctx context.Context, q Queue, job Claimed, at time.Time) (bool, error) {
+	res, err := p.fail(ctx, q, Failure{Job: job}, at.UnixMilli(), at, DeadLimits{}, true)
 	return res == FailRetrying, err
 }
 
-func (p *Pool) fail(ctx context.Context, part int, f Failure, next int64, now time.Time, dead DeadLimits, deferral bool) (int, error) {
-	k := p.layout.Keys(part)
+func (p *Pool) fail(ctx context.Context, q Queue, f Failure, next int64, now time.Time, dead DeadLimits, deferral bool) (int, error) {
+	k := p.layout.Keys(q)
 	flag := 0
 	if deferral {
 		flag = 1
@@ -454,9 +435,9 @@ func (p *Pool) fail(ctx context.Context, part int, f Failure, next int64, now ti
 	if job.Group != "" {
 		group, results = k.Group(job.Group), k.Results(job.Group)
 	}
-	res, err := runScript(ctx, p.byPart[part], failScript,
+	res, err := runScript(ctx, p.byPart[q.Part], failScript,
 		[]string{k.Leases(), k.Lease(job.Batch), k.Job(job.ID), group, k.Delayed(), k.Dead(), k.Stats(), k.Completed(), results},
-		job.ID, f.Cause, next, now.UnixMilli(), dead.Max, max(int64(dead.Keep/time.Second), 1), flag, job.Group, topicOf(f.Topic, job), job.Batch)
+		job.ID, f.Cause, next, now.UnixMilli(), dead.Max, max(int64(dead.Keep/time.Second), 1), flag, job.Group, q.Topic, job.Batch)
 	if err != nil {
 		return FailLost, fmt.Errorf("fail %s: %w", job.ID, err)
 	}
@@ -611,9 +592,9 @@ func lanesOf(entries []string) (lanes []LaneInfo, ok []string) {
 // Reap returns expired batches of partition part to their lanes, up to
 // max batches at a time, each attempt counted. It returns how many jobs
 // went back.
-func (p *Pool) Reap(ctx context.Context, part, max int, now time.Time) (int, error) {
-	k := p.layout.Keys(part)
-	c := p.byPart[part]
+func (p *Pool) Reap(ctx context.Context, q Queue, max int, now time.Time) (int, error) {
+	k := p.layout.Keys(q)
+	c := p.byPart[q.Part]
 	batches, err := c.ZRangeArgs(ctx, dueBy(k.Leases(), now, max)).Result()
 	if err != nil || len(batches) == 0 {
 		return 0, err
@@ -629,7 +610,7 @@ func (p *Pool) Reap(ctx context.Context, part, max int, now time.Time) (int, err
 	total := 0
 	for i, b := range batches {
 		lanes, _ := lanesOf(vals[i].Val())
-		n, err := p.returnBatch(ctx, part, b, "reap", lanes, nil, now)
+		n, err := p.returnBatch(ctx, q, b, "reap", lanes, nil, now)
 		if err != nil {
 			return total, err
 		}
@@ -640,7 +621,7 @@ func (p *Pool) Reap(ctx context.Context, part, max int, now time.Time) (int, err
 
 // Release hands claimed jobs back to the front of their lanes without
 // counting the attempt: a stopping worker did not run them to the end.
-func (p *Pool) Release(ctx context.Context, part int, jobs []Claimed) (int, error) {
+func (p *Pool) Release(ctx context.Context, q Queue, jobs []Claimed) (int, error) {
 	byBatch := map[string][]Claimed{}
 	var order []string
 	for _, j := range jobs {
@@ -664,7 +645,7 @@ func (p *Pool) Release(ctx context.Context, part int, jobs []Claimed) (int, erro
 				lanes = append(lanes, l)
 			}
 		}
-		n, err := p.returnBatch(ctx, part, b, "release", lanes, ids, time.Now())
+		n, err := p.returnBatch(ctx, q, b, "release", lanes, ids, time.Now())
 		if err != nil {
 			return total, err
 		}
@@ -673,8 +654,8 @@ func (p *Pool) Release(ctx context.Context, part int, jobs []Claimed) (int, erro
 	return total, nil
 }
 
-func (p *Pool) returnBatch(ctx context.Context, part int, batch, mode string, lanes []LaneInfo, ids []string, now time.Time) (int, error) {
-	k := p.layout.Keys(part)
+func (p *Pool) returnBatch(ctx context.Context, q Queue, batch, mode string, lanes []LaneInfo, ids []string, now time.Time) (int, error) {
+	k := p.layout.Keys(q)
 	ks := make([]string, 0, 8+3*len(lanes))
 	ks = append(ks, k.Leases(), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Completed(), k.Shared(), k.Lease(batch))
 	args := make([]any, 0, 5+4*len(lanes)+len(ids))
@@ -684,9 +665,9 @@ func (p *Pool) returnBatch(ctx context.Context, part int, batch, mode string, la
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	res, err := runScript(ctx, p.byPart[part], returnScript, ks, args...)
+	res, err := runScript(ctx, p.byPart[q.Part], returnScript, ks, args...)
 	if err != nil {
-		return 0, fmt.Errorf("returning batch %s on partition %d: %w", batch, part, err)
+		return 0, fmt.Errorf("returning batch %s on %s: %w", batch, q, err)
 	}
 	n, _ := res.(int64)
 	return int(n), nil
@@ -694,9 +675,9 @@ func (p *Pool) returnBatch(ctx context.Context, part int, batch, mode string, la
 
 // Promote moves delayed jobs of partition part that are due into their
 // lanes, up to max at a time. It returns how many.
-func (p *Pool) Promote(ctx context.Context, part, max int, now time.Time) (int, error) {
-	k := p.layout.Keys(part)
-	entries, err := p.byPart[part].ZRangeArgs(ctx, dueBy(k.Delayed(), now, max)).Result()
+func (p *Pool) Promote(ctx context.Context, q Queue, max int, now time.Time) (int, error) {
+	k := p.layout.Keys(q)
+	entries, err := p.byPart[q.Part].ZRangeArgs(ctx, dueBy(k.Delayed(), now, max)).Result()
 	if err != nil || len(entries) == 0 {
 		return 0, err
 	}
@@ -713,9 +694,9 @@ func (p *Pool) Promote(ctx context.Context, part, max int, now time.Time) (int, 
 	for _, e := range entries {
 		args = append(args, e)
 	}
-	res, err := runScript(ctx, p.byPart[part], promoteScript, ks, args...)
+	res, err := runScript(ctx, p.byPart[q.Part], promoteScript, ks, args...)
 	if err != nil {
-		return 0, fmt.Errorf("promoting delayed jobs on partition %d: %w", part, err)
+		return 0, fmt.Errorf("promoting delayed jobs on %s: %w", q, err)
 	}
 	moved, _ := res.(int64)
 	return int(moved), nil

@@ -13,10 +13,10 @@ import (
 // up, to at least one second. It returns "" when none came. A blocked call
 // does not end with ctx, only with wait: a caller that stops waits out at
 // most that long.
-func (p *Pool) WaitCompleted(ctx context.Context, part int, wait time.Duration) (string, error) {
-	k := p.layout.Keys(part)
+func (p *Pool) WaitCompleted(ctx context.Context, q Queue, wait time.Duration) (string, error) {
+	k := p.layout.Keys(q)
 	wait = max((wait + time.Second - 1).Truncate(time.Second), time.Second)
-	g, err := p.byPart[part].BLMove(ctx, k.Completed(), k.Completing(), "LEFT", "RIGHT", wait).Result()
+	g, err := p.byPart[q.Part].BLMove(ctx, k.Completed(), k.Completing(), "LEFT", "RIGHT", wait).Result()
 	if err == redis.Nil {
 		return "", nil
 	}
@@ -25,9 +25,9 @@ func (p *Pool) WaitCompleted(ctx context.Context, part int, wait time.Duration) 
 
 // GroupFields reads fields of a group's hash that GroupStatus does not
 // parse (topic, the watcher's own bookkeeping); absent ones are "".
-func (p *Pool) GroupFields(ctx context.Context, group string, names ...string) ([]string, error) {
-	part := p.layout.PartitionOf(group)
-	vals, err := p.byPart[part].HMGet(ctx, p.layout.Keys(part).Group(group), names...).Result()
+func (p *Pool) GroupFields(ctx context.Context, topic, group string, names ...string) ([]string, error) {
+	q := p.layout.QueueOf(topic, group, "")
+	vals, err := p.byPart[q.Part].HMGet(ctx, p.layout.Keys(q).Group(group), names...).Result()
 	if err != nil {
 		return nil, err
 	}

@@ -44,9 +44,9 @@ func ack(t *testing.T, p *Pool, part int, jobs ...Claimed) {
 	t.Helper()
 	done := make([]Done, len(jobs))
 	for i, j := range jobs {
-		done[i] = Done{Job: j, Topic: "jobs"}
+		done[i] = Done{Job: j}
 	}
-	ok, err := p.AckMany(context.Background(), part, done, now, time.Hour)
+	ok, err := p.AckMany(context.Background(), jq(part), done, now, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestClaimIsFairAcrossGroups(t *testing.T) {
 	// The big group runs alone for a while: its virtual time moves on, and
 	// groups arriving later must enter at that time, not behind it.
 	for range 10 {
-		jobs, err := p.Claim(ctx, 0, 10, now.Add(time.Minute))
+		jobs, err := p.Claim(ctx, jq(0), 10, now.Add(time.Minute))
 		if err != nil || len(jobs) != 10 {
 			t.Fatalf("claim: %v %v", jobs, err)
 		}
@@ -82,7 +82,7 @@ func TestClaimIsFairAcrossGroups(t *testing.T) {
 		left["small"+strconv.Itoa(g)] = 10
 	}
 	for len(left) > 0 {
-		jobs, err := p.Claim(ctx, 0, 16, now.Add(time.Minute))
+		jobs, err := p.Claim(ctx, jq(0), 16, now.Add(time.Minute))
 		if err != nil || len(jobs) == 0 {
 			t.Fatalf("claim: %v %v", jobs, err)
 		}
@@ -110,7 +110,7 @@ func TestClaimHonoursWeights(t *testing.T) {
 	enqueueGroup(t, p, "high", 500, 4)
 	count := map[string]int{}
 	for range 10 {
-		jobs, err := p.Claim(ctx, 0, 10, now.Add(time.Minute))
+		jobs, err := p.Claim(ctx, jq(0), 10, now.Add(time.Minute))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,9 +130,9 @@ func TestAckCountsOnceAndKeepsTheResultOnlyWhenAsked(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
 	rdb := r.Client()
-	k := p.Layout().Keys(0)
+	k := p.Layout().Keys(jq(0))
 	enqueueGroup(t, p, "g", 2, 1)
-	jobs, err := p.Claim(ctx, 0, 5, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(0), 5, now.Add(time.Minute))
 	if err != nil || len(jobs) != 2 || jobs[0].Attempt != 1 || jobs[0].ID != "g-0" || jobs[0].Group != "g" || jobs[0].Lane != "g/g" {
 		t.Fatalf("claim: %+v %v", jobs, err)
 	}
@@ -142,17 +142,17 @@ func TestAckCountsOnceAndKeepsTheResultOnlyWhenAsked(t *testing.T) {
 	if jobs[0].Batch == "" || jobs[1].Batch != jobs[0].Batch {
 		t.Fatalf("one claim, one batch: %q %q", jobs[0].Batch, jobs[1].Batch)
 	}
-	if ok, err := p.Ack(ctx, 0, Done{Job: jobs[0], Result: []byte(`{"sent":true}`), Topic: "jobs"}, now, time.Hour); !ok || err != nil {
+	if ok, err := p.Ack(ctx, jq(0), Done{Job: jobs[0], Result: []byte(`{"sent":true}`)}, now, time.Hour); !ok || err != nil {
 		t.Fatalf("ack: %v %v", ok, err)
 	}
-	if ok, _ := p.Ack(ctx, 0, Done{Job: jobs[0]}, now, time.Hour); ok {
+	if ok, _ := p.Ack(ctx, jq(0), Done{Job: jobs[0]}, now, time.Hour); ok {
 		t.Fatal("a second ack counted")
 	}
 	if n := rdb.Exists(ctx, k.Job("g-0")).Val(); n != 0 {
 		t.Fatal("a plain job that succeeded has a record")
 	}
 	// Retain: a record with the result, kept for the retain.
-	if ok, err := p.Ack(ctx, 0, Done{Job: jobs[1], Result: []byte(`42`), Retain: 10 * time.Minute}, now, time.Hour); !ok || err != nil {
+	if ok, err := p.Ack(ctx, jq(0), Done{Job: jobs[1], Result: []byte(`42`), Retain: 10 * time.Minute}, now, time.Hour); !ok || err != nil {
 		t.Fatalf("ack with retain: %v %v", ok, err)
 	}
 	h := rdb.HGetAll(ctx, k.Job("g-1")).Val()
@@ -182,25 +182,25 @@ func TestAckManyCountsEachLeasedJobOncePerGroup(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
 	enqueueGroup(t, p, "a", 3, 1)
-	first, err := p.Claim(ctx, 0, 3, now.Add(time.Minute))
+	first, err := p.Claim(ctx, jq(0), 3, now.Add(time.Minute))
 	if err != nil || len(first) != 3 {
 		t.Fatalf("claim: %+v %v", first, err)
 	}
 	enqueueGroup(t, p, "b", 2, 1)
-	second, err := p.Claim(ctx, 0, 2, now.Add(time.Second))
+	second, err := p.Claim(ctx, jq(0), 2, now.Add(time.Second))
 	if err != nil || len(second) != 2 || second[0].Batch == first[0].Batch {
 		t.Fatalf("claim: %+v %v", second, err)
 	}
 	// b's batch expires first: the reaper takes it back.
-	if n, err := p.Reap(ctx, 0, 10, now.Add(2*time.Second)); n != 2 || err != nil {
+	if n, err := p.Reap(ctx, jq(0), 10, now.Add(2*time.Second)); n != 2 || err != nil {
 		t.Fatalf("reap: %d %v", n, err)
 	}
 	var done []Done
 	for _, j := range append(slices.Clone(first), second...) {
-		done = append(done, Done{Job: j, Result: []byte("r-" + j.ID), Topic: "jobs"})
+		done = append(done, Done{Job: j, Result: []byte("r-" + j.ID)})
 	}
 	done = append(done, Done{Job: first[0]}) // the same job again
-	ok, err := p.AckMany(ctx, 0, done, now, time.Hour)
+	ok, err := p.AckMany(ctx, jq(0), done, now, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +210,7 @@ func TestAckManyCountsEachLeasedJobOncePerGroup(t *testing.T) {
 			t.Fatalf("ack %d (%s): %v, want %v", i, d.Job.ID, ok[i], want)
 		}
 	}
-	k := p.Layout().Keys(0)
+	k := p.Layout().Keys(jq(0))
 	ga := r.Client().HGetAll(ctx, k.Group("a")).Val()
 	gb := r.Client().HGetAll(ctx, k.Group("b")).Val()
 	if ga["running"] != "0" || ga["done"] != "3" || gb["running"] != "0" || gb["done"] != "" {
@@ -232,10 +232,10 @@ func TestOneLeasePerBatchReapReturnsOnlyTheUnacked(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
 	rdb := r.Client()
-	k := p.Layout().Keys(0)
+	k := p.Layout().Keys(jq(0))
 	enqueueGroup(t, p, "g", 5, 1)
 	enqueueOK(t, p, 1, []Item{item("s0", ""), item("s1", ""), item("s2", "")}, now)
-	jobs, err := p.Claim(ctx, 0, 8, now.Add(time.Second))
+	jobs, err := p.Claim(ctx, jq(0), 8, now.Add(time.Second))
 	if err != nil || len(jobs) != 8 {
 		t.Fatalf("claim: %d %v", len(jobs), err)
 	}
@@ -260,13 +260,13 @@ func TestOneLeasePerBatchReapReturnsOnlyTheUnacked(t *testing.T) {
 		t.Fatalf("the lease holds %d after 3 acks", n)
 	}
 	// Extend tells a live batch from one that is gone.
-	if kept, err := p.Extend(ctx, 0, []string{"no-such-batch", batch}, now.Add(2*time.Second)); err != nil || len(kept) != 2 || kept[0] || !kept[1] {
+	if kept, err := p.Extend(ctx, jq(0), []string{"no-such-batch", batch}, now.Add(2*time.Second)); err != nil || len(kept) != 2 || kept[0] || !kept[1] {
 		t.Fatalf("extend a live lease: %v %v", kept, err)
 	}
-	if n, err := p.Reap(ctx, 0, 100, now.Add(time.Second)); n != 0 || err != nil {
+	if n, err := p.Reap(ctx, jq(0), 100, now.Add(time.Second)); n != 0 || err != nil {
 		t.Fatalf("reaped an extended lease: %d %v", n, err)
 	}
-	if n, err := p.Reap(ctx, 0, 100, now.Add(2*time.Second)); n != 5 || err != nil {
+	if n, err := p.Reap(ctx, jq(0), 100, now.Add(2*time.Second)); n != 5 || err != nil {
 		t.Fatalf("reap: %d %v, want the 5 unacked", n, err)
 	}
 	if n := rdb.Exists(ctx, k.Leases(), k.Lease(batch)).Val(); n != 0 {
@@ -280,23 +280,23 @@ func TestOneLeasePerBatchReapReturnsOnlyTheUnacked(t *testing.T) {
 		t.Fatalf("group after the reap: %v", g)
 	}
 	// Late: the reaped jobs are no longer the holder's.
-	if ok, _ := p.Ack(ctx, 0, Done{Job: byID["g-0"]}, now, time.Hour); ok {
+	if ok, _ := p.Ack(ctx, jq(0), Done{Job: byID["g-0"]}, now, time.Hour); ok {
 		t.Fatal("acked a reaped job")
 	}
-	if res, _ := p.Fail(ctx, 0, Failure{Job: byID["g-2"], Cause: "late"}, now, DeadLimits{Max: 10, Keep: time.Hour}); res != FailLost {
+	if res, _ := p.Fail(ctx, jq(0), Failure{Job: byID["g-2"], Cause: "late"}, now, DeadLimits{Max: 10, Keep: time.Hour}); res != FailLost {
 		t.Fatalf("failed a reaped job: %d", res)
 	}
-	if n, _ := p.Release(ctx, 0, []Claimed{byID["s1"]}); n != 0 {
+	if n, _ := p.Release(ctx, jq(0), []Claimed{byID["s1"]}); n != 0 {
 		t.Fatal("released a reaped job")
 	}
-	if kept, _ := p.Extend(ctx, 0, []string{batch}, now.Add(time.Minute)); len(kept) != 1 || kept[0] {
+	if kept, _ := p.Extend(ctx, jq(0), []string{batch}, now.Add(time.Minute)); len(kept) != 1 || kept[0] {
 		t.Fatal("extended a reaped batch")
 	}
 	if n := rdb.Exists(ctx, k.Leases(), k.Job("g-2")).Val(); n != 0 {
 		t.Fatal("a late call left a lease or a record behind")
 	}
 	// Back at the front of their lanes, each attempt counted.
-	again, err := p.Claim(ctx, 0, 10, now.Add(time.Minute))
+	again, err := p.Claim(ctx, jq(0), 10, now.Add(time.Minute))
 	if err != nil || len(again) != 5 {
 		t.Fatalf("after reaping: %+v %v", again, err)
 	}
@@ -312,7 +312,7 @@ func TestOneLeasePerBatchReapReturnsOnlyTheUnacked(t *testing.T) {
 		t.Fatalf("reclaimed %v, want %v", ids, want)
 	}
 	// The first holder's ack stays late while another holds the job.
-	if ok, _ := p.Ack(ctx, 0, Done{Job: byID["s2"]}, now, time.Hour); ok {
+	if ok, _ := p.Ack(ctx, jq(0), Done{Job: byID["s2"]}, now, time.Hour); ok {
 		t.Fatal("an ack from the old batch took the job off its new one")
 	}
 	ack(t, p, 0, again...)
@@ -332,14 +332,14 @@ func TestJobLifecycle(t *testing.T) {
 			p, r := onePartition(t)
 			ctx := context.Background()
 			rdb := r.Client()
-			k := p.Layout().Keys(0)
+			k := p.Layout().Keys(jq(0))
 			limits := DeadLimits{Max: 10, Keep: time.Hour}
 			it := item("x", group)
 			lane := LaneOf(group, "", "jobs", 0)
 			enqueueOK(t, p, 1, positioned(0, 0, it), now)
 			claim := func(attempt int) Claimed {
 				t.Helper()
-				jobs, err := p.Claim(ctx, 0, 10, now.Add(time.Minute))
+				jobs, err := p.Claim(ctx, jq(0), 10, now.Add(time.Minute))
 				if err != nil || len(jobs) != 1 || jobs[0].ID != "x" || jobs[0].Attempt != attempt || jobs[0].Lane != lane ||
 					jobs[0].Group != group || string(jobs[0].Envelope) != string(it.Envelope) {
 					t.Fatalf("claim: %+v %v, want x at attempt %d on %s", jobs, err, attempt, lane)
@@ -358,7 +358,7 @@ func TestJobLifecycle(t *testing.T) {
 			}
 
 			j := claim(1)
-			if n, err := p.Release(ctx, 0, []Claimed{j}); n != 1 || err != nil {
+			if n, err := p.Release(ctx, jq(0), []Claimed{j}); n != 1 || err != nil {
 				t.Fatalf("release: %d %v", n, err)
 			}
 			if n := rdb.Exists(ctx, k.Job("x")).Val(); n != 0 {
@@ -368,7 +368,7 @@ func TestJobLifecycle(t *testing.T) {
 			j = claim(1) // not counted
 
 			next := now.Add(time.Second)
-			if res, err := p.Fail(ctx, 0, Failure{Job: j, Topic: "jobs", Cause: "e1", NextTry: next}, now, limits); res != FailRetrying || err != nil {
+			if res, err := p.Fail(ctx, jq(0), Failure{Job: j, Cause: "e1", NextTry: next}, now, limits); res != FailRetrying || err != nil {
 				t.Fatalf("fail with a next try: %d %v", res, err)
 			}
 			delayed := rdb.ZRangeWithScores(ctx, k.Delayed(), 0, -1).Val()
@@ -387,16 +387,16 @@ func TestJobLifecycle(t *testing.T) {
 				t.Fatalf("stats: %v", st)
 			}
 
-			if n, _ := p.Promote(ctx, 0, 100, now); n != 0 {
+			if n, _ := p.Promote(ctx, jq(0), 100, now); n != 0 {
 				t.Fatal("promoted a job before its time")
 			}
-			if n, err := p.Promote(ctx, 0, 100, next); n != 1 || err != nil {
+			if n, err := p.Promote(ctx, jq(0), 100, next); n != 1 || err != nil {
 				t.Fatalf("promote: %d %v", n, err)
 			}
 			counters("promoted", "running=0 delayed=0 failed=1 dead=")
 			j = claim(2)
 
-			if res, err := p.Fail(ctx, 0, Failure{Job: j, Topic: "jobs", Cause: "e2"}, now.Add(2*time.Second), limits); res != FailDead || err != nil {
+			if res, err := p.Fail(ctx, jq(0), Failure{Job: j, Cause: "e2"}, now.Add(2*time.Second), limits); res != FailDead || err != nil {
 				t.Fatalf("last attempt: %d %v", res, err)
 			}
 			h = rdb.HGetAll(ctx, k.Job("x")).Val()
@@ -408,14 +408,14 @@ func TestJobLifecycle(t *testing.T) {
 			}
 			counters("dead", "running=0 delayed=0 failed=2 dead=1")
 			refs := []DeadRef{{ID: "x"}}
-			if err := p.DeadJobs(ctx, 0, refs); err != nil || refs[0].Fields["last_error"] != "e2" || refs[0].Fields["attempts"] != "2" {
+			if err := p.DeadJobs(ctx, jq(0), refs); err != nil || refs[0].Fields["last_error"] != "e2" || refs[0].Fields["attempts"] != "2" {
 				t.Fatalf("dead jobs: %+v %v", refs, err)
 			}
-			if ref, part, ok, err := p.FindDead(ctx, "x"); !ok || err != nil || part != 0 || ref.At.UnixMilli() != now.Add(2*time.Second).UnixMilli() {
-				t.Fatalf("find dead: %+v %d %v %v", ref, part, ok, err)
+			if ref, part, ok, err := p.FindDead(ctx, "jobs", "x"); !ok || err != nil || part != jq(0) || ref.At.UnixMilli() != now.Add(2*time.Second).UnixMilli() {
+				t.Fatalf("find dead: %+v %s %v %v", ref, part, ok, err)
 			}
 
-			if n, err := p.ReplayDead(ctx, 0, "x", now.Add(3*time.Second)); n != ReplayDone || err != nil {
+			if n, err := p.ReplayDead(ctx, jq(0), "x", now.Add(3*time.Second)); n != ReplayDone || err != nil {
 				t.Fatalf("replay: %d %v", n, err)
 			}
 			if l := rdb.LRange(ctx, k.Lane(lane), 0, -1).Val(); !slices.Equal(l, []string{Entry(0, "x", lane, it.Envelope)}) {
@@ -426,7 +426,7 @@ func TestJobLifecycle(t *testing.T) {
 				t.Fatalf("record after the replay: %v", h)
 			}
 			counters("replayed", "running=0 delayed=0 failed=2 dead=0")
-			f, _ := p.Funnel(ctx, 0)
+			f, _ := p.Funnel(ctx, jq(0))
 			if f.Stages["jobs"][StageReplayed] != 1 || f.Ready != 1 || f.Dead != 0 {
 				t.Fatalf("funnel after the replay: %+v", f)
 			}
@@ -445,22 +445,22 @@ func TestJobLifecycle(t *testing.T) {
 func TestDeferDoesNotCountTheAttempt(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	k := p.Layout().Keys(0)
+	k := p.Layout().Keys(jq(0))
 	enqueueGroup(t, p, "g", 1, 1)
-	jobs, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
-	if ok, err := p.Defer(ctx, 0, jobs[0], "jobs", now.Add(time.Second)); !ok || err != nil {
+	jobs, _ := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
+	if ok, err := p.Defer(ctx, jq(0), jobs[0], now.Add(time.Second)); !ok || err != nil {
 		t.Fatalf("defer: %v %v", ok, err)
 	}
-	if ok, _ := p.Defer(ctx, 0, jobs[0], "jobs", now.Add(time.Second)); ok {
+	if ok, _ := p.Defer(ctx, jq(0), jobs[0], now.Add(time.Second)); ok {
 		t.Fatal("deferred a job twice")
 	}
 	if n := r.Client().Exists(ctx, k.Job("g-0")).Val(); n != 0 {
 		t.Fatal("a deferral wrote a record")
 	}
-	if n, _ := p.Promote(ctx, 0, 10, now.Add(time.Second)); n != 1 {
+	if n, _ := p.Promote(ctx, jq(0), 10, now.Add(time.Second)); n != 1 {
 		t.Fatalf("promoted %d", n)
 	}
-	again, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
+	again, _ := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
 	if len(again) != 1 || again[0].Attempt != 1 {
 		t.Fatalf("after a deferral: %+v", again)
 	}
@@ -474,25 +474,25 @@ func TestFailRetriesThenDies(t *testing.T) {
 	ctx := context.Background()
 	enqueueGroup(t, p, "g", 3, 1)
 	limits := DeadLimits{Max: 2, Keep: time.Hour}
-	jobs, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
-	if res, err := p.Fail(ctx, 0, Failure{Job: jobs[0], Cause: "timeout", NextTry: now.Add(time.Second)}, now, limits); res != FailRetrying || err != nil {
+	jobs, _ := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
+	if res, err := p.Fail(ctx, jq(0), Failure{Job: jobs[0], Cause: "timeout", NextTry: now.Add(time.Second)}, now, limits); res != FailRetrying || err != nil {
 		t.Fatalf("fail with a retry: %d %v", res, err)
 	}
-	if n, err := p.Promote(ctx, 0, 100, now.Add(time.Second)); n != 1 || err != nil {
+	if n, err := p.Promote(ctx, jq(0), 100, now.Add(time.Second)); n != 1 || err != nil {
 		t.Fatalf("promote: %d %v", n, err)
 	}
-	again, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
+	again, _ := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
 	if len(again) != 1 || again[0].ID != jobs[0].ID || again[0].Attempt != 2 {
 		t.Fatalf("after the retry: %+v", again)
 	}
-	if res, _ := p.Fail(ctx, 0, Failure{Job: again[0], Cause: "still broken"}, now, limits); res != FailDead {
+	if res, _ := p.Fail(ctx, jq(0), Failure{Job: again[0], Cause: "still broken"}, now, limits); res != FailDead {
 		t.Fatalf("last attempt: %d", res)
 	}
-	k := p.Layout().Keys(0)
+	k := p.Layout().Keys(jq(0))
 	// The dead set is capped: the oldest goes first.
 	for range 2 {
-		js, _ := p.Claim(ctx, 0, 1, now.Add(time.Minute))
-		p.Fail(ctx, 0, Failure{Job: js[0], Cause: "x"}, now.Add(time.Second), limits)
+		js, _ := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
+		p.Fail(ctx, jq(0), Failure{Job: js[0], Cause: "x"}, now.Add(time.Second), limits)
 	}
 	dead, _ := r.Client().ZRange(ctx, k.Dead(), 0, -1).Result()
 	if len(dead) != 2 || dead[0] == jobs[0].ID || dead[1] == jobs[0].ID {
@@ -507,14 +507,14 @@ func TestFailRetriesThenDies(t *testing.T) {
 func TestReleaseUncountsAndWakeSignals(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	k := p.Layout().Keys(0)
+	k := p.Layout().Keys(jq(0))
 	enqueueGroup(t, p, "g", 2, 1)
 	if n, _ := r.Client().LLen(ctx, k.Wake()).Result(); n != 1 {
 		t.Fatalf("enqueue left %d wake tokens, want 1", n)
 	}
 	r.Client().Del(ctx, k.Wake())
-	jobs, _ := p.Claim(ctx, 0, 2, now.Add(time.Hour))
-	if n, err := p.Release(ctx, 0, jobs); n != 2 || err != nil {
+	jobs, _ := p.Claim(ctx, jq(0), 2, now.Add(time.Hour))
+	if n, err := p.Release(ctx, jq(0), jobs); n != 2 || err != nil {
 		t.Fatalf("release: %d %v", n, err)
 	}
 	if n, _ := r.Client().LLen(ctx, k.Wake()).Result(); n != 1 {
@@ -523,7 +523,7 @@ func TestReleaseUncountsAndWakeSignals(t *testing.T) {
 	if n := r.Client().Exists(ctx, k.Leases(), k.Lease(jobs[0].Batch)).Val(); n != 0 {
 		t.Fatal("a batch released whole is still leased")
 	}
-	again, _ := p.Claim(ctx, 0, 2, now.Add(time.Hour))
+	again, _ := p.Claim(ctx, jq(0), 2, now.Add(time.Hour))
 	if len(again) != 2 || again[0].ID != jobs[0].ID || again[0].Attempt != 1 || again[1].Attempt != 1 {
 		t.Fatalf("after a release: %+v (the attempt must not count, the order must hold)", again)
 	}
@@ -540,7 +540,7 @@ func TestClaimServesBulkGroupsAQuantumEach(t *testing.T) {
 	}
 	served := map[string]int{}
 	for round := range 60 {
-		jobs, err := p.Claim(ctx, 0, 64, now.Add(time.Minute))
+		jobs, err := p.Claim(ctx, jq(0), 64, now.Add(time.Minute))
 		if err != nil || len(jobs) != 64 {
 			t.Fatalf("claim %d: %d jobs, %v", round, len(jobs), err)
 		}
@@ -578,7 +578,7 @@ func TestClaimFillsFromOneJobGroups(t *testing.T) {
 	for g := range 100 {
 		enqueueGroup(t, p, "one"+strconv.Itoa(g), 1, 1)
 	}
-	jobs, err := p.Claim(ctx, 0, 32, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(0), 32, now.Add(time.Minute))
 	if err != nil || len(jobs) != 32 {
 		t.Fatalf("claim: %d jobs, %v", len(jobs), err)
 	}
@@ -600,11 +600,11 @@ func TestClaimFillsFromOneJobGroups(t *testing.T) {
 func TestAForeignLaneDoesNotBlockClaims(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	k := p.Layout().Keys(0)
+	k := p.Layout().Keys(jq(0))
 	enqueueGroup(t, p, "a", 4, 1)
 	r.Client().ZAdd(ctx, k.Lanes(), redis.Z{Score: -1, Member: "not-a-lane"})
 	for i := range 4 {
-		jobs, err := p.Claim(ctx, 0, 1, now.Add(time.Minute))
+		jobs, err := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
 		if err != nil || len(jobs) != 1 {
 			t.Fatalf("claim %d behind a foreign name: %+v %v", i, jobs, err)
 		}
@@ -618,11 +618,11 @@ func TestClaimSeesALaneActivatedAfterItsCandidates(t *testing.T) {
 	p, _ := onePartition(t)
 	ctx := context.Background()
 	enqueueGroup(t, p, "big", 100, 1)
-	if jobs, err := p.Claim(ctx, 0, 8, now.Add(time.Minute)); err != nil || len(jobs) != 8 {
+	if jobs, err := p.Claim(ctx, jq(0), 8, now.Add(time.Minute)); err != nil || len(jobs) != 8 {
 		t.Fatalf("first claim: %+v %v", jobs, err)
 	}
 	enqueueGroup(t, p, "small", 1, 1) // joins at the virtual clock: ahead of big
-	jobs, err := p.Claim(ctx, 0, 1, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
 	if err != nil || len(jobs) != 1 || jobs[0].Group != "small" {
 		t.Fatalf("claim after a lane joined: %+v %v, want the small group's job", jobs, err)
 	}
