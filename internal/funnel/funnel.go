@@ -81,10 +81,10 @@ type GateCounts struct {
 type Partition struct {
 	Topic     string `json:"topic"`
 	Partition int    `json:"partition"`
-	Ready     int64 `json:"ready"`
-	Delayed   int64 `json:"delayed"`
-	Inflight  int64 `json:"inflight"`
-	Dead      int64 `json:"dead_set"`
+	Ready     int64  `json:"ready"`
+	Delayed   int64  `json:"delayed"`
+	Inflight  int64  `json:"inflight"`
+	Dead      int64  `json:"dead_set"`
 	// Open is relayed minus ended over every topic (canaries too): it
 	// must equal ready + delayed + in flight.
 	Open int64 `json:"open"`
