@@ -50,7 +50,7 @@ type Config struct {
 func init() {
 	cli.Describe("gate", "The HTTP gate: validates job envelopes and writes them to Kafka, answering 202 once Kafka acknowledged.\n"+
 		"API: POST /v1/topics/{topic}/jobs, POST /v1/topics/{topic}/jobs:batch, POST /v1/topics/{topic}/groups,\n"+
-		"GET and DELETE /v1/groups/{id} (with --redis-addr); ops: /healthz, /readyz, /metrics.\n"+
+		"GET and DELETE /v1/topics/{topic}/groups/{id} (with --redis-addr); ops: /healthz, /readyz, /metrics.\n"+
 		"Without --tokens or --tokens-file it refuses to start unless --allow-no-auth is given.")
 }
 
@@ -144,6 +144,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 	mux.HandleFunc("/v1/topics/{topic}/jobs", g.instrument("job", g.serveJob))
 	mux.HandleFunc("/v1/topics/{topic}/jobs:batch", g.instrument("batch", g.serveBatch))
 	mux.HandleFunc("/v1/topics/{topic}/groups", g.instrument("group", g.serveGroup))
+	mux.HandleFunc("/v1/topics/{topic}/groups/{id}", g.instrument("group_status", g.serveGroupStatus))
 	mux.HandleFunc("/v1/groups/{id}", g.instrument("group_status", g.serveGroupStatus))
 	ops.Mount(mux, g.reg, g.catalog.Ready)
 	if cfg.Pprof {

@@ -8,8 +8,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
+	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -40,6 +44,8 @@ type groupAnswer struct {
 	Group string `json:"group"`
 	Topic string `json:"topic"`
 	Count int64  `json:"count"`
+	// Status is where GET (status) and DELETE (cancel) of the group go.
+	Status string `json:"status"`
 }
 
 // serveGroup takes a bulk group: its fields, then its items, each item the
@@ -162,7 +168,7 @@ func (g *Gate) serveGroup(x *exchange) {
 	}
 	g.metrics.groups.WithLabelValues(topic, "accepted").Inc()
 	g.log.Info("bulk group accepted", "group", fields.ID, "topic", topic, "items", n)
-	x.json(http.StatusAccepted, groupAnswer{Group: fields.ID, Topic: topic, Count: n})
+	x.json(http.StatusAccepted, groupAnswer{Group: fields.ID, Topic: topic, Count: n, Status: groupPath(topic, fields.ID)})
 }
 
 // abandonGroup answers a submission that failed after written items: it
@@ -182,7 +188,7 @@ func (g *Gate) abandonGroup(x *exchange, topic string, acks kafka.Acks, partitio
 	if written > 0 {
 		cancel := controlMessage(topic, partition, job.GroupClose{Group: group, Cancel: true}, job.GroupCloseControl)
 		if err := g.produceOne(x, kafka.AcksAll, cancel); err != nil {
-			msg += fmt.Sprintf("; %d items were written and cancelling them failed (%v): DELETE /v1/groups/%s", written, err, group)
+			msg += fmt.Sprintf("; %d items were written and cancelling them failed (%v): DELETE %s", written, err, groupPath(topic, group))
 		} else {
 			msg += fmt.Sprintf("; the %d items written before it are cancelled: fix the body and submit it under a new group id", written)
 		}
@@ -363,7 +369,7 @@ func (l *ndjsonItems) next() (json.RawMessage, error) {
 	return json.RawMessage(b), nil
 }
 
-// groupView is GET /v1/groups/{id}'s answer.
+// groupView is GET /v1/topics/{topic}/groups/{id}'s answer.
 type groupView struct {
 	ID        string   `json:"id"`
 	Topic     string   `json:"topic,omitempty"`
@@ -392,7 +398,16 @@ type callbackView struct {
 	Error    string `json:"error,omitempty"`
 }
 
-// serveGroupStatus answers GET (status) and DELETE (cancel) of a group.
+// groupPath is a group's URL path: a topic is a queue, and a group lives
+// in its topic's.
+func groupPath(topic, group string) string {
+	return "/v1/topics/" + url.PathEscape(topic) + "/groups/" + url.PathEscape(group)
+}
+
+// serveGroupStatus answers GET (status) and DELETE (cancel) of a group:
+// /v1/topics/{topic}/groups/{id}, or /v1/groups/{id}, which finds the
+// group's topic (its ?topic= or, without one, the topics the relays
+// registered that the caller may see).
 func (g *Gate) serveGroupStatus(x *exchange) {
 	if x.r.Method != http.MethodGet && x.r.Method != http.MethodDelete {
 		x.w.Header().Set("Allow", "GET, DELETE")
@@ -412,32 +427,85 @@ func (g *Gate) serveGroupStatus(x *exchange) {
 	id := x.r.PathValue("id")
 	ctx, cancel := context.WithTimeout(x.r.Context(), g.cfg.ProduceTimeout)
 	defer cancel()
-	st, err := g.groups.GroupStatus(ctx, id)
-	if err != nil {
-		g.setRetryAfter(x)
-		x.fail(http.StatusServiceUnavailable, "Redis is unavailable, retry later: %v", err)
-		return
-	}
-	topic := st.Topic
-	// A group the caller may not see is as unknown as a missing one.
-	if !st.Found || (topic != "" && !allows(topic)) {
+	unknown := func() {
 		x.fail(http.StatusNotFound, "group %q is not known (yet): a group appears once the relay moved its first job to Redis", id)
+	}
+	topic := x.r.PathValue("topic")
+	if topic == "" {
+		topic = x.r.URL.Query().Get("topic")
+	}
+	var st queue.GroupStatus
+	if topic != "" {
+		// A group the caller may not see is as unknown as a missing one.
+		if queue.ValidTopic(topic) != nil || !allows(topic) {
+			unknown()
+			return
+		}
+		var err error
+		if st, err = g.groups.GroupStatus(ctx, topic, id); err != nil {
+			g.setRetryAfter(x)
+			x.fail(http.StatusServiceUnavailable, "Redis is unavailable, retry later: %v", err)
+			return
+		}
+	} else {
+		found, err := g.findGroup(ctx, id, allows)
+		if err != nil {
+			g.setRetryAfter(x)
+			x.fail(http.StatusServiceUnavailable, "Redis is unavailable, retry later: %v", err)
+			return
+		}
+		if len(found) > 1 {
+			x.fail(http.StatusConflict, "group %q exists in topics %s: ask for one, GET /v1/topics/{topic}/groups/%s", id, strings.Join(slices.Sorted(maps.Keys(found)), ", "), id)
+			return
+		}
+		for t, s := range found { // at most one
+			topic, st = t, s
+		}
+	}
+	if !st.Found {
+		unknown()
 		return
 	}
 	if x.r.Method == http.MethodDelete {
-		n, err := g.groups.CancelGroup(ctx, id, g.now())
+		n, err := g.groups.CancelGroup(ctx, topic, id, g.now())
 		if err != nil {
 			g.setRetryAfter(x)
 			x.fail(http.StatusServiceUnavailable, "cancelling in Redis failed, retry: %v", err)
 			return
 		}
-		g.log.Info("bulk group cancelled", "group", id, "removed", n)
-		if st, err = g.groups.GroupStatus(ctx, id); err != nil {
+		g.log.Info("bulk group cancelled", "group", id, "topic", topic, "removed", n)
+		if st, err = g.groups.GroupStatus(ctx, topic, id); err != nil {
 			x.fail(http.StatusServiceUnavailable, "cancelled; reading the status failed: %v", err)
 			return
 		}
 	}
+	if st.Topic == "" {
+		st.Topic = topic
+	}
 	x.json(http.StatusOK, viewGroup(id, st, g.now()))
+}
+
+// findGroup looks group id up in every topic the relays registered that
+// the caller may see: one read per topic, pipelined per Redis.
+func (g *Gate) findGroup(ctx context.Context, id string, allows func(string) bool) (map[string]queue.GroupStatus, error) {
+	topics, err := g.groups.Topics(ctx)
+	if err != nil {
+		return nil, err
+	}
+	found := map[string]queue.GroupStatus{}
+	for _, t := range topics {
+		if !allows(t) {
+			continue
+		}
+		st, err := g.groups.GroupStatus(ctx, t, id)
+		if err != nil {
+			return nil, err
+		}
+		if st.Found {
+			found[t] = st
+		}
+	}
+	return found, nil
 }
 
 func viewGroup(id string, st queue.GroupStatus, now time.Time) groupView {

@@ -17,9 +17,10 @@ import (
 )
 
 type groupAnswer struct {
-	Group string `json:"group"`
-	Topic string `json:"topic"`
-	Count int64  `json:"count"`
+	Group  string `json:"group"`
+	Topic  string `json:"topic"`
+	Count  int64  `json:"count"`
+	Status string `json:"status"`
 }
 
 // groupRecords reads what a bulk group wrote to its Kafka partition: n
@@ -73,7 +74,7 @@ func TestBulkGroupJSONAndNDJSON(t *testing.T) {
 		}
 		var ga groupAnswer
 		a.decode(t, &ga)
-		if ga.Group != group || ga.Count != 2500 || ga.Topic != "jobs" {
+		if ga.Group != group || ga.Count != 2500 || ga.Topic != "jobs" || ga.Status != "/v1/topics/jobs/groups/"+group {
 			t.Fatalf("%s: %+v", form, ga)
 		}
 		items, control := groupRecords(t, k, group, 2501)
@@ -183,6 +184,7 @@ func TestGroupStatusAndCancel(t *testing.T) {
 	defer p.Close()
 	ctx := context.Background()
 	p.LoadScripts(ctx)
+	p.RegisterTopics(ctx, []string{"jobs", "emails"}, time.Now()) // as the relays do
 	if a := do(t, http.MethodGet, g.url+"/v1/groups/nope", nil); a.status != http.StatusNotFound {
 		t.Fatalf("unknown group: %d %s", a.status, a.body)
 	}
@@ -196,7 +198,7 @@ func TestGroupStatusAndCancel(t *testing.T) {
 	if _, err := p.Enqueue(ctx, 1, items, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	part := layout.PartitionOf("grp")
+	part := layout.QueueOf("jobs", "grp", "")
 	claimed, err := p.Claim(ctx, part, 3, time.Now().Add(time.Minute))
 	if err != nil || len(claimed) != 3 {
 		t.Fatalf("claim: %v %v", claimed, err)
@@ -217,6 +219,7 @@ func TestGroupStatusAndCancel(t *testing.T) {
 			URL, State string
 		} `json:"callback"`
 	}
+	// Without a topic the gate finds the group's among the registered ones.
 	a := do(t, http.MethodGet, g.url+"/v1/groups/grp", nil)
 	a.decode(t, &v)
 	if a.status != http.StatusOK || v.State != "running" || v.Total == nil || *v.Total != 10 || v.Relayed != 10 || v.Queued != 7 ||
@@ -225,7 +228,7 @@ func TestGroupStatusAndCancel(t *testing.T) {
 	}
 	// DELETE cancels the 7 not started; the running one may finish, and
 	// then the group is complete.
-	a = do(t, http.MethodDelete, g.url+"/v1/groups/grp", nil)
+	a = do(t, http.MethodDelete, g.url+"/v1/topics/jobs/groups/grp", nil)
 	a.decode(t, &v)
 	if a.status != http.StatusOK || v.State != "cancelling" || v.Cancelled != 7 || v.Queued != 0 || v.Running != 1 {
 		t.Fatalf("after DELETE: %d %s", a.status, a.body)
@@ -233,7 +236,7 @@ func TestGroupStatusAndCancel(t *testing.T) {
 	if _, err := p.AckMany(ctx, part, []queue.Done{{Job: claimed[2]}}, time.Now(), time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	a = do(t, http.MethodGet, g.url+"/v1/groups/grp", nil)
+	a = do(t, http.MethodGet, g.url+"/v1/topics/jobs/groups/grp", nil)
 	a.decode(t, &v)
 	if v.State != "completed" || v.Done != 3 || v.Cancelled != 7 || *v.Progress != 1 {
 		t.Fatalf("after the last running job: %s", a.body)
@@ -248,8 +251,22 @@ func TestGroupStatusAndCancel(t *testing.T) {
 		t.Fatalf("a late item of a cancelled group: %v %v", res, err)
 	}
 	var raw map[string]json.RawMessage
-	do(t, http.MethodGet, g.url+"/v1/groups/grp", nil).decode(t, &raw)
+	do(t, http.MethodGet, g.url+"/v1/groups/grp?topic=jobs", nil).decode(t, &raw)
 	if string(raw["cancelled"]) != "8" {
 		t.Fatalf("late item not counted cancelled: %s", raw["cancelled"])
+	}
+	// A topic is a queue: another topic's group of the same name is
+	// another group, and asking without a topic is then ambiguous.
+	other := queue.Item{ID: job.BulkID("grp", 0), Group: "grp", Topic: "emails", Weight: 1, Envelope: []byte(`{}`)}
+	if _, err := p.Enqueue(ctx, 1, []queue.Item{other}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if a := do(t, http.MethodGet, g.url+"/v1/groups/grp", nil); a.status != http.StatusConflict ||
+		!bytes.Contains(a.body, []byte("emails, jobs")) {
+		t.Fatalf("a name in two topics: %d %s", a.status, a.body)
+	}
+	do(t, http.MethodGet, g.url+"/v1/topics/emails/groups/grp", nil).decode(t, &raw)
+	if string(raw["relayed"]) != "1" || string(raw["topic"]) != `"emails"` {
+		t.Fatalf("the other topic's group: %s %s", raw["relayed"], raw["topic"])
 	}
 }

@@ -78,7 +78,7 @@ func init() {
 // Register adds the relay's flags to fs with their defaults.
 func (c *Config) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", ":8081", "address for /healthz, /readyz and /metrics")
-	fs.StringVar(&c.Stage, "stage", "dev", "stage name: Consul keys live under sluice/<stage>/, Redis keys under sluice:{<stage>:p<N>}:")
+	fs.StringVar(&c.Stage, "stage", "dev", "stage name: Consul keys live under sluice/<stage>/, Redis keys under sluice:{<stage>:<topic>:p<N>}: and sluice:{<stage>:p<N>}:")
 	c.Topics = cli.ListFlag{"jobs"}
 	fs.Var(&c.Topics, "topics", "topics to relay, comma-separated; each needs its <topic>.dlq")
 	c.Kafka.Register(fs, "sluice-relay")

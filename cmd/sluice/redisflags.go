@@ -18,7 +18,7 @@ type redisFlags struct {
 }
 
 func (f *redisFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.stage, "stage", "dev", "stage name: Redis keys under sluice:{<stage>:p<N>}:")
+	fs.StringVar(&f.stage, "stage", "dev", "stage name: Redis keys under sluice:{<stage>:<topic>:p<N>}: and sluice:{<stage>:p<N>}:")
 	fs.StringVar(&f.addr, "redis-addr", "127.0.0.1:6379", "Redis address of every partition not in --redis-partition-addrs")
 	fs.StringVar(&f.partitionAddrs, "redis-partition-addrs", "", "partitions on Redis servers of their own: \"0=host:port,3=host:port\"")
 	fs.IntVar(&f.partitions, "redis-partitions", 8, "Redis partitions in the layout (as the relay's and the workers')")
