@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/canary"
 	"github.com/sluicehq/sluice/internal/funnel"
 	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/queue"
 )
 
 // The admin API (docs/admin.md): served by every coordinator, holder or
@@ -227,7 +228,7 @@ func (a *adminAPI) stats(r *http.Request, _ admin.Role) (any, error) {
 
 func (a *adminAPI) sources() funnel.Sources {
 	cfg := a.c.cfg.Admin
-	src := funnel.Sources{ConsumerGroup: cfg.ConsumerGroup, GateMetrics: cfg.GateMetrics}
+	src := funnel.Sources{ConsumerGroup: cfg.ConsumerGroup, GateMetrics: cfg.GateMetrics, Topics: a.c.cfg.Topics}
 	if len(cfg.Kafka.Brokers) > 0 {
 		k := cfg.Kafka
 		src.Kafka = &k
@@ -235,10 +236,15 @@ func (a *adminAPI) sources() funnel.Sources {
 	return src
 }
 
-// partitions is every partition's state, for the dashboard's table.
+// partitions is every partition's state, summed over its queues, with
+// each queue's, for the dashboard's table.
 func (a *adminAPI) partitions(r *http.Request, _ admin.Role) (any, error) {
 	ctx := r.Context()
-	out := admin.Partitions{At: a.c.cfg.Now(), Holder: a.c.Holds(), Partitions: []admin.Partition{}}
+	topics, err := a.topics(r, "")
+	if err != nil {
+		return nil, err
+	}
+	out := PartitionList{At: a.c.cfg.Now(), Holder: a.c.Holds(), Partitions: []PartitionState{}}
 	pins, err := a.readPins(r)
 	if err != nil {
 		// The pins are a detail here: with Consul away, the last ones the
@@ -252,17 +258,28 @@ func (a *adminAPI) partitions(r *http.Request, _ admin.Role) (any, error) {
 		}
 	}
 	for part := range a.c.cfg.Partitions {
-		f, err := a.c.pool.Funnel(ctx, part)
+		load, err := a.c.pool.Load(ctx, part, nil, 10*a.c.cfg.ConsumerTTL)
 		if err != nil {
 			return nil, a.redisErr(err)
 		}
-		load, err := a.c.pool.Load(ctx, part, 10*a.c.cfg.ConsumerTTL)
-		if err != nil {
-			return nil, a.redisErr(err)
+		p := PartitionState{
+			Partition: admin.Partition{Partition: part, Checkpoint: load.Checkpoint},
+			Queues:    []QueueState{},
 		}
-		p := admin.Partition{
-			Partition: part, Ready: f.Ready, Delayed: f.Delayed, Inflight: f.Inflight, Dead: f.Dead,
-			Checkpoint: load.Checkpoint, Completed: f.Completed, ActiveGroups: f.ActiveGroups,
+		for _, topic := range topics {
+			f, err := a.c.pool.Funnel(ctx, queue.Queue{Topic: topic, Part: part})
+			if err != nil {
+				return nil, a.redisErr(err)
+			}
+			q := QueueState{Topic: topic, Ready: f.Ready, Delayed: f.Delayed, Inflight: f.Inflight, Dead: f.Dead,
+				Completed: f.Completed, ActiveGroups: f.ActiveGroups}
+			p.Queues = append(p.Queues, q)
+			p.Ready += q.Ready
+			p.Delayed += q.Delayed
+			p.Inflight += q.Inflight
+			p.Dead += q.Dead
+			p.Completed += q.Completed
+			p.ActiveGroups += q.ActiveGroups
 		}
 		p.Workers, p.Consumers = a.live(load)
 		if p.Workers > 0 {
@@ -276,6 +293,23 @@ func (a *adminAPI) partitions(r *http.Request, _ admin.Role) (any, error) {
 		out.Partitions = append(out.Partitions, p)
 	}
 	return out, nil
+}
+
+// topics are the topics a request reads: topic when it names one (a 400
+// when it cannot name a queue), else every topic of the stage (the
+// relays' registry and the coordinator's --topics).
+func (a *adminAPI) topics(r *http.Request, topic string) ([]string, error) {
+	if topic != "" {
+		if err := queue.ValidTopic(topic); err != nil {
+			return nil, badRequest(err.Error(), "")
+		}
+		return []string{topic}, nil
+	}
+	topics, err := a.c.topics(r.Context())
+	if err != nil {
+		return nil, a.redisErr(err)
+	}
+	return topics, nil
 }
 
 // target is the scaler's target for part, nil unless known (holder).

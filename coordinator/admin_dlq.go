@@ -59,18 +59,55 @@ func (a *adminAPI) dlqList(r *http.Request, _ admin.Role) (any, error) {
 	return a.deadList(r, q.Get("topic"), limit, q.Get("cursor"))
 }
 
-// ParseDeadCursor reads a dead-set cursor, "<dead ms>:<job id>": the last
-// entry of the page before.
-func ParseDeadCursor(s string) (ms int64, id string, err error) {
+// DeadCursor is where a page of the dead sets ends: the last entry it
+// showed. The dead sets are listed newest first, then by id and topic
+// descending, so that a page may end anywhere among entries that died in
+// the same millisecond.
+type DeadCursor struct {
+	MS        int64 // when it died, Unix ms; -1: before the first page
+	Topic, ID string
+}
+
+// String is the cursor as next_cursor shows it, "<dead ms>:<topic>:<job id>".
+func (c DeadCursor) String() string {
+	return strconv.FormatInt(c.MS, 10) + ":" + c.Topic + ":" + c.ID
+}
+
+// after reports whether the entry (ms, topic, id) comes after the cursor.
+func (c DeadCursor) after(ms int64, topic, id string) bool {
+	if c.MS < 0 || ms != c.MS {
+		return c.MS < 0 || ms < c.MS
+	}
+	if id != c.ID {
+		return id < c.ID
+	}
+	return topic < c.Topic
+}
+
+// from is where queue partition q's page starts (queue.Pool.DeadPage's
+// cursor): strictly after the cursor's id, or at it for a topic that comes
+// after the cursor's among entries of the same time and id.
+func (c DeadCursor) from(topic string) (int64, string) {
+	if c.MS >= 0 && topic < c.Topic {
+		return c.MS, c.ID + "\x00" // ids below it: the cursor's id too
+	}
+	return c.MS, c.ID
+}
+
+// ParseDeadCursor reads a dead-set cursor, "<dead ms>:<topic>:<job id>":
+// the next_cursor of the page before. "" is the first page.
+func ParseDeadCursor(s string) (DeadCursor, error) {
 	if s == "" {
-		return -1, "", nil
+		return DeadCursor{MS: -1}, nil
 	}
-	m, id, ok := strings.Cut(s, ":")
-	ms, perr := strconv.ParseInt(m, 10, 64)
-	if !ok || perr != nil || ms < 0 || id == "" {
-		return 0, "", badRequest(fmt.Sprintf("cursor %q: want the next_cursor of the page before", s), "")
+	bad := badRequest(fmt.Sprintf("cursor %q: want the next_cursor of the page before", s), "")
+	m, rest, ok := strings.Cut(s, ":")
+	topic, id, ok2 := strings.Cut(rest, ":")
+	ms, err := strconv.ParseInt(m, 10, 64)
+	if !ok || !ok2 || err != nil || ms < 0 || id == "" || queue.ValidTopic(topic) != nil {
+		return DeadCursor{}, bad
 	}
-	return ms, id, nil
+	return DeadCursor{MS: ms, Topic: topic, ID: id}, nil
 }
 
 // deadEnvelope is what an entry shows of a dead job's envelope.
@@ -92,87 +129,125 @@ func decodeDead(entry string) deadEnvelope {
 	return e
 }
 
-func deadEntry(part int, ref queue.DeadRef) admin.DLQEntry {
+func deadEntry(q queue.Queue, ref queue.DeadRef) admin.DLQEntry {
 	e := decodeDead(ref.Fields["env"])
 	attempts, _ := strconv.Atoi(ref.Fields["attempts"])
 	at := ref.At
 	return admin.DLQEntry{
-		ID: ref.ID, Partition: part, Topic: e.Topic, Group: e.Group, Type: e.Type,
+		ID: ref.ID, Partition: q.Part, Topic: q.Topic, Group: e.Group, Type: e.Type,
 		Attempts: attempts, LastError: ref.Fields["last_error"], DeadAt: &at,
 	}
 }
 
-// deadList pages through every partition's dead set, newest first, with
-// the topic filter applied after reading each job's envelope.
+// deadHit is a dead job and its queue partition.
+type deadHit struct {
+	q   queue.Queue
+	ref queue.DeadRef
+}
+
+// deadList pages through the dead sets of topic's queue partitions ("":
+// every topic's), newest first.
 func (a *adminAPI) deadList(r *http.Request, topic string, limit int, cursor string) (any, error) {
-	ms, id, err := ParseDeadCursor(cursor)
+	cur, err := ParseDeadCursor(cursor)
 	if err != nil {
 		return nil, err
 	}
-	type hit struct {
-		part int
-		ref  queue.DeadRef
+	topics, err := a.topics(r, topic)
+	if err != nil {
+		return nil, err
 	}
-	var hits []hit
-	for part := range a.c.cfg.Partitions {
-		got, err := a.deadMatches(r, part, topic, ms, id, limit+1)
-		if err != nil {
-			return nil, err
-		}
-		for _, ref := range got {
-			hits = append(hits, hit{part, ref})
+	var hits []deadHit
+	for _, t := range topics {
+		for part := range a.c.cfg.Partitions {
+			q := queue.Queue{Topic: t, Part: part}
+			ms, id := cur.from(t)
+			got, err := a.deadPage(r, q, ms, id, limit+1)
+			if err != nil {
+				return nil, err
+			}
+			for _, ref := range got {
+				if cur.after(ref.Score(), t, ref.ID) {
+					hits = append(hits, deadHit{q, ref})
+				}
+			}
 		}
 	}
-	slices.SortFunc(hits, func(x, y hit) int {
+	slices.SortFunc(hits, func(x, y deadHit) int {
 		if c := cmp.Compare(y.ref.Score(), x.ref.Score()); c != 0 {
 			return c
 		}
-		return strings.Compare(y.ref.ID, x.ref.ID)
+		if c := strings.Compare(y.ref.ID, x.ref.ID); c != 0 {
+			return c
+		}
+		return strings.Compare(y.q.Topic, x.q.Topic)
 	})
 	out := admin.DLQList{Source: admin.SourceRedis, Topic: topic, Entries: []admin.DLQEntry{}}
 	if len(hits) > limit {
-		last := hits[limit-1].ref
-		out.NextCursor = strconv.FormatInt(last.Score(), 10) + ":" + last.ID
+		last := hits[limit-1]
+		out.NextCursor = DeadCursor{MS: last.ref.Score(), Topic: last.q.Topic, ID: last.ref.ID}.String()
 		hits = hits[:limit]
 	}
 	for _, h := range hits {
-		out.Entries = append(out.Entries, deadEntry(h.part, h.ref))
+		out.Entries = append(out.Entries, deadEntry(h.q, h.ref))
 	}
 	return out, nil
 }
 
-// deadMatches reads up to n entries of part's dead set after the cursor
-// that belong to topic ("": any), with their fields.
-func (a *adminAPI) deadMatches(r *http.Request, part int, topic string, ms int64, id string, n int) ([]queue.DeadRef, error) {
+// deadPage reads up to n entries of q's dead set after (ms, id) (ms < 0:
+// from the newest), with their fields.
+func (a *adminAPI) deadPage(r *http.Request, q queue.Queue, ms int64, id string, n int) ([]queue.DeadRef, error) {
 	ctx := r.Context()
 	var out []queue.DeadRef
 	page := min(max(n, 100), 1000)
 	for len(out) < n {
-		refs, err := a.c.pool.DeadPage(ctx, part, ms, id, page)
+		refs, err := a.c.pool.DeadPage(ctx, q, ms, id, min(page, n-len(out)))
 		if err != nil {
 			return nil, a.redisErr(err)
 		}
 		if len(refs) == 0 {
 			break
 		}
-		if err := a.c.pool.DeadJobs(ctx, part, refs); err != nil {
+		if err := a.c.pool.DeadJobs(ctx, q, refs); err != nil {
 			return nil, a.redisErr(err)
 		}
-		for _, ref := range refs {
-			if topic == "" || decodeDead(ref.Fields["env"]).Topic == topic {
-				out = append(out, ref)
-			}
-		}
+		out = append(out, refs...)
 		last := refs[len(refs)-1]
 		ms, id = last.Score(), last.ID
-		if len(refs) < page {
-			break
-		}
-	}
-	if len(out) > n {
-		out = out[:n]
 	}
 	return out, nil
+}
+
+// findDead finds dead job id in topic's dead sets, or, without a topic, in
+// every topic's: more than one topic's holds it is a 409 naming them.
+// ok is false when none does.
+func (a *adminAPI) findDead(r *http.Request, topic, id string) (deadHit, bool, error) {
+	topics, err := a.topics(r, topic)
+	if err != nil {
+		return deadHit{}, false, err
+	}
+	var found []deadHit
+	for _, t := range topics {
+		ref, q, ok, err := a.c.pool.FindDead(r.Context(), t, id)
+		if err != nil {
+			return deadHit{}, false, a.redisErr(err)
+		}
+		if ok {
+			found = append(found, deadHit{q, ref})
+		}
+	}
+	switch len(found) {
+	case 0:
+		return deadHit{}, false, nil
+	case 1:
+		return found[0], true, nil
+	}
+	var names []string
+	for _, h := range found {
+		names = append(names, h.q.Topic)
+	}
+	return deadHit{}, false, &admin.Error{Status: http.StatusConflict,
+		Message: fmt.Sprintf("dead job %q is in the dead sets of topics %s", id, strings.Join(names, ", ")),
+		Fix:     "name one: topic=<topic> (sluice dlq ... --topic <topic>)"}
 }
 
 func (a *adminAPI) dlqEntry(r *http.Request, _ admin.Role) (any, error) {
@@ -188,18 +263,22 @@ func (a *adminAPI) dlqEntry(r *http.Request, _ admin.Role) (any, error) {
 	if src == admin.SourceKafka {
 		return a.kafkaEntry(r.Context(), q.Get("topic"), id)
 	}
-	ref, part, ok, err := a.c.pool.FindDead(r.Context(), id)
+	h, ok, err := a.findDead(r, q.Get("topic"), id)
 	if err != nil {
-		return nil, a.redisErr(err)
+		return nil, err
 	}
 	if !ok {
-		return nil, notFound(fmt.Sprintf("no dead job %q in any partition's dead set", id), "it may have been replayed, purged, or capped out (the worker's --dead-max)")
+		where := "any topic's dead set"
+		if t := q.Get("topic"); t != "" {
+			where = "topic " + t + "'s dead set"
+		}
+		return nil, notFound(fmt.Sprintf("no dead job %q in %s", id, where), "it may have been replayed, purged, or capped out (the worker's --dead-max)")
 	}
-	refs := []queue.DeadRef{ref}
-	if err := a.c.pool.DeadJobs(r.Context(), part, refs); err != nil {
+	refs := []queue.DeadRef{h.ref}
+	if err := a.c.pool.DeadJobs(r.Context(), h.q, refs); err != nil {
 		return nil, a.redisErr(err)
 	}
-	e := deadEntry(part, refs[0])
+	e := deadEntry(h.q, refs[0])
 	env := refs[0].Fields["env"]
 	if pe, err := queue.ParseEntry(env); err == nil {
 		env = pe.Envelope
@@ -257,43 +336,49 @@ func (a *adminAPI) dlqAct(r *http.Request, replay bool) (any, error) {
 	return res, nil
 }
 
-// deadAct replays or purges dead jobs, one script call each.
+// deadAct replays or purges dead jobs, one script call each: the named
+// ids (in act.Topic's dead sets, or found in every topic's), or all of
+// act.Topic's ("": every topic's). An id more than one topic's dead sets
+// hold is a 409 before anything is done.
 func (a *adminAPI) deadAct(r *http.Request, act admin.DLQAction, replay bool) (admin.DLQResult, error) {
 	ctx := r.Context()
-	type target struct {
-		part int
-		ref  queue.DeadRef
-	}
-	var targets []target
+	var targets []deadHit
 	missing := 0
 	if act.All {
-		for part := range a.c.cfg.Partitions {
-			refs, err := a.deadMatches(r, part, act.Topic, -1, "", 1<<30)
-			if err != nil {
-				return admin.DLQResult{}, err
-			}
-			for _, ref := range refs {
-				targets = append(targets, target{part, ref})
+		topics, err := a.topics(r, act.Topic)
+		if err != nil {
+			return admin.DLQResult{}, err
+		}
+		for _, t := range topics {
+			for part := range a.c.cfg.Partitions {
+				q := queue.Queue{Topic: t, Part: part}
+				refs, err := a.deadPage(r, q, -1, "", 1<<30)
+				if err != nil {
+					return admin.DLQResult{}, err
+				}
+				for _, ref := range refs {
+					targets = append(targets, deadHit{q, ref})
+				}
 			}
 		}
 	} else {
 		for _, id := range act.IDs {
-			ref, part, ok, err := a.c.pool.FindDead(ctx, id)
+			h, ok, err := a.findDead(r, act.Topic, id)
 			if err != nil {
-				return admin.DLQResult{}, a.redisErr(err)
+				return admin.DLQResult{}, err
 			}
 			if !ok {
 				missing++
 				continue
 			}
 			if replay { // a purge needs only the id; a replay, the envelope
-				refs := []queue.DeadRef{ref}
-				if err := a.c.pool.DeadJobs(ctx, part, refs); err != nil {
+				refs := []queue.DeadRef{h.ref}
+				if err := a.c.pool.DeadJobs(ctx, h.q, refs); err != nil {
 					return admin.DLQResult{}, a.redisErr(err)
 				}
-				ref = refs[0]
+				h.ref = refs[0]
 			}
-			targets = append(targets, target{part, ref})
+			targets = append(targets, h)
 		}
 	}
 	res := admin.DLQResult{}
@@ -301,7 +386,7 @@ func (a *adminAPI) deadAct(r *http.Request, act admin.DLQAction, replay bool) (a
 	now := a.c.cfg.Now()
 	for _, t := range targets {
 		if !replay {
-			ok, err := a.c.pool.PurgeDead(ctx, t.part, t.ref.ID)
+			ok, err := a.c.pool.PurgeDead(ctx, t.q, t.ref.ID)
 			if err != nil {
 				return res, a.redisErr(err)
 			}
@@ -313,7 +398,7 @@ func (a *adminAPI) deadAct(r *http.Request, act admin.DLQAction, replay bool) (a
 			continue
 		}
 		e := decodeDead(t.ref.Fields["env"])
-		out, err := a.c.pool.ReplayDead(ctx, t.part, t.ref.ID, now)
+		out, err := a.c.pool.ReplayDead(ctx, t.q, t.ref.ID, now)
 		if err != nil {
 			return res, a.redisErr(err)
 		}
@@ -321,9 +406,9 @@ func (a *adminAPI) deadAct(r *http.Request, act admin.DLQAction, replay bool) (a
 		case queue.ReplayDone:
 			done++
 		case queue.ReplayCancelled:
-			res.Skipped = append(res.Skipped, fmt.Sprintf("%s: its group %s was cancelled", t.ref.ID, e.Group))
+			res.Skipped = append(res.Skipped, fmt.Sprintf("%s (topic %s): its group %s was cancelled", t.ref.ID, t.q.Topic, e.Group))
 		case queue.ReplayExpired:
-			res.Skipped = append(res.Skipped, fmt.Sprintf("%s: its record had expired (the worker's --dead-ttl); taken off the dead set", t.ref.ID))
+			res.Skipped = append(res.Skipped, fmt.Sprintf("%s (topic %s): its record had expired (the worker's --dead-ttl); taken off the dead set", t.ref.ID, t.q.Topic))
 		default:
 			missing++
 		}

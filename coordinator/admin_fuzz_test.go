@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -15,7 +14,7 @@ import (
 // pins from Consul, DLQ ids and cursors from query strings) never panic,
 // and what they accept reads back the same.
 func FuzzAdminDecoders(f *testing.F) {
-	for _, s := range []string{`{"workers":3,"at":"2026-11-21T19:00:00Z","by":"x"}`, "0:17", "0:1,2:5", "1763751600000:01KA", "", ":", "-1:2"} {
+	for _, s := range []string{`{"workers":3,"at":"2026-11-21T19:00:00Z","by":"x"}`, "0:17", "0:1,2:5", "1763751600000:jobs:01KA", "1763751600000:01KA", "", ":", "-1:2", "5:a.b:c:d"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -43,10 +42,10 @@ func FuzzAdminDecoders(f *testing.F) {
 				t.Fatalf("kafka cursor %q: %v re-reads from %q as %v, %v", s, m, f, n, err)
 			}
 		}
-		if ms, id, err := coordinator.ParseDeadCursor(s); err == nil && s != "" {
-			f := strconv.FormatInt(ms, 10) + ":" + id
-			if ms2, id2, err := coordinator.ParseDeadCursor(f); err != nil || ms2 != ms || id2 != id {
-				t.Fatalf("dead cursor %q: %d %q re-reads from %q as %d %q, %v", s, ms, id, f, ms2, id2, err)
+		if c, err := coordinator.ParseDeadCursor(s); err == nil && s != "" {
+			f := c.String()
+			if c2, err := coordinator.ParseDeadCursor(f); err != nil || c2 != c {
+				t.Fatalf("dead cursor %q: %+v re-reads from %q as %+v, %v", s, c, f, c2, err)
 			}
 		}
 	})

@@ -319,7 +319,7 @@ func (a *adminAPI) scaleList(r *http.Request, _ admin.Role) (any, error) {
 }
 
 func (a *adminAPI) scalePartition(r *http.Request, part int, pins map[int]admin.Pin) (admin.ScalePartition, error) {
-	load, err := a.c.pool.Load(r.Context(), part, 10*a.c.cfg.ConsumerTTL)
+	load, err := a.c.pool.Load(r.Context(), part, nil, 10*a.c.cfg.ConsumerTTL) // workers only: no topic's depth
 	if err != nil {
 		return admin.ScalePartition{}, a.redisErr(err)
 	}

@@ -160,9 +160,9 @@ func TestAdminAuth(t *testing.T) {
 }
 
 // deadJob enqueues a job (in group, or on its topic's shared lane when
-// group is "") and fails it to the dead set. It returns the job's
+// group is "") and fails it to the dead set. It returns the job's queue
 // partition and envelope.
-func (b *bed) deadJob(t *testing.T, id, group, topic, cause string) (int, []byte) {
+func (b *bed) deadJob(t *testing.T, id, group, topic, cause string) (queue.Queue, []byte) {
 	t.Helper()
 	ctx := context.Background()
 	env := fmt.Sprintf(`{"id":%q,"topic":%q,"type":"email","group":%q,"payload":{}}`, id, topic, group)
@@ -172,29 +172,31 @@ func (b *bed) deadJob(t *testing.T, id, group, topic, cause string) (int, []byte
 	if _, err := b.pool.Enqueue(ctx, 1, []queue.Item{{ID: id, Group: group, Topic: topic, Weight: 1, Envelope: []byte(env)}}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	part := b.layout.PartitionOfJob(group, id)
-	jobs, err := b.pool.Claim(ctx, part, 10, time.Now().Add(time.Minute))
+	q := b.layout.QueueOf(topic, group, id)
+	jobs, err := b.pool.Claim(ctx, q, 10, time.Now().Add(time.Minute))
 	if err != nil || len(jobs) != 1 || jobs[0].ID != id {
 		t.Fatalf("claim: %v %v", jobs, err)
 	}
-	f := queue.Failure{Job: jobs[0], Topic: topic, Cause: cause}
-	if r, err := b.pool.Fail(ctx, part, f, time.Now(), queue.DeadLimits{Max: 100, Keep: time.Hour}); r != queue.FailDead || err != nil {
+	f := queue.Failure{Job: jobs[0], Cause: cause}
+	if r, err := b.pool.Fail(ctx, q, f, time.Now(), queue.DeadLimits{Max: 100, Keep: time.Hour}); r != queue.FailDead || err != nil {
 		t.Fatalf("fail: %d %v", r, err)
 	}
-	return part, []byte(env)
+	return q, []byte(env)
 }
 
-// claimAll claims what every partition has ready, by id.
-func (b *bed) claimAll(t *testing.T) map[string]queue.Claimed {
+// claimAll claims what every partition of the topics has ready, by id.
+func (b *bed) claimAll(t *testing.T, topics ...string) map[string]queue.Claimed {
 	t.Helper()
 	out := map[string]queue.Claimed{}
-	for part := range b.layout.Partitions {
-		jobs, err := b.pool.Claim(context.Background(), part, 100, time.Now().Add(time.Minute))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, j := range jobs {
-			out[j.ID] = j
+	for _, topic := range topics {
+		for part := range b.layout.Partitions {
+			jobs, err := b.pool.Claim(context.Background(), queue.Queue{Topic: topic, Part: part}, 100, time.Now().Add(time.Minute))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, j := range jobs {
+				out[j.ID] = j
+			}
 		}
 	}
 	return out
@@ -220,6 +222,7 @@ func (b *bed) balanced(t *testing.T) {
 func TestAdminDeadJobReplayedRunsAgain(t *testing.T) {
 	b := newBed(t, 4)
 	c := b.start(t, "c1", withAdmin(t, nil))
+	b.register(t, "other")
 	part, envA := b.deadJob(t, "job-a", "g-job-a", "jobs", "smtp: 550 no such mailbox")
 	b.deadJob(t, "job-b", "g-job-b", "jobs", "boom")
 	b.deadJob(t, "job-c", "g-job-c", "other", "bang")
@@ -250,12 +253,12 @@ func TestAdminDeadJobReplayedRunsAgain(t *testing.T) {
 	var e admin.DLQEntry
 	c.must(t, "GET", "/api/v1/dlq/entry?source=redis&id=job-a", nil, &e)
 	if e.LastError != "smtp: 550 no such mailbox" || e.Attempts != 1 || e.Topic != "jobs" || e.Type != "email" || e.Group != "g-job-a" ||
-		e.Partition != part || e.DeadAt == nil || string(e.Envelope) != string(envA) {
+		e.Partition != part.Part || e.DeadAt == nil || string(e.Envelope) != string(envA) {
 		t.Errorf("entry: %+v", e)
 	}
 	// A job without a group lives in the partition its id picks.
 	c.must(t, "GET", "/api/v1/dlq/entry?source=redis&id=job-d", nil, &e)
-	if e.LastError != "no group" || e.Attempts != 1 || e.Topic != "jobs" || e.Group != "" || e.Partition != partD || string(e.Envelope) != string(envD) {
+	if e.LastError != "no group" || e.Attempts != 1 || e.Topic != "jobs" || e.Group != "" || e.Partition != partD.Part || string(e.Envelope) != string(envD) {
 		t.Errorf("entry of a job without a group: %+v", e)
 	}
 
@@ -268,7 +271,7 @@ func TestAdminDeadJobReplayedRunsAgain(t *testing.T) {
 	if code, body := c.call(t, "GET", "/api/v1/dlq/entry?source=redis&id=job-a", adminToken, nil); code != 404 {
 		t.Errorf("entry of a replayed job: %d %s", code, body)
 	}
-	jobs := b.claimAll(t)
+	jobs := b.claimAll(t, "jobs", "other")
 	if len(jobs) != 2 {
 		t.Fatalf("claimed after the replay: %+v", jobs)
 	}
@@ -279,15 +282,15 @@ func TestAdminDeadJobReplayedRunsAgain(t *testing.T) {
 	if d.Attempt != 1 || d.Group != "" || d.Lane != "q/jobs/0" || string(d.Envelope) != string(envD) {
 		t.Errorf("the replayed job without a group is not claimed from its shared lane, as it was: %+v", d)
 	}
-	ok, err := b.pool.Ack(context.Background(), part, queue.Done{Job: a, Result: []byte("sent"), Topic: "jobs"}, time.Now(), time.Hour)
+	ok, err := b.pool.Ack(context.Background(), part, queue.Done{Job: a, Result: []byte("sent")}, time.Now(), time.Hour)
 	if !ok || err != nil {
 		t.Fatalf("ack: %v %v", ok, err)
 	}
-	if ok, err = b.pool.Ack(context.Background(), partD, queue.Done{Job: d, Topic: "jobs"}, time.Now(), time.Hour); !ok || err != nil {
+	if ok, err = b.pool.Ack(context.Background(), partD, queue.Done{Job: d}, time.Now(), time.Hour); !ok || err != nil {
 		t.Fatalf("ack: %v %v", ok, err)
 	}
 	b.balanced(t)
-	if st, _ := b.pool.GroupStatus(context.Background(), "g-job-a"); st.Done != 1 || st.Dead != 0 {
+	if st, _ := b.pool.GroupStatus(context.Background(), "jobs", "g-job-a"); st.Done != 1 || st.Dead != 0 {
 		t.Errorf("the group after the replay ran: %+v", st)
 	}
 	if n := b.stage(t, "jobs", queue.StageCompleted); n != 2 {
@@ -298,7 +301,7 @@ func TestAdminDeadJobReplayedRunsAgain(t *testing.T) {
 	if res.Purged == nil || *res.Purged != 1 {
 		t.Errorf("purge: %+v", res)
 	}
-	if n, _ := b.pool.Client(b.layout.PartitionOf("g-job-b")).Exists(context.Background(), b.layout.Keys(b.layout.PartitionOf("g-job-b")).Job("job-b")).Result(); n != 0 {
+	if qb := b.layout.QueueOf("jobs", "g-job-b", ""); b.redis.Client().Exists(context.Background(), b.layout.Keys(qb).Job("job-b")).Val() != 0 {
 		t.Error("the purged job's hash is still there")
 	}
 	code, body := c.call(t, "POST", "/api/v1/dlq/replay", adminToken, admin.DLQAction{Source: "redis", IDs: []string{"job-b", "job-c"}})
@@ -416,7 +419,7 @@ func (b *bed) stage(t *testing.T, topic, stage string) int64 {
 	t.Helper()
 	var n int64
 	for p := range b.layout.Partitions {
-		f, err := b.pool.Funnel(context.Background(), p)
+		f, err := b.pool.Funnel(context.Background(), queue.Queue{Topic: topic, Part: p})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -562,12 +565,13 @@ func TestAdminGroupsAndPartitions(t *testing.T) {
 	if _, err := b.pool.Enqueue(ctx, 1, items, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	part := b.layout.PartitionOf("news")
-	jobs, err := b.pool.Claim(ctx, part, 2, time.Now().Add(time.Minute))
+	q := b.layout.QueueOf("jobs", "news", "")
+	part := q.Part
+	jobs, err := b.pool.Claim(ctx, q, 2, time.Now().Add(time.Minute))
 	if err != nil || len(jobs) != 2 {
 		t.Fatal(jobs, err)
 	}
-	if ok, err := b.pool.Ack(ctx, part, queue.Done{Job: jobs[0], Topic: "jobs"}, time.Now(), time.Hour); !ok || err != nil {
+	if ok, err := b.pool.Ack(ctx, q, queue.Done{Job: jobs[0]}, time.Now(), time.Hour); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	running := jobs[1]
@@ -593,32 +597,42 @@ func TestAdminGroupsAndPartitions(t *testing.T) {
 		want[lane{p, queue.LaneOf("", it.Tenant, "jobs", it.Weight-1), ""}]++
 		ready[p]++
 	}
-	var list admin.GroupList
+	var list coordinator.GroupList
 	c.must(t, "GET", "/api/v1/groups", nil, &list)
 	got := map[lane]int64{}
 	for _, a := range list.Active {
 		got[lane{a.Partition, a.Lane, a.Group}] = a.Ready
+		if a.Topic != "jobs" {
+			t.Errorf("active lane %+v: topic %q, want jobs", a.ActiveGroup, a.Topic)
+		}
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("active lanes: %+v, want %v", list.Active, want)
 	}
-	if len(list.Bulk) != 1 || list.Bulk[0].Total != 4 || list.Bulk[0].Done != 1 || list.Bulk[0].Running != 1 || list.Bulk[0].Progress == nil || *list.Bulk[0].Progress != 0.25 {
+	if len(list.Bulk) != 1 || list.Bulk[0].Total != 4 || list.Bulk[0].Done != 1 || list.Bulk[0].Running != 1 || list.Bulk[0].Progress == nil || *list.Bulk[0].Progress != 0.25 || list.Bulk[0].Topic != "jobs" {
 		t.Errorf("bulk: %+v", list.Bulk)
 	}
-	var parts admin.Partitions
+	var parts coordinator.PartitionList
 	c.must(t, "GET", "/api/v1/partitions", nil, &parts)
 	if len(parts.Partitions) != 2 || parts.Partitions[part].Completed != 1 || parts.Partitions[part].Inflight != 1 {
 		t.Errorf("partitions: %+v", parts)
 	}
+	// Each partition shows its queue of the one topic, with the same
+	// counts as the partition.
+	for _, p := range parts.Partitions {
+		if len(p.Queues) != 1 || p.Queues[0].Topic != "jobs" || p.Queues[0].Ready != p.Ready || p.Queues[0].Inflight != p.Inflight {
+			t.Errorf("partition %d's queues: %+v", p.Partition.Partition, p.Queues)
+		}
+	}
 	for _, p := range parts.Partitions {
 		lanes := int64(0)
 		for l := range want {
-			if l.part == p.Partition {
+			if l.part == p.Partition.Partition {
 				lanes++
 			}
 		}
-		if p.Ready != ready[p.Partition] || p.ActiveGroups != lanes {
-			t.Errorf("partition %d: ready %d, %d active lanes; want %d, %d", p.Partition, p.Ready, p.ActiveGroups, ready[p.Partition], lanes)
+		if n := p.Partition.Partition; p.Ready != ready[n] || p.ActiveGroups != lanes {
+			t.Errorf("partition %d: ready %d, %d active lanes; want %d, %d", n, p.Ready, p.ActiveGroups, ready[n], lanes)
 		}
 	}
 	var cancel admin.CancelResult
@@ -628,10 +642,10 @@ func TestAdminGroupsAndPartitions(t *testing.T) {
 	}
 	var g admin.GroupInfo
 	c.must(t, "GET", "/api/v1/groups/news", nil, &g)
-	if g.Cancelled != 2 || g.CancelledAt == nil || g.CompletedAt != nil || g.Running != 1 {
+	if g.Cancelled != 2 || g.CancelledAt == nil || g.CompletedAt != nil || g.Running != 1 || g.Topic != "jobs" || g.Partition != part {
 		t.Errorf("after cancel, a job still running: %+v", g)
 	}
-	if ok, err := b.pool.Ack(ctx, part, queue.Done{Job: running, Topic: "jobs"}, time.Now(), time.Hour); !ok || err != nil {
+	if ok, err := b.pool.Ack(ctx, q, queue.Done{Job: running}, time.Now(), time.Hour); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	c.must(t, "GET", "/api/v1/groups/news", nil, &g)

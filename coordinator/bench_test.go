@@ -32,6 +32,7 @@ func BenchmarkAggregate(b *testing.B) {
 		b.Fatal(err)
 	}
 	now := time.Now()
+	q := queue.Queue{Topic: "jobs", Part: 0}
 	for from := 0; from < n; from += 1000 {
 		items := make([]queue.Item, 0, 1001)
 		for i := from; i < from+1000; i++ {
@@ -45,7 +46,7 @@ func BenchmarkAggregate(b *testing.B) {
 		if _, err := pool.Enqueue(ctx, 1, items, now); err != nil {
 			b.Fatal(err)
 		}
-		jobs, err := pool.Claim(ctx, 0, 1000, now.Add(time.Hour))
+		jobs, err := pool.Claim(ctx, q, 1000, now.Add(time.Hour))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -53,13 +54,13 @@ func BenchmarkAggregate(b *testing.B) {
 		for i, j := range jobs {
 			done[i] = queue.Done{Job: j, Result: []byte(`{"id":"` + j.ID + `","status":"sent","n":` + strconv.Itoa(i) + `}`)}
 		}
-		if _, err := pool.AckMany(ctx, 0, done, now, time.Hour); err != nil {
+		if _, err := pool.AckMany(ctx, q, done, now, time.Hour); err != nil {
 			b.Fatal(err)
 		}
 	}
 	// Every item's result is in the group's results: the body carries
 	// them all.
-	if got, err := pool.Client(0).HLen(ctx, layout.Keys(0).Results("big")).Result(); err != nil || got != n {
+	if got, err := pool.Client(0).HLen(ctx, layout.Keys(q).Results("big")).Result(); err != nil || got != n {
 		b.Fatalf("the group's results hold %d items, want %d (%v)", got, n, err)
 	}
 	cfg := DefaultConfig()
@@ -69,8 +70,8 @@ func BenchmarkAggregate(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	w := c.newGroupWatcher(0, func() bool { return true })
-	st, err := pool.GroupStatus(ctx, "big")
+	w := c.newGroupWatcher(q, func() bool { return true })
+	st, err := pool.GroupStatus(ctx, "jobs", "big")
 	if err != nil || st.CompletedAt.IsZero() {
 		b.Fatalf("group not complete: %+v %v", st, err)
 	}

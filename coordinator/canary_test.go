@@ -86,8 +86,11 @@ func newCanaryPipeline(t *testing.T, b *bed, kafkaPartitions int) *canaryPipelin
 	return cp
 }
 
+// consume serves topic jobs' queue on partition part: the canaries'
+// records are per partition, their jobs in their topic's queue.
 func (cp *canaryPipeline) consume(ctx context.Context, part int) {
-	wake := cp.b.layout.Keys(part).Wake()
+	q := queue.Queue{Topic: "jobs", Part: part}
+	wake := cp.b.layout.Keys(q).Wake()
 	for ctx.Err() == nil {
 		cp.mu.Lock()
 		stopped := cp.stopped[part]
@@ -99,7 +102,7 @@ func (cp *canaryPipeline) consume(ctx context.Context, part int) {
 			}
 			continue
 		}
-		jobs, err := cp.b.pool.Claim(ctx, part, 10, time.Now().Add(time.Minute))
+		jobs, err := cp.b.pool.Claim(ctx, q, 10, time.Now().Add(time.Minute))
 		if err != nil || len(jobs) == 0 {
 			// Idle: block on the wake list, as the worker does.
 			cp.b.pool.Client(part).BLPop(ctx, 200*time.Millisecond, wake)
@@ -111,7 +114,7 @@ func (cp *canaryPipeline) consume(ctx context.Context, part int) {
 			if err == nil {
 				cp.b.pool.RecordCanaryDone(ctx, part, p.Path().Field(), time.UnixMilli(p.SentMS), time.Now())
 			}
-			cp.b.pool.AckMany(ctx, part, []queue.Done{{Job: cl, Topic: j.Topic}}, time.Now(), time.Minute)
+			cp.b.pool.AckMany(ctx, q, []queue.Done{{Job: cl}}, time.Now(), time.Minute)
 		}
 	}
 }
@@ -220,10 +223,10 @@ func TestCanaryAlertsNameTheStuckPartitionAndClear(t *testing.T) {
 	// Its canaries waited in Redis while it was stopped, one per interval:
 	// once they are done, nothing of them is left ready.
 	testenv.WaitFor(t, 10*time.Second, "partition 2 drained", func() bool {
-		f, err := b.pool.Funnel(context.Background(), 2)
+		f, err := b.pool.Funnel(context.Background(), queue.Queue{Topic: "jobs", Part: 2})
 		return err == nil && f.Ready == 0 && f.Inflight == 0
 	})
-	f, _ := b.pool.Funnel(context.Background(), 2)
+	f, _ := b.pool.Funnel(context.Background(), queue.Queue{Topic: "jobs", Part: 2})
 	if len(f.Stages) != 0 || f.Canaries["jobs"][queue.StageCompleted] < 3 {
 		t.Errorf("partition 2's funnel: user %v, canaries %v: canaries must count apart", f.Stages, f.Canaries)
 	}

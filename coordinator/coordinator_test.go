@@ -41,8 +41,22 @@ func newBed(t *testing.T, partitions int) *bed {
 	if err := p.LoadScripts(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	// The test plays a relay of topic jobs, which registers its topic
+	// when it starts: the coordinator reads the queues of the registered
+	// topics.
+	if err := p.RegisterTopics(context.Background(), []string{"jobs"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	b.pool = p
 	return b
+}
+
+// register registers topics, as a relay of them does when it starts.
+func (b *bed) register(t *testing.T, topics ...string) {
+	t.Helper()
+	if err := b.pool.RegisterTopics(context.Background(), topics, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // outcome says how the test's "worker" ends item i: a result, or dead with
@@ -54,31 +68,38 @@ type outcome struct {
 	retry  string
 }
 
-// completeGroup submits a bulk group of len(items) jobs with a callback
-// URL (may be empty), then claims and ends every job as items says: the
-// last end queues the group on its partition's completed list.
+// completeGroup submits a bulk group of len(items) jobs of topic jobs with
+// a callback URL (may be empty), then claims and ends every job as items
+// says: the last end queues the group on its queue partition's completed
+// list.
 func (b *bed) completeGroup(t *testing.T, group, url string, items []outcome) {
+	t.Helper()
+	b.completeGroupOf(t, "jobs", group, url, items)
+}
+
+// completeGroupOf is completeGroup for a group of topic.
+func (b *bed) completeGroupOf(t *testing.T, topic, group, url string, items []outcome) {
 	t.Helper()
 	ctx := context.Background()
 	now := time.Now()
 	var batch []queue.Item
 	for i := range items {
 		id := job.BulkID(group, int64(i))
-		batch = append(batch, queue.Item{ID: id, Group: group, Topic: "jobs", Weight: 1, GroupTotal: int64(len(items)),
+		batch = append(batch, queue.Item{ID: id, Group: group, Topic: topic, Weight: 1, GroupTotal: int64(len(items)),
 			Envelope: []byte(`{"id":"` + id + `","type":"t","payload":{}}`)})
 	}
-	batch = append(batch, queue.Item{Close: true, Group: group, Topic: "jobs", GroupTotal: int64(len(items)), CallbackURL: url})
+	batch = append(batch, queue.Item{Close: true, Group: group, Topic: topic, GroupTotal: int64(len(items)), CallbackURL: url})
 	if _, err := b.pool.Enqueue(ctx, 1, batch, now); err != nil {
 		t.Fatal(err)
 	}
-	part := b.layout.PartitionOf(group)
+	q := b.layout.QueueOf(topic, group, "")
 	index := map[string]int{}
 	for i := range items {
 		index[job.BulkID(group, int64(i))] = i
 	}
 	var done []queue.Done
 	for ended := 0; ended < len(items); {
-		jobs, err := b.pool.Claim(ctx, part, 100, now.Add(lease))
+		jobs, err := b.pool.Claim(ctx, q, 100, now.Add(lease))
 		if err != nil || len(jobs) == 0 {
 			t.Fatalf("claim: %v %v", jobs, err)
 		}
@@ -89,8 +110,8 @@ func (b *bed) completeGroup(t *testing.T, group, url string, items []outcome) {
 				t.Fatalf("claimed %s, not of group %s", j.ID, group)
 			}
 			if items[i].retry != "" && j.Attempt == 1 {
-				f := queue.Failure{Job: j, Topic: "jobs", Cause: items[i].retry, NextTry: now}
-				if r, err := b.pool.Fail(ctx, part, f, now, queue.DeadLimits{Max: 1000, Keep: time.Hour}); r != queue.FailRetrying || err != nil {
+				f := queue.Failure{Job: j, Cause: items[i].retry, NextTry: now}
+				if r, err := b.pool.Fail(ctx, q, f, now, queue.DeadLimits{Max: 1000, Keep: time.Hour}); r != queue.FailRetrying || err != nil {
 					t.Fatalf("fail %s for a retry: %d %v", j.ID, r, err)
 				}
 				retried++
@@ -98,24 +119,24 @@ func (b *bed) completeGroup(t *testing.T, group, url string, items []outcome) {
 			}
 			ended++
 			if items[i].dead != "" {
-				f := queue.Failure{Job: j, Topic: "jobs", Cause: items[i].dead}
-				if r, err := b.pool.Fail(ctx, part, f, now, queue.DeadLimits{Max: 1000, Keep: time.Hour}); r != queue.FailDead || err != nil {
+				f := queue.Failure{Job: j, Cause: items[i].dead}
+				if r, err := b.pool.Fail(ctx, q, f, now, queue.DeadLimits{Max: 1000, Keep: time.Hour}); r != queue.FailDead || err != nil {
 					t.Fatalf("fail %s: %d %v", j.ID, r, err)
 				}
 				continue
 			}
-			done = append(done, queue.Done{Job: j, Result: items[i].result, Topic: "jobs"})
+			done = append(done, queue.Done{Job: j, Result: items[i].result})
 		}
 		if retried > 0 {
-			if n, err := b.pool.Promote(ctx, part, 100, now); n != retried || err != nil {
+			if n, err := b.pool.Promote(ctx, q, 100, now); n != retried || err != nil {
 				t.Fatalf("promote: %d of %d retries, %v", n, retried, err)
 			}
 		}
 	}
-	if ok, err := b.pool.AckMany(ctx, part, done, now, time.Hour); err != nil || len(ok) != len(done) {
+	if ok, err := b.pool.AckMany(ctx, q, done, now, time.Hour); err != nil || len(ok) != len(done) {
 		t.Fatalf("ack: %v %v", ok, err)
 	}
-	if st, _ := b.pool.GroupStatus(ctx, group); st.CompletedAt.IsZero() {
+	if st, _ := b.pool.GroupStatus(ctx, topic, group); st.CompletedAt.IsZero() {
 		t.Fatalf("group %s did not complete: %+v", group, st)
 	}
 }
@@ -299,12 +320,18 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// finished waits until the watcher is done with group: off the completing
-// list, with the group's status kept for a while.
+// finished waits until the watcher is done with group of topic jobs: off
+// the completing list, with the group's status kept for a while.
 func (b *bed) finished(t *testing.T, group string) queue.GroupStatus {
 	t.Helper()
+	return b.finishedOf(t, "jobs", group)
+}
+
+// finishedOf is finished for a group of topic.
+func (b *bed) finishedOf(t *testing.T, topic, group string) queue.GroupStatus {
+	t.Helper()
 	ctx := context.Background()
-	k := b.layout.Keys(b.layout.PartitionOf(group))
+	k := b.layout.Keys(b.layout.QueueOf(topic, group, ""))
 	testenv.WaitFor(t, 10*time.Second, "group "+group+" to be finished", func() bool {
 		ttl, _ := b.redis.Client().TTL(ctx, k.Group(group)).Result()
 		left, _ := b.redis.Client().LRange(ctx, k.Completing(), 0, -1).Result()
@@ -315,7 +342,7 @@ func (b *bed) finished(t *testing.T, group string) queue.GroupStatus {
 		}
 		return ttl > 0
 	})
-	st, err := b.pool.GroupStatus(ctx, group)
+	st, err := b.pool.GroupStatus(ctx, topic, group)
 	if err != nil {
 		t.Fatal(err)
 	}

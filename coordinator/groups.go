@@ -30,27 +30,89 @@ const (
 // redisRetryMax bounds the wait between retries of a failed Redis call.
 const redisRetryMax = 5 * time.Second
 
-// groupWatcher delivers the completed groups of one Redis partition while
+// topics are the topics whose queues the coordinator reads: those the
+// stage's relays registered, and Config.Topics.
+func (c *Coordinator) topics(ctx context.Context) ([]string, error) {
+	return c.pool.Topics(ctx, c.cfg.Topics...)
+}
+
+// watchGroups runs a groupWatcher per queue partition of every topic while
+// the coordinator holds the lock: at once for the topics known then, and
+// for each topic that appears later within a GroupWait (the registry, one
+// HKEYS, is read again every GroupWait). A topic stays watched until the
+// lock goes, even if it leaves the registry: its groups may still complete.
+// It returns once every watcher has stopped.
+func (c *Coordinator) watchGroups(ctx context.Context, valid func() bool) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	watched := map[string]bool{}
+	t := time.NewTicker(c.cfg.GroupWait)
+	defer t.Stop()
+	failing := false
+	for {
+		topics, err := c.topics(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil:
+			c.m.redisErrors.Inc()
+			if !failing {
+				failing = true
+				c.log.Warn("group watcher: reading the stage's topics failed; the topics known stay watched, new ones wait", "err", err)
+			}
+		case err == nil:
+			if failing {
+				failing = false
+				c.log.Info("group watcher: the stage's topics can be read again")
+			}
+			for _, topic := range topics {
+				if watched[topic] {
+					continue
+				}
+				if err := queue.ValidTopic(topic); err != nil {
+					// A registry entry no relay could have written:
+					// it names no queue.
+					c.log.Warn("group watcher: ignoring a registered topic that names no queue", "err", err)
+					watched[topic] = true
+					continue
+				}
+				watched[topic] = true
+				c.log.Info("group watcher: watching a topic's queues", "topic", topic, "partitions", c.cfg.Partitions)
+				for part := range c.cfg.Partitions {
+					w := c.newGroupWatcher(queue.Queue{Topic: topic, Part: part}, valid)
+					wg.Go(func() { w.run(ctx) })
+				}
+				c.m.watchedQueues.Add(float64(c.cfg.Partitions))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// groupWatcher delivers the completed groups of one queue partition while
 // its coordinator holds the lock: what an earlier holder left on the
-// partition's completing list first, then each group the completed list
+// queue's completing list first, then each group the completed list
 // receives. Up to Deliveries groups are delivered at once, so a receiver
 // that keeps failing delays only its own group.
 type groupWatcher struct {
 	c     *Coordinator
-	part  int
+	q     queue.Queue
 	valid func() bool // the lock's lease is still valid
 	log   *slog.Logger
 	slots chan struct{}
+	turns chan struct{} // the waits on q's Redis server (Config.WaitConns)
 	wg    sync.WaitGroup
 
 	mu     sync.Mutex
 	active map[string]bool
 }
 
-func (c *Coordinator) newGroupWatcher(part int, valid func() bool) *groupWatcher {
+func (c *Coordinator) newGroupWatcher(q queue.Queue, valid func() bool) *groupWatcher {
 	return &groupWatcher{
-		c: c, part: part, valid: valid, log: c.log.With("partition", part),
-		slots: make(chan struct{}, c.cfg.Deliveries), active: map[string]bool{},
+		c: c, q: q, valid: valid, log: c.log.With("topic", q.Topic, "partition", q.Part),
+		slots: make(chan struct{}, c.cfg.Deliveries), turns: c.waitTurns[c.waits.Client(q.Part)], active: map[string]bool{},
 	}
 }
 
@@ -58,6 +120,7 @@ func (c *Coordinator) newGroupWatcher(part int, valid func() bool) *groupWatcher
 // flight to stop. A group taken but not delivered stays on the completing
 // list for the next holder.
 func (w *groupWatcher) run(ctx context.Context) {
+	defer w.c.m.watchedQueues.Dec()
 	defer w.wg.Wait()
 	pool := w.c.pool
 	var pending []string
@@ -77,7 +140,7 @@ func (w *groupWatcher) run(ctx context.Context) {
 			// no delivery of ours holds were left by an earlier holder
 			// (one that died, or a take that ended after it lost the
 			// lock).
-			left, err := pool.Completing(ctx, w.part)
+			left, err := pool.Completing(ctx, w.q)
 			if err != nil {
 				redisFailed(err)
 				continue
@@ -98,8 +161,7 @@ func (w *groupWatcher) run(ctx context.Context) {
 			group, pending = pending[0], pending[1:]
 		} else {
 			var err error
-			group, err = pool.WaitCompleted(ctx, w.part, w.c.cfg.GroupWait)
-			if err != nil {
+			if group, err = w.wait(ctx); err != nil {
 				<-w.slots
 				if ctx.Err() == nil {
 					redisFailed(err)
@@ -122,6 +184,27 @@ func (w *groupWatcher) run(ctx context.Context) {
 			w.deliver(ctx, group)
 		})
 	}
+}
+
+// wait blocks up to GroupWait for a group of the queue to complete
+// (BLMOVE on the watchers' own clients), once its Redis server has a
+// connection free for it: "" when none came.
+func (w *groupWatcher) wait(ctx context.Context) (string, error) {
+	select {
+	case w.turns <- struct{}{}:
+	default:
+		if w.c.waitsFull.CompareAndSwap(false, true) {
+			w.log.Warn("group watchers take turns: a Redis serves more queue partitions than --wait-conns; a completed group may wait a GroupWait per turn",
+				"wait_conns", w.c.cfg.WaitConns)
+		}
+		select {
+		case w.turns <- struct{}{}:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
+	defer func() { <-w.turns }()
+	return w.c.waits.WaitCompleted(ctx, w.q, w.c.cfg.GroupWait)
 }
 
 // orphans adds to pending the groups of left that are neither being
@@ -194,10 +277,10 @@ func (w *groupWatcher) deliver(ctx context.Context, group string) {
 	var st queue.GroupStatus
 	var extra []string
 	if !w.redo(ctx, log, "reading the group", func() (err error) {
-		if st, err = c.pool.GroupStatus(ctx, group); err != nil {
+		if st, err = c.pool.GroupStatus(ctx, w.q.Topic, group); err != nil {
 			return err
 		}
-		extra, err = c.pool.GroupFields(ctx, group, "topic", "callback_first_ms")
+		extra, err = c.pool.GroupFields(ctx, w.q.Topic, group, "callback_first_ms")
 		return err
 	}) {
 		return
@@ -221,7 +304,7 @@ func (w *groupWatcher) deliver(ctx context.Context, group string) {
 	}
 
 	sum := GroupSummary{
-		Group: group, Topic: extra[0], Total: st.Total, Done: st.Done, Dead: st.Dead, Cancelled: st.Cancelled,
+		Group: group, Topic: w.q.Topic, Total: st.Total, Done: st.Done, Dead: st.Dead, Cancelled: st.Cancelled,
 		CompletedAt: st.CompletedAt, CancelledAt: st.CancelledAt,
 	}
 	body, err := w.aggregate(ctx, log, sum)
@@ -240,7 +323,7 @@ func (w *groupWatcher) deliver(ctx context.Context, group string) {
 		}
 	}()
 	var first time.Time
-	if ms, _ := strconv.ParseInt(extra[1], 10, 64); ms > 0 {
+	if ms, _ := strconv.ParseInt(extra[0], 10, 64); ms > 0 {
 		first = time.UnixMilli(ms)
 	}
 	w.send(ctx, log, group, st, first, body)
@@ -272,7 +355,7 @@ func (w *groupWatcher) aggregate(ctx context.Context, log *slog.Logger, sum Grou
 			ids = append(ids, job.BulkID(sum.Group, i))
 		}
 		if !w.redo(ctx, log, "reading the group's items", func() (err error) {
-			states, err = c.pool.JobStates(ctx, sum.Group, ids)
+			states, err = c.pool.JobStates(ctx, w.q.Topic, sum.Group, ids)
 			return err
 		}) {
 			return abandon(ctx.Err())
@@ -337,7 +420,7 @@ func (w *groupWatcher) send(ctx context.Context, log *slog.Logger, name string, 
 			first = c.cfg.Now()
 		}
 		if !w.redo(ctx, log, "recording a callback attempt", func() error {
-			return c.pool.SetGroupFields(ctx, name, map[string]any{
+			return c.pool.SetGroupFields(ctx, w.q.Topic, name, map[string]any{
 				"callback_state": CallbackDelivering, "callback_attempts": attempts, "callback_first_ms": first.UnixMilli(),
 			})
 		}) {
@@ -348,7 +431,7 @@ func (w *groupWatcher) send(ctx context.Context, log *slog.Logger, name string, 
 			// Stopped mid-POST: the attempt counts, the next holder
 			// goes on.
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			c.pool.SetGroupFields(rctx, name, map[string]any{"callback_state": CallbackPending})
+			c.pool.SetGroupFields(rctx, w.q.Topic, name, map[string]any{"callback_state": CallbackPending})
 			cancel()
 			return
 		}
@@ -361,7 +444,7 @@ func (w *groupWatcher) send(ctx context.Context, log *slog.Logger, name string, 
 			}
 			// The state first, on its own: should the finish not happen,
 			// the next holder sees "delivered" and does not POST again.
-			if !w.redo(ctx, log, "recording the delivery", func() error { return c.pool.SetGroupFields(ctx, name, fields) }) {
+			if !w.redo(ctx, log, "recording the delivery", func() error { return c.pool.SetGroupFields(ctx, w.q.Topic, name, fields) }) {
 				return
 			}
 			if !st.CompletedAt.IsZero() {
@@ -381,7 +464,7 @@ func (w *groupWatcher) send(ctx context.Context, log *slog.Logger, name string, 
 		}
 		log.Warn("group callback failed; retrying", "attempt", attempts, "err", err, "retry_in", delay.String())
 		if !w.redo(ctx, log, "recording a failed callback attempt", func() error {
-			return c.pool.SetGroupFields(ctx, name, map[string]any{
+			return c.pool.SetGroupFields(ctx, w.q.Topic, name, map[string]any{
 				"callback_state": CallbackPending, "callback_error": err.Error(), "callback_next_ms": next.UnixMilli(),
 			})
 		}) {
@@ -402,7 +485,7 @@ func (w *groupWatcher) giveUp(ctx context.Context, log *slog.Logger, group strin
 	}
 	log.Error("group callback given up", "attempts", attempts, "err", msg)
 	fields := map[string]any{"callback_state": CallbackFailed, "callback_error": msg, "finished_ms": w.c.cfg.Now().UnixMilli()}
-	if w.redo(ctx, log, "recording a given-up callback", func() error { return w.c.pool.SetGroupFields(ctx, group, fields) }) {
+	if w.redo(ctx, log, "recording a given-up callback", func() error { return w.c.pool.SetGroupFields(ctx, w.q.Topic, group, fields) }) {
 		w.finish(ctx, log, group, CallbackFailed, fields)
 	}
 }
@@ -411,7 +494,7 @@ func (w *groupWatcher) giveUp(ctx context.Context, log *slog.Logger, group strin
 // off the completing list; outcome labels the callbacks metric.
 func (w *groupWatcher) finish(ctx context.Context, log *slog.Logger, group, outcome string, fields map[string]any) {
 	if !w.redo(ctx, log, "finishing the group", func() error {
-		return w.c.pool.FinishCompleted(ctx, group, fields, w.c.cfg.Keep)
+		return w.c.pool.FinishCompleted(ctx, w.q.Topic, group, fields, w.c.cfg.Keep)
 	}) {
 		return
 	}

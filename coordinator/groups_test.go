@@ -16,6 +16,10 @@ import (
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
+// jobsP0 is partition 0 of topic jobs, the queue of the one-partition
+// beds' groups.
+var jobsP0 = queue.Queue{Topic: "jobs", Part: 0}
+
 // callbackBody is the default reducer's JSON.
 type callbackBody struct {
 	Group       string `json:"group"`
@@ -217,7 +221,7 @@ func TestCallbackGivesUpIntoAVisibleFailedState(t *testing.T) {
 		t.Errorf("failed callbacks: %v", got)
 	}
 	// Kept for Keep, like a delivered group.
-	ttl, _ := b.redis.Client().TTL(context.Background(), b.layout.Keys(0).Group("doomed")).Result()
+	ttl, _ := b.redis.Client().TTL(context.Background(), b.layout.Keys(jobsP0).Group("doomed")).Result()
 	if ttl < 6*24*time.Hour {
 		t.Errorf("the failed group is kept for %v", ttl)
 	}
@@ -247,8 +251,8 @@ func TestTheNextCoordinatorDeliversWhatAStoppedOneLeft(t *testing.T) {
 	first.stop(t)
 
 	ctx := context.Background()
-	st, _ := b.pool.GroupStatus(ctx, "g")
-	left, _ := b.pool.Completing(ctx, 0)
+	st, _ := b.pool.GroupStatus(ctx, "jobs", "g")
+	left, _ := b.pool.Completing(ctx, jobsP0)
 	if st.CallbackState != coordinator.CallbackPending || st.CallbackAttempts != 1 || len(left) != 1 || left[0] != "g" {
 		t.Fatalf("after the stop: %+v, completing %v", st, left)
 	}
@@ -362,14 +366,14 @@ func TestACancelledGroupsCallbackListsItsCancelledItems(t *testing.T) {
 	if _, err := b.pool.Enqueue(ctx, 1, batch, now); err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := b.pool.Claim(ctx, 0, 1, now.Add(time.Minute))
+	jobs, err := b.pool.Claim(ctx, jobsP0, 1, now.Add(time.Minute))
 	if err != nil || len(jobs) != 1 || jobs[0].ID != "c.0" {
 		t.Fatalf("claim: %v %v", jobs, err)
 	}
-	if n, err := b.pool.CancelGroup(ctx, "c", now); n != 2 || err != nil {
+	if n, err := b.pool.CancelGroup(ctx, "jobs", "c", now); n != 2 || err != nil {
 		t.Fatalf("cancel: %d %v", n, err)
 	}
-	if ok, err := b.pool.Ack(ctx, 0, queue.Done{Job: jobs[0], Result: []byte(`"ran"`), Topic: "jobs"}, now, time.Hour); !ok || err != nil {
+	if ok, err := b.pool.Ack(ctx, jobsP0, queue.Done{Job: jobs[0], Result: []byte(`"ran"`)}, now, time.Hour); !ok || err != nil {
 		t.Fatalf("ack: %v %v", ok, err)
 	}
 	b.finished(t, "c")
@@ -396,10 +400,10 @@ func TestCallbackNeedsNoJobRecords(t *testing.T) {
 	rc := newReceiver(t, nil)
 	ctx := context.Background()
 	b.completeGroup(t, "rec", rc.URL, []outcome{{result: []byte(`1`)}, {dead: "boom"}, {}})
-	if ok, err := b.pool.PurgeDead(ctx, 0, "rec.1"); !ok || err != nil {
+	if ok, err := b.pool.PurgeDead(ctx, jobsP0, "rec.1"); !ok || err != nil {
 		t.Fatalf("purge: %v %v", ok, err)
 	}
-	if keys, err := b.redis.Client().Keys(ctx, b.layout.Keys(0).Job("*")).Result(); err != nil || len(keys) != 0 {
+	if keys, err := b.redis.Client().Keys(ctx, b.layout.Keys(jobsP0).Job("*")).Result(); err != nil || len(keys) != 0 {
 		t.Fatalf("job records left before the watcher runs: %v %v", keys, err)
 	}
 	r := b.start(t, "c", nil)
@@ -439,7 +443,7 @@ func TestCallbackWithResultsAtOddsWithTheCountersIsDeliveredAndLogged(t *testing
 	ctx := context.Background()
 	b.completeGroup(t, "odd", rc.URL, []outcome{{result: []byte(`1`)}, {dead: "boom"}})
 	// The dead item's entry lost, as if the results never had it.
-	if n, err := b.redis.Client().HDel(ctx, b.layout.Keys(0).Results("odd"), "odd.1").Result(); n != 1 || err != nil {
+	if n, err := b.redis.Client().HDel(ctx, b.layout.Keys(jobsP0).Results("odd"), "odd.1").Result(); n != 1 || err != nil {
 		t.Fatalf("hdel: %d %v", n, err)
 	}
 	r := b.start(t, "c", nil)

@@ -11,6 +11,7 @@ type metrics struct {
 	deliveryLatency prometheus.Histogram
 	aggregation     prometheus.Histogram
 	delivering      prometheus.Gauge
+	watchedQueues   prometheus.Gauge
 	redisErrors     prometheus.Counter
 
 	// The scaler's, per partition; reset when it stops (a standby shows none).
@@ -24,7 +25,7 @@ type metrics struct {
 	scaleCycles    prometheus.Counter
 
 	// observe's, reset when it stops.
-	inflight, delayed, dead *prometheus.GaugeVec // partition
+	inflight, delayed, dead *prometheus.GaugeVec // topic, partition
 	funnel                  *prometheus.GaugeVec // topic, stage
 }
 
@@ -68,11 +69,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		delivering: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_coordinator_groups_delivering", Help: "Completed groups being aggregated or delivered now, retries included.",
 		}),
+		watchedQueues: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_coordinator_watched_queues", Help: "Queue partitions (a topic's partition) the group watchers watch now: the stage's topics x its partitions while this coordinator holds the lock, else 0.",
+		}),
 		redisErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_coordinator_redis_errors_total", Help: "Redis calls of the group watchers and the scaler that failed and were retried.",
 		}),
 		scaleReady: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_coordinator_scaling_ready_jobs", Help: "Ready depth per partition at the last scaling cycle: jobs a consumer could claim now.",
+			Name: "sluice_coordinator_scaling_ready_jobs", Help: "Ready depth per partition at the last scaling cycle, summed over the topics' queues: jobs a consumer could claim now.",
 		}, []string{"partition"}),
 		scaleWorkers: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_coordinator_scaling_workers", Help: "Live workers per partition at the last scaling cycle: the pool sizes of the live consumers' heartbeats, summed.",
@@ -96,21 +100,21 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_coordinator_scaling_cycles_total", Help: "Scaling cycles run (one reads every partition).",
 		}),
 		inflight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_coordinator_inflight_jobs", Help: "Jobs leased by workers per partition: running, or claimed ahead and waiting for a slot.",
-		}, []string{"partition"}),
+			Name: "sluice_coordinator_inflight_jobs", Help: "Jobs leased by workers per queue partition (topic, partition): running, or claimed ahead and waiting for a slot.",
+		}, []string{"topic", "partition"}),
 		delayed: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_coordinator_delayed_jobs", Help: "Jobs waiting in the delayed set per partition: scheduled, retrying, or throttled to a rate-limit slot.",
-		}, []string{"partition"}),
+			Name: "sluice_coordinator_delayed_jobs", Help: "Jobs waiting in the delayed set per queue partition (topic, partition): scheduled, retrying, or throttled to a rate-limit slot.",
+		}, []string{"topic", "partition"}),
 		dead: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "sluice_coordinator_dead_jobs", Help: "Jobs in the dead set per partition (capped by the workers' --dead-max).",
-		}, []string{"partition"}),
+			Name: "sluice_coordinator_dead_jobs", Help: "Jobs in the dead set per queue partition (topic, partition; capped by the workers' --dead-max).",
+		}, []string{"topic", "partition"}),
 		funnel: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "sluice_coordinator_funnel_jobs", Help: "The stage funnel: user jobs per topic and stage since the Redis data began (relayed, deduplicated, dropped, dead_lettered, requeued, dequeued, completed, retried, dead, cancelled), summed over the partitions; see docs/stats.md.",
 		}, []string{"topic", "stage"}),
 	}
 	reg.MustRegister(m.inflight, m.delayed, m.dead, m.funnel)
 	reg.MustRegister(m.lockHeld, m.lockAcquired, m.groupsCompleted, m.callbacks, m.attempts,
-		m.deliveryLatency, m.aggregation, m.delivering, m.redisErrors,
+		m.deliveryLatency, m.aggregation, m.delivering, m.watchedQueues, m.redisErrors,
 		m.scaleReady, m.scaleWorkers, m.scaleConsumers, m.scaleBusy, m.scalePWQD, m.scaleTarget, m.scaleDecisions, m.scaleCycles)
 	return m
 }

@@ -21,15 +21,25 @@ import (
 const resendAfter = 2
 
 // scaler runs the scaling cycle over every partition while its coordinator
-// holds the lock: it reads each partition's load (Pool.Load: ready depth,
-// heartbeats, checkpoint, in one script call), decides (Decide) and pushes
-// the command onto the partition's cmd list. A new holder starts from the
-// partitions' checkpoints, so a failover changes nobody's workers.
+// holds the lock: it reads each partition's load (Pool.Load: the ready
+// depth summed over the stage's topics, heartbeats, checkpoint; a script
+// call for the partition and one per topic), decides (Decide) and pushes
+// the command onto the partition's cmd list. Workers are per partition,
+// whatever the topic: a consumer of a partition serves every topic's queue
+// there, so the partition's PWQD is the ready jobs of all its queues per
+// live worker. The topics are read from the registry each cycle, so a
+// topic a relay registers later counts from the next cycle. A new holder
+// starts from the partitions' checkpoints, so a failover changes nobody's
+// workers.
 type scaler struct {
 	c     *Coordinator
 	valid func() bool
 	log   *slog.Logger
 	parts []partScaling
+	// topics are the last topics read from the registry: kept while it
+	// cannot be read, so the partitions on other Redis servers go on.
+	topics        []string
+	topicsFailing bool
 }
 
 // partScaling is what the scaler keeps of a partition between cycles.
@@ -71,6 +81,25 @@ func (s *scaler) run(ctx context.Context) {
 func (s *scaler) cycle(ctx context.Context) {
 	p := s.c.Params()
 	s.c.m.scaleCycles.Inc()
+	if topics, err := s.c.topics(ctx); err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		s.c.m.redisErrors.Inc()
+		if !s.topicsFailing {
+			s.topicsFailing = true
+			s.log.Warn("scaler: reading the stage's topics failed; reading the last known ones", "topics", s.topics, "err", err)
+		}
+	} else {
+		if s.topicsFailing {
+			s.topicsFailing = false
+			s.log.Info("scaler: the stage's topics can be read again")
+		}
+		if !slices.Equal(topics, s.topics) {
+			s.log.Info("scaler: the ready depth sums these topics' queues", "topics", topics)
+		}
+		s.topics = topics
+	}
 	for part := range s.parts {
 		if ctx.Err() != nil || !s.valid() {
 			return
@@ -83,7 +112,7 @@ func (s *scaler) partition(ctx context.Context, p Params, part int) {
 	st := &s.parts[part]
 	log := s.log.With("partition", part)
 	label := strconv.Itoa(part)
-	load, err := s.c.pool.Load(ctx, part, 10*s.c.cfg.ConsumerTTL)
+	load, err := s.c.pool.Load(ctx, part, s.topics, 10*s.c.cfg.ConsumerTTL)
 	if err != nil {
 		if ctx.Err() != nil {
 			return

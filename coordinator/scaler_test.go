@@ -40,7 +40,7 @@ func (b *bed) consumer(t *testing.T, part, workers int) *consumer {
 	c.workers.Store(int64(workers))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	k, rdb := b.layout.Keys(part), b.pool.Client(part)
+	k, rdb := b.layout.PartKeys(part), b.pool.Client(part)
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(10 * time.Millisecond)
@@ -89,9 +89,15 @@ func (c *consumer) commands() []queue.Command {
 	return append([]queue.Command(nil), c.got...)
 }
 
-// backlog puts n jobs in partition part's ready lists; nobody claims them
-// unless the test does.
+// backlog puts n jobs of topic jobs in partition part's ready lanes;
+// nobody claims them unless the test does.
 func (b *bed) backlog(t *testing.T, part, n int) {
+	t.Helper()
+	b.backlogOf(t, "jobs", part, n)
+}
+
+// backlogOf is backlog for topic.
+func (b *bed) backlogOf(t *testing.T, topic string, part, n int) {
 	t.Helper()
 	var group string
 	for i := 0; ; i++ {
@@ -102,18 +108,19 @@ func (b *bed) backlog(t *testing.T, part, n int) {
 	items := make([]queue.Item, n)
 	for i := range items {
 		id := job.BulkID(group, int64(i))
-		items[i] = queue.Item{ID: id, Group: group, Topic: "jobs", Weight: 1, Envelope: []byte(`{"id":"` + id + `","type":"t"}`)}
+		items[i] = queue.Item{ID: id, Group: group, Topic: topic, Weight: 1, Envelope: []byte(`{"id":"` + id + `","type":"t"}`)}
 	}
 	if _, err := b.pool.Enqueue(context.Background(), 1, items, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// drain claims every ready job of the partition: the backlog is gone.
+// drain claims every ready job of topic jobs' partition part: the backlog
+// is gone.
 func (b *bed) drain(t *testing.T, part int) {
 	t.Helper()
 	for {
-		jobs, err := b.pool.Claim(context.Background(), part, 1000, time.Now().Add(time.Hour))
+		jobs, err := b.pool.Claim(context.Background(), queue.Queue{Topic: "jobs", Part: part}, 1000, time.Now().Add(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -243,7 +250,7 @@ func TestScalerRestartKeepsCountsAndResendsMissedCommands(t *testing.T) {
 	}
 	// A second consumer starts with a count of its own and no checkpoint
 	// to follow (it was lost): the target is sent again.
-	b.redis.Client().Del(context.Background(), b.layout.Keys(0).WorkerCount())
+	b.redis.Client().Del(context.Background(), b.layout.PartKeys(0).WorkerCount())
 	c1 := b.consumer(t, 0, 3)
 	c1.busyShare.Store(100)
 	testenv.WaitFor(t, 10*time.Second, "the new consumer at the target 8", func() bool { return c1.workers.Load() == 8 })

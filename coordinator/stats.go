@@ -9,10 +9,11 @@ import (
 )
 
 // observe exports, every StatsEvery while the coordinator holds its lock,
-// what each partition holds (in flight, delayed, dead) and the stage
-// funnel of every topic summed over the partitions (queue.Pool.Funnel),
-// for dashboards and alerts. The gauges go when it stops: a standby shows
-// none.
+// what each queue partition holds (in flight, delayed, dead; labelled by
+// topic and partition) and the stage funnel of every topic summed over the
+// partitions (queue.Pool.Funnel), for dashboards and alerts. The topics
+// are read from the registry each time. The gauges go when it stops: a
+// standby shows none.
 func (c *Coordinator) observe(ctx context.Context, valid func() bool) {
 	defer c.m.resetObserved()
 	t := time.NewTicker(c.cfg.StatsEvery)
@@ -23,27 +24,32 @@ func (c *Coordinator) observe(ctx context.Context, valid func() bool) {
 			return
 		}
 		stages := map[[2]string]int64{}
-		var err error
-		for part := range c.cfg.Partitions {
-			var f queue.PartitionFunnel
-			if f, err = c.pool.Funnel(ctx, part); err != nil {
-				break
-			}
-			label := strconv.Itoa(part)
-			c.m.inflight.WithLabelValues(label).Set(float64(f.Inflight))
-			c.m.delayed.WithLabelValues(label).Set(float64(f.Delayed))
-			c.m.dead.WithLabelValues(label).Set(float64(f.Dead))
-			for topic, s := range f.Stages {
-				for stage, n := range s {
-					stages[[2]string{topic, stage}] += n
+		topics, err := c.topics(ctx)
+		for _, topic := range topics {
+			for part := range c.cfg.Partitions {
+				var f queue.PartitionFunnel
+				if f, err = c.pool.Funnel(ctx, queue.Queue{Topic: topic, Part: part}); err != nil {
+					break
 				}
+				label := strconv.Itoa(part)
+				c.m.inflight.WithLabelValues(topic, label).Set(float64(f.Inflight))
+				c.m.delayed.WithLabelValues(topic, label).Set(float64(f.Delayed))
+				c.m.dead.WithLabelValues(topic, label).Set(float64(f.Dead))
+				for t, s := range f.Stages {
+					for stage, n := range s {
+						stages[[2]string{t, stage}] += n
+					}
+				}
+			}
+			if err != nil {
+				break
 			}
 		}
 		switch {
 		case err != nil && ctx.Err() == nil:
 			c.m.redisErrors.Inc()
 			if !failing {
-				c.log.Warn("reading the partitions' funnels failed; retrying next cycle", "err", err)
+				c.log.Warn("reading the queues' funnels failed; retrying next cycle", "err", err)
 				failing = true
 			}
 		case err == nil:
