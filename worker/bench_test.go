@@ -75,7 +75,7 @@ func benchWorkerNoop(b *testing.B, prefetch, claim int) {
 	testenv.WaitFor(b, 10*time.Minute, "every job done", func() bool {
 		total := 0
 		for part := range layout.Partitions {
-			n, _ := r.Client().HGet(ctx, layout.Keys(part).Stats(), "done").Int()
+			n, _ := r.Client().HGet(ctx, layout.Keys(queue.Queue{Topic: "jobs", Part: part}).Stats(), "done").Int()
 			total += n
 		}
 		return total >= b.N
@@ -200,7 +200,7 @@ func BenchmarkSmallGroupDuringHugeGroup(b *testing.B) {
 	defer func() { stop(); <-done }()
 	part := layout.PartitionOf("huge")
 	groupDone := func(g string) int {
-		n, _ := r.Client().HGet(ctx, layout.Keys(part).Group(g), "done").Int()
+		n, _ := r.Client().HGet(ctx, layout.Keys(queue.Queue{Topic: "jobs", Part: part}).Group(g), "done").Int()
 		return n
 	}
 	testenv.WaitFor(b, 10*time.Minute, "the huge group under way", func() bool { return groupDone("huge") >= 10000 })
@@ -209,7 +209,7 @@ func BenchmarkSmallGroupDuringHugeGroup(b *testing.B) {
 	start := time.Now()
 	enqueue(smallGroup, small)
 	testenv.WaitFor(b, time.Minute, "the small group done", func() bool {
-		st, _ := p.GroupStatus(ctx, smallGroup)
+		st, _ := p.GroupStatus(ctx, "jobs", smallGroup)
 		return !st.CompletedAt.IsZero()
 	})
 	took := time.Since(start)

@@ -36,7 +36,7 @@ func (c *consumer) completeCanary(ctx context.Context, h *heldJob, j *job.Job) {
 		outcome = "bad"
 		c.log.Warn("a canary could not be recorded", "job", h.claimed.ID, "err", err)
 	}
-	if _, err := w.pool.AckMany(context.WithoutCancel(ctx), c.part, []queue.Done{{Job: h.claimed, Topic: j.Topic}}, now, canaryKeep); err != nil {
+	if _, err := w.pool.AckMany(context.WithoutCancel(ctx), h.q, []queue.Done{{Job: h.claimed}}, now, canaryKeep); err != nil {
 		c.log.Warn("acking a canary failed; its lease will expire and it runs again", "job", h.claimed.ID, "err", err)
 		outcome = "bad"
 	}

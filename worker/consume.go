@@ -18,11 +18,16 @@ import (
 	"github.com/sluicehq/sluice/internal/retry"
 )
 
-// consumer runs one partition's jobs. It claims in weighted fair order
-// ahead of its free slots (prefetch), so that claims are batches and a slot
-// that frees finds its next job already here; starts claimed jobs in the
-// order served as slots free; keeps every held lease alive with one call
-// per Lease/3; and sends acks in batches.
+// consumer runs one partition's jobs, from the queue partitions {topic,
+// part} of every topic the worker serves. It picks the queue of each claim
+// among its topics (weighted fair by jobs served, or in strict order:
+// topics.go), and within a queue claims in weighted fair order of lanes;
+// claims ahead of its free slots (prefetch), so that claims are batches and
+// a slot that frees finds its next job already here; starts claimed jobs in
+// the order served as slots free; keeps every held lease alive with one
+// call per queue per Lease/3; and sends acks in batches. Its slots, its
+// heartbeat and its coordinator commands are the partition's, shared by
+// the topics.
 //
 // Prefetch adapts to how long jobs run: a prefetched job should wait about
 // PrefetchWait for a slot, no more, so fast jobs are claimed in batches
@@ -33,11 +38,12 @@ import (
 // success to the acker; then what runs beside them (the lease keeper) and
 // the way out (shutdown, release).
 type consumer struct {
-	w     *Worker
-	part  int
-	log   *slog.Logger
-	slots *slots
-	acks  chan ackRequest
+	w      *Worker
+	part   int
+	topics *topicChooser // the run loop's alone
+	log    *slog.Logger
+	slots  *slots
+	acks   chan ackRequest
 
 	mu       sync.Mutex
 	held     map[string]*heldJob // claimed, not yet settled: waiting, running or acking
@@ -58,13 +64,13 @@ const rateWindow = 100 * time.Millisecond
 
 // heldJob is a job this consumer holds a lease on.
 type heldJob struct {
+	q       queue.Queue // the queue it was claimed from: its settlement goes there
 	claimed queue.Claimed
 	env     []byte
 	cancel  context.CancelFunc // set while its handler runs; under consumer.mu
 	lost    bool               // the lease is gone (reaped); under consumer.mu
 	acking  bool               // handed to the acker, which forgets it; under consumer.mu
 	jobType string             // once its envelope is read
-	topic   string             // once its envelope is read
 	retain  time.Duration      // once its envelope is read
 }
 
@@ -73,7 +79,7 @@ func (w *Worker) newConsumer(part int) *consumer {
 	s := w.pools[part]
 	w.mu.RUnlock()
 	return &consumer{
-		w: w, part: part, log: w.log.With("partition", part), slots: s,
+		w: w, part: part, topics: newTopicChooser(w.cfg.Topics, part, w.cfg.Strict), log: w.log.With("partition", part), slots: s,
 		acks: make(chan ackRequest, maxAckBatch), held: map[string]*heldJob{},
 	}
 }
@@ -108,7 +114,23 @@ func (c *consumer) run(ctx context.Context) {
 			}
 			continue
 		}
-		jobs, err := w.pool.Claim(ctx, c.part, min(room, w.cfg.ClaimBatch), w.cfg.Now().Add(w.cfg.Lease))
+		c.probe(ctx, time.Now())
+		t := c.topics.next()
+		if t == nil {
+			// Nothing ready on any topic.
+			if c.hasWaiting() {
+				// Claimed jobs wait for a slot: look again when one
+				// frees (the probe, when due, looks at the topics).
+				select {
+				case <-changed:
+				case <-ctx.Done():
+				}
+			} else {
+				c.waitForWork(ctx, time.Second)
+			}
+			continue
+		}
+		jobs, err := w.pool.Claim(ctx, t.q, min(room, w.cfg.ClaimBatch), w.cfg.Now().Add(w.cfg.Lease))
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -124,21 +146,13 @@ func (c *consumer) run(ctx context.Context) {
 			c.log.Info("claiming from Redis works again")
 			failing = false
 		}
+		c.topics.claimed(t, len(jobs))
 		if len(jobs) == 0 {
-			if c.hasWaiting() {
-				// Nothing more in Redis, but claimed jobs wait for a slot.
-				select {
-				case <-changed:
-				case <-ctx.Done():
-				}
-			} else {
-				c.waitForWork(ctx, time.Second)
-			}
-			continue
+			continue // the next topic, or the wait for work
 		}
 		c.mu.Lock()
 		for _, j := range jobs {
-			h := &heldJob{claimed: j, env: j.Envelope}
+			h := &heldJob{q: t.q, claimed: j, env: j.Envelope}
 			c.held[j.ID] = h
 			c.waiting = append(c.waiting, h)
 		}
@@ -147,18 +161,35 @@ func (c *consumer) run(ctx context.Context) {
 	c.shutdown(runCtx, stopRuns, &running)
 }
 
-// waitForWork blocks on the partition's command and wake lists for up to
-// max: enqueues, retries coming due and released jobs push a wake token,
-// the coordinator pushes commands. A command is applied here.
+// waitForWork blocks for up to max in one BLPOP on the partition's command
+// list and the wake list of every served topic's queue (all of a
+// partition's keys live on its Redis): enqueues, retries coming due and
+// released jobs push a wake token onto their queue's list, the coordinator
+// pushes commands. A command is applied here; a token marks its topic as
+// having work again; a wait that ran out marks every topic so (claims look
+// again, should a token have been lost).
 func (c *consumer) waitForWork(ctx context.Context, max time.Duration) {
 	w := c.w
-	k := w.pool.Layout().Keys(c.part)
-	kv, err := w.pool.Client(c.part).BLPop(ctx, max, k.Cmd(), k.Wake()).Result()
-	if err == nil && len(kv) == 2 && kv[0] == k.Cmd() {
+	layout := w.pool.Layout()
+	cmd := layout.PartKeys(c.part).Cmd()
+	keys := make([]string, 0, 1+len(c.topics.queues))
+	keys = append(keys, cmd)
+	for _, t := range c.topics.queues {
+		keys = append(keys, layout.Keys(t.q).Wake())
+	}
+	kv, err := w.pool.Client(c.part).BLPop(ctx, max, keys...).Result()
+	switch {
+	case err == nil && len(kv) == 2 && kv[0] == cmd:
 		w.apply(ctx, c.part, kv[1])
 		return
+	case err == nil && len(kv) == 2:
+		c.topics.woken(layout.Keys, kv[0])
+		return
+	case errors.Is(err, redis.Nil):
+		c.topics.woken(layout.Keys, "")
+		return
 	}
-	if err != nil && !errors.Is(err, redis.Nil) && ctx.Err() == nil {
+	if err != nil && ctx.Err() == nil {
 		// Redis unreachable: do not spin.
 		t := time.NewTimer(max)
 		defer t.Stop()
@@ -251,7 +282,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		c.settle(ctx, h, nil, Permanent(fmt.Errorf("envelope: %w", err)), 1)
 		return
 	}
-	h.jobType, h.topic = j.Type, j.Topic // read by settle and the acker, after this
+	h.jobType = j.Type // read by settle and the acker, after this
 	if canary.IsCanary(cl.Group) {
 		c.completeCanary(ctx, h, j)
 		return
@@ -260,7 +291,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	if maxAttempts <= 0 {
 		maxAttempts = w.cfg.MaxAttempts
 	}
-	h.retain = w.retainOf(j)
+	h.retain = w.retainOf(j, h.q.Topic)
 	handler := w.handler(j.Type)
 	if handler == nil {
 		// Retried with backoff, attempt counted, never killed on the
@@ -288,7 +319,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		case mark != "":
 			// Another job with the key runs now: look again after a
 			// lease, without spending an attempt on waiting.
-			if _, err := w.pool.Defer(context.WithoutCancel(ctx), c.part, cl, j.Topic, w.cfg.Now().Add(w.cfg.Lease)); err != nil {
+			if _, err := w.pool.Defer(context.WithoutCancel(ctx), h.q, cl, w.cfg.Now().Add(w.cfg.Lease)); err != nil {
 				c.log.Warn("deferring a job behind its idempotency key failed; its lease will expire", "job", cl.ID, "err", err)
 			}
 			w.count("idempotent_wait", j.Type, 1)
@@ -316,7 +347,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	}
 	w.m.inflight.Inc()
 	result, herr := call(jctx, handler, &Job{
-		ID: j.ID, Type: j.Type, Group: cl.Group, Tenant: j.Tenant, Resource: j.Resource, Topic: j.Topic,
+		ID: j.ID, Type: j.Type, Group: cl.Group, Tenant: j.Tenant, Resource: j.Resource, Topic: h.q.Topic,
 		Payload: j.Payload, Attempt: cl.Attempt, MaxAttempts: maxAttempts, EnqueuedAt: j.EnqueuedAt,
 	})
 	w.m.inflight.Dec()
@@ -406,7 +437,7 @@ func (c *consumer) settle(ctx context.Context, h *heldJob, result []byte, herr e
 		}
 		next = now.Add(delay)
 	}
-	res, err := w.pool.Fail(ctx, c.part, queue.Failure{Job: cl, Topic: h.topic, Cause: herr.Error(), NextTry: next}, now, w.cfg.Dead)
+	res, err := w.pool.Fail(ctx, h.q, queue.Failure{Job: cl, Cause: herr.Error(), NextTry: next}, now, w.cfg.Dead)
 	switch {
 	case err != nil:
 		c.log.Warn("recording a failure failed; the lease will expire and the job run again", "job", cl.ID, "err", err)
@@ -432,7 +463,6 @@ const maxAckBatch = 128
 // by themselves; when idle, one goes out at once. It forgets each job once
 // Redis answered, and drains what is queued when the channel closes.
 func (c *consumer) acker() {
-	w := c.w
 	for first := range c.acks {
 		batch := []ackRequest{first}
 	more:
@@ -447,31 +477,8 @@ func (c *consumer) acker() {
 				break more
 			}
 		}
-		done := make([]queue.Done, len(batch))
-		for i, r := range batch {
-			done[i] = queue.Done{Job: r.job.claimed, Result: r.result, Topic: r.job.topic, Retain: r.job.retain}
-		}
-		var ok []bool
-		err := c.untilRedisAnswers("acking", w.cfg.Lease, func(pool *queue.Pool) (err error) {
-			ok, err = pool.AckMany(context.Background(), c.part, done, w.cfg.Now(), w.cfg.ResultTTL)
-			return err
-		})
-		acked := map[string]int{} // by job type
-		if err != nil {
-			c.log.Warn("acks failed; their leases will expire and the jobs run again", "jobs", len(batch), "err", err)
-		}
-		for i, r := range batch {
-			switch {
-			case err != nil:
-			case ok[i]:
-				acked[r.job.jobType]++
-			default:
-				w.count("lost", r.job.jobType, 1)
-				c.log.Warn("lease lost before the ack; the job runs again", "job", r.job.claimed.ID)
-			}
-		}
-		for t, n := range acked {
-			w.count("done", t, n)
+		for _, same := range byQueue(batch, func(r ackRequest) queue.Queue { return r.job.q }) {
+			c.ack(same)
 		}
 		c.mu.Lock()
 		for _, r := range batch {
@@ -481,6 +488,70 @@ func (c *consumer) acker() {
 		c.mu.Unlock()
 		c.slots.poke() // room grew
 	}
+}
+
+// ack records the successes of one queue in one script call, retried
+// while Redis cannot serve, and counts them.
+func (c *consumer) ack(batch []ackRequest) {
+	w := c.w
+	done := make([]queue.Done, len(batch))
+	for i, r := range batch {
+		done[i] = queue.Done{Job: r.job.claimed, Result: r.result, Retain: r.job.retain}
+	}
+	q := batch[0].job.q
+	var ok []bool
+	err := c.untilRedisAnswers("acking", w.cfg.Lease, func(pool *queue.Pool) (err error) {
+		ok, err = pool.AckMany(context.Background(), q, done, w.cfg.Now(), w.cfg.ResultTTL)
+		return err
+	})
+	if err != nil {
+		c.log.Warn("acks failed; their leases will expire and the jobs run again", "queue", q.String(), "jobs", len(batch), "err", err)
+		return
+	}
+	acked := map[string]int{} // by job type
+	for i, r := range batch {
+		if ok[i] {
+			acked[r.job.jobType]++
+			continue
+		}
+		w.count("lost", r.job.jobType, 1)
+		c.log.Warn("lease lost before the ack; the job runs again", "job", r.job.claimed.ID)
+	}
+	for t, n := range acked {
+		w.count("done", t, n)
+	}
+}
+
+// byQueue splits items by their queue: each part keeps the order given,
+// the parts come in the order of their first item. Items of one queue
+// (a worker serving one topic) are the slice itself.
+func byQueue[T any](items []T, queueOf func(T) queue.Queue) [][]T {
+	if len(items) == 0 {
+		return nil
+	}
+	first, same := queueOf(items[0]), true
+	for _, it := range items[1:] {
+		if queueOf(it) != first {
+			same = false
+			break
+		}
+	}
+	if same {
+		return [][]T{items}
+	}
+	index := map[queue.Queue]int{}
+	var out [][]T
+	for _, it := range items {
+		q := queueOf(it)
+		i, ok := index[q]
+		if !ok {
+			i = len(out)
+			index[q] = i
+			out = append(out, nil)
+		}
+		out[i] = append(out[i], it)
+	}
+	return out
 }
 
 // untilRedisAnswers runs do again, with backoff, while Redis cannot serve
@@ -545,30 +616,39 @@ func (c *consumer) keepLeases(ctx context.Context) {
 			return
 		case <-t.C:
 		}
+		// A batch is one claim's, of one queue: its lease is there.
+		type leased struct {
+			q     queue.Queue
+			batch string
+		}
 		c.mu.Lock()
 		seen := map[string]bool{}
-		batches := make([]string, 0, 4)
+		batches := make([]leased, 0, 4)
 		for _, h := range c.held {
 			if b := h.claimed.Batch; !seen[b] {
 				seen[b] = true
-				batches = append(batches, b)
+				batches = append(batches, leased{h.q, b})
 			}
 		}
 		c.mu.Unlock()
-		if len(batches) == 0 {
-			continue
-		}
-		kept, err := w.pool.Extend(ctx, c.part, batches, w.cfg.Now().Add(w.cfg.Lease))
-		if err != nil {
-			if ctx.Err() == nil {
-				c.log.Warn("extending leases failed; retrying at the next tick", "batches", len(batches), "err", err)
-			}
-			continue
-		}
 		gone := map[string]bool{}
-		for i, b := range batches {
-			if !kept[i] {
-				gone[b] = true
+		until := w.cfg.Now().Add(w.cfg.Lease)
+		for _, same := range byQueue(batches, func(l leased) queue.Queue { return l.q }) {
+			names := make([]string, len(same))
+			for i, l := range same {
+				names[i] = l.batch
+			}
+			kept, err := w.pool.Extend(ctx, same[0].q, names, until)
+			if err != nil {
+				if ctx.Err() == nil {
+					c.log.Warn("extending leases failed; retrying at the next tick", "queue", same[0].q.String(), "batches", len(names), "err", err)
+				}
+				continue
+			}
+			for i, b := range names {
+				if !kept[i] {
+					gone[b] = true
+				}
 			}
 		}
 		if len(gone) == 0 {
@@ -609,9 +689,8 @@ func (c *consumer) keepLeases(ctx context.Context) {
 func (c *consumer) shutdown(runCtx context.Context, stopRuns context.CancelFunc, running *sync.WaitGroup) {
 	w := c.w
 	c.mu.Lock()
-	waiting := make([]queue.Claimed, len(c.waiting))
-	for i, h := range c.waiting {
-		waiting[i] = h.claimed
+	waiting := c.waiting
+	for _, h := range waiting {
 		delete(c.held, h.claimed.ID)
 	}
 	c.waiting = nil
@@ -629,9 +708,9 @@ func (c *consumer) shutdown(runCtx context.Context, stopRuns context.CancelFunc,
 	}
 	c.mu.Lock()
 	c.draining = true
-	rest := make([]queue.Claimed, 0, len(c.held))
+	rest := make([]*heldJob, 0, len(c.held))
 	for _, h := range c.held {
-		rest = append(rest, h.claimed)
+		rest = append(rest, h)
 	}
 	c.mu.Unlock()
 	stopRuns()
@@ -639,11 +718,15 @@ func (c *consumer) shutdown(runCtx context.Context, stopRuns context.CancelFunc,
 	c.release(rest, "drain deadline passed: jobs handed back to ready")
 }
 
-func (c *consumer) release(jobs []queue.Claimed, msg string) {
-	if len(jobs) == 0 {
-		return
+// release hands jobs back to the front of their lanes, each to its queue.
+func (c *consumer) release(jobs []*heldJob, msg string) {
+	for _, same := range byQueue(jobs, func(h *heldJob) queue.Queue { return h.q }) {
+		claimed := make([]queue.Claimed, len(same))
+		for i, h := range same {
+			claimed[i] = h.claimed
+		}
+		n, err := c.w.pool.Release(context.Background(), same[0].q, claimed)
+		c.log.Info(msg, "queue", same[0].q.String(), "released", n, "err", err)
+		c.w.count("released", "", n)
 	}
-	n, err := c.w.pool.Release(context.Background(), c.part, jobs)
-	c.log.Info(msg, "released", n, "err", err)
-	c.w.count("released", "", n)
 }

@@ -43,7 +43,7 @@ func TestKillNineMidJobRunsItAgain(t *testing.T) {
 	}
 	first := startWorker("w1")
 	b.enqueue(t, job.Job{ID: "long", Type: "sleep", Group: "g", Payload: []byte(`{"ms":1500}`)})
-	k := b.layout.Keys(b.layout.PartitionOf("g"))
+	k := b.keys(b.layout.PartitionOf("g"))
 	testenv.WaitFor(t, 10*time.Second, "the job to be running", func() bool {
 		n, _ := b.redis.Client().HGet(context.Background(), k.Stats(), "inflight").Int()
 		return n == 1

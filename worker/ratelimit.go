@@ -234,7 +234,7 @@ func (c *consumer) admit(ctx context.Context, h *heldJob, j *job.Job, handler Ha
 				w.count("throttled", j.Type, 1)
 			}
 			if c.deferJob(ctx, h, j, due) {
-				l.promoter.at(c.part, due, id)
+				l.promoter.at(h.q, due, id)
 			}
 			return nil, false
 		}
@@ -333,7 +333,7 @@ func (c *consumer) deferJob(ctx context.Context, h *heldJob, j *job.Job, at time
 			c.log.Warn("freeing the idempotency key of a throttled job failed", "job", h.claimed.ID, "err", err)
 		}
 	}
-	ok, err := w.pool.Defer(ctx, c.part, h.claimed, j.Topic, at)
+	ok, err := w.pool.Defer(ctx, h.q, h.claimed, at)
 	if err != nil {
 		c.log.Warn("deferring a throttled job failed; its lease will expire", "job", h.claimed.ID, "err", err)
 	}
@@ -355,8 +355,8 @@ func sleepUntil(ctx context.Context, now func() time.Time, at time.Time) error {
 
 // promoter brings throttled jobs back into ready when they are due: the
 // maintainer's tick (Maintain, 500 ms) would bring them back up to a tick
-// late, bunching their starts. It promotes each partition at the due times
-// of the jobs this process deferred there. Should this process die, the
+// late, bunching their starts. It promotes each queue partition at the due
+// times of the jobs this process deferred there. Should this process die, the
 // maintainers of the others promote them at their tick; late, such jobs
 // reserve again.
 type promoter struct {
@@ -367,17 +367,17 @@ type promoter struct {
 }
 
 type dueJob struct {
-	at   time.Time
-	part int
-	id   string
+	at time.Time
+	q  queue.Queue
+	id string
 }
 
 func newPromoter(l *limiter) *promoter { return &promoter{l: l, changed: make(chan struct{}, 1)} }
 
 // at schedules the promotion of a job deferred until t.
-func (p *promoter) at(part int, t time.Time, id string) {
+func (p *promoter) at(q queue.Queue, t time.Time, id string) {
 	p.mu.Lock()
-	heap.Push(&p.due, dueJob{at: t, part: part, id: id})
+	heap.Push(&p.due, dueJob{at: t, q: q, id: id})
 	first := p.due[0].id == id
 	p.mu.Unlock()
 	if first {
@@ -408,18 +408,18 @@ func (p *promoter) run(ctx context.Context) {
 		case <-t.C:
 		}
 		now := w.cfg.Now()
-		parts := map[int]bool{}
+		queues := map[queue.Queue]bool{}
 		p.mu.Lock()
 		for len(p.due) > 0 && !p.due[0].at.After(now) {
 			d := heap.Pop(&p.due).(dueJob)
-			parts[d.part] = true
+			queues[d.q] = true
 		}
 		p.mu.Unlock()
-		for part := range parts {
+		for q := range queues {
 			for {
-				n, err := p.l.pool.Promote(ctx, part, 500, now)
+				n, err := p.l.pool.Promote(ctx, q, 500, now)
 				if err != nil && ctx.Err() == nil {
-					w.log.Warn("promoting throttled jobs failed; the maintainer will", "partition", part, "err", err)
+					w.log.Warn("promoting throttled jobs failed; the maintainer will", "queue", q.String(), "err", err)
 				}
 				if err != nil || n < 500 {
 					break

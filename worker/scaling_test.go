@@ -35,7 +35,7 @@ func TestHeartbeatsAndTheCheckpointReachEveryConsumer(t *testing.T) {
 	b.start(t, func(c *worker.Config) { c.Workers = 3; c.Serve = []int{0} }, func(w *worker.Worker) { w2 = w; w.Handle("hold", hold) })
 
 	load := func() queue.PartitionLoad {
-		l, err := b.pool.Load(ctx, 0, time.Minute)
+		l, err := b.pool.Load(ctx, 0, []string{"jobs"}, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -75,7 +75,7 @@ func TestHeartbeatsAndTheCheckpointReachEveryConsumer(t *testing.T) {
 	})
 	close(release)
 
-	if err := b.redis.Client().RPush(ctx, b.layout.Keys(0).Cmd(),
+	if err := b.redis.Client().RPush(ctx, b.layout.PartKeys(0).Cmd(),
 		`{"type":"SCALE_UP","partition":0,"targetWorkers":6,"reason":"test"}`).Err(); err != nil {
 		t.Fatal(err)
 	}

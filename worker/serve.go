@@ -18,7 +18,7 @@ func (w *Worker) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	opsDone := make(chan error, 1)
 	go func() { opsDone <- ops.Serve(ctx, w.log, srv, ln, time.Second) }()
-	w.log.Info("worker running", "partitions", fmt.Sprint(w.cfg.Serve), "workers", w.cfg.Workers, "stage", w.cfg.Stage)
+	w.log.Info("worker running", "partitions", fmt.Sprint(w.cfg.Serve), "topics", w.cfg.Topics.String(), "strict", w.cfg.Strict, "workers", w.cfg.Workers, "stage", w.cfg.Stage)
 	err := w.Run(ctx)
 	if oerr := <-opsDone; err == nil {
 		err = oerr

@@ -1,10 +1,12 @@
 // Package worker is sluice's job execution: one consumer per Redis
-// partition claims jobs in weighted fair order, runs them on a resizable
-// pool of goroutines under leases it keeps alive while they are held, holds
-// them to the execution rate limits of their resources (ratelimit.go), and
-// settles each: done, retried with backoff through the delayed set, or dead
-// with its last error. It is also the public handler API (Handler,
-// Permanent, RetryAfter, Middleware) for programs that embed a worker.
+// partition claims jobs from the queues of the topics it serves (weighted
+// fair across topics, or in strict order; within a queue in weighted fair
+// order of lanes), runs them on a resizable pool of goroutines under
+// leases it keeps alive while they are held, holds them to the execution
+// rate limits of their resources (ratelimit.go), and settles each: done,
+// retried with backoff through the delayed set, or dead with its last
+// error. It is also the public handler API (Handler, Permanent,
+// RetryAfter, Middleware) for programs that embed a worker.
 package worker
 
 import (
@@ -14,6 +16,7 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"time"
 
@@ -24,66 +27,89 @@ import (
 	"github.com/sluicehq/sluice/internal/retry"
 )
 
-// Config configures a Worker.
+// Config configures a Worker. DefaultConfig holds the defaults each field
+// names; New also fills in those of Topics and Now when they are empty.
 type Config struct {
-	Stage          string
-	RedisAddr      string
+	// Stage is the stage whose queues are served; default "dev".
+	Stage string
+	// RedisAddr is the Redis of every partition not in PartitionAddrs;
+	// default 127.0.0.1:6379.
+	RedisAddr string
+	// PartitionAddrs puts partitions on Redis servers of their own;
+	// default none.
 	PartitionAddrs map[int]string
-	// Partitions is the layout's partition count; it must match the relay's.
+	// Partitions is the layout's partition count; it must match the
+	// relay's. Default 8.
 	Partitions int
-	// Serve lists the partitions this worker consumes; empty: all.
+	// Serve lists the partitions this worker consumes; default (empty): all.
 	Serve []int
-	// Workers is the number of jobs run at once per partition.
+	// Topics are the topics (queues) served, with their weights: a
+	// partition's consumer claims from every topic's queue on it, weighted
+	// fair by jobs served (see Strict). Default (empty): one topic,
+	// DefaultTopic, weight 1.
+	Topics TopicWeights
+	// Strict drains the topics in the order of Topics instead of weighing
+	// them: a later topic is claimed from only when every earlier one has
+	// nothing ready. Weights are then ignored. Default false.
+	Strict bool
+	// Workers is the number of jobs run at once per partition, across its
+	// topics; default 10.
 	Workers int
 	// Lease is how long a claimed job stays ours without a heartbeat; the
-	// heartbeat extends it every Lease/3 while the handler runs.
+	// heartbeat extends it every Lease/3 while the handler runs. Default
+	// 30s.
 	Lease time.Duration
-	// ClaimBatch is the most jobs claimed in one round trip.
+	// ClaimBatch is the most jobs claimed in one round trip; default 32.
 	ClaimBatch int
 	// Prefetch is the most claimed jobs that may wait for a free slot, per
 	// partition: claims are then batches, and a slot that frees finds its
 	// next job already here. Fewer wait when jobs run long: about as many
 	// as the slots run within PrefetchWait. 0 claims only for free slots.
-	Prefetch     int
+	// Default 64.
+	Prefetch int
+	// PrefetchWait is how long a prefetched job should wait for a slot, at
+	// most; default 50ms.
 	PrefetchWait time.Duration
-	// MaxAttempts applies to jobs whose envelope says 0.
+	// MaxAttempts applies to jobs whose envelope says 0; default 5.
 	MaxAttempts int
-	// Timeout bounds one attempt of jobs whose envelope says 0.
+	// Timeout bounds one attempt of jobs whose envelope says 0; default 1m.
 	Timeout time.Duration
 	// Backoff is the delay before the second attempt; each later one
-	// doubles it, up to MaxBackoff, with ±20% jitter.
+	// doubles it, up to MaxBackoff, with ±20% jitter. Defaults 1s and 16s.
 	Backoff, MaxBackoff time.Duration
 	// ResultTTL is how long the record of a job that failed an attempt
 	// and then succeeded is kept, and a group once it ended. A plain job
-	// that succeeded keeps nothing unless it asked for retain.
+	// that succeeded keeps nothing unless it asked for retain. Default 24h.
 	ResultTTL time.Duration
 	// Retain is the per-topic default of the envelope's retain: how long a
 	// successful job's record and result are kept. A job's own retain
-	// wins. Empty: nothing is kept.
+	// wins. Default (empty): nothing is kept.
 	Retain map[string]time.Duration
 	// IdempotencyTTL is how long a completed idempotency key keeps other
-	// jobs with the key from running.
+	// jobs with the key from running; default 24h.
 	IdempotencyTTL time.Duration
-	// Dead bounds the dead set.
+	// Dead bounds each queue partition's dead set; default 100,000 jobs,
+	// kept 7 days.
 	Dead queue.DeadLimits
 	// Drain is how long running jobs may take to finish on shutdown; the
-	// rest go back to ready, not counted as failed.
+	// rest go back to ready, not counted as failed. Default 30s.
 	Drain time.Duration
 	// Maintain is how often expired leases are reaped and due delayed jobs
-	// promoted.
+	// promoted; default 500ms.
 	Maintain time.Duration
 	// ConsulAddr is the Consul agent whose KV holds the execution rate
-	// limits (sluice/<stage>/limits/<resource>); empty: no limits.
+	// limits (sluice/<stage>/limits/<resource>); default (empty): no
+	// limits.
 	ConsulAddr string
 	// RateLimitLead is how long before its slot a throttled job comes back
 	// from delayed, to wait the rest in process (holding a slot): enough
-	// to absorb the promotion and the claim.
+	// to absorb the promotion and the claim. Default 25ms.
 	RateLimitLead time.Duration
 	// RateLimitMargin stretches a limit's slot spacing so that rate slots
 	// span one second plus the margin: a job may start up to the margin
 	// late without crowding a one-second window. A job later than that
 	// reserves another slot. It costs margin/1s of a limited resource's
-	// throughput.
+	// throughput. Default 5ms.
 	RateLimitMargin time.Duration
 	// Now is the clock; default time.Now.
 	Now func() time.Time
@@ -93,6 +119,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{
 		Stage: "dev", RedisAddr: "127.0.0.1:6379", Partitions: 8, Workers: 10,
+		Topics: TopicWeights{{Topic: DefaultTopic, Weight: 1}},
 		Lease: 30 * time.Second, ClaimBatch: 32, Prefetch: 64, PrefetchWait: 50 * time.Millisecond, MaxAttempts: 5, Timeout: time.Minute,
 		Backoff: time.Second, MaxBackoff: 16 * time.Second, ResultTTL: 24 * time.Hour, IdempotencyTTL: 24 * time.Hour,
 		Dead:  queue.DeadLimits{Max: 100000, Keep: 7 * 24 * time.Hour},
@@ -132,6 +159,13 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if len(cfg.Topics) == 0 {
+		cfg.Topics = TopicWeights{{Topic: DefaultTopic, Weight: 1}}
+	}
+	cfg.Topics = slices.Clone(cfg.Topics) // the consumers read it while the caller may not
+	if err := cfg.Topics.check(); err != nil {
+		return nil, fmt.Errorf("worker: topics: %w", err)
 	}
 	if len(cfg.Serve) == 0 {
 		for p := range cfg.Partitions {
@@ -252,8 +286,9 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// maintain returns expired leases, promotes due retries, applies
-// coordinator commands and sends the consumer's heartbeat, every Maintain.
+// maintain returns expired leases and promotes due retries on each served
+// topic's queue of part, applies the partition's coordinator commands and
+// sends the consumer's heartbeat, every Maintain.
 func (w *Worker) maintain(ctx context.Context, part int) {
 	t := time.NewTicker(w.cfg.Maintain)
 	defer t.Stop()
@@ -268,7 +303,7 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 		// Commands, also under load, when the consumer never waits on
 		// its lists: applied within a maintenance tick.
 		for range 10 {
-			raw, err := w.pool.Client(part).LPop(ctx, w.pool.Layout().Keys(part).Cmd()).Result()
+			raw, err := w.pool.Client(part).LPop(ctx, w.pool.Layout().PartKeys(part).Cmd()).Result()
 			if err != nil {
 				break
 			}
@@ -276,21 +311,25 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 		}
 		w.heartbeat(ctx, part)
 		now := w.cfg.Now()
-		if n, err := w.pool.Reap(ctx, part, 100, now); err == nil && n > 0 {
-			w.count("reaped", "", n)
-			w.log.Warn("expired leases returned to ready", "partition", part, "jobs", n)
+		for _, t := range w.cfg.Topics {
+			q := queue.Queue{Topic: t.Topic, Part: part}
+			if n, err := w.pool.Reap(ctx, q, 100, now); err == nil && n > 0 {
+				w.count("reaped", "", n)
+				w.log.Warn("expired leases returned to ready", "queue", q.String(), "jobs", n)
+			}
+			w.pool.Promote(ctx, q, 500, now)
 		}
-		w.pool.Promote(ctx, part, 500, now)
 	}
 }
 
 // retainOf is how long a job's record and result are kept once it
-// succeeded: its own retain, else its topic's default.
-func (w *Worker) retainOf(j *job.Job) time.Duration {
+// succeeded: its own retain, else its topic's default (the topic of the
+// queue it came from).
+func (w *Worker) retainOf(j *job.Job, topic string) time.Duration {
 	if j.Retain > 0 {
 		return time.Duration(j.Retain)
 	}
-	return w.cfg.Retain[j.Topic]
+	return w.cfg.Retain[topic]
 }
 
 // call runs the handler; a panic is a failed attempt, not a crash.

@@ -23,10 +23,13 @@ type bed struct {
 	layout queue.Layout
 }
 
-func newBed(t *testing.T) *bed {
+func newBed(t *testing.T) *bed { t.Helper(); return newBedOf(t, 2) }
+
+// newBedOf is a bed of parts partitions.
+func newBedOf(t *testing.T, parts int) *bed {
 	t.Helper()
 	r := testenv.Redis(t)
-	layout := queue.Layout{Stage: "test", Partitions: 2}
+	layout := queue.Layout{Stage: "test", Partitions: parts}
 	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
 	if err != nil {
 		t.Fatal(err)
@@ -38,26 +41,32 @@ func newBed(t *testing.T) *bed {
 	return &bed{redis: r, pool: p, layout: layout}
 }
 
-// enqueue puts jobs in Redis as the relay would.
+// enqueue puts jobs in Redis as the relay would, on their topic's queue
+// (default "jobs").
 func (b *bed) enqueue(t *testing.T, jobs ...job.Job) {
 	t.Helper()
 	items := make([]queue.Item, len(jobs))
 	for i := range jobs {
 		j := &jobs[i]
-		j.Topic = "jobs"
+		if j.Topic == "" {
+			j.Topic = "jobs"
+		}
 		j.EnqueuedAt = time.Now()
-		items[i] = queue.Item{ID: j.ID, Group: j.Group, Tenant: j.Tenant, Topic: "jobs", Weight: j.Priority + 1, Envelope: j.AppendJSON(nil)}
+		items[i] = queue.Item{ID: j.ID, Group: j.Group, Tenant: j.Tenant, Topic: j.Topic, Weight: j.Priority + 1, Envelope: j.AppendJSON(nil)}
 	}
 	if _, err := b.pool.Enqueue(context.Background(), 1, items, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 }
 
-// jobHash reads a job's record; group is the job's ("" for a job without
-// one), which with the id picks its partition.
+// keys are the keys of topic "jobs" on partition part.
+func (b *bed) keys(part int) queue.Keys { return b.layout.Keys(queue.Queue{Topic: "jobs", Part: part}) }
+
+// jobHash reads the record of a job of topic "jobs"; group is the job's
+// ("" for a job without one), which with the id picks its partition.
 func (b *bed) jobHash(t *testing.T, id, group string) map[string]string {
 	t.Helper()
-	k := b.layout.Keys(b.layout.PartitionOfJob(group, id))
+	k := b.layout.Keys(b.layout.QueueOf("jobs", group, id))
 	h, err := b.redis.Client().HGetAll(context.Background(), k.Job(id)).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -228,7 +237,7 @@ func TestGracefulShutdownHandsBackWithoutFailing(t *testing.T) {
 	b.enqueue(t, job.Job{ID: "s1", Type: "slow", Group: "g"})
 	<-started
 	stop()
-	k := b.layout.Keys(b.layout.PartitionOf("g"))
+	k := b.keys(b.layout.PartitionOf("g"))
 	ctx := context.Background()
 	entries, _ := b.redis.Client().LRange(ctx, k.Lane(queue.LaneOf("g", "", "jobs", 0)), 0, -1).Result()
 	var back queue.ParsedEntry
@@ -248,7 +257,7 @@ func TestAnExpiredLeaseRunsAgain(t *testing.T) {
 	b.enqueue(t, job.Job{ID: "orphan", Type: "ok", Group: "g"})
 	// A worker that claimed it and died: the lease is never extended.
 	part := b.layout.PartitionOf("g")
-	if jobs, err := b.pool.Claim(context.Background(), part, 1, time.Now().Add(200*time.Millisecond)); err != nil || len(jobs) != 1 {
+	if jobs, err := b.pool.Claim(context.Background(), queue.Queue{Topic: "jobs", Part: part}, 1, time.Now().Add(200*time.Millisecond)); err != nil || len(jobs) != 1 {
 		t.Fatalf("claim: %v %v", jobs, err)
 	}
 	b.start(t, nil, func(w *worker.Worker) { w.Handle("ok", worker.Noop) })
@@ -402,7 +411,7 @@ func TestResizeByCommandIsCheckpointedAndRestored(t *testing.T) {
 	}
 	testenv.WaitFor(t, 10*time.Second, "2 jobs running", func() bool { return running.Load() == 2 })
 	cmd := `{"type":"SCALE_UP","partition":` + strconv.Itoa(part) + `,"targetWorkers":5,"reason":"PWQD threshold exceeded for 3 consecutive cycles"}`
-	if err := b.redis.Client().RPush(context.Background(), b.layout.Keys(part).Cmd(), cmd).Err(); err != nil {
+	if err := b.redis.Client().RPush(context.Background(), b.layout.PartKeys(part).Cmd(), cmd).Err(); err != nil {
 		t.Fatal(err)
 	}
 	testenv.WaitFor(t, 10*time.Second, "5 jobs running after SCALE_UP", func() bool { return running.Load() == 5 })
@@ -445,7 +454,7 @@ func TestPrefetchClaimsAheadOnlyForFastJobs(t *testing.T) {
 				workers = 2
 			}
 			part := b.layout.PartitionOf("g")
-			stats := b.layout.Keys(part).Stats()
+			stats := b.keys(part).Stats()
 			var most atomic.Int64
 			b.start(t, func(c *worker.Config) {
 				c.Workers, c.Prefetch, c.PrefetchWait = workers, 64, 50*time.Millisecond
@@ -467,7 +476,7 @@ func TestPrefetchClaimsAheadOnlyForFastJobs(t *testing.T) {
 			}
 			b.enqueue(t, jobs...)
 			testenv.WaitFor(t, 30*time.Second, "every job done", func() bool {
-				n, _ := b.redis.Client().HGet(context.Background(), b.layout.Keys(part).Stats(), "done").Int()
+				n, _ := b.redis.Client().HGet(context.Background(), stats, "done").Int()
 				return n == tc.jobs
 			})
 			got := int(most.Load())
@@ -509,7 +518,7 @@ func TestSmallGroupsFinishWhileAHugeGroupWaits(t *testing.T) {
 			items = items[:0]
 		}
 	}
-	stats := b.layout.Keys(part).Stats()
+	stats := b.keys(part).Stats()
 	done := func() int { n, _ := b.redis.Client().HGet(ctx, stats, "done").Int(); return n }
 	b.start(t, nil, func(w *worker.Worker) { w.Handle("noop", worker.Noop) })
 	// The big group runs alone first, so its virtual time moves ahead.
@@ -523,18 +532,18 @@ func TestSmallGroupsFinishWhileAHugeGroupWaits(t *testing.T) {
 	b.enqueue(t, jobs...)
 	testenv.WaitFor(t, time.Minute, "every small group done", func() bool {
 		for _, g := range small {
-			n, _ := b.redis.Client().HGet(ctx, b.layout.Keys(part).Group(g), "done").Int()
+			n, _ := b.redis.Client().HGet(ctx, b.keys(part).Group(g), "done").Int()
 			if n != 10 {
 				return false
 			}
 		}
 		return true
 	})
-	bigDone, _ := b.redis.Client().HGet(ctx, b.layout.Keys(part).Group("big"), "done").Int()
+	bigDone, _ := b.redis.Client().HGet(ctx, b.keys(part).Group("big"), "done").Int()
 	if bigDone >= bigJobs/2 {
 		t.Fatalf("the small groups finished only after %d of the big group's %d jobs", bigDone, bigJobs)
 	}
-	if left, _ := b.redis.Client().LLen(ctx, b.layout.Keys(part).Lane(queue.LaneOf("big", "", "jobs", 0))).Result(); left == 0 {
+	if left, _ := b.redis.Client().LLen(ctx, b.keys(part).Lane(queue.LaneOf("big", "", "jobs", 0))).Result(); left == 0 {
 		t.Fatal("the big group was drained")
 	}
 	t.Logf("20 small groups done while the big group had done %d of %d", bigDone, bigJobs)
@@ -564,7 +573,7 @@ func TestAPlainJobLeavesNothingBehind(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "both jobs counted done", func() bool {
 		done := 0
 		for p := range b.layout.Partitions {
-			n, _ := b.redis.Client().HGet(ctx, b.layout.Keys(p).Stats(), "done").Int()
+			n, _ := b.redis.Client().HGet(ctx, b.keys(p).Stats(), "done").Int()
 			done += n
 		}
 		return done == 2
