@@ -17,7 +17,7 @@ import (
 )
 
 func init() {
-	cli.Describe("worker", "The worker: claims jobs from its Redis partitions in fair order and runs them with built-in handlers:\n"+
+	cli.Describe("worker", "The worker: claims jobs from its topics' queues on its Redis partitions (--topics, weighted or --strict) in fair order and runs them with built-in handlers:\n"+
 		"  --handle \"type=noop,type2=sleep\"  --http \"type=https://host/path,...\"  --handle-other noop|sleep\n"+
 		"Execution rate limits per resource key follow sluice/<stage>/limits/<resource> in Consul (--consul-addr).\n"+
 		"Programs with handlers of their own embed the worker package instead. Ops: /healthz, /readyz, /metrics.")
@@ -46,7 +46,9 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.partitionAddrs, "redis-partition-addrs", "", "partitions on Redis servers of their own: \"0=host:port,3=host:port\"")
 	fs.IntVar(&c.Partitions, "redis-partitions", c.Partitions, "Redis partitions in the layout (as the relay's)")
 	fs.StringVar(&f.serve, "partitions", "", "partitions to consume: \"0-7\", \"0,2,4\"; empty: all")
-	fs.IntVar(&c.Workers, "workers", c.Workers, "jobs run at once per partition")
+	fs.Var(&c.Topics, "topics", "topics (queues) to serve, with weights: \"critical=6,default=3,low=1\" (a topic without =w weighs 1); each partition's consumer claims from them weighted fair by jobs served")
+	fs.BoolVar(&c.Strict, "strict", c.Strict, "drain --topics in the order given instead of by weight: a later topic only when every earlier one has nothing ready")
+	fs.IntVar(&c.Workers, "workers", c.Workers, "jobs run at once per partition, across its topics")
 	cli.DurationVar(fs, &c.Lease, "lease", c.Lease, "lease of a claimed job, extended every lease/3 while it is held")
 	fs.IntVar(&c.ClaimBatch, "claim-batch", c.ClaimBatch, "most jobs claimed per round trip")
 	fs.IntVar(&c.Prefetch, "prefetch", c.Prefetch, "most claimed jobs waiting for a free slot, per partition (0: claim only for free slots)")
