@@ -162,13 +162,14 @@ type receiver struct {
 type call struct {
 	group, attempt, contentType string
 	body                        []byte
+	at                          time.Time // when it came
 }
 
 func newReceiver(t *testing.T, answer func(n int, r *http.Request) int) *receiver {
 	rc := &receiver{answer: answer, got: make(chan call, 100)}
 	rc.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		c := call{group: r.Header.Get("Sluice-Group"), attempt: r.Header.Get("Sluice-Attempt"), contentType: r.Header.Get("Content-Type"), body: body}
+		c := call{group: r.Header.Get("Sluice-Group"), attempt: r.Header.Get("Sluice-Attempt"), contentType: r.Header.Get("Content-Type"), body: body, at: time.Now()}
 		rc.mu.Lock()
 		rc.calls = append(rc.calls, c)
 		n := 0
