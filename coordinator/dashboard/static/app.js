@@ -445,6 +445,13 @@
       setText(c[2], num(p.inflight));
       setText(c[3], num(p.delayed));
       setText(c[4], num(p.dead));
+      // Each count sums the partition's queues, one per topic: their own
+      // counts are the cell's tooltip.
+      const split = (f) => (p.queues || []).map((q) => `${q.topic}: ${num(q[f])}`).join('\n');
+      c[1].title = split('ready');
+      c[2].title = split('inflight');
+      c[3].title = split('delayed');
+      c[4].title = split('dead');
       c[4].classList.toggle('bad-num', p.dead > 0);
       let w = num(p.workers);
       if (p.consumers !== undefined && p.consumers !== 1) w += ` (${num(p.consumers)} consumers)`;
@@ -506,7 +513,9 @@
     // Running groups first, newest first; finished ones after.
     bulk.sort((a, b) => (!!a.completed_at - !!b.completed_at) || String(b.first_at || '').localeCompare(String(a.first_at || '')));
     const tbody = $('#groups-table tbody');
-    syncRows(tbody, bulk, (g) => g.group, () => {
+    // A group is named within its topic: two topics may have one each.
+    const gkey = (g) => `${g.topic}/${g.group}`;
+    syncRows(tbody, bulk, gkey, () => {
       const bar = el('progress', { max: '1', value: '0' });
       return el('tr', null,
         el('td', { class: 'id' }), el('td'),
@@ -531,7 +540,7 @@
       setText(c[5], num(g.cancelled));
       setText(c[6], num(total));
       // The finish rate over the last polls gives the ETA.
-      const rate = g.completed_at ? null : groupRate(g.group, now, finished);
+      const rate = g.completed_at ? null : groupRate(gkey(g), now, finished);
       let eta, state;
       if (g.completed_at) {
         eta = '—';
@@ -549,7 +558,7 @@
       setText(c[8], eta);
       setText(c[9], state);
     });
-    for (const k of groupSeen.keys()) if (!bulk.some((g) => g.group === k && !g.completed_at)) groupSeen.delete(k);
+    for (const k of groupSeen.keys()) if (!bulk.some((g) => gkey(g) === k && !g.completed_at)) groupSeen.delete(k);
     $('#groups-empty').hidden = bulk.length > 0;
     const running = bulk.filter((g) => !g.completed_at).length;
     const active = ((d && d.active) || []).length;
@@ -670,33 +679,36 @@
     if (d.redis.status === 'fulfilled') {
       sectionError('dead', 'dead-redis', null);
       const entries = d.redis.value.entries || [];
-      syncRows(rt, entries, (e) => e.id, (e) => {
+      // A row per job of a topic (an id may be dead in two topics): its
+      // buttons act on that topic's.
+      syncRows(rt, entries, (e) => `${e.topic}/${e.id}`, (e) => {
         const replay = el('button', { type: 'button', class: 'replay write', text: 'Replay' });
         const purge = el('button', { type: 'button', class: 'purge danger write', text: 'Purge…' });
-        replay.addEventListener('click', () => act(replay, deadMsg, (o) => (o.replayed ? `Replayed ${e.id}: back in its group's ready queue.`
-          : `${e.id} was not replayed: ${(o.skipped || []).join('; ') || 'no longer dead'}.`),
+        replay.addEventListener('click', () => act(replay, deadMsg, (o) => (o.replayed ? `Replayed ${e.id} (${e.topic}): back in its group's ready queue.`
+          : `${e.id} (${e.topic}) was not replayed: ${(o.skipped || []).join('; ') || 'no longer dead'}.`),
           () => api('POST', '/dlq/replay', { source: 'redis', topic: e.topic, ids: [e.id] })));
         purge.addEventListener('click', () => {
-          if (!window.confirm(`Purge dead job ${e.id}? Its record is deleted and it cannot be replayed.`)) return;
-          act(purge, deadMsg, (o) => `Purged ${e.id} (${o.purged}).`,
+          if (!window.confirm(`Purge dead job ${e.id} of topic ${e.topic}? Its record is deleted and it cannot be replayed.`)) return;
+          act(purge, deadMsg, (o) => `Purged ${e.id} of ${e.topic} (${o.purged}).`,
             () => api('POST', '/dlq/purge', { source: 'redis', topic: e.topic, ids: [e.id] }));
         });
-        return el('tr', null, el('td', { class: 'id' }), el('td', { class: 'num' }), el('td'), el('td', { class: 'id' }),
+        return el('tr', null, el('td', { class: 'id' }), el('td'), el('td', { class: 'num' }), el('td'), el('td', { class: 'id' }),
           el('td', { class: 'num' }), el('td'), el('td', { class: 'err' }), el('td', { class: 'actions' }, replay, ' ', purge));
       }, (tr, e) => {
         const c = tr.cells;
         setText(c[0], e.id);
-        setText(c[1], e.partition);
-        setText(c[2], e.type || '—');
-        setText(c[3], e.group || '—');
-        setText(c[4], num(e.attempts));
-        setText(c[5], e.dead_at ? `${clock(e.dead_at)} (${ago(e.dead_at, now)})` : '—');
-        c[5].title = dateTime(e.dead_at);
-        setText(c[6], e.last_error || '');
+        setText(c[1], e.topic || '—');
+        setText(c[2], e.partition);
+        setText(c[3], e.type || '—');
+        setText(c[4], e.group || '—');
+        setText(c[5], num(e.attempts));
+        setText(c[6], e.dead_at ? `${clock(e.dead_at)} (${ago(e.dead_at, now)})` : '—');
+        c[6].title = dateTime(e.dead_at);
+        setText(c[7], e.last_error || '');
       });
       $('#deadset-empty').hidden = entries.length > 0;
       const more = d.redis.value.next_cursor ? ' (the newest 50 shown)' : '';
-      setText($('#deadset-sub'), `${num(deadTotal)} dead jobs across the partitions${more}`);
+      setText($('#deadset-sub'), `${num(deadTotal)} dead jobs across the topics' partitions${more}`);
     } else {
       sectionError('dead', 'dead-redis', d.redis.reason);
     }
@@ -737,7 +749,7 @@
 
   function purgeAll(button, source) {
     const ts = knownTopics();
-    const what = source === 'redis' ? 'every job in the Redis dead set' : `every record of ${ts.map((t) => t + '.dlq').join(', ')}`;
+    const what = source === 'redis' ? "every job in every topic's Redis dead set" : `every record of ${ts.map((t) => t + '.dlq').join(', ')}`;
     if (!window.confirm(`Purge ${what}? This cannot be undone.`)) return;
     act(button, deadMsg, (outs) => `Purged ${outs.reduce((a, o) => a + (o.purged || 0), 0)} entries.`, () => {
       if (source === 'redis') return api('POST', '/dlq/purge', { source, all: true }).then((o) => [o]);
