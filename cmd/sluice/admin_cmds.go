@@ -10,14 +10,16 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/sluicehq/sluice/coordinator"
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/limits"
 )
 
 func init() {
-	cli.Describe("dlq", "Dead letters, through the coordinator's admin API (docs/admin.md). --source redis (default): the dead set,\n"+
-		"jobs whose last attempt failed (newest first; --topic filters). --source kafka --topic T: the relay's T.dlq, messages\n"+
+	cli.Describe("dlq", "Dead letters, through the coordinator's admin API (docs/admin.md). --source redis (default): the dead sets,\n"+
+		"jobs whose last attempt failed, of every topic's queues (newest first; --topic filters, and chooses the topic of the ids\n"+
+		"named: without it they are looked for in every topic, and an id dead in two is refused). --source kafka --topic T: the relay's T.dlq, messages\n"+
 		"it could not relay (oldest first). replay puts dead jobs back to ready with their attempts reset, or produces DLQ\n"+
 		"records to T again (then deletes them from T.dlq); purge deletes. Kafka deletes a partition's records oldest first\n"+
 		"only: name them from the oldest, or use --all.\n"+
@@ -33,9 +35,10 @@ func init() {
 		"  sluice limits get [<resource>]\n"+
 		"  sluice limits set <resource> <starts per second> [--burst B]\n"+
 		"  sluice limits unset <resource>")
-	cli.Describe("groups", "Groups, through the admin API: those with ready jobs in each partition's fair order, and bulk groups with\n"+
-		"their progress (found by scanning Redis: an admin read, not a poll).\n"+
-		"  sluice groups ls [--limit N]  |  sluice groups show <group>  |  sluice groups cancel <group>")
+	cli.Describe("groups", "Groups, through the admin API: those with ready jobs in each queue partition's fair order, and bulk groups with\n"+
+		"their progress (found by scanning Redis: an admin read, not a poll), of every topic or of --topic. show and cancel\n"+
+		"find the group in every topic; a group name two topics use needs --topic.\n"+
+		"  sluice groups ls [--topic T] [--limit N]  |  sluice groups show [--topic T] <group>  |  sluice groups cancel [--topic T] <group>")
 	cli.Describe("scale", "Workers per partition, through the admin API. set pins a partition's workers per consumer (Consul\n"+
 		"sluice/<stage>/scaling/pins/<partition>): the scaler commands the pin (reason \"pinned by operator\") instead\n"+
 		"of deciding, until `set <partition> auto`.\n"+
@@ -48,7 +51,7 @@ func runDLQ(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	var all bool
 	common := func(fs *flag.FlagSet) {
 		fs.StringVar(&source, "source", admin.SourceRedis, "redis (the dead set) or kafka (the relay's <topic>.dlq)")
-		fs.StringVar(&topic, "topic", "", "the job topic (required for kafka; a filter for redis)")
+		fs.StringVar(&topic, "topic", "", "the job topic: required for kafka; for redis, the dead sets to read (default: every topic's)")
 	}
 	act := func(verb string) func(ctx context.Context, c *admin.Client, args []string, out io.Writer, asJSON bool) error {
 		return func(ctx context.Context, c *admin.Client, args []string, out io.Writer, asJSON bool) error {
@@ -300,39 +303,60 @@ func progress(g admin.GroupInfo) string {
 
 func runGroups(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	var limit int
+	var topic string
+	topicFlag := func(fs *flag.FlagSet) {
+		fs.StringVar(&topic, "topic", "", "the group's topic (default: every topic; needed when two topics have a group of that name)")
+	}
+	// path is the API path of a group, with ?topic= when one is named.
+	path := func(group, suffix string) string {
+		p := "/api/v1/groups/" + url.PathEscape(group) + suffix
+		if topic != "" {
+			p += "?" + url.Values{"topic": {topic}}.Encode()
+		}
+		return p
+	}
 	return runAdmin(ctx, "groups", []adminCmd{
-		{name: "ls", synopsis: "[--limit N]",
+		{name: "ls", synopsis: "[--topic T] [--limit N]",
 			register: func(fs *flag.FlagSet) {
-				fs.IntVar(&limit, "limit", 100, "active groups per partition, and bulk groups in all (1..1000)")
+				fs.IntVar(&limit, "limit", 100, "active groups per queue partition, and bulk groups in all (1..1000)")
+				fs.StringVar(&topic, "topic", "", "only this topic's groups (default: every topic's)")
 			},
 			run: func(ctx context.Context, c *admin.Client, args []string, out io.Writer, asJSON bool) error {
 				if err := wantArgs(args, 0, 0, "none"); err != nil {
 					return err
 				}
-				return show(ctx, c, "GET", "/api/v1/groups?limit="+strconv.Itoa(limit), nil, out, asJSON, func(w *tabwriter.Writer, l admin.GroupList) {
-					fmt.Fprintln(w, "ACTIVE GROUPS (fair order per partition)")
-					fmt.Fprintln(w, "PART\tGROUP\tREADY")
+				q := url.Values{"limit": {strconv.Itoa(limit)}}
+				if topic != "" {
+					q.Set("topic", topic)
+				}
+				return show(ctx, c, "GET", "/api/v1/groups?"+q.Encode(), nil, out, asJSON, func(w *tabwriter.Writer, l coordinator.GroupList) {
+					fmt.Fprintln(w, "ACTIVE GROUPS (fair order per queue partition)")
+					fmt.Fprintln(w, "TOPIC\tPART\tGROUP\tREADY")
 					for _, g := range l.Active {
-						fmt.Fprintf(w, "%d\t%s\t%d\n", g.Partition, cell(g.Group, 40), g.Ready)
+						group := g.Group
+						if group == "" {
+							group = "(" + g.Lane + ")" // a shared lane of jobs without a group
+						}
+						fmt.Fprintf(w, "%s\t%d\t%s\t%d\n", cell(g.Topic, 20), g.Partition, cell(group, 40), g.Ready)
 					}
 					if len(l.Active) == 0 {
 						fmt.Fprintln(w, "(none)")
 					}
 					fmt.Fprintln(w, "\nBULK GROUPS")
-					fmt.Fprintln(w, "GROUP\tPART\tTOPIC\tPROGRESS\tDONE/TOTAL\tDEAD\tCANCELLED\tCALLBACK")
+					fmt.Fprintln(w, "TOPIC\tPART\tGROUP\tPROGRESS\tDONE/TOTAL\tDEAD\tCANCELLED\tCALLBACK")
 					for _, g := range l.Bulk {
-						fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d/%d\t%d\t%d\t%s\n", cell(g.Group, 40), g.Partition, cell(g.Topic, 20), progress(g), g.Done, g.Total, g.Dead, g.Cancelled, cell(g.CallbackState, 12))
+						fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%d/%d\t%d\t%d\t%s\n", cell(g.Topic, 20), g.Partition, cell(g.Group, 40), progress(g), g.Done, g.Total, g.Dead, g.Cancelled, cell(g.CallbackState, 12))
 					}
 					if len(l.Bulk) == 0 {
 						fmt.Fprintln(w, "(none)")
 					}
 				})
 			}},
-		{name: "show", synopsis: "<group>", run: func(ctx context.Context, c *admin.Client, args []string, out io.Writer, asJSON bool) error {
+		{name: "show", synopsis: "[--topic T] <group>", register: topicFlag, run: func(ctx context.Context, c *admin.Client, args []string, out io.Writer, asJSON bool) error {
 			if err := wantArgs(args, 1, 1, "<group>"); err != nil {
 				return err
 			}
-			return show(ctx, c, "GET", "/api/v1/groups/"+url.PathEscape(args[0]), nil, out, asJSON, func(w *tabwriter.Writer, g admin.GroupInfo) {
+			return show(ctx, c, "GET", path(args[0], ""), nil, out, asJSON, func(w *tabwriter.Writer, g admin.GroupInfo) {
 				fmt.Fprintf(w, "group\t%s\npartition\t%d\ntopic\t%s\n", g.Group, g.Partition, cell(g.Topic, 80))
 				if g.Total > 0 {
 					fmt.Fprintf(w, "progress\t%s\ntotal\t%d\n", progress(g), g.Total)
@@ -345,11 +369,11 @@ func runGroups(ctx context.Context, args []string, stdout, _ io.Writer) error {
 				}
 			})
 		}},
-		{name: "cancel", synopsis: "<group>", run: func(ctx context.Context, c *admin.Client, args []string, out io.Writer, asJSON bool) error {
+		{name: "cancel", synopsis: "[--topic T] <group>", register: topicFlag, run: func(ctx context.Context, c *admin.Client, args []string, out io.Writer, asJSON bool) error {
 			if err := wantArgs(args, 1, 1, "<group>"); err != nil {
 				return err
 			}
-			return show(ctx, c, "POST", "/api/v1/groups/"+url.PathEscape(args[0])+"/cancel", nil, out, asJSON, func(w *tabwriter.Writer, r admin.CancelResult) {
+			return show(ctx, c, "POST", path(args[0], "/cancel"), nil, out, asJSON, func(w *tabwriter.Writer, r admin.CancelResult) {
 				fmt.Fprintf(w, "group %s cancelled: %d ready jobs removed; delayed ones go when due, running ones finish\n", r.Group, r.Removed)
 			})
 		}},
