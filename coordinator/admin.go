@@ -26,18 +26,21 @@ import (
 // Consul and Kafka directly; only the scaler's targets come from the
 // holder's memory.
 
-// AdminConfig configures the admin API.
+// AdminConfig configures the admin API. The queues it reads are the
+// coordinator's: the registered topics' and Config.Topics.
 type AdminConfig struct {
 	// Auth checks the bearer tokens; nil answers every request 403 (no
-	// tokens configured).
+	// tokens configured). Default nil.
 	Auth *admin.Auth
 	// Kafka, with brokers, is where the DLQ topics are read and replayed
 	// to and the relay's lag read; without brokers those answer 503.
+	// Default: no brokers (client id sluice-coordinator, version 3.6.0).
 	Kafka kafka.Config
 	// ConsumerGroup is the relays' --consumer-group (their lag is read as
-	// <group>.<topic>).
+	// <group>.<topic>). Default "sluice-relay".
 	ConsumerGroup string
 	// GateMetrics are the gates' /metrics URLs for /api/v1/stats.
+	// Default: none.
 	GateMetrics []string
 }
 

@@ -22,27 +22,32 @@ import (
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
-// CanaryConfig configures the heartbeat canaries. No topics: none are sent.
+// CanaryConfig configures the heartbeat canaries. No topics: none are
+// sent. DefaultCanaryConfig sets the defaults each field names.
 type CanaryConfig struct {
 	// GateURL is the gate the canaries go through, "http://host:port".
+	// Default "http://127.0.0.1:8080".
 	GateURL string
 	// Token is the gate's bearer token for the monitor: its scope needs
-	// the topics and +canary. Empty: the gate runs without auth.
+	// the topics and +canary. Default "": the gate runs without auth.
 	Token string
 	// Topics are the topics served; each gets a canary per route every
-	// Interval (internal/canary.Plan).
+	// Interval (internal/canary.Plan). Default: none.
 	Topics []string
 	// Interval is the time between canaries along a path: 1s at least.
+	// Default 1m.
 	Interval time.Duration
 	// Grace is added to two intervals before a path alerts; 0: half an
-	// interval.
+	// interval. Default 30s.
 	Grace time.Duration
 	// Webhook, if set, gets a POST when alerts fire and when they clear.
+	// Default "": none.
 	Webhook string
-	// Timeout bounds each HTTP call to the gate and the webhook.
+	// Timeout bounds each HTTP call to the gate and the webhook. Default
+	// 10s.
 	Timeout time.Duration
 	// Replan is how many rounds pass between reading the topics'
-	// partition counts again.
+	// partition counts again. Default 10.
 	Replan int
 }
 

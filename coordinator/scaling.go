@@ -30,24 +30,27 @@ const decayUtilization = 0.8
 // Params are the scaling parameters: the flags' defaults, overridden live
 // by the JSON value of the Consul key sluice/<stage>/scaling (ParseParams).
 type Params struct {
-	// Threshold is the PWQD (ready jobs per live worker) above which a
-	// partition is under pressure.
+	// Threshold is the PWQD (the partition's ready jobs, summed over its
+	// topics' queues, per live worker) above which a partition is under
+	// pressure. Default 100.
 	Threshold float64
 	// Cycles (K) is how many consecutive cycles above the threshold it
 	// takes to double the workers; while the pressure lasts they double
-	// again every cycle after that, up to Max.
+	// again every cycle after that, up to Max. Default 3.
 	Cycles int
 	// Base is the fewest workers per consumer: decay stops there.
+	// Default 10 (the workers' default pool).
 	Base int
 	// MaxFactor caps the workers per consumer at Base × MaxFactor, unless
-	// Max is set.
+	// Max is set. Default 8.
 	MaxFactor int
-	// Max caps the workers per consumer; 0: Base × MaxFactor.
+	// Max caps the workers per consumer; 0: Base × MaxFactor. Default 0.
 	Max int
 	// HalfLife is how fast the workers decay towards Base once the load
-	// has fallen: half the way down per HalfLife.
+	// has fallen: half the way down per HalfLife. Default 2m.
 	HalfLife time.Duration
 	// Paused keeps the scaler measuring (metrics) without commanding.
+	// Default false.
 	Paused bool
 }
 
@@ -181,7 +184,8 @@ type State struct {
 
 // Observation is what a cycle read of a partition.
 type Observation struct {
-	// Ready is the ready depth: jobs a consumer could claim now.
+	// Ready is the ready depth: jobs a consumer could claim now, summed
+	// over the partition's queues (one per topic).
 	Ready int64
 	// Workers is the live workers: the pool sizes in the heartbeats of
 	// the partition's live consumers, summed.
