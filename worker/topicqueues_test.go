@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -226,5 +227,43 @@ func TestAJobOnAnyServedTopicWakesTheIdleConsumer(t *testing.T) {
 		case <-time.After(5 * time.Second):
 			t.Fatalf("the job of %s never started", topic)
 		}
+	}
+}
+
+// A job's failure, its retry's promotion from delayed and its ack go to
+// its own topic's queue, here the second topic served: its record there
+// says done at attempt 2, and the handler saw its topic.
+func TestRetriesAndAcksGoToTheJobsQueue(t *testing.T) {
+	b := newBed(t)
+	var mu sync.Mutex
+	attempts := map[string]int{}
+	b.start(t, func(c *worker.Config) {
+		c.Topics = worker.TopicWeights{{Topic: "first", Weight: 1}, {Topic: "second", Weight: 1}}
+		c.Retain = map[string]time.Duration{"second": time.Hour} // keep its record, to read
+	}, func(w *worker.Worker) {
+		w.HandleOther(worker.HandlerFunc(func(_ context.Context, j *worker.Job) ([]byte, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if j.Topic != "second" {
+				return nil, worker.Permanent(errors.New("topic " + j.Topic))
+			}
+			if attempts[j.ID]++; j.Attempt == 1 {
+				return nil, errors.New("first try fails")
+			}
+			return []byte(`"ok"`), nil
+		}))
+	})
+	b.enqueue(t, job.Job{ID: "r1", Type: "t", Topic: "second", Group: "g"})
+	k := b.layout.Keys(b.layout.QueueOf("second", "g", "r1"))
+	var h map[string]string
+	testenv.WaitFor(t, 15*time.Second, "r1 done on its queue", func() bool {
+		h, _ = b.redis.Client().HGetAll(context.Background(), k.Job("r1")).Result()
+		return h["state"] == "done"
+	})
+	if h["attempts"] != "2" || h["result"] != `"ok"` {
+		t.Fatalf("r1's record on topic second's queue: %v; want done at attempt 2", h)
+	}
+	if n, _ := b.redis.Client().HGet(context.Background(), k.Stats(), "done").Int(); n != 1 {
+		t.Fatalf("second's queue counts %d done, want 1", n)
 	}
 }
