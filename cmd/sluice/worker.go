@@ -60,7 +60,7 @@ func (f *workerFlags) register(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.ResultTTL, "result-ttl", c.ResultTTL, "how long an ended group, and the record of a job that failed an attempt and then succeeded, are kept (a plain job that succeeded keeps nothing)")
 	fs.StringVar(&f.retain, "retain", "", "per-topic default of the envelope's retain: \"topic=24h,other=1h\": how long a successful job's record and result are kept (a job's own retain wins)")
 	cli.DurationVar(fs, &c.IdempotencyTTL, "idempotency-ttl", c.IdempotencyTTL, "how long a completed idempotency key keeps other jobs with it from running")
-	fs.IntVar(&c.Dead.Max, "dead-max", c.Dead.Max, "most jobs kept in a partition's dead set (oldest go first)")
+	fs.IntVar(&c.Dead.Max, "dead-max", c.Dead.Max, "most jobs kept in a queue's dead set, per topic and partition (oldest go first)")
 	cli.DurationVar(fs, &c.Dead.Keep, "dead-ttl", c.Dead.Keep, "how long a dead job is kept")
 	cli.DurationVar(fs, &c.Drain, "drain-timeout", c.Drain, "on SIGTERM, how long running jobs may take; the rest go back to ready")
 	cli.DurationVar(fs, &c.Maintain, "maintain-every", c.Maintain, "how often expired leases are reaped and due retries promoted")
