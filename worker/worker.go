@@ -120,7 +120,7 @@ func DefaultConfig() Config {
 	return Config{
 		Stage: "dev", RedisAddr: "127.0.0.1:6379", Partitions: 8, Workers: 10,
 		Topics: TopicWeights{{Topic: DefaultTopic, Weight: 1}},
-		Lease: 30 * time.Second, ClaimBatch: 32, Prefetch: 64, PrefetchWait: 50 * time.Millisecond, MaxAttempts: 5, Timeout: time.Minute,
+		Lease:  30 * time.Second, ClaimBatch: 32, Prefetch: 64, PrefetchWait: 50 * time.Millisecond, MaxAttempts: 5, Timeout: time.Minute,
 		Backoff: time.Second, MaxBackoff: 16 * time.Second, ResultTTL: 24 * time.Hour, IdempotencyTTL: 24 * time.Hour,
 		Dead:  queue.DeadLimits{Max: 100000, Keep: 7 * 24 * time.Hour},
 		Drain: 30 * time.Second, Maintain: 500 * time.Millisecond,
