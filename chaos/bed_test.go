@@ -129,7 +129,7 @@ func newBed(t *testing.T) *bed {
 				"--http", "work="+b.ledger.url+"/ok/"+who+",fail="+b.ledger.url+"/fail/"+who,
 				"--consul-addr", b.consul.Addr(), "--workers", strconv.Itoa(workersPerPart),
 				"--lease", lease.String(), "--maintain-every", "200ms", "--backoff", "100ms", "--max-backoff", "400ms",
-				"--timeout", "10s", "--drain-timeout", "2s")
+				"--timeout", "10s", "--drain-timeout", "2s", "--topics", topic)
 		}, "worker"))
 		b.coords = append(b.coords, b.newPart(fmt.Sprintf("coordinator%d", i), func(int) []string {
 			return append(slicesConcat(common, redisFlags), "--consul-addr", b.consul.Addr(),
@@ -451,24 +451,21 @@ func (b *bed) recordDeadline(t time.Time) time.Time {
 	return t.Add(left)
 }
 
-// partitionOf is a job's Redis partition: its group's when it has one,
-// else its id's (a job without a group joins its partition's shared
-// lane). Every key of a job the suite reads goes through here.
-func (b *bed) partitionOf(j jobSpec) int {
-	if g := j.group(); g != "" {
-		return b.layout.PartitionOf(g)
-	}
-	return b.layout.PartitionOf(j.ID)
+// queueOf is a job's queue partition: its group's when it has one, else
+// its id's (a job without a group joins its partition's shared lane).
+// Every key of a job the suite reads goes through here.
+func (b *bed) queueOf(j jobSpec) queue.Queue {
+	return b.layout.QueueOf(topic, j.group(), j.ID)
 }
 
 // recordKey is a job's record, job:<id>: kept for a failed attempt and a
 // dead job (state, last_error, attempts), not for a plain job that
 // succeeded.
-func (b *bed) recordKey(j jobSpec) string { return b.layout.Keys(b.partitionOf(j)).Job(j.ID) }
+func (b *bed) recordKey(j jobSpec) string { return b.layout.Keys(b.queueOf(j)).Job(j.ID) }
 
 // idemKey is an idempotency key's mark, in the partition of the key.
 func (b *bed) idemKey(key string) string {
-	return b.layout.Keys(b.layout.PartitionOf(key)).Idempotency(key)
+	return b.layout.PartKeys(b.layout.PartitionOf(key)).Idempotency(key)
 }
 
 // stats runs `sluice stats -o json` against the bed and returns its output.

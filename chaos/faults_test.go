@@ -328,7 +328,7 @@ func (b *bed) funnel(stageName string) int {
 	pipe := b.redis.Client().Pipeline()
 	var cmds []interface{ Val() string }
 	for p := range redisPartitions {
-		cmds = append(cmds, pipe.HGet(ctx, b.layout.Keys(p).Stats(), "funnel:"+topic+":"+stageName))
+		cmds = append(cmds, pipe.HGet(ctx, b.layout.Keys(queue.Queue{Topic: topic, Part: p}).Stats(), "funnel:"+topic+":"+stageName))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !isNil(err) {
 		return -1

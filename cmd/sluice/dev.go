@@ -264,6 +264,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	var wf workerFlags
 	wf.register(flag.NewFlagSet("worker", flag.ContinueOnError))
 	wf.cfg.RedisAddr = cfg.RedisAddr
+	wf.cfg.Topics = worker.TopicWeights{{Topic: cfg.Topic, Weight: 1}}
 	wf.cfg.Partitions = cfg.RedisPartitions
 	wf.cfg.Drain = cfg.StopTimeout
 	wf.cfg.ConsulAddr = cfg.ConsulAddr // execution rate limits, followed live
@@ -409,7 +410,7 @@ func clearDevFences(ctx context.Context, cfg devConfig) error {
 	layout := queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}
 	keys := make([]string, 0, cfg.RedisPartitions)
 	for p := range cfg.RedisPartitions {
-		keys = append(keys, layout.Keys(p).Fence(cfg.Topic))
+		keys = append(keys, layout.Keys(queue.Queue{Topic: cfg.Topic, Part: p}).Fence())
 	}
 	// One DEL per key: a partition's keys hash to a slot of their own.
 	for _, k := range keys {

@@ -386,7 +386,7 @@ func TestDevDashboard(t *testing.T) {
 	}
 	// deadKey is the partition of dead job i, which its dead set must hold.
 	deadKey := func(i int) (queue.Keys, error) {
-		k := layout.Keys(layout.PartitionOf(deadGroups[i]))
+		k := layout.Keys(layout.QueueOf(cfg.Topic, deadGroups[i], ""))
 		if _, err := rdb.ZScore(ctx, k.Dead(), deadIDs[i]).Result(); err != nil {
 			return queue.Keys{}, fmt.Errorf("%s not in the dead set of its group's partition: %v", deadIDs[i], err)
 		}

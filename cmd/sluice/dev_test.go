@@ -175,19 +175,19 @@ func TestDevRunsThePrintedCurlAndKeepsJobsAcrossRestarts(t *testing.T) {
 	testenv.WaitFor(t, 30*time.Second, "the job to be relayed and run", func() bool {
 		done := 0
 		for p := range layout.Partitions {
-			n, _ := rdb.HGet(context.Background(), layout.Keys(p).Stats(), "funnel:jobs:completed").Int()
+			n, _ := rdb.HGet(context.Background(), layout.Keys(queue.Queue{Topic: "jobs", Part: p}).Stats(), "funnel:jobs:completed").Int()
 			done += n
 		}
 		return done == 1
 	})
-	if n, _ := rdb.Exists(context.Background(), layout.Keys(layout.PartitionOfJob("", id)).Job(id)).Result(); n != 0 {
+	if n, _ := rdb.Exists(context.Background(), layout.Keys(layout.QueueOf("jobs", "", id)).Job(id)).Result(); n != 0 {
 		t.Fatal("a plain job that succeeded left a record")
 	}
 	// The bytes are checked on a twin that waits in Redis: the same
 	// payload, due in an hour, an entry in its partition's delayed set.
 	later := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
 	twinID := enqueueID(t, "http://"+cfg.GateAddr+"/v1/topics/jobs/jobs", `{"type":"noop","run_at":"`+later+`","payload":{"greeting":"<hi> & welcome"}}`)
-	delayedKey := layout.Keys(layout.PartitionOfJob("", twinID)).Delayed()
+	delayedKey := layout.Keys(layout.QueueOf("jobs", "", twinID)).Delayed()
 	delayedEnvelope := func() string {
 		entries, _ := rdb.ZRange(context.Background(), delayedKey, 0, -1).Result()
 		for _, e := range entries {

@@ -185,7 +185,7 @@ func runSluice(b *testing.B, r *testenv.RedisServer, groups int) (float64, cpuPe
 	testenv.WaitFor(b, 10*time.Minute, "every sluice job done", func() bool {
 		total := 0
 		for part := range layout.Partitions {
-			n, _ := r.Client().HGet(ctx, layout.Keys(part).Stats(), "done").Int()
+			n, _ := r.Client().HGet(ctx, layout.Keys(queue.Queue{Topic: "jobs", Part: part}).Stats(), "done").Int()
 			total += n
 		}
 		return total >= jobs

@@ -51,11 +51,11 @@ func (b *batchEnqueuer) flush() error {
 	return nil
 }
 
-// doneCount is how many jobs the layout's partitions counted done.
-func doneCount(ctx context.Context, pool *queue.Pool, layout queue.Layout) (int, error) {
+// doneCount is how many jobs topic's partitions counted done.
+func doneCount(ctx context.Context, pool *queue.Pool, layout queue.Layout, topic string) (int, error) {
 	total := 0
 	for part := range layout.Partitions {
-		n, err := pool.Client(part).HGet(ctx, layout.Keys(part).Stats(), "done").Int()
+		n, err := pool.Client(part).HGet(ctx, layout.Keys(queue.Queue{Topic: topic, Part: part}).Stats(), "done").Int()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return 0, err
 		}

@@ -114,7 +114,7 @@ func runJobs(tb testing.TB, srv *testenv.RedisServer, n int, sampled bool) jobCo
 	acked := 0
 	for part := range layout.Partitions {
 		for {
-			got, err := pool.Claim(ctx, part, 256, time.Now().Add(time.Minute))
+			got, err := pool.Claim(ctx, queue.Queue{Topic: "jobs", Part: part}, 256, time.Now().Add(time.Minute))
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -123,12 +123,12 @@ func runJobs(tb testing.TB, srv *testenv.RedisServer, n int, sampled bool) jobCo
 			}
 			done := make([]queue.Done, len(got))
 			for i, c := range got {
-				done[i] = queue.Done{Job: c, Topic: "jobs"}
+				done[i] = queue.Done{Job: c}
 				if sampled {
 					done[i].Retain = retain
 				}
 			}
-			if _, err := pool.AckMany(ctx, part, done, time.Now(), time.Hour); err != nil {
+			if _, err := pool.AckMany(ctx, queue.Queue{Topic: "jobs", Part: part}, done, time.Now(), time.Hour); err != nil {
 				tb.Fatal(err)
 			}
 			acked += len(got)
@@ -140,7 +140,7 @@ func runJobs(tb testing.TB, srv *testenv.RedisServer, n int, sampled bool) jobCo
 	}
 	c := jobCost{redisMicros: round3((cpu1 - cpu0) * 1e6 / float64(n)), queuedBytes: round3((queued - mem0) / float64(n)),
 		keptBytes: round3((mem() - mem0) / float64(n))}
-	tg := &target{layout: layout, pool: pool}
+	tg := &target{ep: Endpoints{Topic: "jobs"}, layout: layout, pool: pool}
 	seqs := make([]int, n)
 	for i := range seqs {
 		seqs[i] = i
@@ -157,7 +157,7 @@ func runJobs(tb testing.TB, srv *testenv.RedisServer, n int, sampled bool) jobCo
 		}
 	}
 	for part := range layout.Partitions {
-		prefix := layout.Keys(part).Prefix()
+		prefix := layout.Keys(queue.Queue{Topic: "jobs", Part: part}).Prefix()
 		keys, err := pool.Client(part).Keys(ctx, prefix+"*").Result()
 		if err != nil {
 			tb.Fatal(err)
@@ -165,7 +165,7 @@ func runJobs(tb testing.TB, srv *testenv.RedisServer, n int, sampled bool) jobCo
 		for _, k := range keys {
 			name := strings.TrimPrefix(k, prefix)
 			switch {
-			case slices.Contains([]string{"stats", "vt", "shared", "wm:jobs", "fence:jobs", "wake", "lanes"}, name),
+			case slices.Contains([]string{"stats", "vt", "shared", "wm", "fence", "wake", "lanes"}, name),
 				strings.HasPrefix(name, "group:"): // a group's counters, kept for --result-ttl
 			case strings.HasPrefix(name, "job:"):
 				if !sampled {

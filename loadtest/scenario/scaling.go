@@ -181,6 +181,10 @@ func RunScaling(ctx context.Context, cfg ScalingConfig) (ScalingReport, error) {
 	if err := pool.LoadScripts(ctx); err != nil {
 		return ScalingReport{}, err
 	}
+	// As a relay does: the coordinator reads the registered topics.
+	if err := pool.RegisterTopics(ctx, []string{scalingTopic}, time.Now()); err != nil {
+		return ScalingReport{}, err
+	}
 	if err := enqueueScaling(ctx, pool, cfg); err != nil {
 		return ScalingReport{}, err
 	}
@@ -225,6 +229,7 @@ func RunScaling(ctx context.Context, cfg ScalingConfig) (ScalingReport, error) {
 	}
 
 	wcfg := worker.DefaultConfig()
+	wcfg.Topics = worker.TopicWeights{{Topic: scalingTopic, Weight: 1}}
 	wcfg.Stage, wcfg.Partitions, wcfg.RedisAddr, wcfg.Workers = cfg.Stage, cfg.Partitions, cfg.RedisAddr, cfg.Base
 	wcfg.ConsulAddr = cfg.ConsulAddr // as deployed: the worker follows the (absent) rate limits
 	w, err := worker.New(wcfg, cfg.Log)
@@ -265,7 +270,7 @@ func RunScaling(ctx context.Context, cfg ScalingConfig) (ScalingReport, error) {
 		s := ScalingSample{At: since(), Workers: make([]int, cfg.Partitions), Ready: make([]int64, cfg.Partitions)}
 		for p := range cfg.Partitions {
 			s.Workers[p] = w.Workers(p)
-			if l, err := pool.Load(ctx, p, time.Hour); err == nil {
+			if l, err := pool.Load(ctx, p, []string{scalingTopic}, time.Hour); err == nil {
 				s.Ready[p] = l.Ready
 			}
 		}
@@ -304,7 +309,7 @@ wait:
 	mu.Unlock()
 	// Every ack reaches Redis within moments of its handler's return.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); {
-		if rep.Done, err = doneCount(ctx, pool, layout); err != nil || rep.Done >= cfg.Jobs {
+		if rep.Done, err = doneCount(ctx, pool, layout, scalingTopic); err != nil || rep.Done >= cfg.Jobs {
 			break
 		}
 		select {
@@ -344,8 +349,8 @@ func enqueueScaling(ctx context.Context, pool *queue.Pool, cfg ScalingConfig) er
 		p := i % cfg.Partitions
 		group := groups[p][(i/cfg.Partitions)%scalingGroups]
 		id := fmt.Sprintf("scaling-%07d", i)
-		env := (&job.Job{ID: id, Type: "scaling", Group: group, Topic: "scaling", EnqueuedAt: batch.now}).AppendJSON(nil)
-		if err := batch.add(queue.Item{ID: id, Group: group, Topic: "scaling", Weight: 1, Envelope: env}); err != nil {
+		env := (&job.Job{ID: id, Type: "scaling", Group: group, Topic: scalingTopic, EnqueuedAt: batch.now}).AppendJSON(nil)
+		if err := batch.add(queue.Item{ID: id, Group: group, Topic: scalingTopic, Weight: 1, Envelope: env}); err != nil {
 			return err
 		}
 	}
@@ -425,3 +430,7 @@ func (h attrsHandler) Handle(ctx context.Context, r slog.Record) error {
 func (h attrsHandler) WithAttrs(as []slog.Attr) slog.Handler {
 	return attrsHandler{h.teeHandler, append(append([]slog.Attr(nil), h.attrs...), as...)}
 }
+
+// scalingTopic is the topic the scaling scenario's jobs are queued on and
+// its worker serves.
+const scalingTopic = "scaling"

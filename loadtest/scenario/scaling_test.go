@@ -77,11 +77,16 @@ func TestWorkerAndCoordinatorScaleOnlyTheLoadedPartition(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
+	// As a relay does: the coordinator reads the ready depth of the
+	// registered topics.
+	if err := pool.RegisterTopics(ctx, []string{"jobs"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	items := make([]queue.Item, 200)
 	for i := range items {
 		g := ScalingGroup(layout, 1, i%4)
 		id := "hold-" + strconv.Itoa(i)
-		items[i] = queue.Item{ID: id, Group: g, Topic: "t", Weight: 1, Envelope: (&job.Job{ID: id, Type: "hold", Group: g}).AppendJSON(nil)}
+		items[i] = queue.Item{ID: id, Group: g, Topic: "jobs", Weight: 1, Envelope: (&job.Job{ID: id, Type: "hold", Group: g}).AppendJSON(nil)}
 	}
 	if _, err := pool.Enqueue(ctx, 1, items, time.Now()); err != nil {
 		t.Fatal(err)

@@ -142,6 +142,7 @@ func RunSeed(ctx context.Context, cfg SeedConfig) (SeedReport, error) {
 	}
 
 	wcfg := worker.DefaultConfig()
+	wcfg.Topics = worker.TopicWeights{{Topic: seedTopic, Weight: 1}}
 	wcfg.Stage, wcfg.Partitions, wcfg.RedisAddr, wcfg.ConsulAddr = cfg.Stage, cfg.Partitions, cfg.RedisAddr, cfg.ConsulAddr
 	if cfg.Worker != nil {
 		cfg.Worker(&wcfg)
@@ -176,7 +177,7 @@ func RunSeed(ctx context.Context, cfg SeedConfig) (SeedReport, error) {
 	// Every ack reaches Redis within moments of its handler's return.
 	counted := 0
 	for t := time.NewTicker(10 * time.Millisecond); ; <-t.C {
-		if counted, err = doneCount(ctx, pool, layout); err != nil || counted >= total || ctx.Err() != nil || time.Since(start) > elapsed+30*time.Second {
+		if counted, err = doneCount(ctx, pool, layout, seedTopic); err != nil || counted >= total || ctx.Err() != nil || time.Since(start) > elapsed+30*time.Second {
 			t.Stop()
 			break
 		}
@@ -199,8 +200,8 @@ func enqueueSeed(ctx context.Context, pool *queue.Pool, cfg SeedConfig) error {
 	for i := range cfg.JobsPerGroup {
 		for g := range cfg.Groups {
 			id, group := fmt.Sprintf("seed-%d-%06d", g, i), "seed-g"+strconv.Itoa(g)
-			env := (&job.Job{ID: id, Type: "seed", Group: group, Resource: SeedResource(g), Topic: "seed", EnqueuedAt: batch.now}).AppendJSON(nil)
-			if err := batch.add(queue.Item{ID: id, Group: group, Topic: "seed", Weight: 1, Envelope: env}); err != nil {
+			env := (&job.Job{ID: id, Type: "seed", Group: group, Resource: SeedResource(g), Topic: seedTopic, EnqueuedAt: batch.now}).AppendJSON(nil)
+			if err := batch.add(queue.Item{ID: id, Group: group, Topic: seedTopic, Weight: 1, Envelope: env}); err != nil {
 				return err
 			}
 		}
@@ -322,3 +323,7 @@ func cpuTime() time.Duration {
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
+
+// seedTopic is the topic the seed scenario's jobs are queued on and its
+// worker serves.
+const seedTopic = "seed"

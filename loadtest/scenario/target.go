@@ -83,7 +83,9 @@ func openTarget(ep Endpoints) (*target, error) {
 func (t *target) close() { t.pool.Close() }
 
 // done is how many jobs Redis counted done, over every partition.
-func (t *target) done(ctx context.Context) (int, error) { return doneCount(ctx, t.pool, t.layout) }
+func (t *target) done(ctx context.Context) (int, error) {
+	return doneCount(ctx, t.pool, t.layout, t.ep.Topic)
+}
 
 // memory is Redis's used_memory and maxmemory (0: none set).
 func (t *target) memory(ctx context.Context) (used, maxmem int64, err error) {
@@ -125,7 +127,7 @@ func (t *target) doneAt(ctx context.Context, w *Workload, seqs []int) ([]int64, 
 	}
 	const chunk = 2000
 	for p, idx := range byPart {
-		keys := t.layout.Keys(p)
+		keys := t.layout.Keys(queue.Queue{Topic: t.ep.Topic, Part: p})
 		for from := 0; from < len(idx); from += chunk {
 			part := idx[from:min(from+chunk, len(idx))]
 			pipe := t.pool.Client(p).Pipeline()
