@@ -413,13 +413,13 @@ func TestDevDashboard(t *testing.T) {
 	// Groups: the bulk group with its bar, its rate and an ETA measured
 	// between polls (at 10 jobs/s, 200 items take 20 s).
 	b.waitJS(t, "the bulk group's progress bar", 20*time.Second,
-		fmt.Sprintf(`(() => { const p = document.querySelector('#groups-table tr[data-key="dash-bulk"] progress');
+		fmt.Sprintf(`(() => { const p = document.querySelector('#groups-table tr[data-key="jobs/dash-bulk"] progress');
 		          return p && p.max === %d && p.value > 0; })()`, bulkItems))
 	b.waitJS(t, "the bulk group's ETA", 20*time.Second,
-		`(() => { const r = document.querySelector('#groups-table tr[data-key="dash-bulk"]');
+		`(() => { const r = document.querySelector('#groups-table tr[data-key="jobs/dash-bulk"]');
 		          return r && /^[0-9.]+ (s|min)$/.test(r.cells[8].textContent) && parseFloat(r.cells[7].textContent) > 0; })()`)
-	eta := b.text(t, `document.querySelector('#groups-table tr[data-key="dash-bulk"]').cells[8].textContent`)
-	rate := b.text(t, `document.querySelector('#groups-table tr[data-key="dash-bulk"]').cells[7].textContent`)
+	eta := b.text(t, `document.querySelector('#groups-table tr[data-key="jobs/dash-bulk"]').cells[8].textContent`)
+	rate := b.text(t, `document.querySelector('#groups-table tr[data-key="jobs/dash-bulk"]').cells[7].textContent`)
 	t.Logf("bulk group on the page: %s jobs/s, ETA %s", rate, eta)
 	// The limit holds the group to 10/s: a rate far above says the page
 	// measured something else.
@@ -435,7 +435,7 @@ func TestDevDashboard(t *testing.T) {
 	// Dead letters: the three dead jobs and the poison record, escaped.
 	for _, id := range deadIDs {
 		b.waitJS(t, "dead job "+id+" listed", 20*time.Second,
-			fmt.Sprintf(`!!document.querySelector('#deadset-table tr[data-key=%q]')`, id))
+			fmt.Sprintf(`!!document.querySelector('#deadset-table tr[data-key=%q]')`, cfg.Topic+"/"+id))
 	}
 	b.waitJS(t, "the poison record in the Kafka DLQ, its key as text", 20*time.Second,
 		fmt.Sprintf(`[...document.querySelectorAll('#dlq-table tbody tr')].some(r => r.textContent.includes(%q))`, poisonKey))
@@ -453,7 +453,7 @@ func TestDevDashboard(t *testing.T) {
 	}
 	replayedField := "funnel:" + cfg.Topic + ":" + queue.StageReplayed
 	replayedBefore, _ := rdb.HGet(ctx, k.Stats(), replayedField).Int64()
-	b.do(t, "clicking Replay", 10*time.Second, chromedp.Click(chromedp.CSS(fmt.Sprintf(`#deadset-table tr[data-key=%q] button.replay`, replayed))))
+	b.do(t, "clicking Replay", 10*time.Second, chromedp.Click(chromedp.CSS(fmt.Sprintf(`#deadset-table tr[data-key=%q] button.replay`, cfg.Topic+"/"+replayed))))
 	testenv.WaitFor(t, 10*time.Second, "the job's replay in Redis", func() bool {
 		v, _ := rdb.HGet(ctx, k.Job(replayed), "replayed_ms").Result()
 		return v != ""
@@ -472,7 +472,7 @@ func TestDevDashboard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	purge := chromedp.Click(chromedp.CSS(fmt.Sprintf(`#deadset-table tr[data-key=%q] button.purge`, purged)))
+	purge := chromedp.Click(chromedp.CSS(fmt.Sprintf(`#deadset-table tr[data-key=%q] button.purge`, cfg.Topic+"/"+purged)))
 	dialog := func() string {
 		select {
 		case m := <-dialogs:
@@ -503,7 +503,7 @@ func TestDevDashboard(t *testing.T) {
 		return errors.Is(inSet, redis.Nil) && n == 0
 	})
 	b.waitJS(t, "the purged job gone from the page", 10*time.Second,
-		fmt.Sprintf(`!document.querySelector('#deadset-table tr[data-key=%q]')`, purged))
+		fmt.Sprintf(`!document.querySelector('#deadset-table tr[data-key=%q]')`, cfg.Topic+"/"+purged))
 
 	// The relay rate editor writes Consul, and Pause and Resume too.
 	rateKey := "sluice/dev/relay/" + cfg.Topic + "/rate"
