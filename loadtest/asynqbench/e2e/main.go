@@ -8,7 +8,7 @@
 //   - sluice: `sluice dev` started on free loopback ports, the same number
 //     of no-op jobs POSTed through its gate, single-job POSTs from 64
 //     connections, then 100-job POSTs from 16; timed from the first POST
-//     until Redis counts every job done (polled every 50 ms).
+//     until Redis counts every job done (polled every 5 ms).
 //
 // asynq runs against sluice dev's own Redis, so that both use the same
 // server, configuration and persistence. Run it from the repository's
@@ -108,7 +108,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	rep, err := r.Compare(ctx, &asynqRival{checkInterval: *check}, cfg)
 	if rep != nil {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("asynq v0.26.0 ran on sluice dev's Redis (%s): one Redis, one run; its client and server ran in this process (the generator's line of its phase), sluice's parts idle meanwhile", dev.Endpoints.Redis),
-			"asynq is timed from its first enqueue to its last handler's return; sluice from its first POST until Redis counted every job done, polled every 50 ms")
+			"asynq is timed from its first enqueue to its last handler's return; sluice from its first POST until Redis counted every job done, polled every 5 ms")
 		rep.Publish(stdout, stderr, *out, "e2e")
 	}
 	if err != nil {
