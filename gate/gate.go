@@ -37,9 +37,13 @@ type Config struct {
 	MaxGroupItems int
 	// Redis is where GET and DELETE /v1/groups/{id} read and cancel
 	// groups; without an address those routes answer 501.
-	Redis           queue.PoolConfig
-	partitionAddrs  string
-	ProduceTimeout  time.Duration
+	Redis          queue.PoolConfig
+	partitionAddrs string
+	ProduceTimeout time.Duration
+	// ProduceLinger is how long a record may wait for others to share its
+	// Kafka produce request (default 1 ms; 0: sent at once). See
+	// kafka.ProducerOptions.Linger.
+	ProduceLinger   time.Duration
 	RetryAfter      time.Duration
 	DrainTimeout    time.Duration
 	MetadataRefresh time.Duration
@@ -71,6 +75,7 @@ func (c *Config) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Redis.Layout.Partitions, "redis-partitions", 8, "Redis partitions in the layout (as the relay's)")
 	fs.StringVar(&c.partitionAddrs, "redis-partition-addrs", "", "partitions on Redis servers of their own: \"0=host:port,3=host:port\"")
 	cli.DurationVar(fs, &c.ProduceTimeout, "produce-timeout", 5*time.Second, "longest wait for Kafka's acknowledgement before answering 504")
+	cli.DurationVar(fs, &c.ProduceLinger, "produce-linger", time.Millisecond, "how long a record may wait for others to share its Kafka produce request (64 records go at once); 0: each request's records at once")
 	cli.DurationVar(fs, &c.RetryAfter, "retry-after", time.Second, "Retry-After sent with 503 while Kafka is unreachable")
 	cli.DurationVar(fs, &c.DrainTimeout, "drain-timeout", 15*time.Second, "on SIGTERM, how long in-flight requests may take to finish")
 	cli.DurationVar(fs, &c.MetadataRefresh, "metadata-refresh", 10*time.Second, "how often to re-read Kafka's topic list")
@@ -109,7 +114,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 	}
 	// The envelope adds the gate's fields (id, id_given, topic, enqueued_at) to the
 	// client's body; leave room for them under Kafka's record limit.
-	producer, err := kafka.NewProducer(&cfg.Kafka, kafka.ProducerOptions{MaxMessageBytes: int(cfg.MaxBodyBytes) + 4096}, log)
+	producer, err := kafka.NewProducer(&cfg.Kafka, kafka.ProducerOptions{MaxMessageBytes: int(cfg.MaxBodyBytes) + 4096, Linger: cfg.ProduceLinger}, log)
 	if err != nil {
 		return nil, err
 	}

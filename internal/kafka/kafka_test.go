@@ -158,3 +158,43 @@ func TestCloseWhileTheAcksAllProducerStarts(t *testing.T) {
 		t.Fatalf("an acks=all Produce after Close: %v, want %v", err, errClosed)
 	}
 }
+
+// With a linger, records of concurrent Produce calls share requests (the
+// flush settings reach sarama) and every call still gets its own answer.
+func TestLingerSharesRequestsAndAnswersEachCall(t *testing.T) {
+	k := testenv.Kafka(t, testenv.Topic("jobs", 1))
+	cfg := Config{Brokers: k.Brokers(), ClientID: "test", Version: "3.6.0", Compression: "none"}
+	p, err := NewProducer(&cfg, ProducerOptions{Linger: 20 * time.Millisecond}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if f := p.cfg.Producer.Flush; f.Frequency != 20*time.Millisecond || f.Messages != 64 {
+		t.Fatalf("flush settings %+v", f)
+	}
+	const calls = 32
+	errs := make(chan error, calls)
+	offsets := make(chan int64, calls)
+	for i := range calls {
+		go func() {
+			res, err := p.Produce(context.Background(), AcksLeader, []Message{{Topic: "jobs", Value: []byte(fmt.Sprint(i)), Partition: -1}})
+			if err == nil {
+				err = res[0].Err
+				offsets <- res[0].Offset
+			}
+			errs <- err
+		}()
+	}
+	seen := map[int64]bool{}
+	for range calls {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range calls {
+		seen[<-offsets] = true
+	}
+	if len(seen) != calls {
+		t.Fatalf("%d distinct offsets for %d records", len(seen), calls)
+	}
+}
