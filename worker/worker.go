@@ -59,13 +59,13 @@ type Config struct {
 	// heartbeat extends it every Lease/3 while the handler runs. Default
 	// 30s.
 	Lease time.Duration
-	// ClaimBatch is the most jobs claimed in one round trip; default 32.
+	// ClaimBatch is the most jobs claimed in one round trip; default 128.
 	ClaimBatch int
 	// Prefetch is the most claimed jobs that may wait for a free slot, per
 	// partition: claims are then batches, and a slot that frees finds its
 	// next job already here. Fewer wait when jobs run long: about as many
 	// as the slots run within PrefetchWait. 0 claims only for free slots.
-	// Default 64.
+	// Default 256.
 	Prefetch int
 	// PrefetchWait is how long a prefetched job should wait for a slot, at
 	// most; default 50ms.
@@ -120,7 +120,7 @@ func DefaultConfig() Config {
 	return Config{
 		Stage: "dev", RedisAddr: "127.0.0.1:6379", Partitions: 8, Workers: 10,
 		Topics: TopicWeights{{Topic: DefaultTopic, Weight: 1}},
-		Lease:  30 * time.Second, ClaimBatch: 32, Prefetch: 64, PrefetchWait: 50 * time.Millisecond, MaxAttempts: 5, Timeout: time.Minute,
+		Lease:  30 * time.Second, ClaimBatch: 128, Prefetch: 256, PrefetchWait: 50 * time.Millisecond, MaxAttempts: 5, Timeout: time.Minute,
 		Backoff: time.Second, MaxBackoff: 16 * time.Second, ResultTTL: 24 * time.Hour, IdempotencyTTL: 24 * time.Hour,
 		Dead:  queue.DeadLimits{Max: 100000, Keep: 7 * 24 * time.Hour},
 		Drain: 30 * time.Second, Maintain: 500 * time.Millisecond,
