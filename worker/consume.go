@@ -46,7 +46,7 @@ type consumer struct {
 	acks   chan ackRequest
 
 	mu       sync.Mutex
-	held     map[string]*heldJob // claimed, not yet settled: waiting, running or acking
+	held     map[heldKey]*heldJob // claimed, not yet settled: waiting, running or acking
 	waiting  []*heldJob          // claimed, not started, in the order served
 	acking   int                 // held jobs whose handler is done, their ack not yet answered
 	draining bool                // shutdown cut running jobs short
@@ -61,6 +61,15 @@ type consumer struct {
 // rateWindow is how long the consumer counts finished jobs before it
 // updates their moving rate.
 const rateWindow = 100 * time.Millisecond
+
+// heldKey names a held job: ids are unique within a queue, and two topics
+// may each hold a job of the same id (a client's).
+type heldKey struct {
+	q  queue.Queue
+	id string
+}
+
+func (h *heldJob) key() heldKey { return heldKey{h.q, h.claimed.ID} }
 
 // heldJob is a job this consumer holds a lease on.
 type heldJob struct {
@@ -80,7 +89,7 @@ func (w *Worker) newConsumer(part int) *consumer {
 	w.mu.RUnlock()
 	return &consumer{
 		w: w, part: part, topics: newTopicChooser(w.cfg.Topics, part, w.cfg.Strict), log: w.log.With("partition", part), slots: s,
-		acks: make(chan ackRequest, maxAckBatch), held: map[string]*heldJob{},
+		acks: make(chan ackRequest, maxAckBatch), held: map[heldKey]*heldJob{},
 	}
 }
 
@@ -153,7 +162,7 @@ func (c *consumer) run(ctx context.Context) {
 		c.mu.Lock()
 		for _, j := range jobs {
 			h := &heldJob{q: t.q, claimed: j, env: j.Envelope}
-			c.held[j.ID] = h
+			c.held[h.key()] = h
 			c.waiting = append(c.waiting, h)
 		}
 		c.mu.Unlock()
@@ -263,7 +272,7 @@ func (c *consumer) startWaiting(runCtx context.Context, running *sync.WaitGroup)
 			c.execute(runCtx, h)
 			c.mu.Lock()
 			if !h.acking {
-				delete(c.held, h.claimed.ID)
+				delete(c.held, h.key())
 			}
 			c.mu.Unlock()
 		}()
@@ -482,7 +491,7 @@ func (c *consumer) acker() {
 		}
 		c.mu.Lock()
 		for _, r := range batch {
-			delete(c.held, r.job.claimed.ID)
+			delete(c.held, r.job.key())
 		}
 		c.acking -= len(batch)
 		c.mu.Unlock()
@@ -691,7 +700,7 @@ func (c *consumer) shutdown(runCtx context.Context, stopRuns context.CancelFunc,
 	c.mu.Lock()
 	waiting := c.waiting
 	for _, h := range waiting {
-		delete(c.held, h.claimed.ID)
+		delete(c.held, h.key())
 	}
 	c.waiting = nil
 	c.mu.Unlock()

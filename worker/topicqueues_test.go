@@ -267,3 +267,46 @@ func TestRetriesAndAcksGoToTheJobsQueue(t *testing.T) {
 		t.Fatalf("second's queue counts %d done, want 1", n)
 	}
 }
+
+// Ids are unique within a queue, not across topics: two topics' jobs of the
+// same id, held by one consumer at once for longer than a lease, each keep
+// their lease, run once and are acked on their own queue (the consumer's
+// held jobs are keyed by queue and id: by id alone, one would hide the
+// other from the lease keeper, and the reaper would run it again).
+func TestTheSameIDInTwoTopicsRunsOnceEach(t *testing.T) {
+	b := newBedOf(t, 1)
+	b.enqueue(t, job.Job{ID: "order-42", Type: "t", Topic: "a"}, job.Job{ID: "order-42", Type: "t", Topic: "b"})
+	release := make(chan struct{})
+	s := &startLog{}
+	inner := s.handler(0)
+	const lease = time.Second
+	b.start(t, func(c *worker.Config) {
+		c.Topics = worker.TopicWeights{{Topic: "a", Weight: 1}, {Topic: "b", Weight: 1}}
+		c.Workers, c.Lease = 2, lease
+	}, func(w *worker.Worker) {
+		w.HandleOther(worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+			inner.Handle(ctx, j)
+			select { // both held at once, past their first lease
+			case <-release:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+			return nil, nil
+		}))
+	})
+	testenv.WaitFor(t, 10*time.Second, "both jobs running", func() bool { return s.len() == 2 })
+	held := time.Now()
+	// The property is about time: the jobs outlive three leases.
+	testenv.WaitFor(t, 10*time.Second, "three leases", func() bool { return time.Since(held) > 3*lease })
+	close(release)
+	for _, topic := range []string{"a", "b"} {
+		q := queue.Queue{Topic: topic, Part: 0}
+		testenv.WaitFor(t, 10*time.Second, "the job of "+topic+" acked", func() bool {
+			n, _ := b.redis.Client().HGet(context.Background(), b.layout.Keys(q).Stats(), "done").Int()
+			return n == 1
+		})
+	}
+	if got := s.snapshot(); len(got) != 2 || got[0] == got[1] {
+		t.Fatalf("started on topics %v, want a and b once each", got)
+	}
+}
