@@ -47,10 +47,10 @@ type consumer struct {
 
 	mu       sync.Mutex
 	held     map[heldKey]*heldJob // claimed, not yet settled: waiting, running or acking
-	waiting  []*heldJob          // claimed, not started, in the order served
-	acking   int                 // held jobs whose handler is done, their ack not yet answered
-	draining bool                // shutdown cut running jobs short
-	avgRun   time.Duration       // moving average of handler run times; 0 before the first
+	waiting  []*heldJob           // claimed, not started, in the order served
+	acking   int                  // held jobs whose handler is done, their ack not yet answered
+	draining bool                 // shutdown cut running jobs short
+	avgRun   time.Duration        // moving average of handler run times; 0 before the first
 	// finished is the moving average of jobs finished per second, over
 	// windows of rateWindow; 0 before the first window.
 	finished    float64
