@@ -128,9 +128,9 @@ local function failed(r) return type(r) == 'table' and r.err end
 
 -- The watermark of each Kafka partition in the batch, read once.
 local parts, wm, order = {}, {}, {}
-for i = 1, n do
-  local kp, off = ARGV[base+8*(i-1)+1], tonumber(ARGV[base+8*(i-1)+2])
-  if off >= 0 and not parts[kp] then parts[kp] = true; order[#order+1] = kp end
+for a = base, base + 8*(n-1), 8 do
+  local kp = ARGV[a+1]
+  if not parts[kp] and ARGV[a+2] ~= '-1' then parts[kp] = true; order[#order+1] = kp end
 end
 if #order > 0 then
   local got = redis.call('HMGET', KEYS[8], unpack(order))
@@ -157,56 +157,65 @@ end
 local per, funnel = {}, {}
 local relayed, deduped, readied = 0, 0, 0
 local function lane(l)
-  local c = per[l]
-  if not c then c = {jobs = {}, ready = {}, delayed = {}, weight = 1, total = 0, dropped = {}}; per[l] = c end
+  local c = {jobs = {}, ready = {}, delayed = {}, weight = 1, total = 0, dropped = {}, nj = 0, nr = 0}
+  per[l] = c
   return c
 end
+-- The loop runs once per job: it reads only the fields a job uses (a plain
+-- job's due time, record, total and callback are '0', '0', '0' and ''),
+-- and appends by counters (Lua's # is a search).
 for i = 1, n do
   local a = base + 8*(i-1)
-  local kp, off, li, due, rec = ARGV[a+1], tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), tonumber(ARGV[a+4]), tonumber(ARGV[a+5])
-  local l, entry = lanes[li], ARGV[a+8]
+  local kp, off = ARGV[a+1], tonumber(ARGV[a+2])
   if off >= 0 and off <= wm[kp] then
     -- Applied before: a replay after a failover or a retried batch.
     codes[i] = 0
     deduped = deduped + 1
-    funnelAdd(funnel, funnelField(l.group, topic, 'deduplicated'), 1)
+    funnelAdd(funnel, funnelField(lanes[tonumber(ARGV[a+3])].group, topic, 'deduplicated'), 1)
   else
     if off >= 0 and (high[kp] or -1) < off then high[kp] = off end
+    local li, entry = tonumber(ARGV[a+3]), ARGV[a+8]
     if entry == '' then
-      local c = lane(li)
+      local c = per[li] or lane(li)
       c.close, c.total = true, tonumber(ARGV[a+6])
       if ARGV[a+7] ~= '' then c.callback = ARGV[a+7] end
       codes[i] = 5
     elseif cancelled[li] then
-      local c = lane(li)
+      local c = per[li] or lane(li)
       c.dropped[#c.dropped+1] = entry
       codes[i] = 4
     else
       local fresh = 1
-      if rec > 0 then
+      if ARGV[a+5] ~= '0' then
         -- A client-chosen id: its resends are new Kafka records, deduped
         -- by the id's record for the TTL.
-        fresh = redis.pcall('HSETNX', KEYS[9+3*m+rec], 'relayed_ms', now)
-        if not failed(fresh) and fresh == 1 then redis.call('EXPIRE', KEYS[9+3*m+rec], ttl) end
+        local rk = KEYS[9+3*m+tonumber(ARGV[a+5])]
+        fresh = redis.pcall('HSETNX', rk, 'relayed_ms', now)
+        if not failed(fresh) and fresh == 1 then redis.call('EXPIRE', rk, ttl) end
       end
       if failed(fresh) then
         refuse(i)
       elseif fresh == 0 then
         codes[i] = 0
         deduped = deduped + 1
-        funnelAdd(funnel, funnelField(l.group, topic, 'deduplicated'), 1)
+        funnelAdd(funnel, funnelField(lanes[li].group, topic, 'deduplicated'), 1)
       else
-        local c = lane(li)
-        c.jobs[#c.jobs+1] = i
-        local total = tonumber(ARGV[a+6])
-        if total > 0 then c.total = total end
+        local c = per[li] or lane(li)
+        local nj = c.nj + 1
+        c.nj, c.jobs[nj] = nj, i
+        if ARGV[a+6] ~= '0' then
+          local total = tonumber(ARGV[a+6])
+          if total > 0 then c.total = total end
+        end
         if ARGV[a+7] ~= '' then c.callback = ARGV[a+7] end
-        if due > nowN then
-          c.delayed[#c.delayed+1] = due
+        local due = ARGV[a+4]
+        if due ~= '0' and tonumber(due) > nowN then
+          c.delayed[#c.delayed+1] = tonumber(due)
           c.delayed[#c.delayed+1] = entry
           codes[i] = 2
         else
-          c.ready[#c.ready+1] = entry
+          local nr = c.nr + 1
+          c.nr, c.ready[nr] = nr, entry
           codes[i] = 1
         end
         relayed = relayed + 1
