@@ -313,7 +313,7 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 		now := w.cfg.Now()
 		for _, t := range w.cfg.Topics {
 			q := queue.Queue{Topic: t.Topic, Part: part}
-			if n, err := w.pool.Reap(ctx, q, 100, now); err == nil && n > 0 {
+			if n, err := w.pool.Reap(ctx, q, 100, now, w.cfg.Dead); err == nil && n > 0 {
 				w.count("reaped", "", n)
 				w.log.Warn("expired leases returned to ready", "queue", q.String(), "jobs", n)
 			}

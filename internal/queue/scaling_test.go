@@ -83,7 +83,7 @@ func TestReadyDepthFollowsEveryMove(t *testing.T) {
 	}
 	wantReady(t, p, "released 1", 13)
 	inflight("released 1", 2)
-	if n, _ := p.Reap(ctx, jq(0), 10, now.Add(2*time.Second)); n != 2 {
+	if n, _ := p.Reap(ctx, jq(0), 10, now.Add(2*time.Second), DeadLimits{Max: 100, Keep: time.Hour}); n != 2 {
 		t.Fatalf("reaped %d, want 2 (jobs[3], jobs[4])", n)
 	}
 	wantReady(t, p, "reaped 2", 15)

@@ -355,8 +355,9 @@ if ARGV[7] == '1' then
   if group then redis.call('HINCRBY', KEYS[4], 'delayed', 1) end
   return 1
 end
-local attempts = entryHead(e) + 1
-e = withAttempts(e, attempts)
+local attempts = (entryHead(e) or 0) + 1
+-- An entry that cannot be read (see Reap) dies as it is.
+if string.match(e, '^%d+ ') then e = withAttempts(e, attempts) end
 redis.call('HSET', KEYS[3], 'last_error', ARGV[2], 'failed_ms', ARGV[4], 'attempts', attempts)
 if group then redis.call('HINCRBY', KEYS[4], 'failed', 1) end
 if tonumber(ARGV[3]) > 0 then
@@ -589,10 +590,14 @@ func lanesOf(entries []string) (lanes []LaneInfo, ok []string) {
 	return lanes, ok
 }
 
-// Reap returns expired batches of partition part to their lanes, up to
+// Reap returns expired batches of queue partition q to their lanes, up to
 // max batches at a time, each attempt counted. It returns how many jobs
-// went back.
-func (p *Pool) Reap(ctx context.Context, q Queue, max int, now time.Time) (int, error) {
+// went back. An entry that cannot be read (its head or lane malformed: a
+// foreign write, never sluice's own) has no lane to go back to: it dies at
+// once with the reason as its last error (within dead's limits), so that
+// its batch leaves the leases instead of coming up at every reap. Its
+// group, which it does not tell, keeps counting it as running.
+func (p *Pool) Reap(ctx context.Context, q Queue, max int, now time.Time, dead DeadLimits) (int, error) {
 	k := p.layout.Keys(q)
 	c := p.byPart[q.Part]
 	batches, err := c.ZRangeArgs(ctx, dueBy(k.Leases(), now, max)).Result()
@@ -600,16 +605,27 @@ func (p *Pool) Reap(ctx context.Context, q Queue, max int, now time.Time) (int, 
 		return 0, err
 	}
 	pipe := c.Pipeline()
-	vals := make([]*redis.StringSliceCmd, len(batches))
+	leased := make([]*redis.MapStringStringCmd, len(batches))
 	for i, b := range batches {
-		vals[i] = pipe.HVals(ctx, k.Lease(b))
+		leased[i] = pipe.HGetAll(ctx, k.Lease(b))
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, err
 	}
 	total := 0
 	for i, b := range batches {
-		lanes, _ := lanesOf(vals[i].Val())
+		entries := make([]string, 0, len(leased[i].Val()))
+		for id, e := range leased[i].Val() {
+			if reason := unreadable(e); reason != "" {
+				f := Failure{Job: Claimed{ID: id, Batch: b}, Cause: "the reaper could not read this job's entry (" + reason + "): " + truncate(e, 200)}
+				if _, err := p.fail(ctx, q, f, 0, now, dead, false); err != nil {
+					return total, err
+				}
+				continue
+			}
+			entries = append(entries, e)
+		}
+		lanes, _ := lanesOf(entries)
 		n, err := p.returnBatch(ctx, q, b, "reap", lanes, nil, now)
 		if err != nil {
 			return total, err
@@ -617,6 +633,26 @@ func (p *Pool) Reap(ctx context.Context, q Queue, max int, now time.Time) (int, 
 		total += n
 	}
 	return total, nil
+}
+
+// unreadable says why an entry cannot go back to a lane; "" when it can.
+func unreadable(e string) string {
+	pe, err := ParseEntry(e)
+	if err != nil {
+		return err.Error()
+	}
+	if _, err := ParseLane(pe.Lane); err != nil {
+		return err.Error()
+	}
+	return ""
+}
+
+// truncate cuts s to at most n bytes, for error messages.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
 
 // Release hands claimed jobs back to the front of their lanes without

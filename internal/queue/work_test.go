@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -192,7 +193,7 @@ func TestAckManyCountsEachLeasedJobOncePerGroup(t *testing.T) {
 		t.Fatalf("claim: %+v %v", second, err)
 	}
 	// b's batch expires first: the reaper takes it back.
-	if n, err := p.Reap(ctx, jq(0), 10, now.Add(2*time.Second)); n != 2 || err != nil {
+	if n, err := p.Reap(ctx, jq(0), 10, now.Add(2*time.Second), DeadLimits{Max: 100, Keep: time.Hour}); n != 2 || err != nil {
 		t.Fatalf("reap: %d %v", n, err)
 	}
 	var done []Done
@@ -263,10 +264,10 @@ func TestOneLeasePerBatchReapReturnsOnlyTheUnacked(t *testing.T) {
 	if kept, err := p.Extend(ctx, jq(0), []string{"no-such-batch", batch}, now.Add(2*time.Second)); err != nil || len(kept) != 2 || kept[0] || !kept[1] {
 		t.Fatalf("extend a live lease: %v %v", kept, err)
 	}
-	if n, err := p.Reap(ctx, jq(0), 100, now.Add(time.Second)); n != 0 || err != nil {
+	if n, err := p.Reap(ctx, jq(0), 100, now.Add(time.Second), DeadLimits{Max: 100, Keep: time.Hour}); n != 0 || err != nil {
 		t.Fatalf("reaped an extended lease: %d %v", n, err)
 	}
-	if n, err := p.Reap(ctx, jq(0), 100, now.Add(2*time.Second)); n != 5 || err != nil {
+	if n, err := p.Reap(ctx, jq(0), 100, now.Add(2*time.Second), DeadLimits{Max: 100, Keep: time.Hour}); n != 5 || err != nil {
 		t.Fatalf("reap: %d %v, want the 5 unacked", n, err)
 	}
 	if n := rdb.Exists(ctx, k.Leases(), k.Lease(batch)).Val(); n != 0 {
@@ -625,5 +626,43 @@ func TestClaimSeesALaneActivatedAfterItsCandidates(t *testing.T) {
 	jobs, err := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
 	if err != nil || len(jobs) != 1 || jobs[0].Group != "small" {
 		t.Fatalf("claim after a lane joined: %+v %v, want the small group's job", jobs, err)
+	}
+}
+
+// An entry the reaper cannot read (a foreign write into a lease) dies with
+// the reason instead of holding its batch in the leases, where it came up
+// at every reap; the readable jobs of its batch go back to their lanes.
+func TestReapBuriesAnEntryItCannotRead(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	rdb := r.Client()
+	k := p.Layout().Keys(jq(0))
+	enqueueOK(t, p, 1, []Item{item("good", ""), item("bad", "")}, now)
+	jobs, err := p.Claim(ctx, jq(0), 2, now.Add(time.Second))
+	if err != nil || len(jobs) != 2 {
+		t.Fatalf("claim: %v %v", jobs, err)
+	}
+	batch := jobs[0].Batch
+	rdb.HSet(ctx, k.Lease(batch), "bad", "not an entry at all")
+	limits := DeadLimits{Max: 100, Keep: time.Hour}
+	if n, err := p.Reap(ctx, jq(0), 100, now.Add(2*time.Second), limits); n != 1 || err != nil {
+		t.Fatalf("reap: %d %v, want the readable job back", n, err)
+	}
+	if n := rdb.Exists(ctx, k.Leases(), k.Lease(batch)).Val(); n != 0 {
+		t.Fatal("the batch is still leased: the next reap would find it again")
+	}
+	if ids := rdb.ZRange(ctx, k.Dead(), 0, -1).Val(); len(ids) != 1 || ids[0] != "bad" {
+		t.Fatalf("dead set %v", ids)
+	}
+	rec := rdb.HGetAll(ctx, k.Job("bad")).Val()
+	if rec["state"] != "dead" || !strings.Contains(rec["last_error"], "could not read") || rec["env"] != "not an entry at all" {
+		t.Fatalf("record %v", rec)
+	}
+	again, err := p.Claim(ctx, jq(0), 2, now.Add(time.Minute))
+	if err != nil || len(again) != 1 || again[0].ID != "good" || again[0].Attempt != 2 {
+		t.Fatalf("after the reap: %+v %v, want good again, attempt 2", again, err)
+	}
+	if st := rdb.HGetAll(ctx, k.Stats()).Val(); st["inflight"] != "1" || st["dead"] != "1" {
+		t.Fatalf("stats %v", st)
 	}
 }
