@@ -24,15 +24,9 @@ import (
 // start offset), so a replay or purge by ids must name a partition's
 // oldest records, and the list reads oldest first.
 
-// The relay's headers on a dead letter (relay/topic.go: parts do not
-// import each other, so they are named again here). A replayed record
-// goes without them: it is a fresh attempt, with the relay's requeue count
-// started over.
-const (
-	dlqHeaderReason   = "sluice-dlq-reason"
-	dlqHeaderSource   = "sluice-source"
-	dlqHeaderRequeues = "sluice-relay-requeues"
-)
+// A record replayed from a DLQ goes without the relay's headers
+// (kafka.HeaderDLQReason, HeaderSource, HeaderRequeues): it is a fresh
+// attempt, with the relay's requeue count started over.
 
 // valueExcerpt is how much of a record's value a list shows.
 const valueExcerpt = 1024
@@ -181,9 +175,9 @@ func kafkaEntry(m *sarama.ConsumerMessage, whole bool) admin.DLQEntry {
 			continue
 		}
 		switch string(h.Key) {
-		case dlqHeaderReason:
+		case kafka.HeaderDLQReason:
 			e.Reason = string(h.Value)
-		case dlqHeaderSource:
+		case kafka.HeaderSource:
 			e.SourceRecord = string(h.Value)
 		}
 		if whole {
@@ -408,7 +402,7 @@ func replayMessage(topic string, m *sarama.ConsumerMessage) kafka.Message {
 			continue
 		}
 		switch string(h.Key) {
-		case dlqHeaderReason, dlqHeaderSource, dlqHeaderRequeues:
+		case kafka.HeaderDLQReason, kafka.HeaderSource, kafka.HeaderRequeues:
 			continue
 		}
 		headers = append(headers, *h)

@@ -351,7 +351,7 @@ func TestPoisonGoesToTheDLQAndGoodJobsFlow(t *testing.T) {
 	}
 	var reasons []string
 	for _, m := range testenv.ReadRecords(t, b.kafka.Brokers(), topic+".dlq", 0, sarama.OffsetOldest, 3) {
-		reason, source := header(m, relay.HeaderReason), header(m, relay.HeaderSource)
+		reason, source := header(m, kafka.HeaderDLQReason), header(m, kafka.HeaderSource)
 		if reason == "" || !strings.HasPrefix(source, topic+"/0/") {
 			t.Fatalf("DLQ record without reason or source: %q %q", reason, source)
 		}
@@ -588,7 +588,7 @@ func TestJobSpecificRedisErrorRequeuesThenDeadLetters(t *testing.T) {
 	r := b.start(t, "r1", func(c *relay.Config) { c.MaxRequeues = 2 })
 	b.waitRelayed(t, 1, 30*time.Second)
 	m := testenv.ReadRecords(t, b.kafka.Brokers(), topic+".dlq", 0, sarama.OffsetOldest, 1)[0]
-	if reason := header(m, relay.HeaderReason); !strings.Contains(reason, "3 times") || !strings.Contains(reason, "wrong type") || !strings.Contains(string(m.Value), `"id":"victim"`) {
+	if reason := header(m, kafka.HeaderDLQReason); !strings.Contains(reason, "3 times") || !strings.Contains(reason, "wrong type") || !strings.Contains(string(m.Value), `"id":"victim"`) {
 		t.Fatalf("dead letter %s with reason %q", m.Value, reason)
 	}
 	if n := metricLabeled(t, r.relay, "sluice_relay_jobs_total", "outcome", "requeued"); n != 2 {

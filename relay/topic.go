@@ -20,11 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/retry"
 )
 
-// Headers the relay writes on records it produces.
 const (
-	HeaderReason      = "sluice-dlq-reason"     // why a record went to <topic>.dlq
-	HeaderSource      = "sluice-source"         // topic/partition/offset it was read at
-	HeaderRequeues    = "sluice-relay-requeues" // times the relay produced the job again
 	maxRedisBackoff   = 5 * time.Second
 	firstRedisBackoff = 50 * time.Millisecond
 )
@@ -584,11 +580,11 @@ func waitBackoff(ctx context.Context, failures *int) error {
 // and bytes, the reason and where it came from in headers.
 func deadLetter(topic string, m *sarama.ConsumerMessage, reason string) kafka.Message {
 	headers := []sarama.RecordHeader{
-		{Key: []byte(HeaderReason), Value: []byte(reason)},
-		{Key: []byte(HeaderSource), Value: fmt.Appendf(nil, "%s/%d/%d", topic, m.Partition, m.Offset)},
+		{Key: []byte(kafka.HeaderDLQReason), Value: []byte(reason)},
+		{Key: []byte(kafka.HeaderSource), Value: fmt.Appendf(nil, "%s/%d/%d", topic, m.Partition, m.Offset)},
 	}
 	for _, h := range m.Headers {
-		if h != nil && string(h.Key) != HeaderReason && string(h.Key) != HeaderSource {
+		if h != nil && string(h.Key) != kafka.HeaderDLQReason && string(h.Key) != kafka.HeaderSource {
 			headers = append(headers, *h)
 		}
 	}
@@ -600,16 +596,16 @@ func deadLetter(topic string, m *sarama.ConsumerMessage, reason string) kafka.Me
 func (r *Relay) requeue(topic string, m *sarama.ConsumerMessage, cause error) kafka.Message {
 	n := 0
 	for _, h := range m.Headers {
-		if h != nil && string(h.Key) == HeaderRequeues {
+		if h != nil && string(h.Key) == kafka.HeaderRequeues {
 			n, _ = strconv.Atoi(string(h.Value))
 		}
 	}
 	if n >= r.cfg.MaxRequeues {
 		return deadLetter(topic, m, fmt.Sprintf("Redis refused the job %d times: %v", n+1, cause))
 	}
-	headers := []sarama.RecordHeader{{Key: []byte(HeaderRequeues), Value: []byte(strconv.Itoa(n + 1))}}
+	headers := []sarama.RecordHeader{{Key: []byte(kafka.HeaderRequeues), Value: []byte(strconv.Itoa(n + 1))}}
 	for _, h := range m.Headers {
-		if h != nil && string(h.Key) != HeaderRequeues {
+		if h != nil && string(h.Key) != kafka.HeaderRequeues {
 			headers = append(headers, *h)
 		}
 	}
