@@ -350,8 +350,8 @@ func (a *adminAPI) scaleSet(r *http.Request, role admin.Role) (any, error) {
 		if _, err := a.kv().Delete(key, wo); err != nil {
 			return nil, a.consulErr(err)
 		}
-	case body.Workers < 1 || body.Workers > MaxWorkers:
-		return nil, badRequest(fmt.Sprintf("workers %d: want 1..%d (or auto: true)", body.Workers, MaxWorkers), "")
+	case body.Workers < 1 || body.Workers > queue.MaxWorkers:
+		return nil, badRequest(fmt.Sprintf("workers %d: want 1..%d (or auto: true)", body.Workers, queue.MaxWorkers), "")
 	default:
 		pin := admin.Pin{Workers: body.Workers, At: a.c.cfg.Now().UTC(), By: "admin API (" + role.String() + " token)"}
 		v, _ := json.Marshal(pin)

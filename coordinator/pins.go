@@ -42,8 +42,8 @@ func ParsePin(value []byte) (admin.Pin, error) {
 	if dec.More() {
 		return admin.Pin{}, fmt.Errorf("scale pin %q: more than one JSON value", value)
 	}
-	if p.Workers < 1 || p.Workers > MaxWorkers {
-		return admin.Pin{}, fmt.Errorf("scale pin %q: workers %d: want 1..%d", value, p.Workers, MaxWorkers)
+	if p.Workers < 1 || p.Workers > queue.MaxWorkers {
+		return admin.Pin{}, fmt.Errorf("scale pin %q: workers %d: want 1..%d", value, p.Workers, queue.MaxWorkers)
 	}
 	return p, nil
 }

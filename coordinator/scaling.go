@@ -17,10 +17,6 @@ import (
 // and the time: no I/O, so that tests drive it through whole load shapes
 // with an injected clock. scaler.go does the I/O.
 
-// MaxWorkers bounds the workers the scaler commands per consumer: the
-// worker refuses more (worker.MaxWorkersPerPartition).
-const MaxWorkers = 10000
-
 // decayUtilization is the busy share decay aims at: the workers never
 // decay below the busy ones / 0.8. Without that floor, a steady load that
 // needs, say, 5 workers would see 8 decay to 4, a backlog, 8 again: an
@@ -75,14 +71,14 @@ func (p Params) Check() error {
 		return fmt.Errorf("threshold %g: want a positive PWQD", p.Threshold)
 	case p.Cycles < 1:
 		return fmt.Errorf("cycles %d: want at least 1", p.Cycles)
-	case p.Base < 1 || p.Base > MaxWorkers:
-		return fmt.Errorf("base %d: want 1..%d", p.Base, MaxWorkers)
+	case p.Base < 1 || p.Base > queue.MaxWorkers:
+		return fmt.Errorf("base %d: want 1..%d", p.Base, queue.MaxWorkers)
 	case p.MaxFactor < 1:
 		return fmt.Errorf("max factor %d: want at least 1", p.MaxFactor)
 	case p.Max != 0 && p.Max < p.Base:
 		return fmt.Errorf("max %d is below the base %d", p.Max, p.Base)
-	case p.Limit() > MaxWorkers:
-		return fmt.Errorf("max workers %d: want at most %d", p.Limit(), MaxWorkers)
+	case p.Limit() > queue.MaxWorkers:
+		return fmt.Errorf("max workers %d: want at most %d", p.Limit(), queue.MaxWorkers)
 	case p.HalfLife <= 0:
 		return fmt.Errorf("half-life %s: want a positive duration", p.HalfLife)
 	}

@@ -106,16 +106,12 @@ func (s *slots) size() int {
 	return s.limit
 }
 
-// MaxWorkersPerPartition bounds SetWorkers: a typo must not start a
-// million goroutines.
-const MaxWorkersPerPartition = 10000
-
 // SetWorkers resizes partition part's pool to n and checkpoints n in Redis,
 // so a restarted worker resumes with it. The coordinator drives it through
 // the partition's command list.
 func (w *Worker) SetWorkers(ctx context.Context, part, n int) error {
-	if n < 1 || n > MaxWorkersPerPartition {
-		return fmt.Errorf("workers %d: want 1..%d", n, MaxWorkersPerPartition)
+	if n < 1 || n > queue.MaxWorkers {
+		return fmt.Errorf("workers %d: want 1..%d", n, queue.MaxWorkers)
 	}
 	w.mu.RLock()
 	s, ok := w.pools[part]
@@ -147,7 +143,7 @@ func (w *Worker) Workers(part int) int {
 // checkpointed is the worker count stored for part, or fallback.
 func (w *Worker) checkpointed(ctx context.Context, part, fallback int) int {
 	n, err := w.pool.Client(part).Get(ctx, w.pool.Layout().PartKeys(part).WorkerCount()).Int()
-	if err != nil || n < 1 || n > MaxWorkersPerPartition {
+	if err != nil || n < 1 || n > queue.MaxWorkers {
 		if err != nil && err != redis.Nil {
 			w.log.Warn("reading the checkpointed worker count failed; using the configured one", "partition", part, "err", err)
 		}
@@ -170,7 +166,7 @@ func (w *Worker) heartbeat(ctx context.Context, part int) {
 	defer s.resizing.Unlock()
 	size := s.size()
 	cp, err := w.pool.Heartbeat(ctx, part, s.id, size, s.busyTime())
-	if err != nil || cp < 1 || cp > MaxWorkersPerPartition || cp == size {
+	if err != nil || cp < 1 || cp > queue.MaxWorkers || cp == size {
 		return
 	}
 	s.resize(cp)

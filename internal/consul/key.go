@@ -6,7 +6,7 @@ import (
 )
 
 // Key returns the Consul KV key "sluice/<stage>/<parts joined by '/'>", the
-// layout DESIGN.md fixes: Key("dev", "relay", "jobs", "lock") is
+// layout every part shares (docs/relay.md, docs/coordinator.md): Key("dev", "relay", "jobs", "lock") is
 // "sluice/dev/relay/jobs/lock".
 //
 // The stage and each part must be one non-empty path segment: no '/', and

@@ -17,8 +17,8 @@ import (
 	"github.com/oklog/ulid/v2"
 )
 
-// Job is one unit of work. Field names and meanings are fixed by DESIGN.md
-// ("Job envelope"); docs/envelope.md documents each field's limits.
+// Job is one unit of work: the envelope every part agrees on. Its fields
+// and their limits are documented in docs/envelope.md.
 type Job struct {
 	// ID identifies the job everywhere. The gate assigns a ULID
 	// (time-sortable) when the client sends none.

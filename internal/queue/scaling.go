@@ -10,13 +10,18 @@ import (
 	"time"
 )
 
+// MaxWorkers bounds a consumer's pool size: what the coordinator commands
+// and pins, and what a worker accepts (a typo must not start a million
+// goroutines).
+const MaxWorkers = 10000
+
 // Command types the coordinator puts on a partition's cmd list.
 const (
 	ScaleUp   = "SCALE_UP"
 	ScaleDown = "SCALE_DOWN"
 )
 
-// Command is a coordinator command on a partition's cmd list (DESIGN.md):
+// Command is a coordinator command on a partition's cmd list:
 // {"type":"SCALE_UP","partition":2,"targetWorkers":24,"reason":"..."}.
 // TargetWorkers is the pool size of every consumer of the partition.
 type Command struct {
