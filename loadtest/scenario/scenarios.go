@@ -428,6 +428,14 @@ func (r *Runner) waitLimits(ctx context.Context, groups int, res func(int) strin
 func (r *Runner) hol(ctx context.Context, o Options, rep *Report) error {
 	huge := or(o.Jobs, map[bool]int{false: 200000, true: 1000000}[o.full()])
 	smallN, smallSize := 50, 20
+	// The small groups must arrive while the huge one runs: at full size
+	// it is posted for about 8 s, so they come from 3 s on, 10 a second;
+	// scaled, it was all done 2.7 s after the start on this 2-core VM, so
+	// they come from 1 s on, 50 a second.
+	smallRate, smallAfter := 10.0, 3*time.Second
+	if !o.full() {
+		smallRate, smallAfter = 50, time.Second
+	}
 	r.memoryCheck(ctx, rep, huge+smallN*smallSize)
 	hugeGroup := o.Run + "-huge"
 	part := r.t.layout.PartitionOf(hugeGroup)
@@ -443,7 +451,7 @@ func (r *Runner) hol(ctx context.Context, o Options, rep *Report) error {
 	hl.Conns, hl.Jobs, hl.Batch = 4, huge, 500
 	sl := r.load("small", &Workload{Run: o.Run + "-s", Type: "noop", Payload: PaddedPayload(100),
 		GroupOf: func(seq int) string { return small[seq/smallSize] }})
-	sl.Rate, sl.Conns, sl.Jobs, sl.Batch, sl.After, sl.SampleAll = 10, 4, smallN*smallSize, smallSize, 3*time.Second, true
+	sl.Rate, sl.Conns, sl.Jobs, sl.Batch, sl.After, sl.SampleAll = smallRate, 4, smallN*smallSize, smallSize, smallAfter, true
 	ph, err := r.Run(ctx, Phase{Name: "hol", Streams: []*Load{hl, sl}, WaitDone: true})
 	rep.Phases = append(rep.Phases, ph)
 	if err != nil {
