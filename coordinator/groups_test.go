@@ -3,12 +3,15 @@ package coordinator_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/coordinator"
 	"github.com/sluicehq/sluice/internal/job"
@@ -128,9 +131,7 @@ func TestCallbackCarriesCountsAndEveryItem(t *testing.T) {
 	if got := testenv.Metric(t, reg, "sluice_coordinator_groups_completed_total"); got != 2 {
 		t.Errorf("groups completed: %v", got)
 	}
-	if got := testenv.Metric(t, reg, "sluice_coordinator_callbacks_total", "outcome", "delivered"); got != 1 {
-		t.Errorf("callbacks delivered: %v", got)
-	}
+	waitCallbacks(t, reg, "delivered", 1)
 	if got := testenv.Metric(t, reg, "sluice_coordinator_callback_attempts_total", "result", "2xx"); got != 1 {
 		t.Errorf("2xx attempts: %v", got)
 	}
@@ -217,9 +218,7 @@ func TestCallbackGivesUpIntoAVisibleFailedState(t *testing.T) {
 	if n := len(rc.callsFor("doomed")); n != 3 {
 		t.Fatalf("%d calls, want 3", n)
 	}
-	if got := testenv.Metric(t, r.c.Registry(), "sluice_coordinator_callbacks_total", "outcome", "failed"); got != 1 {
-		t.Errorf("failed callbacks: %v", got)
-	}
+	waitCallbacks(t, r.c.Registry(), "failed", 1)
 	// Kept for Keep, like a delivered group.
 	ttl, _ := b.redis.Client().TTL(context.Background(), b.layout.Keys(jobsP0).Group("doomed")).Result()
 	if ttl < 6*24*time.Hour {
@@ -266,9 +265,7 @@ func TestTheNextCoordinatorDeliversWhatAStoppedOneLeft(t *testing.T) {
 	if len(calls) != 2 || calls[1].attempt != "2" || string(calls[1].body) != string(calls[0].body) {
 		t.Fatalf("calls: %+v", calls)
 	}
-	if got := testenv.Metric(t, second.c.Registry(), "sluice_coordinator_callbacks_total", "outcome", "delivered"); got != 1 {
-		t.Errorf("delivered by the second: %v", got)
-	}
+	waitCallbacks(t, second.c.Registry(), "delivered", 1)
 }
 
 // Two coordinators: only the lock holder delivers, each group once; when it
@@ -301,9 +298,7 @@ func TestOnlyTheLockHolderDelivers(t *testing.T) {
 	if got := testenv.Metric(t, standby.c.Registry(), "sluice_coordinator_callback_attempts_total", "result", "2xx"); got != 0 {
 		t.Errorf("the standby sent %v callbacks", got)
 	}
-	if got := testenv.Metric(t, holder.c.Registry(), "sluice_coordinator_callbacks_total", "outcome", "delivered"); got != float64(len(groups)) {
-		t.Errorf("the holder delivered %v", got)
-	}
+	waitCallbacks(t, holder.c.Registry(), "delivered", len(groups))
 
 	holder.stop(t)
 	standby.waitHolding(t)
@@ -466,4 +461,14 @@ func TestCallbackWithResultsAtOddsWithTheCountersIsDeliveredAndLogged(t *testing
 	if !strings.Contains(logs, "disagree") || !strings.Contains(logs, "group=odd") || !strings.Contains(logs, "dead_items=0 dead=1") {
 		t.Errorf("no warning naming the group and the counts:\n%s", logs)
 	}
+}
+
+// waitCallbacks waits for the coordinator to count n callbacks of outcome:
+// the watcher counts one after it finished the group in Redis, which the
+// tests wait on, so the count may come a moment later.
+func waitCallbacks(t *testing.T, reg prometheus.Gatherer, outcome string, n int) {
+	t.Helper()
+	testenv.WaitFor(t, 5*time.Second, fmt.Sprintf("%d callbacks %s", n, outcome), func() bool {
+		return testenv.Metric(t, reg, "sluice_coordinator_callbacks_total", "outcome", outcome) == float64(n)
+	})
 }
