@@ -486,7 +486,7 @@ func (g *Gate) serveGroupStatus(x *exchange) {
 }
 
 // findGroup looks group id up in every topic the relays registered that
-// the caller may see: one read per topic, pipelined per Redis.
+// the caller may see: one read per topic.
 func (g *Gate) findGroup(ctx context.Context, id string, allows func(string) bool) (map[string]queue.GroupStatus, error) {
 	topics, err := g.groups.Topics(ctx)
 	if err != nil {

@@ -38,8 +38,9 @@ type Claimed struct {
 // ARGV[1] K, most jobs to claim   ARGV[2] lease deadline, Unix ms
 // ARGV[3] m   ARGV[4] the quantum: the most jobs one lane gives a claim
 // while other candidates could give theirs   ARGV[5] the batch's name
-// ARGV[5+4g-3..5+4g]  candidate g's fields (appendLaneArgs)
-// ARGV[6+4m..]      lanes in the fair order that the caller cannot read
+// ARGV[6] the queue's topic (the funnel's)
+// ARGV[6+3g-2..6+3g]  candidate g's fields (appendLaneArgs)
+// ARGV[7+3m..]      lanes in the fair order that the caller cannot read
 // (a name that is no lane's): passed over
 // Returns {1, claimed, next}: claimed is a flat array, candidate index and
 // entry for each claimed job in the order served; next is the fair
@@ -64,13 +65,13 @@ type Claimed struct {
 // lane served it runs LLEN, LPOP and, for a group lane, one HMGET and one
 // HSET of its counters.
 var claimScript = newScript(luaFunnel + luaLanes + `
-local K, deadline, m, quantum, batch = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local _, byName = readLanes(m, 6, 5)
+local K, deadline, m, quantum, batch, topic = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local _, byName = readLanes(m, 6, 6, topic)
 -- The fair order's first K lanes, read here. The caller's candidates (the
 -- answer of its last claim, or a read of its own) must name every lane
 -- this claim reads; if one is missing, the caller gets the order back and
 -- calls again with their keys.
-local nforeign = #ARGV - (5 + 4*m)
+local nforeign = #ARGV - (6 + 3*m)
 local top = redis.call('ZRANGE', KEYS[1], 0, K + nforeign - 1, 'WITHSCORES')
 local function names()
   local out = {}
@@ -80,7 +81,7 @@ end
 -- Lanes the caller cannot serve (names it does not know how to read) are
 -- passed over, not asked for again.
 local foreign = {}
-for i = 6 + 4*m, #ARGV do foreign[ARGV[i]] = true end
+for i = 7 + 3*m, #ARGV do foreign[ARGV[i]] = true end
 local cand, supply = {}, 0
 for t = 1, #top, 2 do
   if supply >= K then break end
@@ -91,13 +92,12 @@ for t = 1, #top, 2 do
     local w, running = l.weight, 0
     local remaining = left
     if l.group ~= '' then
-      local f = redis.call('HMGET', l.meta, 'weight', 'total', 'relayed', 'done', 'dead', 'cancelled', 'topic', 'running')
+      local f = redis.call('HMGET', l.meta, 'weight', 'total', 'relayed', 'done', 'dead', 'cancelled', 'running')
       w = math.max(tonumber(f[1] or '1'), 1)
       local size = tonumber(f[2] or '0')
       if size <= 0 then size = tonumber(f[3] or '0') end
       remaining = size - tonumber(f[4] or '0') - tonumber(f[5] or '0') - tonumber(f[6] or '0')
-      l.topic = f[7] or '?'
-      running = tonumber(f[8] or '0')
+      running = tonumber(f[7] or '0')
     end
     -- Shortest job first, by what is left: a lane's weight is its
     -- priority's, times 4 with at most 100 jobs left, times 2 with at most
@@ -170,7 +170,7 @@ local funnel = {}
 for _, c in ipairs(cand) do
   if c.take > 0 then
     c.entries, c.next = redis.call('LPOP', c.l.list, c.take), 1
-    funnelAdd(funnel, funnelField(c.l.group, laneTopic(c.l), 'dequeued'), c.take)
+    funnelAdd(funnel, funnelField(c.l.group, topic, 'dequeued'), c.take)
   end
 end
 local out, lease = {}, {}
@@ -270,8 +270,8 @@ func (p *Pool) claimAmong(ctx context.Context, q Queue, max int, leaseUntil time
 	batch := p.nextBatch()
 	ks := make([]string, 0, 6+3*len(lanes))
 	ks = append(ks, keys.Lanes(), keys.VirtualTime(), keys.Leases(), keys.Lease(batch), keys.Stats(), keys.Shared())
-	args := make([]any, 0, 5+4*len(lanes))
-	args = append(args, max, leaseUntil.UnixMilli(), len(lanes), ClaimQuantum, batch)
+	args := make([]any, 0, 6+3*len(lanes))
+	args = append(args, max, leaseUntil.UnixMilli(), len(lanes), ClaimQuantum, batch, q.Topic)
 	ks = keys.appendLaneKeys(ks, lanes...)
 	args = appendLaneArgs(args, lanes...)
 	for _, name := range foreign {

@@ -41,8 +41,8 @@ const (
 // KEYS[1] dead   KEYS[2] job:<id>   KEYS[3] lanes   KEYS[4] vt
 // KEYS[5] stats: ready, and the funnel's replayed field of the job's topic
 // KEYS[6] wake   KEYS[7] shared   KEYS[8..10] its lane's keys (appendLaneKeys)
-// ARGV[1] id   ARGV[2..5] its lane's fields (appendLaneArgs)   ARGV[6] now, Unix ms
-// ARGV[7] the job's topic ("": its lane's, a group's from its hash)
+// ARGV[1] id   ARGV[2..4] its lane's fields (appendLaneArgs)   ARGV[5] now, Unix ms
+// ARGV[6] the queue's topic
 // Returns 1 replayed, 0 not in the dead set, -1 its record had expired (the
 // id is taken off the dead set), -2 its group was cancelled (left dead).
 //
@@ -56,12 +56,12 @@ if not e or e == '' then
   redis.call('ZREM', KEYS[1], ARGV[1])
   return -1
 end
-local lanes = readLanes(1, 7, 1)
+local lanes = readLanes(1, 7, 1, ARGV[6])
 local l = lanes[1]
 if l.group ~= '' and redis.call('HEXISTS', l.meta, 'cancelled_ms') == 1 then return -2 end
 redis.call('ZREM', KEYS[1], ARGV[1])
 redis.call('HDEL', KEYS[2], 'state', 'dead_ms', 'env')
-redis.call('HSET', KEYS[2], 'replayed_ms', ARGV[6])
+redis.call('HSET', KEYS[2], 'replayed_ms', ARGV[5])
 if l.group ~= '' and redis.call('EXISTS', l.meta) == 1 then
   -- A group set to expire once ended must last while the job is open
   -- again (its end sets the expiry anew), unless it completed: a bulk
@@ -78,9 +78,7 @@ end
 redis.call('RPUSH', l.list, withAttempts(e, 0))
 activate(l, KEYS[3], KEYS[4], KEYS[7], {})
 redis.call('HINCRBY', KEYS[5], 'ready', 1)
-local topic = ARGV[7]
-if topic == '' then topic = laneTopic(l) end
-redis.call('HINCRBY', KEYS[5], funnelField(l.group, topic, 'replayed'), 1)
+redis.call('HINCRBY', KEYS[5], funnelField(l.group, l.topic, 'replayed'), 1)
 redis.call('RPUSH', KEYS[6], 1)
 redis.call('LTRIM', KEYS[6], -1, -1)
 return 1

@@ -93,8 +93,8 @@ type Result struct {
 // KEYS[9+3m+r]            job:<id> of record r, r = 1..q (client-chosen ids)
 // ARGV[1] lock token   ARGV[2] now, Unix ms   ARGV[3] topic   ARGV[4] n
 // ARGV[5] m   ARGV[6] seconds a client-chosen id is deduped
-// ARGV[6+4l-3..6+4l]      lane l's fields (appendLaneArgs)
-// ARGV[6+4m+8(i-1)+1..8]  item i: Kafka partition, offset (-1: none),
+// ARGV[6+3l-2..6+3l]      lane l's fields (appendLaneArgs)
+// ARGV[6+3m+8(i-1)+1..8]  item i: Kafka partition, offset (-1: none),
 // lane index, due time Unix ms (0: now), record index (0: none), group
 // total (0: unknown), callback URL (may be empty), entry. An item with an
 // empty entry closes its bulk group (the lane's) instead.
@@ -122,8 +122,8 @@ if token > fence then
 end
 local now, topic, n, m, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local nowN = tonumber(now)
-local lanes = readLanes(m, 9, 6)
-local base = 6 + 4*m
+local lanes = readLanes(m, 9, 6, topic)
+local base = 6 + 3*m
 local function failed(r) return type(r) == 'table' and r.err end
 
 -- The watermark of each Kafka partition in the batch, read once.
@@ -464,11 +464,7 @@ func (p *Pool) enqueueArgs(cl call, items []Item, tok, nowMS string) ([]string, 
 		name := items[i].lane()
 		li, ok := laneIndex[name]
 		if !ok {
-			l := LaneInfo{Name: name, Group: items[i].Group, Weight: max(items[i].Weight, 1)}
-			if l.Group == "" {
-				l.Topic = items[i].Topic
-			}
-			lanes = append(lanes, l)
+			lanes = append(lanes, LaneInfo{Name: name, Group: items[i].Group, Weight: max(items[i].Weight, 1)})
 			li = len(lanes)
 			laneIndex[name] = li
 		}
@@ -486,7 +482,7 @@ func (p *Pool) enqueueArgs(cl call, items []Item, tok, nowMS string) ([]string, 
 	ks = append(ks, keys.Fence(), keys.Stats(), keys.Lanes(), keys.VirtualTime(), keys.Delayed(), keys.Wake(),
 		keys.Completed(), keys.Watermark(), keys.Shared())
 	ks = keys.appendLaneKeys(ks, lanes...)
-	args := make([]any, 0, 6+4*m+8*n)
+	args := make([]any, 0, 6+3*m+8*n)
 	args = append(args, tok, nowMS, topic, n, m, max(int64(p.idDedupeTTL/time.Second), 1))
 	args = appendLaneArgs(args, lanes...)
 	rec := 0

@@ -118,35 +118,31 @@ func (k Keys) appendLaneKeys(dst []string, lanes ...LaneInfo) []string {
 }
 
 // appendLaneArgs appends each lane's ARGV fields for luaLanes: name, group
-// ("" shared), weight, topic.
+// ("" shared), weight. A lane's topic is its queue's, which each script
+// takes once.
 func appendLaneArgs(dst []any, lanes ...LaneInfo) []any {
 	for _, l := range lanes {
-		dst = append(dst, l.Name, l.Group, l.Weight, l.Topic)
+		dst = append(dst, l.Name, l.Group, l.Weight)
 	}
 	return dst
 }
 
 // luaLanes reads lane specs from ARGV and KEYS: lanes[i] and byName[name]
 // hold {name, group, weight, topic, list, meta, results}. keyBase + 3i-2..
-// are lane i's keys (appendLaneKeys), argBase + 4i-3.. its fields
-// (appendLaneArgs).
-// A group lane's weight and topic are read from its hash when needed.
+// are lane i's keys (appendLaneKeys), argBase + 3i-2.. its fields
+// (appendLaneArgs); topic is the queue's, every lane's.
+// A group lane's weight is read from its hash when needed.
 const luaLanes = `
-local function readLanes(count, keyBase, argBase)
+local function readLanes(count, keyBase, argBase, topic)
   local lanes, byName = {}, {}
   for i = 1, count do
-    local a = argBase + 4*(i-1)
-    local l = {i = i, name = ARGV[a+1], group = ARGV[a+2], weight = tonumber(ARGV[a+3]), topic = ARGV[a+4],
+    local a = argBase + 3*(i-1)
+    local l = {i = i, name = ARGV[a+1], group = ARGV[a+2], weight = tonumber(ARGV[a+3]), topic = topic,
       list = KEYS[keyBase+3*i-2], meta = KEYS[keyBase+3*i-1], results = KEYS[keyBase+3*i]}
     lanes[i] = l
     byName[l.name] = l
   end
   return lanes, byName
-end
--- The lane's topic: a shared lane's is in its name, a group's in its hash.
-local function laneTopic(l)
-  if l.topic == '' then l.topic = redis.call('HGET', l.meta, 'topic') or '?' end
-  return l.topic
 end
 -- Puts a lane into the fair order if it is not there: at the partition's
 -- virtual clock, or where its own last service ended if later (no credit

@@ -57,7 +57,8 @@ const endedKeep = 24 * time.Hour
 // claimed); later calls only remove entries. The funnel's cancelled field
 // of the group's topic counts the removed jobs.   KEYS[6] results:<g>
 // ARGV[1] now, Unix ms   ARGV[2] seconds to keep an ended group
-// ARGV[3] the group's name   ARGV[4] its lane's name   ARGV[5..] entries
+// ARGV[3] the group's name   ARGV[4] its lane's name   ARGV[5] the queue's
+// topic   ARGV[6..] entries
 // Returns how many jobs it removed.
 var cancelScript = newScript(luaGroupEnded + luaFunnel + luaLanes + `
 local now, keep, name = ARGV[1], ARGV[2], ARGV[3]
@@ -66,7 +67,7 @@ if redis.call('ZREM', KEYS[3], ARGV[4]) == 1 then
   redis.call('HINCRBY', KEYS[5], 'ready', -redis.call('LLEN', KEYS[2]))
 end
 local removed, res = 0, {}
-for i = 5, #ARGV do
+for i = 6, #ARGV do
   if redis.call('LREM', KEYS[2], 1, ARGV[i]) == 1 then
     removed = removed + 1
     local _, id = entryHead(ARGV[i])
@@ -76,7 +77,7 @@ end
 if #res > 0 then redis.call('HSET', KEYS[6], unpack(res)) end
 if removed > 0 then
   redis.call('HINCRBY', KEYS[1], 'cancelled', removed)
-  redis.call('HINCRBY', KEYS[5], funnelField(name, redis.call('HGET', KEYS[1], 'topic') or '?', 'cancelled'), removed)
+  redis.call('HINCRBY', KEYS[5], funnelField(name, ARGV[5], 'cancelled'), removed)
 end
 groupEnded(KEYS[1], KEYS[6], name, KEYS[4], now, keep)
 return removed
@@ -104,7 +105,7 @@ func (p *Pool) CancelGroup(ctx context.Context, topic, group string, now time.Ti
 			}
 		}
 		keys := []string{k.Group(group), k.Lane(lane), k.Lanes(), k.Completed(), k.Stats(), k.Results(group)}
-		args := []any{now.UnixMilli(), keep, group, lane}
+		args := []any{now.UnixMilli(), keep, group, lane, topic}
 		for _, e := range entries {
 			args = append(args, e)
 		}

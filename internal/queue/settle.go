@@ -13,7 +13,7 @@ import (
 // script call costs Redis far more than the commands inside it, so a batch
 // of acks shares one, and counters move once per batch. A job without a
 // record or a result (the common case) leaves nothing behind: it comes in
-// a set of its batch's jobs of one lane and topic, which one HDEL takes
+// a set of its batch's jobs of one lane, which one HDEL takes
 // off the lease, without any work per job in Lua; a set's group counts
 // them at once. Other jobs ("extras") are handled one by one: a group's
 // item adds its result to the group's results; a job with a record
@@ -28,12 +28,13 @@ import (
 // ARGV[1] now, Unix ms   ARGV[2] seconds to keep an ended group, and a
 // record of a job that did not ask for retain (at least: see
 // luaKeepRecord)   ARGV[3] nb   ARGV[4] ng   ARGV[5] ns, plain sets
-// ARGV[6] nx, extras   ARGV[6+b] batch b's name   ARGV[6+nb+g] group g's name
-// then ns plain sets, each: batch index, group index (0: none), topic
-// ("": its group's), count c, then c ids
-// then nx extras, 8 fields each: batch index, group index (0: none),
+// ARGV[6] nx, extras   ARGV[7] the queue's topic (the funnel's)
+// ARGV[7+b] batch b's name   ARGV[7+nb+g] group g's name
+// then ns plain sets, each: batch index, group index (0: none), count c,
+// then c ids
+// then nx extras, 7 fields each: batch index, group index (0: none),
 // record index (0: none), id, result (may be empty), seconds to retain
-// (0: none), topic ("": its group's), attempt
+// (0: none), attempt
 // Returns ns counts (the jobs of each set still in their batch, now taken
 // off it), then nx flags: 1 where recorded, 0 where the job was no longer
 // in its batch (the reaper took the batch back, or an earlier call acked
@@ -41,34 +42,31 @@ import (
 // retried call finds every job it acked gone.
 var ackScript = newScript(luaGroupEnded + luaFunnel + luaKeepRecord + `
 local now, keep, nb, ng, ns, nx = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local topic = ARGV[7]
 local out, touched, perGroup, funnel = {}, {}, {}, {}
 local acked = 0
-local pos = 6 + nb + ng
+local pos = 7 + nb + ng
 local function group(g)
   local c = perGroup[g]
   if not c then c = {count = 0, results = {}}; perGroup[g] = c end
   return c
 end
 for s = 1, ns do
-  local b, g, topic, c = tonumber(ARGV[pos+1]), tonumber(ARGV[pos+2]), ARGV[pos+3], tonumber(ARGV[pos+4])
-  local removed = redis.call('HDEL', KEYS[3+b], unpack(ARGV, pos+5, pos+4+c))
+  local b, g, c = tonumber(ARGV[pos+1]), tonumber(ARGV[pos+2]), tonumber(ARGV[pos+3])
+  local removed = redis.call('HDEL', KEYS[3+b], unpack(ARGV, pos+4, pos+3+c))
   out[s] = removed
   if removed > 0 then
     touched[b] = true
     acked = acked + removed
     local name = ''
     if g > 0 then
-      name = ARGV[6+nb+g]
+      name = ARGV[7+nb+g]
       local gc = group(g)
       gc.count = gc.count + removed
-      if topic == '' then
-        if not gc.topic then gc.topic = redis.call('HGET', KEYS[3+nb+2*g-1], 'topic') or '?' end
-        topic = gc.topic
-      end
     end
     funnelAdd(funnel, funnelField(name, topic, 'completed'), removed)
   end
-  pos = pos + 4 + c
+  pos = pos + 3 + c
 end
 -- Extras: which are still in their batches, one HMGET and one HDEL per
 -- batch. A job given twice counts once.
@@ -76,7 +74,7 @@ local held = {}
 do
   local ids = {}
   for j = 1, nx do
-    local a = pos + 8*(j-1)
+    local a = pos + 7*(j-1)
     local b = tonumber(ARGV[a+1])
     if not ids[b] then ids[b] = {} end
     local list = ids[b]
@@ -94,7 +92,7 @@ do
 end
 local fields = {}
 for j = 1, nx do
-  local a = pos + 8*(j-1)
+  local a = pos + 7*(j-1)
   local b, g, r, id = tonumber(ARGV[a+1]), tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), ARGV[a+4]
   out[ns+j] = 0
   if held[b][id] then
@@ -102,27 +100,20 @@ for j = 1, nx do
     out[ns+j] = 1
     acked = acked + 1
     touched[b] = true
-    local result, retain, topic, attempt = ARGV[a+5], tonumber(ARGV[a+6]), ARGV[a+7], ARGV[a+8]
+    local result, retain, attempt = ARGV[a+5], tonumber(ARGV[a+6]), ARGV[a+7]
     local name = ''
     if g > 0 then
-      name = ARGV[6+nb+g]
+      name = ARGV[7+nb+g]
       local c = group(g)
       c.count = c.count + 1
-      if topic == '' then
-        -- A group's jobs share its topic: read once per group.
-        if not c.topic then c.topic = redis.call('HGET', KEYS[3+nb+2*g-1], 'topic') or '?' end
-        topic = c.topic
-      end
       if result ~= '' then
         c.results[#c.results+1] = id
         c.results[#c.results+1] = 'done ' .. attempt .. ' ' .. result
       end
     end
-    -- The funnel's field, built once per group (or plain) and topic.
-    local byTopic = fields[g]
-    if not byTopic then byTopic = {}; fields[g] = byTopic end
-    local field = byTopic[topic]
-    if not field then field = funnelField(name, topic, 'completed'); byTopic[topic] = field end
+    -- The funnel's field, built once per group (or plain).
+    local field = fields[g]
+    if not field then field = funnelField(name, topic, 'completed'); fields[g] = field end
     funnelAdd(funnel, field, 1)
     if r > 0 then
       local rk = KEYS[3+nb+2*ng+r]
@@ -139,7 +130,7 @@ end
 if acked == 0 then return out end
 -- A batch whose every job is settled leaves the leases.
 for b in pairs(touched) do
-  if redis.call('EXISTS', KEYS[3+b]) == 0 then redis.call('ZREM', KEYS[1], ARGV[6+b]) end
+  if redis.call('EXISTS', KEYS[3+b]) == 0 then redis.call('ZREM', KEYS[1], ARGV[7+b]) end
 end
 -- Per group, one read and one write of its counters, and its items'
 -- results (see luaGroupEnded).
@@ -150,7 +141,7 @@ for g, c in pairs(perGroup) do
   redis.call('HSET', gk, 'running', tonumber(f[6] or '0') - c.count, 'done', done)
   local total = tonumber(f[1] or '0')
   if #c.results > 0 then redis.call('HSET', KEYS[3+nb+2*g], unpack(c.results)) end
-  groupEndedAfter(gk, KEYS[3+nb+2*g], ARGV[6+nb+g], KEYS[3], now, keep, total, tonumber(f[2] or '0'),
+  groupEndedAfter(gk, KEYS[3+nb+2*g], ARGV[7+nb+g], KEYS[3], now, keep, total, tonumber(f[2] or '0'),
     done + tonumber(f[4] or '0') + tonumber(f[5] or '0'))
 end
 redis.call('HINCRBY', KEYS[2], 'done', acked)
@@ -250,8 +241,8 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 	for _, g := range groups.names {
 		keys = append(keys, k.Group(g), k.Results(g))
 	}
-	args := make([]any, 0, 6+len(batches.names)+len(groups.names)+4*len(sets)+len(done)+8*len(extras))
-	args = append(args, now.UnixMilli(), max(int64(keep/time.Second), 1), len(batches.names), len(groups.names), len(sets), len(extras))
+	args := make([]any, 0, 7+len(batches.names)+len(groups.names)+3*len(sets)+len(done)+7*len(extras))
+	args = append(args, now.UnixMilli(), max(int64(keep/time.Second), 1), len(batches.names), len(groups.names), len(sets), len(extras), q.Topic)
 	for _, b := range batches.names {
 		args = append(args, b)
 	}
@@ -259,7 +250,7 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 		args = append(args, g)
 	}
 	for _, st := range sets {
-		args = append(args, st.batch, st.group, q.Topic, len(st.jobs))
+		args = append(args, st.batch, st.group, len(st.jobs))
 		for _, i := range st.jobs {
 			args = append(args, done[i].Job.ID)
 		}
@@ -274,7 +265,7 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 			keys = append(keys, k.Job(d.Job.ID))
 		}
 		args = append(args, batches.index[d.Job.Batch], groups.index[d.Job.Group], rec, d.Job.ID, d.Result,
-			wholeSeconds(d.Retain), q.Topic, d.Job.Attempt)
+			wholeSeconds(d.Retain), d.Job.Attempt)
 	}
 	res, err := runScript(ctx, p.byPart[q.Part], ackScript, keys, args...)
 	if err != nil {
@@ -336,7 +327,7 @@ func (x *indexer) add(name string) int {
 // ARGV[1] id  ARGV[2] error  ARGV[3] next try, Unix ms (0: dead)
 // ARGV[4] now, Unix ms  ARGV[5] most dead jobs kept  ARGV[6] seconds to
 // keep the record (at least: see luaKeepRecord)   ARGV[7] 1 for a deferral   ARGV[8] the group's name
-// ("" none)   ARGV[9] the job's topic ("": its group's)   ARGV[10] the
+// ("" none)   ARGV[9] the queue's topic   ARGV[10] the
 // batch's name
 // Returns 1 retrying (or deferred), 2 dead, 0 when the job was no longer
 // in its batch.
@@ -349,7 +340,6 @@ redis.call('HINCRBY', KEYS[7], 'inflight', -1)
 local group = ARGV[8] ~= ''
 if group then redis.call('HINCRBY', KEYS[4], 'running', -1) end
 local topic = ARGV[9]
-if topic == '' and group then topic = redis.call('HGET', KEYS[4], 'topic') or '?' end
 if ARGV[7] == '1' then
   redis.call('ZADD', KEYS[5], ARGV[3], e)
   if group then redis.call('HINCRBY', KEYS[4], 'delayed', 1) end
@@ -464,7 +454,7 @@ local function putBack(l, e, id, counter, lanesKey, vtKey, sharedKey, acc)
       redis.call('HINCRBY', l.meta, 'cancelled', 1)
       redis.call('HSET', l.results, id, 'cancelled 0 ')
       acc.ended[l.name] = l
-      funnelAdd(acc.funnel, funnelField(l.group, laneTopic(l), 'cancelled'), 1)
+      funnelAdd(acc.funnel, funnelField(l.group, l.topic, 'cancelled'), 1)
       return
     end
   end
@@ -498,12 +488,13 @@ end
 // KEYS[8+3l-2..8+3l]  lane l's keys (appendLaneKeys), l = 1..m
 // ARGV[1] now, Unix ms   ARGV[2] m   ARGV[3] "reap" or "release"
 // ARGV[4] seconds to keep an ended group   ARGV[5] the batch's name
-// ARGV[5+4l-3..5+4l]  lane l's fields (appendLaneArgs)
-// ARGV[6+4m..]        the ids to release (release only)
+// ARGV[6] the queue's topic
+// ARGV[6+3l-2..6+3l]  lane l's fields (appendLaneArgs)
+// ARGV[7+3m..]        the ids to release (release only)
 // Returns how many jobs went back to their lanes.
 var returnScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaPutBack + `
 local now, m, mode, keep, batch = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
-local _, byName = readLanes(m, 8, 5)
+local _, byName = readLanes(m, 8, 6, ARGV[6])
 local entries = {}
 if mode == 'reap' then
   local due = redis.call('ZSCORE', KEYS[1], batch)
@@ -511,7 +502,7 @@ if mode == 'reap' then
   entries = redis.call('HVALS', KEYS[8])
 else
   local ids = {}
-  for i = 6 + 4*m, #ARGV do ids[#ids+1] = ARGV[i] end
+  for i = 7 + 3*m, #ARGV do ids[#ids+1] = ARGV[i] end
   if #ids == 0 then return 0 end
   for _, e in ipairs(redis.call('HMGET', KEYS[8], unpack(ids))) do
     if e then entries[#entries+1] = e end
@@ -546,15 +537,15 @@ return acc.moved
 // funnel's cancelled fields   KEYS[5] wake   KEYS[6] completed   KEYS[7] shared
 // KEYS[7+3l-2..7+3l]  lane l's keys (appendLaneKeys), l = 1..m
 // ARGV[1] now, Unix ms: only entries due at or before it move   ARGV[2] m
-// ARGV[3] seconds to keep an ended group
-// ARGV[3+4l-3..3+4l]  lane l's fields (appendLaneArgs)
-// ARGV[4+4m..]        the candidate entries
+// ARGV[3] seconds to keep an ended group   ARGV[4] the queue's topic
+// ARGV[4+3l-2..4+3l]  lane l's fields (appendLaneArgs)
+// ARGV[5+3m..]        the candidate entries
 // Returns how many went back to their lanes.
 var promoteScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaPutBack + `
 local now, m, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local _, byName = readLanes(m, 7, 3)
+local _, byName = readLanes(m, 7, 4, ARGV[4])
 local acc = {moved = 0, state = {}, ended = {}, funnel = {}, cache = {}}
-for i = #ARGV, 4 + 4*m, -1 do
+for i = #ARGV, 5 + 3*m, -1 do
   local e = ARGV[i]
   local due = redis.call('ZSCORE', KEYS[1], e)
   local _, id, lane = entryHead(e)
@@ -694,8 +685,8 @@ func (p *Pool) returnBatch(ctx context.Context, q Queue, batch, mode string, lan
 	k := p.layout.Keys(q)
 	ks := make([]string, 0, 8+3*len(lanes))
 	ks = append(ks, k.Leases(), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Completed(), k.Shared(), k.Lease(batch))
-	args := make([]any, 0, 5+4*len(lanes)+len(ids))
-	args = append(args, now.UnixMilli(), len(lanes), mode, int64(endedKeep/time.Second), batch)
+	args := make([]any, 0, 6+3*len(lanes)+len(ids))
+	args = append(args, now.UnixMilli(), len(lanes), mode, int64(endedKeep/time.Second), batch, q.Topic)
 	ks = k.appendLaneKeys(ks, lanes...)
 	args = appendLaneArgs(args, lanes...)
 	for _, id := range ids {
@@ -723,8 +714,8 @@ func (p *Pool) Promote(ctx context.Context, q Queue, max int, now time.Time) (in
 	}
 	ks := make([]string, 0, 7+3*len(lanes))
 	ks = append(ks, k.Delayed(), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Completed(), k.Shared())
-	args := make([]any, 0, 3+4*len(lanes)+len(entries))
-	args = append(args, now.UnixMilli(), len(lanes), int64(endedKeep/time.Second))
+	args := make([]any, 0, 4+3*len(lanes)+len(entries))
+	args = append(args, now.UnixMilli(), len(lanes), int64(endedKeep/time.Second), q.Topic)
 	ks = k.appendLaneKeys(ks, lanes...)
 	args = appendLaneArgs(args, lanes...)
 	for _, e := range entries {
