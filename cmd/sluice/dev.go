@@ -490,7 +490,7 @@ sluice dev is running (data in %s). Ctrl-C stops everything; jobs survive a rest
   redis    %s   (AOF %s; maxmemory %s)
   consul   http://%s   (dev agent; KV starts empty on each start)
   relay    http://%s/metrics   topic %q into %d Redis partitions (rate: sluice/dev/relay/%s/rate in Consul)
-  worker   http://%s/metrics   every job type runs "noop"; type "sleep" sleeps {"ms": N}
+  worker   http://%s/metrics   serves topic %q; every job type runs "noop"; type "sleep" sleeps {"ms": N}
            rate limits per resource (else tenant, else type): sluice/dev/limits/<resource> in Consul, e.g. {"rate": 10}
   coord    http://%s/metrics   the coordinator: admin API /api/v1/ and dashboard /; bulk groups' callbacks (lock sluice/dev/coordinator/lock in Consul)
            and per-partition scaling on PWQD; parameters: sluice/dev/scaling in Consul, e.g. {"threshold": 50}
@@ -505,7 +505,7 @@ Enqueue a job:
 
 %s
 `, dir, gateURL, gateURL, gateURL, gateURL, cfg.KafkaAddr, cfg.Topic, cfg.Partitions, cfg.Topic, cfg.Topic,
-		cfg.RedisAddr, onOff(cfg.RedisAOF), cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.Topic, cfg.RedisPartitions, cfg.Topic, cfg.WorkerAddr, cfg.CoordinatorAddr,
+		cfg.RedisAddr, onOff(cfg.RedisAOF), cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.Topic, cfg.RedisPartitions, cfg.Topic, cfg.WorkerAddr, cfg.Topic, cfg.CoordinatorAddr,
 		canaryEvery(cfg.CanaryInterval), cfg.RedisAddr, cfg.RedisPartitions, cfg.KafkaAddr, gateURL, gateURL, cfg.Topic, adminLines(cfg, dir, adminToken))
 	if f, ok := w.(*os.File); ok {
 		f.Sync()
