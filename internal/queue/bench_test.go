@@ -73,7 +73,9 @@ func BenchmarkClaimAck(b *testing.B) {
 	for _, c := range []struct {
 		name          string
 		batch, groups int // groups 0: one per job; -1: none (the shared lane)
-	}{{"batch=1", 1, 100}, {"batch=64", 64, 100}, {"batch=64/group-per-job", 64, 0}, {"batch=64/no-group", 64, -1}} {
+	}{{"batch=1", 1, 100}, {"batch=64", 64, 100}, {"batch=64/group-per-job", 64, 0}, {"batch=64/no-group", 64, -1},
+		// The end-to-end benchmark's shape: claims of 128 among 8 groups.
+		{"batch=128/8-groups", 128, 8}, {"batch=128/no-group", 128, -1}} {
 		batch := c.batch
 		b.Run(c.name, func(b *testing.B) {
 			p, r := benchPool(b)

@@ -92,17 +92,25 @@ type Result struct {
 // KEYS[9+3l-2..9+3l]      lane l's keys (appendLaneKeys), l = 1..m
 // KEYS[9+3m+r]            job:<id> of record r, r = 1..q (client-chosen ids)
 // ARGV[1] lock token   ARGV[2] now, Unix ms   ARGV[3] topic   ARGV[4] n
-// ARGV[5] m   ARGV[6] seconds a client-chosen id is deduped
-// ARGV[6+3l-2..6+3l]      lane l's fields (appendLaneArgs)
-// ARGV[6+3m+8(i-1)+1..8]  item i: Kafka partition, offset (-1: none),
+// ARGV[5] m   ARGV[6] seconds a client-chosen id is deduped   ARGV[7] r
+// ARGV[7+3l-2..7+3l]      lane l's fields (appendLaneArgs)
+// ARGV[7+3m+8(i-1)+1..8]  item i: Kafka partition, offset (-1: none),
 // lane index, due time Unix ms (0: now), record index (0: none), group
 // total (0: unknown), callback URL (may be empty), entry. An item with an
 // empty entry closes its bulk group (the lane's) instead.
-// Returns -1 when fenced (nothing written), else n codes: 1 queued,
-// 2 delayed, 0 duplicate (nothing written: at or below the watermark, or a
-// client-chosen id seen within the TTL), 3 refused (a key of the job or its
-// lane holds the wrong type; nothing left written for it), 4 dropped (its
-// group was cancelled), 5 closed (a close item, recorded).
+// then r runs, each: Kafka partition, first offset, last offset, lane
+// index, count c, the c offsets joined by commas (read only when the
+// watermark falls inside the run), then c entries. A run is plain jobs
+// (ready now, no record, total or callback) of one Kafka partition and one
+// lane, in offset order: the common case, with no work per job in Lua but
+// copying its entry.
+// Returns -1 when fenced (nothing written), else n codes, then two per
+// run: how many of its first jobs were duplicates, and one code for the
+// rest. Codes: 1 queued, 2 delayed, 0 duplicate (nothing written: at or
+// below the watermark, or a client-chosen id seen within the TTL), 3
+// refused (a key of the job or its lane holds the wrong type; nothing left
+// written for it), 4 dropped (its group was cancelled), 5 closed (a close
+// item, recorded).
 //
 // The fence comes first: a deposed relay changes nothing, not even counters
 // of its own. Then the watermark: the relay applies each Kafka partition's
@@ -111,19 +119,29 @@ type Result struct {
 // however old. The watermark moves in this same script, so an AOF that
 // lost the entries lost the watermark with them.
 var enqueueScript = newScript(luaGroupEnded + luaFunnel + luaLanes + `
+local now, topic, n, m, ttl, nruns = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
+local base = 7 + 3*m
+-- Where each run starts in ARGV.
+local runAt, jobs = {}, n
+do
+  local a = base + 8*n
+  for r = 1, nruns do
+    runAt[r] = a
+    jobs = jobs + tonumber(ARGV[a+5])
+    a = a + 6 + tonumber(ARGV[a+5])
+  end
+end
 local token = tonumber(ARGV[1])
 local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
 if token < fence then
-  redis.call('HINCRBY', KEYS[2], 'fenced', ARGV[4])
+  redis.call('HINCRBY', KEYS[2], 'fenced', jobs)
   return -1
 end
 if token > fence then
   redis.call('SET', KEYS[1], ARGV[1])
 end
-local now, topic, n, m, ttl = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6]
 local nowN = tonumber(now)
-local lanes = readLanes(m, 9, 6, topic)
-local base = 6 + 3*m
+local lanes = readLanes(m, 9, 7, topic)
 local function failed(r) return type(r) == 'table' and r.err end
 
 -- The watermark of each Kafka partition in the batch, read once.
@@ -131,6 +149,10 @@ local parts, wm, order = {}, {}, {}
 for a = base, base + 8*(n-1), 8 do
   local kp = ARGV[a+1]
   if not parts[kp] and ARGV[a+2] ~= '-1' then parts[kp] = true; order[#order+1] = kp end
+end
+for r = 1, nruns do
+  local kp = ARGV[runAt[r]+1]
+  if not parts[kp] then parts[kp] = true; order[#order+1] = kp end
 end
 if #order > 0 then
   local got = redis.call('HMGET', KEYS[8], unpack(order))
@@ -157,7 +179,7 @@ end
 local per, funnel = {}, {}
 local relayed, deduped, readied = 0, 0, 0
 local function lane(l)
-  local c = {jobs = {}, ready = {}, delayed = {}, weight = 1, total = 0, dropped = {}, nj = 0, nr = 0}
+  local c = {jobs = {}, runs = {}, ready = {}, delayed = {}, weight = 1, total = 0, dropped = {}, nj = 0, nr = 0}
   per[l] = c
   return c
 end
@@ -224,6 +246,45 @@ for i = 1, n do
   end
 end
 
+-- Runs: the jobs at or below the watermark are a prefix (offsets rise
+-- within a run); the rest go to their lane whole.
+local runSkip, runCode, runFrom = {}, {}, {}
+for r = 1, nruns do
+  local a = runAt[r]
+  local kp, first, last, li, cnt = ARGV[a+1], tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), tonumber(ARGV[a+4]), tonumber(ARGV[a+5])
+  local w, skip, from = wm[kp], 0, first
+  if last <= w then
+    skip = cnt
+  elseif first <= w then
+    for o in string.gmatch(ARGV[a+6], '%d+') do
+      from = tonumber(o)
+      if from > w then break end
+      skip = skip + 1
+    end
+  end
+  runSkip[r], runCode[r], runFrom[r] = skip, 0, from
+  if skip > 0 then
+    deduped = deduped + skip
+    funnelAdd(funnel, funnelField(lanes[li].group, topic, 'deduplicated'), skip)
+  end
+  if skip < cnt then
+    if (high[kp] or -1) < last then high[kp] = last end
+    local c = per[li] or lane(li)
+    if cancelled[li] then
+      for k = a + 7 + skip, a + 6 + cnt do c.dropped[#c.dropped+1] = ARGV[k] end
+      runCode[r] = 4
+    else
+      c.runs[#c.runs+1] = r
+      c.nj = c.nj + cnt - skip
+      local ready, nr = c.ready, c.nr
+      for k = a + 7 + skip, a + 6 + cnt do nr = nr + 1; ready[nr] = ARGV[k] end
+      c.nr = nr
+      relayed = relayed + cnt - skip
+      runCode[r] = 1
+    end
+  end
+end
+
 -- Lanes: one RPUSH each; a group lane's counters, a handful of commands
 -- per group and batch. If Redis refuses one (a key of the wrong type),
 -- that lane's jobs of this call are undone and refused, and the others go
@@ -235,7 +296,7 @@ for li, c in pairs(per) do
   if #c.ready > 0 and failed(redis.pcall('RPUSH', l.list, unpack(c.ready))) then ok = false end
   local count = 0
   if ok and l.group ~= '' then
-    count = redis.pcall('HINCRBY', l.meta, 'relayed', #c.jobs)
+    count = redis.pcall('HINCRBY', l.meta, 'relayed', c.nj)
     if failed(count) then
       redis.call('LTRIM', l.list, 0, -#c.ready - 1)
       ok = false
@@ -247,16 +308,21 @@ for li, c in pairs(per) do
       if rec > 0 then redis.call('DEL', KEYS[9+3*m+rec]) end
       refuse(i)
     end
-    relayed = relayed - #c.jobs
+    for _, r in ipairs(c.runs) do
+      runCode[r] = 3
+      local kp = ARGV[runAt[r]+1]
+      if refusedAt[kp] == nil or runFrom[r] < refusedAt[kp] then refusedAt[kp] = runFrom[r] end
+    end
+    relayed = relayed - c.nj
   else
-    funnelAdd(funnel, funnelField(l.group, topic, 'relayed'), #c.jobs)
+    funnelAdd(funnel, funnelField(l.group, topic, 'relayed'), c.nj)
     funnelAdd(funnel, funnelField(l.group, topic, 'dropped'), #c.dropped)
     if l.group ~= '' then
       -- HINCRBY's answer says whether the group is new.
-      local fresh = (count == #c.jobs)
+      local fresh = (count == c.nj)
       if fresh then
         redis.call('HSET', l.meta, 'first_ms', now, 'topic', topic)
-      elseif #c.jobs > 0 then
+      elseif c.nj > 0 then
         -- It may have been idle, set to expire with its results.
         redis.call('PERSIST', l.meta)
         redis.call('PERSIST', l.results)
@@ -303,6 +369,9 @@ if readied > 0 then
   -- wakes the next one.
   redis.call('RPUSH', KEYS[6], 1)
   redis.call('LTRIM', KEYS[6], -1, -1)
+end
+for r = 1, nruns do
+  codes[n+2*r-1], codes[n+2*r] = runSkip[r], runCode[r]
 end
 return codes
 `)
@@ -364,7 +433,6 @@ type call struct {
 }
 
 func (p *Pool) enqueueOn(ctx context.Context, c *redis.Client, token uint64, items []Item, idx []int, results []Result, now time.Time) error {
-	nowMS := strconv.FormatInt(now.UnixMilli(), 10)
 	tok := strconv.FormatUint(token, 10)
 	var calls []call
 	byQueue := map[Queue][]int{}
@@ -387,9 +455,10 @@ func (p *Pool) enqueueOn(ctx context.Context, c *redis.Client, token uint64, ite
 	for attempt := 0; len(calls) > 0; attempt++ {
 		pipe := c.Pipeline()
 		cmds := make([]*redis.Cmd, len(calls))
+		lays := make([]enqueueLayout, len(calls))
 		for k, cl := range calls {
-			keys, args := p.enqueueArgs(cl, items, tok, nowMS)
-			cmds[k] = enqueueScript.EvalSha(ctx, pipe, keys, args...)
+			keys, args, lay := p.enqueueArgs(cl, items, tok, now)
+			cmds[k], lays[k] = enqueueScript.EvalSha(ctx, pipe, keys, args...), lay
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 		var again []call
@@ -415,22 +484,27 @@ func (p *Pool) enqueueOn(ctx context.Context, c *redis.Client, token uint64, ite
 				continue
 			}
 			codes, _ := cmd.Int64Slice()
-			for j, i := range cl.items {
-				switch {
-				case j >= len(codes):
-					results[i] = Result{Outcome: Failed, Err: fmt.Errorf("enqueue script returned %d codes for %d jobs", len(codes), len(cl.items))}
-				case codes[j] == 1:
-					results[i] = Result{Outcome: Queued}
-				case codes[j] == 2:
-					results[i] = Result{Outcome: Delayed}
-				case codes[j] == 0:
-					results[i] = Result{Outcome: Duplicate}
-				case codes[j] == 4:
-					results[i] = Result{Outcome: Dropped}
-				case codes[j] == 5:
-					results[i] = Result{Outcome: Closed}
-				default:
-					results[i] = Result{Outcome: Failed, Err: fmt.Errorf("the keys of lane %q hold values of the wrong type", items[i].lane())}
+			lay := lays[k]
+			if len(codes) != len(lay.single)+2*len(lay.runs) {
+				err := fmt.Errorf("enqueue script returned %d codes for %d items and %d runs", len(codes), len(lay.single), len(lay.runs))
+				for _, i := range cl.items {
+					results[i] = Result{Outcome: Failed, Err: err}
+				}
+				continue
+			}
+			for s, j := range lay.single {
+				i := cl.items[j]
+				results[i] = enqueueResult(codes[s], &items[i])
+			}
+			for r, run := range lay.runs {
+				skip, code := codes[len(lay.single)+2*r], codes[len(lay.single)+2*r+1]
+				for k, j := range run {
+					i := cl.items[j]
+					if int64(k) < skip {
+						results[i] = Result{Outcome: Duplicate}
+					} else {
+						results[i] = enqueueResult(code, &items[i])
+					}
 				}
 			}
 		}
@@ -450,11 +524,29 @@ func (p *Pool) enqueueOn(ctx context.Context, c *redis.Client, token uint64, ite
 	return nil
 }
 
+// enqueueResult is the outcome the enqueue script's code says.
+func enqueueResult(code int64, it *Item) Result {
+	switch code {
+	case 1:
+		return Result{Outcome: Queued}
+	case 2:
+		return Result{Outcome: Delayed}
+	case 0:
+		return Result{Outcome: Duplicate}
+	case 4:
+		return Result{Outcome: Dropped}
+	case 5:
+		return Result{Outcome: Closed}
+	}
+	return Result{Outcome: Failed, Err: fmt.Errorf("the keys of lane %q hold values of the wrong type", it.lane())}
+}
+
 // lane is the item's lane (see LaneOf).
 func (it *Item) lane() string { return LaneOf(it.Group, it.Tenant, it.Topic, max(it.Weight, 1)-1) }
 
-// enqueueArgs lays out one call's KEYS and ARGV as enqueueScript documents.
-func (p *Pool) enqueueArgs(cl call, items []Item, tok, nowMS string) ([]string, []any) {
+// enqueueArgs lays out one call's KEYS and ARGV as enqueueScript documents:
+// plain jobs in runs, the others one by one (see enqueueLayout).
+func (p *Pool) enqueueArgs(cl call, items []Item, tok string, now time.Time) ([]string, []any, enqueueLayout) {
 	keys := p.layout.Keys(cl.q)
 	laneIndex := map[string]int{}
 	var lanes []LaneInfo
@@ -476,18 +568,20 @@ func (p *Pool) enqueueArgs(cl call, items []Item, tok, nowMS string) ([]string, 
 			records++
 		}
 	}
-	n, m := len(cl.items), len(lanes)
+	nowMS := now.UnixMilli()
+	lay := layOut(cl.items, items, itemLane, nowMS)
+	n, m := len(lay.single), len(lanes)
 	topic := cl.q.Topic
 	ks := make([]string, 0, 9+3*m+records)
 	ks = append(ks, keys.Fence(), keys.Stats(), keys.Lanes(), keys.VirtualTime(), keys.Delayed(), keys.Wake(),
 		keys.Completed(), keys.Watermark(), keys.Shared())
 	ks = keys.appendLaneKeys(ks, lanes...)
-	args := make([]any, 0, 6+3*m+8*n)
-	args = append(args, tok, nowMS, topic, n, m, max(int64(p.idDedupeTTL/time.Second), 1))
+	args := make([]any, 0, 7+3*m+8*n+6*len(lay.runs)+len(cl.items)-n)
+	args = append(args, tok, strconv.FormatInt(nowMS, 10), topic, n, m, max(int64(p.idDedupeTTL/time.Second), 1), len(lay.runs))
 	args = appendLaneArgs(args, lanes...)
 	rec := 0
-	for j, i := range cl.items {
-		it := &items[i]
+	for _, j := range lay.single {
+		it := &items[cl.items[j]]
 		offset := it.Offset
 		if !it.HasPosition {
 			offset = -1
@@ -509,5 +603,65 @@ func (p *Pool) enqueueArgs(cl call, items []Item, tok, nowMS string) ([]string, 
 		args = append(args, it.KafkaPartition, offset, itemLane[j], due, r, it.GroupTotal, it.CallbackURL,
 			Entry(0, it.ID, lanes[itemLane[j]-1].Name, it.Envelope))
 	}
-	return ks, args
+	var offsets []byte
+	for _, run := range lay.runs {
+		first, last := &items[cl.items[run[0]]], &items[cl.items[run[len(run)-1]]]
+		offsets = offsets[:0]
+		for k, j := range run {
+			if k > 0 {
+				offsets = append(offsets, ',')
+			}
+			offsets = strconv.AppendInt(offsets, items[cl.items[j]].Offset, 10)
+		}
+		li := itemLane[run[0]]
+		args = append(args, first.KafkaPartition, first.Offset, last.Offset, li, len(run), string(offsets))
+		for _, j := range run {
+			it := &items[cl.items[j]]
+			args = append(args, Entry(0, it.ID, lanes[li-1].Name, it.Envelope))
+		}
+	}
+	return ks, args, lay
+}
+
+// enqueueLayout is how one call's items are laid out in the script's
+// ARGV: single items (indexes into the call's items), then runs of plain
+// jobs, each the indexes of its jobs in offset order.
+type enqueueLayout struct {
+	single []int
+	runs   [][]int
+}
+
+// layOut puts the call's plain jobs (ready by nowMS, with a Kafka
+// position, no record, total or callback) in runs of one Kafka partition
+// and one lane, offsets rising; the rest are single items. The script
+// does no work per job of a run but copying its entry, and the relay's
+// jobs are nearly all plain.
+func layOut(call []int, items []Item, itemLane []int, nowMS int64) enqueueLayout {
+	var lay enqueueLayout
+	type runKey struct {
+		kp   int32
+		lane int
+	}
+	open := map[runKey]int{} // the run each key appends to, an index into lay.runs
+	for j, i := range call {
+		it := &items[i]
+		plain := !it.Close && !it.IDGiven && it.HasPosition && it.Offset >= 0 && it.GroupTotal == 0 && it.CallbackURL == "" &&
+			(it.RunAt.IsZero() || it.RunAt.UnixMilli() <= nowMS)
+		if !plain {
+			lay.single = append(lay.single, j)
+			continue
+		}
+		key := runKey{it.KafkaPartition, itemLane[j]}
+		r, ok := open[key]
+		if ok {
+			run := lay.runs[r]
+			if items[call[run[len(run)-1]]].Offset < it.Offset {
+				lay.runs[r] = append(run, j)
+				continue
+			}
+		}
+		open[key] = len(lay.runs)
+		lay.runs = append(lay.runs, []int{j})
+	}
+	return lay
 }

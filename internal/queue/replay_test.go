@@ -262,3 +262,62 @@ func TestARefusedRecordIsNotMarkedApplied(t *testing.T) {
 		t.Fatalf("the refused job on its lane after the replay: %d entries, want 1", n)
 	}
 }
+
+// Plain jobs of one Kafka partition and one lane go to the script as a run
+// (layOut). A replay whose watermark falls inside a run applies only the
+// jobs past it, in offset order; a refused run keeps the watermark below
+// its first job past it, whatever the later runs applied.
+func TestARunAppliesOnlyPastTheWatermark(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	k := p.Layout().Keys(jq(0))
+	at := func(id, group string, off int64) Item {
+		it := item(id, group)
+		it.KafkaPartition, it.Offset, it.HasPosition = 0, off, true
+		return it
+	}
+	var first, replay []Item
+	for off := range int64(15) {
+		it := at(fmt.Sprintf("j%02d", off), "g", off)
+		if off < 10 {
+			first = append(first, it)
+		}
+		if off >= 5 {
+			replay = append(replay, it)
+		}
+	}
+	enqueueOK(t, p, 1, first, now)
+	for i, res := range enqueueOK(t, p, 1, replay, now) {
+		if want := map[bool]Outcome{true: Duplicate, false: Queued}[i < 5]; res.Outcome != want {
+			t.Fatalf("replay, offset %d: %v, want %v", replay[i].Offset, res.Outcome, want)
+		}
+	}
+	entries := r.Client().LRange(ctx, k.Lane(LaneOf("g", "", "jobs", 0)), 0, -1).Val()
+	if len(entries) != 15 {
+		t.Fatalf("%d entries on the lane, want 15", len(entries))
+	}
+	for i, e := range entries {
+		if pe, err := ParseEntry(e); err != nil || pe.ID != fmt.Sprintf("j%02d", i) {
+			t.Fatalf("entry %d: %q %v", i, e, err)
+		}
+	}
+
+	// Offsets 20-22 applied on a lane that works: the watermark is 22.
+	enqueueOK(t, p, 1, []Item{at("a20", "ok", 20), at("a21", "ok", 21), at("a22", "ok", 22)}, now)
+	r.Client().Set(ctx, k.Lane(LaneOf("broken", "", "jobs", 0)), "not a list", 0)
+	batch := []Item{at("b21", "broken", 21), at("b22", "broken", 22), at("b23", "broken", 23), at("b24", "broken", 24),
+		at("a25", "ok", 25), at("a26", "ok", 26)}
+	res, err := p.Enqueue(ctx, 1, batch, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Outcome{Duplicate, Duplicate, Failed, Failed, Queued, Queued}
+	for i := range batch {
+		if res[i].Outcome != want[i] {
+			t.Fatalf("offset %d: %v, want %v", batch[i].Offset, res[i].Outcome, want[i])
+		}
+	}
+	if wm := r.Client().HGet(ctx, k.Watermark(), "0").Val(); wm != "22" {
+		t.Fatalf("watermark %q after offset 23 was refused, want 22", wm)
+	}
+}
