@@ -17,7 +17,6 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
-	"time"
 )
 
 // EnvName is the environment variable that backs flag name of a part:
@@ -184,21 +183,4 @@ func (l *ListFlag) Set(s string) error {
 		}
 	}
 	return nil
-}
-
-// DurationVar is flag.DurationVar that also rejects negative values.
-func DurationVar(fs *flag.FlagSet, p *time.Duration, name string, value time.Duration, usage string) {
-	*p = value
-	fs.Func(name, usage, func(s string) error {
-		d, err := time.ParseDuration(s)
-		if err != nil {
-			return err
-		}
-		if d < 0 {
-			return fmt.Errorf("must not be negative")
-		}
-		*p = d
-		return nil
-	})
-	fs.Lookup(name).DefValue = value.String()
 }
