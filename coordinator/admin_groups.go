@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/admin"
+	"github.com/sluicehq/sluice/internal/groups"
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
@@ -16,20 +18,6 @@ const (
 	defaultGroupLimit = 100
 	maxGroupLimit     = 1000
 )
-
-func groupInfo(name string, q queue.Queue, st queue.GroupStatus) admin.GroupInfo {
-	g := admin.GroupInfo{
-		Group: name, Partition: q.Part, Topic: q.Topic, Total: st.Total, Relayed: st.Relayed, Queued: st.Queued,
-		Running: st.Running, Done: st.Done, Failed: st.Failed, Dead: st.Dead, Cancelled: st.Cancelled,
-		FirstAt: admin.TimePtr(st.FirstAt), ClosedAt: admin.TimePtr(st.ClosedAt), CancelledAt: admin.TimePtr(st.CancelledAt),
-		CompletedAt: admin.TimePtr(st.CompletedAt), CallbackURL: st.CallbackURL, CallbackState: st.CallbackState,
-		CallbackAttempts: st.CallbackAttempts, CallbackError: st.CallbackError,
-	}
-	if p, ok := st.Progress(); ok {
-		g.Progress = &p
-	}
-	return g
-}
 
 // groupList is the active lanes of every queue partition in fair order (a
 // group's, or a shared lane of jobs without a group), up to limit per
@@ -50,7 +38,8 @@ func (a *adminAPI) groupList(r *http.Request, _ admin.Role) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := GroupList{Active: []ActiveLane{}, Bulk: []admin.GroupInfo{}}
+	now := a.c.cfg.Now()
+	out := admin.GroupList{Active: []admin.ActiveLane{}, Bulk: []admin.GroupInfo{}}
 	layout := a.c.pool.Layout()
 	for _, topic := range topics {
 		for part := range layout.Partitions {
@@ -72,7 +61,7 @@ func (a *adminAPI) groupList(r *http.Request, _ admin.Role) (any, error) {
 			}
 			for i, n := range names {
 				l, _ := queue.ParseLane(n)
-				out.Active = append(out.Active, ActiveLane{
+				out.Active = append(out.Active, admin.ActiveLane{
 					ActiveGroup: admin.ActiveGroup{Partition: part, Lane: n, Group: l.Group, Ready: lens[i].Val()}, Topic: topic,
 				})
 			}
@@ -97,7 +86,7 @@ func (a *adminAPI) groupList(r *http.Request, _ admin.Role) (any, error) {
 					return nil, a.redisErr(err)
 				}
 				if st.Total > 0 { // a bulk group (implies st.Found)
-					out.Bulk = append(out.Bulk, groupInfo(name, q, st))
+					out.Bulk = append(out.Bulk, groups.View(name, q, st, now))
 				}
 			}
 			if err := it.Err(); err != nil {
@@ -108,64 +97,53 @@ func (a *adminAPI) groupList(r *http.Request, _ admin.Role) (any, error) {
 	return out, nil
 }
 
-// findGroup reads group name's status in topic's queues, or, without a
-// topic, in every topic's: a 404, with hint, when none has it, a 409
-// naming the topics when more than one has.
-func (a *adminAPI) findGroup(r *http.Request, topic, name, hint string) (queue.Queue, queue.GroupStatus, error) {
-	topics, err := a.topics(r, topic)
-	if err != nil {
-		return queue.Queue{}, queue.GroupStatus{}, err
-	}
-	layout := a.c.pool.Layout()
-	var found []string
-	var q queue.Queue
-	var st queue.GroupStatus
-	for _, t := range topics {
-		s, err := a.c.pool.GroupStatus(r.Context(), t, name)
-		if err != nil {
-			return q, st, a.redisErr(err)
-		}
-		if s.Found {
-			found = append(found, t)
-			q, st = layout.QueueOf(t, name, ""), s
-		}
-	}
-	switch len(found) {
-	case 0:
+// groupErr is internal/groups' answer as an admin API error: a 404 with
+// hint, a 409 naming the topics, or Redis's 503.
+func (a *adminAPI) groupErr(err error, topic, name, hint string) error {
+	var ambiguous *groups.AmbiguousError
+	switch {
+	case errors.Is(err, groups.ErrNotFound):
 		where := "any topic's queues"
 		if topic != "" {
 			where = "topic " + topic + "'s queues"
 		}
-		return q, st, notFound(fmt.Sprintf("no group %q in %s in Redis", name, where), hint)
-	case 1:
-		return q, st, nil
+		return notFound(fmt.Sprintf("no group %q in %s in Redis", name, where), hint)
+	case errors.As(err, &ambiguous):
+		return &admin.Error{Status: http.StatusConflict,
+			Message: fmt.Sprintf("group %q is in the queues of topics %s", name, strings.Join(ambiguous.Topics, ", ")),
+			Fix:     "name one: ?topic=<topic> (sluice groups ... --topic <topic>)"}
 	}
-	return q, st, &admin.Error{Status: http.StatusConflict,
-		Message: fmt.Sprintf("group %q is in the queues of topics %s", name, strings.Join(found, ", ")),
-		Fix:     "name one: ?topic=<topic> (sluice groups ... --topic <topic>)"}
+	return a.redisErr(err)
 }
 
+// groupGet is a group's status: internal/groups' Status, as the gate's
+// GET /v1/topics/{topic}/groups/{id} answers it.
 func (a *adminAPI) groupGet(r *http.Request, _ admin.Role) (any, error) {
-	name := r.PathValue("group")
-	q, st, err := a.findGroup(r, r.URL.Query().Get("topic"), name, "its jobs may still be in Kafka, or it ended and expired")
+	name, topic := r.PathValue("group"), r.URL.Query().Get("topic")
+	topics, err := a.topics(r, topic)
 	if err != nil {
 		return nil, err
 	}
-	return groupInfo(name, q, st), nil
+	st, err := groups.Read(r.Context(), a.c.pool, topics, name, a.c.cfg.Now())
+	if err != nil {
+		return nil, a.groupErr(err, topic, name, "its jobs may still be in Kafka (a group appears once the relay moved its first job), or it ended and expired")
+	}
+	return st, nil
 }
 
+// groupCancel cancels a group through internal/groups' one cancel path,
+// the one the gate's DELETE takes too, and answers the status after it.
 func (a *adminAPI) groupCancel(r *http.Request, _ admin.Role) (any, error) {
-	name := r.PathValue("group")
-	// A typo must not leave a cancelled group behind; the gate's
-	// DELETE /v1/groups/{id} cancels one still on its way.
-	q, _, err := a.findGroup(r, r.URL.Query().Get("topic"), name,
-		"if its jobs are still in Kafka, cancel it at the gate: DELETE /v1/groups/{id}")
+	name, topic := r.PathValue("group"), r.URL.Query().Get("topic")
+	topics, err := a.topics(r, topic)
 	if err != nil {
 		return nil, err
 	}
-	n, err := a.c.pool.CancelGroup(r.Context(), q.Topic, name, a.c.cfg.Now())
+	c, err := groups.Cancel(r.Context(), a.c.pool, topics, name, a.c.cfg.Now())
 	if err != nil {
-		return nil, a.redisErr(err)
+		// A typo must not leave a cancelled group behind, so a group Redis
+		// does not know is not cancelled, here or at the gate.
+		return nil, a.groupErr(err, topic, name, "a group is known (and can be cancelled) once the relay moved its first job to Redis, until it expires after it ended: if its jobs are still in Kafka, retry when one has arrived")
 	}
-	return admin.CancelResult{Group: name, Removed: n}, nil
+	return c, nil
 }

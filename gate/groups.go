@@ -8,16 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"mime"
 	"net/http"
-	"net/url"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
 
+	"github.com/sluicehq/sluice/internal/groups"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/queue"
@@ -168,7 +166,7 @@ func (g *Gate) serveGroup(x *exchange) {
 	}
 	g.metrics.groups.WithLabelValues(topic, "accepted").Inc()
 	g.log.Info("bulk group accepted", "group", fields.ID, "topic", topic, "items", n)
-	x.json(http.StatusAccepted, groupAnswer{Group: fields.ID, Topic: topic, Count: n, Status: groupPath(topic, fields.ID)})
+	x.json(http.StatusAccepted, groupAnswer{Group: fields.ID, Topic: topic, Count: n, Status: groups.Path(topic, fields.ID)})
 }
 
 // abandonGroup answers a submission that failed after written items: it
@@ -188,7 +186,7 @@ func (g *Gate) abandonGroup(x *exchange, topic string, acks kafka.Acks, partitio
 	if written > 0 {
 		cancel := controlMessage(topic, partition, job.GroupClose{Group: group, Cancel: true}, job.GroupCloseControl)
 		if err := g.produceOne(x, kafka.AcksAll, cancel); err != nil {
-			msg += fmt.Sprintf("; %d items were written and cancelling them failed (%v): DELETE %s", written, err, groupPath(topic, group))
+			msg += fmt.Sprintf("; %d items were written and cancelling them failed (%v): DELETE %s", written, err, groups.Path(topic, group))
 		} else {
 			msg += fmt.Sprintf("; the %d items written before it are cancelled: fix the body and submit it under a new group id", written)
 		}
@@ -369,45 +367,12 @@ func (l *ndjsonItems) next() (json.RawMessage, error) {
 	return json.RawMessage(b), nil
 }
 
-// groupView is GET /v1/topics/{topic}/groups/{id}'s answer.
-type groupView struct {
-	ID        string   `json:"id"`
-	Topic     string   `json:"topic,omitempty"`
-	State     string   `json:"state"`
-	Total     *int64   `json:"total"`
-	Relayed   int64    `json:"relayed"`
-	Queued    int64    `json:"queued"`
-	Running   int64    `json:"running"`
-	Done      int64    `json:"done"`
-	Failed    int64    `json:"failed"`
-	Dead      int64    `json:"dead"`
-	Cancelled int64    `json:"cancelled"`
-	Progress  *float64 `json:"progress"`
-	Started   string   `json:"started,omitempty"`
-	Completed string   `json:"completed,omitempty"`
-	// Rate is jobs ended per second since the first was relayed.
-	Rate            float64       `json:"rate"`
-	EstimatedFinish string        `json:"estimated_finish,omitempty"`
-	Callback        *callbackView `json:"callback,omitempty"`
-}
-
-type callbackView struct {
-	URL      string `json:"url"`
-	State    string `json:"state"`
-	Attempts int64  `json:"attempts"`
-	Error    string `json:"error,omitempty"`
-}
-
-// groupPath is a group's URL path: a topic is a queue, and a group lives
-// in its topic's.
-func groupPath(topic, group string) string {
-	return "/v1/topics/" + url.PathEscape(topic) + "/groups/" + url.PathEscape(group)
-}
-
 // serveGroupStatus answers GET (status) and DELETE (cancel) of a group:
 // /v1/topics/{topic}/groups/{id}, or /v1/groups/{id}, which finds the
 // group's topic (its ?topic= or, without one, the topics the relays
-// registered that the caller may see).
+// registered that the caller may see). The answer is internal/groups'
+// Status, the one the admin API gives too, and DELETE is internal/groups'
+// one cancel path (docs/groups.md).
 func (g *Gate) serveGroupStatus(x *exchange) {
 	if x.r.Method != http.MethodGet && x.r.Method != http.MethodDelete {
 		x.w.Header().Set("Allow", "GET, DELETE")
@@ -427,128 +392,54 @@ func (g *Gate) serveGroupStatus(x *exchange) {
 	id := x.r.PathValue("id")
 	ctx, cancel := context.WithTimeout(x.r.Context(), g.cfg.ProduceTimeout)
 	defer cancel()
-	unknown := func() {
-		x.fail(http.StatusNotFound, "group %q is not known (yet): a group appears once the relay moved its first job to Redis", id)
+	topics, err := g.groupTopics(ctx, x, allows)
+	if err != nil {
+		g.setRetryAfter(x)
+		x.fail(http.StatusServiceUnavailable, "Redis is unavailable, retry later: %v", err)
+		return
 	}
+	var answer any
+	if x.r.Method == http.MethodDelete {
+		var c groups.Cancelled
+		if c, err = groups.Cancel(ctx, g.groups, topics, id, g.now()); err == nil {
+			g.log.Info("bulk group cancelled", "group", id, "topic", c.Topic, "removed", c.Removed)
+		}
+		answer = c
+	} else {
+		answer, err = groups.Read(ctx, g.groups, topics, id, g.now())
+	}
+	var ambiguous *groups.AmbiguousError
+	switch {
+	case errors.Is(err, groups.ErrNotFound):
+		x.fail(http.StatusNotFound, "group %q is not known (yet): a group appears once the relay moved its first job to Redis", id)
+	case errors.As(err, &ambiguous):
+		x.fail(http.StatusConflict, "%v: ask for one, GET /v1/topics/{topic}/groups/%s", err, id)
+	case err != nil:
+		g.setRetryAfter(x)
+		x.fail(http.StatusServiceUnavailable, "Redis is unavailable, retry later: %v", err)
+	default:
+		x.json(http.StatusOK, answer)
+	}
+}
+
+// groupTopics are the topics a group request looks in: the one it names
+// (none when the name is not a topic's or the caller may not see it, so
+// that such a group is as unknown as a missing one), else every topic the
+// relays registered that the caller may see.
+func (g *Gate) groupTopics(ctx context.Context, x *exchange, allows func(string) bool) ([]string, error) {
 	topic := x.r.PathValue("topic")
 	if topic == "" {
 		topic = x.r.URL.Query().Get("topic")
 	}
-	var st queue.GroupStatus
 	if topic != "" {
-		// A group the caller may not see is as unknown as a missing one.
 		if queue.ValidTopic(topic) != nil || !allows(topic) {
-			unknown()
-			return
+			return nil, nil
 		}
-		var err error
-		if st, err = g.groups.GroupStatus(ctx, topic, id); err != nil {
-			g.setRetryAfter(x)
-			x.fail(http.StatusServiceUnavailable, "Redis is unavailable, retry later: %v", err)
-			return
-		}
-	} else {
-		found, err := g.findGroup(ctx, id, allows)
-		if err != nil {
-			g.setRetryAfter(x)
-			x.fail(http.StatusServiceUnavailable, "Redis is unavailable, retry later: %v", err)
-			return
-		}
-		if len(found) > 1 {
-			x.fail(http.StatusConflict, "group %q exists in topics %s: ask for one, GET /v1/topics/{topic}/groups/%s", id, strings.Join(slices.Sorted(maps.Keys(found)), ", "), id)
-			return
-		}
-		for t, s := range found { // at most one
-			topic, st = t, s
-		}
+		return []string{topic}, nil
 	}
-	if !st.Found {
-		unknown()
-		return
-	}
-	if x.r.Method == http.MethodDelete {
-		n, err := g.groups.CancelGroup(ctx, topic, id, g.now())
-		if err != nil {
-			g.setRetryAfter(x)
-			x.fail(http.StatusServiceUnavailable, "cancelling in Redis failed, retry: %v", err)
-			return
-		}
-		g.log.Info("bulk group cancelled", "group", id, "topic", topic, "removed", n)
-		if st, err = g.groups.GroupStatus(ctx, topic, id); err != nil {
-			x.fail(http.StatusServiceUnavailable, "cancelled; reading the status failed: %v", err)
-			return
-		}
-	}
-	if st.Topic == "" {
-		st.Topic = topic
-	}
-	x.json(http.StatusOK, viewGroup(id, st, g.now()))
-}
-
-// findGroup looks group id up in every topic the relays registered that
-// the caller may see: one read per topic.
-func (g *Gate) findGroup(ctx context.Context, id string, allows func(string) bool) (map[string]queue.GroupStatus, error) {
-	topics, err := g.groups.Topics(ctx)
+	registered, err := g.groups.Topics(ctx)
 	if err != nil {
 		return nil, err
 	}
-	found := map[string]queue.GroupStatus{}
-	for _, t := range topics {
-		if !allows(t) {
-			continue
-		}
-		st, err := g.groups.GroupStatus(ctx, t, id)
-		if err != nil {
-			return nil, err
-		}
-		if st.Found {
-			found[t] = st
-		}
-	}
-	return found, nil
-}
-
-func viewGroup(id string, st queue.GroupStatus, now time.Time) groupView {
-	v := groupView{
-		ID: id, Topic: st.Topic, Relayed: st.Relayed, Queued: st.Queued, Running: st.Running,
-		Done: st.Done, Failed: st.Failed, Dead: st.Dead, Cancelled: st.Cancelled,
-	}
-	ended := st.Ended()
-	switch {
-	case !st.CompletedAt.IsZero():
-		v.State = "completed"
-	case !st.CancelledAt.IsZero():
-		v.State = "cancelling"
-	case st.Total == 0:
-		v.State = "submitting" // items may still be on their way from Kafka
-	default:
-		v.State = "running"
-	}
-	if p, ok := st.Progress(); ok {
-		total := st.Total
-		v.Total = &total
-		v.Progress = &p
-	}
-	if !st.FirstAt.IsZero() {
-		v.Started = st.FirstAt.UTC().Format(time.RFC3339Nano)
-		end := now
-		if !st.CompletedAt.IsZero() {
-			end = st.CompletedAt
-			v.Completed = st.CompletedAt.UTC().Format(time.RFC3339Nano)
-		}
-		if secs := end.Sub(st.FirstAt).Seconds(); secs > 0 {
-			v.Rate = float64(ended) / secs
-		}
-		if st.Total > 0 && st.CompletedAt.IsZero() && v.Rate > 0 {
-			left := float64(st.Total - ended)
-			v.EstimatedFinish = now.Add(time.Duration(left / v.Rate * float64(time.Second))).UTC().Format(time.RFC3339)
-		}
-	}
-	if st.CallbackURL != "" {
-		v.Callback = &callbackView{URL: st.CallbackURL, State: st.CallbackState, Attempts: st.CallbackAttempts, Error: st.CallbackError}
-		if v.Callback.State == "" {
-			v.Callback.State = "pending"
-		}
-	}
-	return v
+	return slices.DeleteFunc(registered, func(t string) bool { return !allows(t) }), nil
 }

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/gate"
+	"github.com/sluicehq/sluice/internal/groups"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -176,7 +178,7 @@ func TestGroupStatusAndCancel(t *testing.T) {
 	}
 	r := testenv.Redis(t)
 	layout := queue.Layout{Stage: "dev", Partitions: 8}
-	g := startGate(t, k, func(c *gate.Config) { c.Redis.Addr = r.Addr() })
+	g := startGate(t, k, func(c *gate.Config) { c.RedisAddr = r.Addr() })
 	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
 	if err != nil {
 		t.Fatal(err)
@@ -226,12 +228,39 @@ func TestGroupStatusAndCancel(t *testing.T) {
 		v.Running != 1 || v.Done != 2 || v.Progress == nil || *v.Progress != 0.2 || v.Callback.URL != "http://cb/x" || v.Callback.State != "pending" {
 		t.Fatalf("status: %d %s", a.status, a.body)
 	}
+	// The answer is internal/groups' Status, the admin API's answer too:
+	// what groups.Read makes of the group, but for the rate, which moves
+	// with the clock.
+	var got groups.Status
+	a.decode(t, &got)
+	want, err := groups.Read(ctx, p, []string{"jobs"}, "grp", time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Rate, got.EstimatedFinish, want.Rate, want.EstimatedFinish = 0, nil, 0, nil
+	if !reflect.DeepEqual(got, want) || got.Group != "grp" || got.Partition != part.Part || got.FirstAt == nil {
+		t.Fatalf("the gate's status:\n got %+v\nwant %+v", got, want)
+	}
 	// DELETE cancels the 7 not started; the running one may finish, and
-	// then the group is complete.
+	// then the group is complete. The answer is the status after the
+	// cancel, with the ready jobs it removed.
 	a = do(t, http.MethodDelete, g.url+"/v1/topics/jobs/groups/grp", nil)
 	a.decode(t, &v)
-	if a.status != http.StatusOK || v.State != "cancelling" || v.Cancelled != 7 || v.Queued != 0 || v.Running != 1 {
+	var cancelled groups.Cancelled
+	a.decode(t, &cancelled)
+	if a.status != http.StatusOK || v.State != "cancelling" || v.Cancelled != 7 || v.Queued != 0 || v.Running != 1 || cancelled.Removed != 7 || cancelled.CancelledAt == nil {
 		t.Fatalf("after DELETE: %d %s", a.status, a.body)
+	}
+	// A second DELETE is harmless: nothing is left to remove.
+	if a := do(t, http.MethodDelete, g.url+"/v1/groups/grp", nil); a.status != http.StatusOK || !bytes.Contains(a.body, []byte(`"removed":0`)) {
+		t.Fatalf("a second DELETE: %d %s", a.status, a.body)
+	}
+	// An unknown group is not cancelled: no group is left behind by a typo.
+	if a := do(t, http.MethodDelete, g.url+"/v1/topics/jobs/groups/grq", nil); a.status != http.StatusNotFound {
+		t.Fatalf("DELETE of an unknown group: %d %s", a.status, a.body)
+	}
+	if st, err := p.GroupStatus(ctx, "jobs", "grq"); err != nil || st.Found {
+		t.Fatalf("DELETE of an unknown group left one in Redis: %+v %v", st, err)
 	}
 	if _, err := p.AckMany(ctx, part, []queue.Done{{Job: claimed[2]}}, time.Now(), time.Hour); err != nil {
 		t.Fatal(err)
@@ -264,6 +293,12 @@ func TestGroupStatusAndCancel(t *testing.T) {
 	if a := do(t, http.MethodGet, g.url+"/v1/groups/grp", nil); a.status != http.StatusConflict ||
 		!bytes.Contains(a.body, []byte("emails, jobs")) {
 		t.Fatalf("a name in two topics: %d %s", a.status, a.body)
+	}
+	if a := do(t, http.MethodDelete, g.url+"/v1/groups/grp", nil); a.status != http.StatusConflict {
+		t.Fatalf("DELETE of a name in two topics: %d %s", a.status, a.body)
+	}
+	if st, err := p.GroupStatus(ctx, "emails", "grp"); err != nil || !st.CancelledAt.IsZero() {
+		t.Fatalf("an ambiguous DELETE cancelled the other topic's group: %+v %v", st, err)
 	}
 	do(t, http.MethodGet, g.url+"/v1/topics/emails/groups/grp", nil).decode(t, &raw)
 	if string(raw["relayed"]) != "1" || string(raw["topic"]) != `"emails"` {

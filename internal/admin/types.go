@@ -3,6 +3,8 @@ package admin
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/groups"
 )
 
 // The wire types of the admin API, docs/admin.md. Times are RFC 3339 (Go's
@@ -28,13 +30,34 @@ type WhoAmI struct {
 	Insecure bool   `json:"insecure,omitempty"`
 }
 
-// Partitions is GET /api/v1/partitions.
-type Partitions struct {
+// PartitionList is GET /api/v1/partitions.
+type PartitionList struct {
 	At time.Time `json:"at"`
 	// Holder is true when the answering coordinator holds the lock (its
 	// scaler's targets are then known).
-	Holder     bool        `json:"holder"`
-	Partitions []Partition `json:"partitions"`
+	Holder     bool             `json:"holder"`
+	Partitions []PartitionState `json:"partitions"`
+}
+
+// PartitionState is one Redis partition: its counts summed over its queues
+// (workers are per partition, whatever the topic: the PWQD is the
+// partition's ready jobs of every topic per live worker), and each queue's
+// own, by topic. The JSON is flat: Partition's fields, then queues.
+type PartitionState struct {
+	Partition
+	Queues []QueueState `json:"queues"`
+}
+
+// QueueState is what one queue partition (a topic's partition) holds.
+type QueueState struct {
+	Topic    string `json:"topic"`
+	Ready    int64  `json:"ready"`
+	Delayed  int64  `json:"delayed"`
+	Inflight int64  `json:"inflight"`
+	Dead     int64  `json:"dead"`
+	// Completed counts the queue's acks since its counters began.
+	Completed    int64 `json:"completed"`
+	ActiveGroups int64 `json:"active_groups"`
 }
 
 // Partition is one Redis partition's state.
@@ -167,11 +190,18 @@ type LimitState struct {
 
 // GroupList is GET /api/v1/groups.
 type GroupList struct {
-	Active []ActiveGroup `json:"active"`
-	Bulk   []GroupInfo   `json:"bulk"`
+	Active []ActiveLane `json:"active"`
+	Bulk   []GroupInfo  `json:"bulk"`
 }
 
-// ActiveGroup is a group in a partition's fair order.
+// ActiveLane is a lane in a queue partition's fair order, with the queue's
+// topic. The JSON is flat.
+type ActiveLane struct {
+	ActiveGroup
+	Topic string `json:"topic"`
+}
+
+// ActiveGroup is a lane in a partition's fair order.
 type ActiveGroup struct {
 	Partition int `json:"partition"`
 	// Lane is the fair order's unit: g/<group>, or a shared lane of
@@ -182,37 +212,16 @@ type ActiveGroup struct {
 	Ready int64  `json:"ready"`
 }
 
-// GroupInfo is what Redis knows of a group.
-type GroupInfo struct {
-	Group     string `json:"group"`
-	Partition int    `json:"partition"`
-	Topic     string `json:"topic,omitempty"`
-	// Total is a bulk group's size (0: not closed yet, or not bulk).
-	Total     int64 `json:"total"`
-	Relayed   int64 `json:"relayed"`
-	Queued    int64 `json:"queued"`
-	Running   int64 `json:"running"`
-	Done      int64 `json:"done"`
-	Failed    int64 `json:"failed"`
-	Dead      int64 `json:"dead"`
-	Cancelled int64 `json:"cancelled"`
-	// Progress is (done + dead + cancelled) / total; nil without a total.
-	Progress         *float64   `json:"progress"`
-	FirstAt          *time.Time `json:"first_at"`
-	ClosedAt         *time.Time `json:"closed_at"`
-	CancelledAt      *time.Time `json:"cancelled_at"`
-	CompletedAt      *time.Time `json:"completed_at"`
-	CallbackURL      string     `json:"callback_url,omitempty"`
-	CallbackState    string     `json:"callback_state,omitempty"`
-	CallbackAttempts int64      `json:"callback_attempts,omitempty"`
-	CallbackError    string     `json:"callback_error,omitempty"`
-}
+// GroupInfo is a group's status: GET /api/v1/groups/{group} and GET
+// /api/v1/groups' bulk groups. It is internal/groups' Status, the type the
+// gate's GET /v1/topics/{topic}/groups/{id} answers too; the name stays
+// for the admin API's Go clients.
+type GroupInfo = groups.Status
 
-// CancelResult answers POST /api/v1/groups/{group}/cancel.
-type CancelResult struct {
-	Group   string `json:"group"`
-	Removed int    `json:"removed"`
-}
+// CancelResult answers POST /api/v1/groups/{group}/cancel: internal/groups'
+// Cancelled (the group's status after the cancel, and removed), the answer
+// of the gate's DELETE too.
+type CancelResult = groups.Cancelled
 
 // ScaleList is GET /api/v1/scale.
 type ScaleList struct {
