@@ -111,59 +111,67 @@ end
 -- Weighted fair queueing on the counts: the candidate with the lowest
 -- virtual time goes next (the first read on a tie), each job advancing its
 -- lane by 1/weight. The candidates wait in a binary heap: a claim of K
--- jobs among m lanes costs K log m steps, not K times m.
-local heap = {}
-local function before(a, b) return a.score < b.score or (a.score == b.score and a.i < b.i) end
-local function push(c)
-  local j = #heap + 1
-  heap[j] = c
-  while j > 1 do
-    local up = math.floor(j / 2)
-    if not before(heap[j], heap[up]) then break end
-    heap[j], heap[up] = heap[up], heap[j]
-    j = up
-  end
-end
-local function pop()
-  local top, n = heap[1], #heap
-  heap[1] = heap[n]
-  heap[n] = nil
-  n = n - 1
-  local j = 1
+-- jobs among m lanes costs K log m steps, not K times m. Each job served
+-- moves the top down in place (no pop and push, comparisons inline): this
+-- loop runs once per job, and function calls are most of Lua's cost.
+local heap, hn = {}, 0
+local function siftDown(j)
+  local c = heap[j]
+  local cs, ci = c.score, c.i
   while true do
-    local l, r, s = 2 * j, 2 * j + 1, j
-    if l <= n and before(heap[l], heap[s]) then s = l end
-    if r <= n and before(heap[r], heap[s]) then s = r end
-    if s == j then break end
-    heap[j], heap[s] = heap[s], heap[j]
-    j = s
+    local l = 2 * j
+    if l > hn then break end
+    local s = heap[l]
+    local r = heap[l+1]
+    if r and l < hn and (r.score < s.score or (r.score == s.score and r.i < s.i)) then s, l = r, l + 1 end
+    if s.score < cs or (s.score == cs and s.i < ci) then
+      heap[j] = s
+      j = l
+    else
+      break
+    end
   end
-  return top
+  heap[j] = c
 end
 local vt = tonumber(redis.call('GET', KEYS[2]) or '0')
-local order = {}
+local order, n = {}, 0
 -- A lane gives at most the quantum; past it only when every candidate
 -- read is at its quantum or dry and the claim is still not full.
 local cap = quantum
-for i, c in ipairs(cand) do
-  c.i = i
-  if c.take < c.left then push(c) end
+local function fill()
+  hn = 0
+  for _, c in ipairs(cand) do
+    if c.take < c.left and c.take < cap then hn = hn + 1; heap[hn] = c end
+  end
+  for j = math.floor(hn / 2), 1, -1 do siftDown(j) end
 end
-while #order < K do
-  if #heap == 0 then
+for i, c in ipairs(cand) do c.i, c.inv = i, 1 / c.w end
+fill()
+while n < K do
+  if hn == 0 then
     if cap >= K then break end
     cap = K
-    for _, c in ipairs(cand) do
-      if c.take < c.left then push(c) end
-    end
-    if #heap == 0 then break end
+    fill()
+    if hn == 0 then break end
   end
-  local best = pop()
-  if best.score > vt then vt = best.score end
-  best.score = best.score + 1 / best.w
-  best.take = best.take + 1
-  order[#order+1] = best
-  if best.take < best.left and best.take < cap then push(best) end
+  local best = heap[1]
+  -- Alone, a lane gives what it can in one step.
+  local t = 1
+  if hn == 1 then t = math.min(best.left, cap) - best.take end
+  t = math.min(t, K - n)
+  if best.score + (t - 1) * best.inv > vt then vt = best.score + (t - 1) * best.inv end
+  best.score = best.score + t * best.inv
+  best.take = best.take + t
+  for _ = 1, t do
+    n = n + 1
+    order[n] = best
+  end
+  if best.take >= best.left or best.take >= cap then
+    heap[1] = heap[hn]
+    heap[hn] = nil
+    hn = hn - 1
+  end
+  if hn > 1 then siftDown(1) end
 end
 if #order == 0 then return {1, {}, names()} end
 local funnel = {}
