@@ -5,5 +5,6 @@
 // the guarantees of docs/chaos.md: nothing the gate accepted is lost, no
 // idempotency key runs twice, only poison and always-failing jobs are
 // dead-lettered, and the stage funnel balances. The suite is in the _test
-// files; see docs/chaos.md.
+// files; see docs/chaos.md, and docs/architecture.md for the guarantees
+// and where each part states them.
 package chaos

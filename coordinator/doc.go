@@ -11,5 +11,7 @@
 // depth (PWQD). With canary topics the canary monitor (canary.go) runs under
 // the same lock. The other processes stand by; every process serves the
 // admin API and the dashboard (admin.go). docs/coordinator.md is the
-// operator's guide.
+// operator's guide; docs/architecture.md shows the flow between sluice's
+// four parts (gate, relay, worker, coordinator), what each owns and which of
+// this package's files to read first.
 package coordinator
