@@ -2,11 +2,16 @@ package scenario
 
 import (
 	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -55,4 +60,112 @@ func BenchmarkJobFloor(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkScriptsAgainstTheListFloor puts the pipeline's own scripts
+// (internal/queue: enqueue by the relay's batches of 256 from 4 Kafka
+// partitions, claims of 128 over 8 groups, acks of each claim) through a
+// Redis like sluice dev's (AOF every second) from 4 connections, and the
+// list floor in turns on the same Redis: the ratio of Redis CPU per job
+// that issue 17 bounds at 2x, without the rest of the pipeline's traffic
+// (heartbeats, watchers, smaller batches at lower rates). One round per
+// b.N, each 4 s a side:
+//
+//	go test ./loadtest/scenario -run '^$' -bench ScriptsAgainstTheListFloor -benchtime 3x
+func BenchmarkScriptsAgainstTheListFloor(b *testing.B) {
+	srv := testenv.Redis(b, testenv.WithAOF())
+	ctx := context.Background()
+	var floor, scripts float64
+	for round := range b.N {
+		f, err := measureListFloor(ctx, srv.Addr(), 4*time.Second, 4)
+		if err != nil {
+			b.Fatal(err)
+		}
+		us, err := measureScripts(ctx, srv.Addr(), "bench"+strconv.Itoa(round), 4*time.Second, 4)
+		if err != nil {
+			b.Fatal(err)
+		}
+		floor, scripts = floor+f.RedisMicrosPerJob, scripts+us
+	}
+	b.ReportMetric(floor/float64(b.N), "floor-redis-µs/job")
+	b.ReportMetric(scripts/float64(b.N), "scripts-redis-µs/job")
+	b.ReportMetric(scripts/floor, "x-floor")
+}
+
+// measureScripts runs the pipeline's enqueue, claim and ack scripts from
+// conns connections for d and answers Redis's CPU per job acked.
+func measureScripts(ctx context.Context, addr, stage string, d time.Duration, conns int) (float64, error) {
+	p, err := queue.NewPool(queue.PoolConfig{Layout: queue.Layout{Stage: stage, Partitions: 1}, Addr: addr})
+	if err != nil {
+		return 0, err
+	}
+	defer p.Close()
+	if err := p.LoadScripts(ctx); err != nil {
+		return 0, err
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	defer cleanFloor(rdb, "sluice:{"+stage+":")
+	cpu0, err := redisCPU(ctx, rdb)
+	if err != nil {
+		return 0, err
+	}
+	q := queue.Queue{Topic: "jobs", Part: 0}
+	var done atomic.Int64
+	var firstErr error
+	var failed atomic.Bool
+	var once sync.Once
+	fail := func(err error) { once.Do(func() { firstErr = err; failed.Store(true) }) }
+	deadline := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for c := range conns {
+		wg.Go(func() {
+			items := make([]queue.Item, 256)
+			for b := 0; time.Now().Before(deadline) && !failed.Load(); b++ {
+				for i := range items {
+					seq := b*len(items) + i
+					items[i] = queue.Item{ID: fmt.Sprintf("01LOADTEST%03d%013d", c, seq), Group: "lt-g" + strconv.Itoa(seq%8), Topic: "jobs",
+						Weight: 1, Envelope: gateEnvelope(c, seq), HasPosition: true, KafkaPartition: int32(c), Offset: int64(seq)}
+				}
+				if _, err := p.Enqueue(ctx, 1, items, time.Now()); err != nil {
+					fail(err)
+					return
+				}
+				// Connections share the queue: claim until this call's
+				// worth is acked, whoever enqueued it.
+				for n := 0; n < len(items); {
+					jobs, err := p.Claim(ctx, q, 128, time.Now().Add(time.Minute))
+					if err != nil {
+						fail(err)
+						return
+					}
+					if len(jobs) == 0 {
+						break
+					}
+					acks := make([]queue.Done, len(jobs))
+					for i, j := range jobs {
+						acks[i] = queue.Done{Job: j}
+					}
+					if _, err := p.AckMany(ctx, q, acks, time.Now(), time.Hour); err != nil {
+						fail(err)
+						return
+					}
+					n += len(jobs)
+					done.Add(int64(len(jobs)))
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return 0, firstErr
+	}
+	cpu1, err := redisCPU(ctx, rdb)
+	if err != nil {
+		return 0, err
+	}
+	if done.Load() == 0 {
+		return 0, fmt.Errorf("no job went through in %s", d)
+	}
+	return (cpu1 - cpu0) * 1e6 / float64(done.Load()), nil
 }
