@@ -60,22 +60,26 @@ func (c *CanaryConfig) check() error {
 	if len(c.Topics) == 0 {
 		return nil
 	}
-	if c.Interval < time.Second {
-		return fmt.Errorf("canary interval %s: want 1s or more", c.Interval)
-	}
-	if c.Grace < 0 || c.Timeout <= 0 || c.Replan < 1 {
-		return errors.New("canary grace must not be negative, timeout and replan must be positive")
+	switch {
+	case c.Interval < time.Second:
+		return fmt.Errorf("Interval: %s, want 1s or more", c.Interval)
+	case c.Grace < 0:
+		return errors.New("Grace: must not be negative")
+	case c.Timeout <= 0:
+		return errors.New("Timeout: must be positive")
+	case c.Replan < 1:
+		return errors.New("Replan: must be at least 1")
 	}
 	if c.Grace == 0 {
 		c.Grace = c.Interval / 2
 	}
 	u, err := url.Parse(c.GateURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("canary gate URL %q: want http(s)://host:port", c.GateURL)
+		return fmt.Errorf("GateURL: %q, want http(s)://host:port", c.GateURL)
 	}
 	if c.Webhook != "" {
 		if u, err := url.Parse(c.Webhook); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			return fmt.Errorf("canary webhook %q: want an http(s) URL", c.Webhook)
+			return fmt.Errorf("Webhook: %q, want an http(s) URL", c.Webhook)
 		}
 	}
 	return nil
@@ -119,7 +123,7 @@ type canaryMetrics struct {
 // NewCanaryMonitor builds a monitor; its metrics go to reg.
 func NewCanaryMonitor(cfg CanaryConfig, pool *queue.Pool, reg prometheus.Registerer, holder string, log *slog.Logger) (*CanaryMonitor, error) {
 	if err := cfg.check(); err != nil {
-		return nil, err
+		return nil, fmt.Errorf("canary: CanaryConfig.%w", err)
 	}
 	path := []string{"topic", "kafka_partition", "redis_partition"}
 	m := canaryMetrics{

@@ -18,204 +18,10 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/consul"
-	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/retry"
 )
-
-// Config configures a coordinator. DefaultConfig sets the defaults each
-// field names; the function fields are for programs that embed the
-// coordinator, and tests.
-type Config struct {
-	// Stage names the stage's Consul keys (sluice/<stage>/) and Redis keys.
-	// Default "dev".
-	Stage string
-	// RedisAddr is the Redis of every partition not in PartitionAddrs.
-	// Default "127.0.0.1:6379".
-	RedisAddr string
-	// PartitionAddrs moves partitions to Redis servers of their own.
-	// Default: none.
-	PartitionAddrs map[int]string
-	// Partitions is the layout's partition count, as the relays' and the
-	// workers'. Default 8.
-	Partitions int
-	// Topics are read besides the topics the stage's relays registered
-	// (queue.Pool.Topics): for a topic whose relay has not started yet.
-	// The registry is read again every watcher round, scaling cycle and
-	// stats cycle, so a topic a relay registers later is picked up
-	// without a restart. Default: none (only the registered topics).
-	Topics []string
-	// ConsulAddr is the Consul agent's HTTP address. Default
-	// "127.0.0.1:8500".
-	ConsulAddr string
-	// LockTTL is the Consul session's TTL (Consul's minimum is 10s).
-	// Default 10s.
-	LockTTL time.Duration
-	// LockDelay is Consul's lock-delay after a holder's session expires; 0
-	// for none. Default 5s.
-	LockDelay time.Duration
-	// LockRetryWait is the wait between failed attempts to reach Consul.
-	// Default 0: the consul package's, 1s.
-	LockRetryWait time.Duration
-	// Holder names this process in the lock's value. Default "": host/pid.
-	Holder string
-
-	// GroupWait is how long a watcher blocks on its queue partition's
-	// completed list (BLMOVE) before it looks around; whole seconds. It
-	// also bounds how long a stopping watcher takes to notice, and is how
-	// often the topic registry is read for new topics to watch. Default 1s.
-	GroupWait time.Duration
-	// RescanEvery is how often a watcher looks for groups left on its
-	// queue partition's completing list by an earlier holder. Default 1m.
-	RescanEvery time.Duration
-	// Deliveries is how many groups a queue partition's watcher delivers
-	// at once: a receiver that keeps failing holds one slot, not the
-	// queue partition. Default 8.
-	Deliveries int
-	// WaitConns is how many watchers may block on one Redis server at
-	// once: each blocked BLMOVE holds a connection of a client pool kept
-	// for them (so waiting never takes the connections the scaler, the
-	// deliveries and the admin API use). The watchers of a Redis that
-	// serves more queue partitions (topics x its partitions) than this
-	// take turns, each waiting up to GroupWait: logged once, and a group
-	// may then wait that long per turn. Default 256.
-	WaitConns int
-	// ReadChunk is how many items' states one Redis round trip reads.
-	// Default 1000.
-	ReadChunk int
-	// Keep is how long a delivered (or given-up) group's status is kept.
-	// Default 7 days.
-	Keep time.Duration
-
-	// CallbackTimeout bounds one POST, from dial to the end of the
-	// answer. Default 10s.
-	CallbackTimeout time.Duration
-	// CallbackBackoff is the wait after the first failed attempt; it
-	// doubles per attempt up to CallbackMaxBackoff, with ±20% jitter.
-	// Defaults 1s and 5m.
-	CallbackBackoff    time.Duration
-	CallbackMaxBackoff time.Duration
-	// CallbackMaxAttempts gives up after that many attempts (0: no
-	// limit); CallbackGiveUp gives up once the next attempt would start
-	// more than that long after the first one (0: no limit). Attempts
-	// count across coordinators: a new holder goes on where the last
-	// one stopped. Defaults 20 and 24h.
-	CallbackMaxAttempts int
-	CallbackGiveUp      time.Duration
-
-	// SpillAbove is the size above which the default reducer writes a
-	// callback body to a temporary file in SpillDir instead of holding it
-	// in memory. Defaults 4 MiB and "" (the system's temporary directory).
-	SpillAbove int64
-	SpillDir   string
-
-	// ScaleEvery is the scaler's cycle: every partition's ready depth
-	// (summed over the topics) and live workers are read, and SCALE_UP /
-	// SCALE_DOWN commands pushed, this often. 0 turns the scaler off.
-	// Default 5s.
-	ScaleEvery time.Duration
-	// Scaling are the scaling parameters when the Consul key
-	// sluice/<stage>/scaling is absent; its fields override them live.
-	// Default DefaultParams().
-	Scaling Params
-	// ConsumerTTL is how old a consumer's heartbeat may be and still
-	// count; heartbeats ten times as old are removed. Default 15s.
-	ConsumerTTL time.Duration
-
-	// StatsEvery is how often the queue partitions' in-flight, delayed and
-	// dead jobs and the stage funnel are read into metrics (stats.go); 0:
-	// never. Default 5s.
-	StatsEvery time.Duration
-	// Canary configures the heartbeat canaries (canary.go); no topics:
-	// none are sent. Default DefaultCanaryConfig(), without topics.
-	Canary CanaryConfig
-
-	// Admin configures the admin API (admin.go, docs/admin.md). Default:
-	// no tokens (every request 403), no Kafka brokers, consumer group
-	// "sluice-relay".
-	Admin AdminConfig
-
-	// Reducer makes the reducer of each group. Default nil: JSONReducer.
-	Reducer ReducerFactory
-	// Now is the clock of the timestamps recorded. Default nil: time.Now.
-	Now func() time.Time
-	// Sleep waits between callback attempts. Default nil: a timer that
-	// ends early with ctx (and then returns its error).
-	Sleep func(ctx context.Context, d time.Duration) error
-}
-
-// DefaultConfig is the configuration sluice coordinator starts from.
-func DefaultConfig() Config {
-	return Config{
-		Stage:               "dev",
-		RedisAddr:           "127.0.0.1:6379",
-		Partitions:          8,
-		ConsulAddr:          "127.0.0.1:8500",
-		LockTTL:             10 * time.Second,
-		LockDelay:           5 * time.Second,
-		GroupWait:           time.Second,
-		RescanEvery:         time.Minute,
-		Deliveries:          8,
-		WaitConns:           256,
-		ReadChunk:           1000,
-		Keep:                7 * 24 * time.Hour,
-		CallbackTimeout:     10 * time.Second,
-		CallbackBackoff:     time.Second,
-		CallbackMaxBackoff:  5 * time.Minute,
-		CallbackMaxAttempts: 20,
-		CallbackGiveUp:      24 * time.Hour,
-		SpillAbove:          4 << 20,
-		ScaleEvery:          5 * time.Second,
-		Scaling:             DefaultParams(),
-		ConsumerTTL:         15 * time.Second,
-		StatsEvery:          5 * time.Second,
-		Canary:              DefaultCanaryConfig(),
-		Admin: AdminConfig{ConsumerGroup: "sluice-relay",
-			Kafka: kafka.Config{ClientID: "sluice-coordinator", Version: "3.6.0", Compression: "none"}},
-	}
-}
-
-func (c *Config) check() error {
-	switch {
-	case c.Deliveries < 1:
-		return errors.New("deliveries per queue partition must be at least 1")
-	case c.WaitConns < 1:
-		return errors.New("wait connections must be at least 1")
-	case c.ReadChunk < 1:
-		return errors.New("read chunk must be at least 1")
-	case c.Keep <= 0:
-		return errors.New("keep must be positive")
-	case c.CallbackTimeout <= 0:
-		return errors.New("callback timeout must be positive")
-	case c.CallbackBackoff <= 0 || c.CallbackMaxBackoff < c.CallbackBackoff:
-		return fmt.Errorf("callback backoff %s and max backoff %s: want 0 < backoff <= max", c.CallbackBackoff, c.CallbackMaxBackoff)
-	case c.CallbackMaxAttempts < 0:
-		return errors.New("callback max attempts must not be negative")
-	case c.GroupWait <= 0 || c.RescanEvery <= 0:
-		return errors.New("group wait and rescan interval must be positive")
-	case c.ScaleEvery < 0:
-		return errors.New("scale interval must not be negative (0 turns scaling off)")
-	case c.ScaleEvery > 0 && c.ConsumerTTL <= 0:
-		return errors.New("consumer TTL must be positive")
-	case c.StatsEvery < 0:
-		return errors.New("stats interval must not be negative (0 turns it off)")
-	}
-	for _, t := range c.Topics {
-		if err := queue.ValidTopic(t); err != nil {
-			return fmt.Errorf("topics: %w", err)
-		}
-	}
-	if err := c.Canary.check(); err != nil {
-		return err
-	}
-	if c.ScaleEvery > 0 {
-		if err := c.Scaling.Check(); err != nil {
-			return fmt.Errorf("scaling: %w", err)
-		}
-	}
-	return nil
-}
 
 // Coordinator is one coordinator process: it contends for the stage's
 // coordinator lock and works while it holds it.
@@ -264,12 +70,16 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 		cfg.Holder = fmt.Sprintf("%s/%d", host, os.Getpid())
 	}
 	if _, err := consul.Key(cfg.Stage, "coordinator", "lock"); err != nil {
-		return nil, fmt.Errorf("stage: %w", err)
+		return nil, fmt.Errorf("coordinator: Config.Stage: %w", err)
 	}
-	pcfg := queue.PoolConfig{
-		Layout: queue.Layout{Stage: cfg.Stage, Partitions: cfg.Partitions},
-		Addr:   cfg.RedisAddr, PartitionAddrs: cfg.PartitionAddrs,
+	if cfg.Admin.Auth == nil && (cfg.AdminTokens != "" || cfg.AdminTokensFile != "" || cfg.AdminInsecure) {
+		auth, err := admin.NewAuth(cfg.AdminTokens, cfg.AdminTokensFile, cfg.AdminInsecure)
+		if err != nil {
+			return nil, fmt.Errorf("coordinator: Config.AdminTokens or Config.AdminTokensFile: %w", err)
+		}
+		cfg.Admin.Auth = auth
 	}
+	pcfg := cfg.PoolConfig()
 	pool, err := queue.NewPool(pcfg)
 	if err != nil {
 		return nil, err
@@ -382,8 +192,9 @@ func (c *Coordinator) setHeld(held bool) {
 	c.m.lockHeld.Set(b2f(held))
 }
 
-// Serve runs the coordinator until ctx ends, serving /healthz, /readyz and
-// /metrics on ln, then closes it.
+// Serve runs the coordinator (Run) until ctx ends, serving /healthz,
+// /readyz, /metrics, the admin API and the dashboard on ln meanwhile, then
+// closes it. sluice coordinator listens on Config.Listen.
 func (c *Coordinator) Serve(ctx context.Context, ln net.Listener) error {
 	defer c.Close()
 	mux := http.NewServeMux()

@@ -87,13 +87,14 @@ func cutAny(s, seps string) (before, after string, found bool) {
 }
 
 // LoadAuth builds the token table from a file and an inline definition; both
-// may be empty, and an empty table means authentication is off.
+// may be empty, and an empty table means authentication is off. Its
+// errors name the Config fields they come from (TokensFile, Tokens).
 func LoadAuth(file, inline string) (*Auth, error) {
 	a := &Auth{scopes: map[[32]byte]scope{}}
 	if file != "" {
 		f, err := os.Open(file)
 		if err != nil {
-			return nil, fmt.Errorf("--tokens-file: %w", err)
+			return nil, fmt.Errorf("Config.TokensFile: %w", err)
 		}
 		defer f.Close()
 		fa, err := ParseTokens(f, file)
@@ -103,7 +104,7 @@ func LoadAuth(file, inline string) (*Auth, error) {
 		a = fa
 	}
 	if inline != "" {
-		ia, err := ParseTokens(strings.NewReader(inline), "--tokens")
+		ia, err := ParseTokens(strings.NewReader(inline), "Config.Tokens")
 		if err != nil {
 			return nil, err
 		}

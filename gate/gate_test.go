@@ -35,9 +35,7 @@ type testGate struct {
 
 func startGate(t testing.TB, k *testenv.KafkaCluster, mutate func(*gate.Config)) *testGate {
 	t.Helper()
-	var cfg gate.Config
-	fs := flagSet()
-	cfg.Register(fs)
+	cfg := gate.DefaultConfig()
 	cfg.Kafka.Brokers = k.Brokers()
 	cfg.AllowNoAuth = true
 	cfg.MetadataRefresh = time.Second
@@ -519,11 +517,10 @@ func TestBearerTokens(t *testing.T) {
 
 func TestNoTokensRefusesToStartWithoutAllowNoAuth(t *testing.T) {
 	k := newKafka(t)
-	var cfg gate.Config
-	cfg.Register(flagSet())
+	cfg := gate.DefaultConfig()
 	cfg.Kafka.Brokers = k.Brokers()
 	_, err := gate.New(context.Background(), cfg, slog.New(slog.DiscardHandler))
-	if err == nil || !strings.Contains(err.Error(), "--allow-no-auth") {
+	if err == nil || !strings.Contains(err.Error(), "Config.AllowNoAuth") {
 		t.Fatalf("gate.New without tokens: %v", err)
 	}
 }

@@ -178,7 +178,7 @@ func TestGroupStatusAndCancel(t *testing.T) {
 	}
 	r := testenv.Redis(t)
 	layout := queue.Layout{Stage: "dev", Partitions: 8}
-	g := startGate(t, k, func(c *gate.Config) { c.Redis.Addr = r.Addr() })
+	g := startGate(t, k, func(c *gate.Config) { c.RedisAddr = r.Addr() })
 	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
 	if err != nil {
 		t.Fatal(err)

@@ -11,7 +11,6 @@ package relay
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"log/slog"
 	"math"
@@ -27,81 +26,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 )
-
-// Config configures a relay. Register sets the defaults.
-type Config struct {
-	Listen         string
-	Stage          string
-	Topics         cli.ListFlag
-	Kafka          kafka.Config
-	ConsumerGroup  string
-	ConsulAddr     string
-	RedisAddr      string
-	PartitionAddrs string
-	Partitions     int
-	LockTTL        time.Duration
-	LockDelay      time.Duration
-	BatchSize      int
-	CommitEvery    time.Duration
-	// DurableAfter is how long Redis must have kept a write, without a
-	// restart, before its Kafka offset is committed (durable.go); 0
-	// commits as soon as Redis answers.
-	DurableAfter time.Duration
-	// IDDedupeTTL is how long a client-chosen job id (the envelope's
-	// id_given) is remembered, so the client's resends of it are dropped.
-	// Relay replays need no TTL: they are deduped by Kafka position.
-	IDDedupeTTL time.Duration
-	// LagEvery is how often the lag gauges are read from Kafka's end
-	// offsets, besides after each batch.
-	LagEvery      time.Duration
-	HighWatermark float64
-	LowWatermark  float64
-	MemorySample  time.Duration
-	MaxRequeues   int
-	Shadow        bool
-	DrainTimeout  time.Duration
-	Logging       cli.Logging
-}
-
-func init() {
-	cli.Describe("relay", "The relay: per topic, the holder of a Consul lock moves jobs from Kafka into partitioned Redis,\n"+
-		"rate-limited by sluice/<stage>/relay/<topic>/rate in Consul, paused while Redis memory is high, fenced by the lock's token.\n"+
-		"Poison messages go to <topic>.dlq. Ops: /healthz, /readyz, /metrics.")
-}
-
-// Register adds the relay's flags to fs with their defaults.
-func (c *Config) Register(fs *flag.FlagSet) {
-	fs.StringVar(&c.Listen, "listen", ":8081", "address for /healthz, /readyz and /metrics")
-	fs.StringVar(&c.Stage, "stage", "dev", "stage name: Consul keys live under sluice/<stage>/, Redis keys under sluice:{<stage>:<topic>:p<N>}: and sluice:{<stage>:p<N>}:")
-	c.Topics = cli.ListFlag{"jobs"}
-	fs.Var(&c.Topics, "topics", "topics to relay, comma-separated; each needs its <topic>.dlq")
-	c.Kafka.Register(fs, "sluice-relay")
-	fs.StringVar(&c.ConsumerGroup, "consumer-group", "sluice-relay", "Kafka consumer group whose committed offsets the relay keeps (one per topic: <group>.<topic>)")
-	fs.StringVar(&c.ConsulAddr, "consul-addr", "127.0.0.1:8500", "Consul HTTP address")
-	fs.StringVar(&c.RedisAddr, "redis-addr", "127.0.0.1:6379", "Redis address of every partition not in --redis-partition-addrs")
-	fs.StringVar(&c.PartitionAddrs, "redis-partition-addrs", "", "partitions on Redis servers of their own: \"0=host:port,3=host:port\"")
-	fs.IntVar(&c.Partitions, "redis-partitions", 8, "Redis partitions (queue pool size N: partition = fnv1a32(group) % N); every part must agree")
-	cli.DurationVar(fs, &c.LockTTL, "lock-ttl", 10*time.Second, "TTL of the relay's Consul session (Consul's minimum is 10s): a dead holder is replaced after TTL (up to 2x: Consul's timer) + lock-delay")
-	cli.DurationVar(fs, &c.LockDelay, "lock-delay", 5*time.Second, "Consul lock-delay after a holder's session expires; 0 for none")
-	fs.IntVar(&c.BatchSize, "batch-size", 1024, "most jobs per Redis pipeline and per rate-limit wait")
-	cli.DurationVar(fs, &c.CommitEvery, "commit-every", time.Second, "how often to commit Kafka offsets (only of jobs Redis accepted)")
-	cli.DurationVar(fs, &c.IDDedupeTTL, "id-dedupe-ttl", 24*time.Hour, "how long a job id the client chose is remembered: a resend of it within this time is dropped (replays of Kafka records are deduped by their position, whatever their age)")
-	cli.DurationVar(fs, &c.DurableAfter, "durable-after", 3*time.Second, "commit a Kafka offset only once Redis has kept the writes before it this long without restarting (its AOF fsync, every second with appendfsync everysec, has run); a Redis restart under younger writes makes the relay go on from the committed offsets. 0: commit as soon as Redis answers (appendfsync always)")
-	cli.DurationVar(fs, &c.LagEvery, "lag-every", 5*time.Second, "how often sluice_relay_lag_messages is read from Kafka's end offsets while the relay cannot write (it is also set after each batch)")
-	fs.Float64Var(&c.HighWatermark, "memory-high", 0.8, "pause relaying above this fraction of Redis maxmemory")
-	fs.Float64Var(&c.LowWatermark, "memory-low", 0.7, "resume relaying below this fraction of Redis maxmemory")
-	cli.DurationVar(fs, &c.MemorySample, "memory-sample", 250*time.Millisecond, "how often to read Redis INFO memory")
-	fs.IntVar(&c.MaxRequeues, "max-requeues", 3, "times a job Redis refused for a reason of its own is produced to Kafka again before it goes to the DLQ")
-	fs.BoolVar(&c.Shadow, "shadow", false, "read and count, write nothing to Redis and commit nothing (roll-out mode)")
-	cli.DurationVar(fs, &c.DrainTimeout, "drain-timeout", 15*time.Second, "on SIGTERM, how long the batch in hand may take to finish")
-	c.Logging.Register(fs)
-}
 
 // Relay relays its topics while it runs.
 type Relay struct {
@@ -123,20 +52,12 @@ type Relay struct {
 // New connects to Kafka, Redis and Consul and checks what the relay needs:
 // the topics and their DLQ topics exist, the Lua scripts load.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Relay, error) {
-	if cfg.LowWatermark <= 0 || cfg.HighWatermark > 1 || cfg.LowWatermark >= cfg.HighWatermark {
-		return nil, fmt.Errorf("--memory-low %g and --memory-high %g: want 0 < low < high <= 1", cfg.LowWatermark, cfg.HighWatermark)
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if cfg.BatchSize < 1 || len(cfg.Topics) == 0 || cfg.LagEvery <= 0 {
-		return nil, errors.New("--batch-size and --lag-every must be positive and --topics not empty")
-	}
-	partAddrs, err := queue.ParsePartitionAddrs(cfg.PartitionAddrs, cfg.Partitions)
-	if err != nil {
-		return nil, fmt.Errorf("--redis-partition-addrs: %w", err)
-	}
-	pool, err := queue.NewPool(queue.PoolConfig{
-		Layout: queue.Layout{Stage: cfg.Stage, Partitions: cfg.Partitions},
-		Addr:   cfg.RedisAddr, PartitionAddrs: partAddrs, IDDedupeTTL: cfg.IDDedupeTTL,
-	})
+	pcfg := cfg.PoolConfig()
+	pcfg.IDDedupeTTL = cfg.IDDedupeTTL
+	pool, err := queue.NewPool(pcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -161,9 +82,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Relay, error) {
 		return fail(err)
 	}
 	for _, t := range cfg.Topics {
-		if err := queue.ValidTopic(t); err != nil {
-			return fail(err)
-		}
 		for _, need := range []string{t, t + ".dlq"} {
 			if _, err := r.producer.Client().Partitions(need); err != nil {
 				return fail(fmt.Errorf("topic %s: %v (the relay needs each topic and its .dlq; create them)", need, err))
@@ -227,16 +145,11 @@ func (r *Relay) ready(ctx context.Context) error {
 	return nil
 }
 
-// Serve runs the relay until ctx ends, serving /healthz, /readyz and
-// /metrics on ln, then hands its locks over and closes.
-func (r *Relay) Serve(ctx context.Context, ln net.Listener) error {
+// Run relays the topics until ctx ends, then hands its locks over and
+// closes its clients. It serves no HTTP: Serve adds /healthz, /readyz and
+// /metrics, or a program that embeds the relay mounts Registry itself.
+func (r *Relay) Run(ctx context.Context) error {
 	defer r.close()
-	mux := http.NewServeMux()
-	ops.Mount(mux, r.reg, r.ready)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	opsDone := make(chan error, 1)
-	go func() { opsDone <- ops.Serve(ctx, r.log, srv, ln, time.Second) }()
-
 	gctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -263,16 +176,23 @@ func (r *Relay) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	cancel()
 	wg.Wait()
-	if err := <-opsDone; err != nil && first == nil {
-		first = err
-	}
 	r.log.Info("relay stopped")
 	return first
 }
 
-// Run listens on cfg.Listen and relays until ctx ends.
-func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
-	return ops.ListenAndServe(ctx, "relay", cfg.Listen, func() (*Relay, error) { return New(ctx, cfg, log) })
+// Serve runs the relay (Run) until ctx ends, serving /healthz, /readyz
+// and /metrics on ln meanwhile. sluice relay listens on Config.Listen.
+func (r *Relay) Serve(ctx context.Context, ln net.Listener) error {
+	mux := http.NewServeMux()
+	ops.Mount(mux, r.reg, r.ready)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	opsDone := make(chan error, 1)
+	go func() { opsDone <- ops.Serve(ctx, r.log, srv, ln, time.Second) }()
+	err := r.Run(ctx)
+	if oerr := <-opsDone; err == nil {
+		err = oerr
+	}
+	return err
 }
 
 // runTopic follows the topic's rate in Consul and relays the topic whenever

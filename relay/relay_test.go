@@ -3,9 +3,7 @@ package relay_test
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -66,10 +64,7 @@ func newBedTB(t testing.TB, parts int, redisOpts ...testenv.RedisOption) *bed {
 }
 
 func (b *bed) config(mutate func(*relay.Config)) relay.Config {
-	var cfg relay.Config
-	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
-	cfg.Register(fs)
+	cfg := relay.DefaultConfig()
 	cfg.Stage = b.layout.Stage
 	cfg.Partitions = b.layout.Partitions
 	cfg.Kafka.Brokers = b.kafka.Brokers()

@@ -446,7 +446,7 @@ func (c *consumer) settle(ctx context.Context, h *heldJob, result []byte, herr e
 		}
 		next = now.Add(delay)
 	}
-	res, err := w.pool.Fail(ctx, h.q, queue.Failure{Job: cl, Cause: herr.Error(), NextTry: next}, now, w.cfg.Dead)
+	res, err := w.pool.Fail(ctx, h.q, queue.Failure{Job: cl, Cause: herr.Error(), NextTry: next}, now, w.cfg.deadLimits())
 	switch {
 	case err != nil:
 		c.log.Warn("recording a failure failed; the lease will expire and the job run again", "job", cl.ID, "err", err)

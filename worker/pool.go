@@ -185,13 +185,10 @@ func (w *Worker) leave(part int) {
 	w.pool.Leave(ctx, part, s.id)
 }
 
-// Command is a coordinator command on a partition's command list (DESIGN:
-// {"type":"SCALE_UP","partition":2,"targetWorkers":24,"reason":"..."}).
-type Command = queue.Command
-
-// apply carries out a command read from part's command list.
+// apply carries out a coordinator command read from part's command list
+// (queue.Command: {"type":"SCALE_UP","partition":2,"targetWorkers":24,"reason":"..."}).
 func (w *Worker) apply(ctx context.Context, part int, raw string) {
-	var c Command
+	var c queue.Command
 	if err := json.Unmarshal([]byte(raw), &c); err != nil {
 		w.log.Error("ignoring an unreadable coordinator command", "partition", part, "command", raw, "err", err)
 		return

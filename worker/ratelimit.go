@@ -20,14 +20,11 @@ import (
 	"github.com/sluicehq/sluice/internal/retry"
 )
 
-// Limit is the execution rate limit of a resource key (Consul KV
+// limit is the execution rate limit of a resource key (Consul KV
 // sluice/<stage>/limits/<resource>); the type and its parser live in
 // internal/limits, shared with the admin API, which writes what the
 // workers read.
-type Limit = limits.Limit
-
-// ParseLimit reads a limit value; see limits.Limit.
-func ParseLimit(value []byte) (Limit, error) { return limits.ParseLimit(value) }
+type limit = limits.Limit
 
 // resourceKey is what a job's limit is looked up by: its resource, else its
 // tenant, else its type.
@@ -56,7 +53,7 @@ type limiter struct {
 	pool *queue.Pool
 
 	mu     sync.RWMutex
-	limits map[string]Limit // by resource key
+	limits map[string]limit // by resource key
 	known  chan struct{}    // closed once the limits have been read
 
 	promoter *promoter
@@ -65,7 +62,7 @@ type limiter struct {
 }
 
 func newLimiter(w *Worker, poolCfg queue.PoolConfig) (*limiter, error) {
-	l := &limiter{w: w, pool: w.pool, limits: map[string]Limit{}, known: make(chan struct{}), m: newLimitMetrics(w.m.reg)}
+	l := &limiter{w: w, pool: w.pool, limits: map[string]limit{}, known: make(chan struct{}), m: newLimitMetrics(w.m.reg)}
 	l.promoter = newPromoter(l)
 	if w.cfg.ConsulAddr == "" {
 		close(l.known)
@@ -130,9 +127,9 @@ func (l *limiter) run(ctx context.Context) {
 func (l *limiter) apply(values map[string][]byte, log *slog.Logger) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	next := make(map[string]Limit, len(values))
+	next := make(map[string]limit, len(values))
 	for key, v := range values {
-		lim, err := ParseLimit(v)
+		lim, err := limits.ParseLimit(v)
 		if err != nil {
 			old, had := l.limits[key]
 			if had {
@@ -165,7 +162,7 @@ func (l *limiter) apply(values map[string][]byte, log *slog.Logger) {
 	}
 }
 
-func limitString(l Limit, ok bool) string {
+func limitString(l limit, ok bool) string {
 	if !ok {
 		return "unlimited"
 	}
@@ -174,11 +171,11 @@ func limitString(l Limit, ok bool) string {
 
 // limitOf is the limit of a resource key, waiting for the first read of
 // the limits if need be.
-func (l *limiter) limitOf(ctx context.Context, key string) (Limit, bool, error) {
+func (l *limiter) limitOf(ctx context.Context, key string) (limit, bool, error) {
 	select {
 	case <-l.known:
 	case <-ctx.Done():
-		return Limit{}, false, ctx.Err()
+		return limit{}, false, ctx.Err()
 	}
 	l.mu.RLock()
 	defer l.mu.RUnlock()
@@ -268,7 +265,7 @@ const maxLogWait = time.Second
 // admitStart asks the window log for a start now, waiting up to maxLogWait
 // for it. It returns the start's name in the log, or how much longer the
 // job would have to wait.
-func (l *limiter) admitStart(ctx context.Context, key, id string, lim Limit) (member string, wait time.Duration, err error) {
+func (l *limiter) admitStart(ctx context.Context, key, id string, lim limit) (member string, wait time.Duration, err error) {
 	cfg := l.w.cfg
 	deadline := cfg.Now().Add(maxLogWait)
 	for {
@@ -295,7 +292,7 @@ func (l *limiter) admitStart(ctx context.Context, key, id string, lim Limit) (me
 func startGuard(margin time.Duration) time.Duration { return min(margin/5, time.Millisecond) }
 
 // windowCap is the most starts a limit allows in a one-second window.
-func windowCap(l Limit) int { return int(math.Ceil(l.PerSecond)) + l.EffectiveBurst() - 1 }
+func windowCap(l limit) int { return int(math.Ceil(l.PerSecond)) + l.EffectiveBurst() - 1 }
 
 // recordStart wraps the handler of an admitted job: when it starts, the
 // window log learns the actual start time (a stalled process can start a
@@ -343,7 +340,7 @@ func (c *consumer) deferJob(ctx context.Context, h *heldJob, j *job.Job, at time
 // slotInterval is the spacing of a limit's slots, stretched so that rate
 // consecutive slots span one second plus margin: a job that starts up to
 // margin late then still leaves every one-second window within the limit.
-func slotInterval(l Limit, margin time.Duration) time.Duration {
+func slotInterval(l limit, margin time.Duration) time.Duration {
 	us := math.Ceil(float64(time.Second+margin) / l.PerSecond / float64(time.Microsecond))
 	return time.Duration(us) * time.Microsecond
 }

@@ -13,29 +13,32 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/limits"
 	"github.com/sluicehq/sluice/internal/testenv"
 	loadtest "github.com/sluicehq/sluice/loadtest/scenario"
 	"github.com/sluicehq/sluice/worker"
 )
 
+// The values the worker reads from Consul (its parser lives in
+// internal/limits, shared with the admin API).
 func TestParseLimit(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
-		want worker.Limit
+		want limits.Limit
 		def  string
 	}{
-		{"10", worker.Limit{PerSecond: 10}, "10/s burst 1"},
-		{" 2.5\n", worker.Limit{PerSecond: 2.5}, "2.5/s burst 1"},
-		{`{"rate": 100, "burst": 5}`, worker.Limit{PerSecond: 100, Burst: 5}, "100/s burst 5"},
-		{`{"rate": 10}`, worker.Limit{PerSecond: 10}, "10/s burst 1"},
+		{"10", limits.Limit{PerSecond: 10}, "10/s burst 1"},
+		{" 2.5\n", limits.Limit{PerSecond: 2.5}, "2.5/s burst 1"},
+		{`{"rate": 100, "burst": 5}`, limits.Limit{PerSecond: 100, Burst: 5}, "100/s burst 5"},
+		{`{"rate": 10}`, limits.Limit{PerSecond: 10}, "10/s burst 1"},
 	} {
-		got, err := worker.ParseLimit([]byte(tc.in))
+		got, err := limits.ParseLimit([]byte(tc.in))
 		if err != nil || got != tc.want || got.String() != tc.def {
 			t.Errorf("ParseLimit(%q) = %+v (%s), %v; want %+v (%s)", tc.in, got, got, err, tc.want, tc.def)
 		}
 	}
 	for _, bad := range []string{"", "0", "-1", "fast", "NaN", "Inf", "paused", `{"rate": 0}`, `{"rate": 10, "burst": -1}`, `{"rate": 10, "burts": 2}`, "2000000"} {
-		if l, err := worker.ParseLimit([]byte(bad)); err == nil {
+		if l, err := limits.ParseLimit([]byte(bad)); err == nil {
 			t.Errorf("ParseLimit(%q) = %+v, want an error", bad, l)
 		}
 	}

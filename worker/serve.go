@@ -10,15 +10,16 @@ import (
 	"github.com/sluicehq/sluice/internal/ops"
 )
 
-// Serve runs the worker until ctx ends, serving /healthz, /readyz (every
-// Redis answers) and /metrics on ln.
+// Serve runs the worker (Run) until ctx ends, serving /healthz, /readyz
+// (every Redis answers) and /metrics on ln meanwhile. sluice worker listens
+// on Config.Listen.
 func (w *Worker) Serve(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	ops.Mount(mux, w.m.reg, w.ready)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	opsDone := make(chan error, 1)
 	go func() { opsDone <- ops.Serve(ctx, w.log, srv, ln, time.Second) }()
-	w.log.Info("worker running", "partitions", fmt.Sprint(w.cfg.Serve), "topics", w.cfg.Topics.String(), "strict", w.cfg.Strict, "workers", w.cfg.Workers, "stage", w.cfg.Stage)
+	w.log.Info("worker running", "partitions", fmt.Sprint(w.cfg.Serve), "topics", topicsValue{&w.cfg.Topics}.String(), "strict", w.cfg.Strict, "workers", w.cfg.Workers, "stage", w.cfg.Stage)
 	err := w.Run(ctx)
 	if oerr := <-opsDone; err == nil {
 		err = oerr

@@ -21,19 +21,18 @@ type TopicWeight struct {
 	Weight int
 }
 
-// TopicWeights are the topics a worker serves, in order. As a flag
-// (flag.Value) it reads and writes "critical=6,default=3,low=1".
+// TopicWeights are the topics a worker serves, in order.
 type TopicWeights []TopicWeight
 
 // DefaultTopic is the topic a worker serves when Config.Topics is empty:
 // the relay's default topic.
 const DefaultTopic = "jobs"
 
-// ParseTopics reads a topic list, "critical=6,default=3,low=1": topics in
+// parseTopics reads --topics, "critical=6,default=3,low=1": topics in
 // order, each with a positive integer weight; a topic without "=w" weighs
 // 1. An empty list is nil (the default topic). Duplicates and names that
 // cannot name a queue (queue.ValidTopic) are refused.
-func ParseTopics(s string) (TopicWeights, error) {
+func parseTopics(s string) (TopicWeights, error) {
 	var out TopicWeights
 	for _, def := range strings.Split(s, ",") {
 		if def = strings.TrimSpace(def); def == "" {
@@ -56,24 +55,26 @@ func ParseTopics(s string) (TopicWeights, error) {
 	return out, nil
 }
 
-// Set replaces the list with the one s names (flag.Value; a flag given
-// twice keeps the last value, as every other flag).
-func (ts *TopicWeights) Set(s string) error {
-	parsed, err := ParseTopics(s)
+// topicsValue is --topics (a flag.Value): it reads and writes
+// "critical=6,default=3,low=1". A flag given twice keeps the last value,
+// as every other flag.
+type topicsValue struct{ p *TopicWeights }
+
+func (v topicsValue) Set(s string) error {
+	parsed, err := parseTopics(s)
 	if err != nil {
 		return err
 	}
-	*ts = parsed
+	*v.p = parsed
 	return nil
 }
 
-// String writes the list as Set reads it.
-func (ts *TopicWeights) String() string {
-	if ts == nil {
+func (v topicsValue) String() string {
+	if v.p == nil {
 		return ""
 	}
 	var b strings.Builder
-	for i, t := range *ts {
+	for i, t := range *v.p {
 		if i > 0 {
 			b.WriteByte(',')
 		}

@@ -7,21 +7,21 @@ import (
 	"testing"
 )
 
-func TestParseTopics(t *testing.T) {
-	got, err := ParseTopics(" critical=6, default=3,low ")
+func TestTopicsList(t *testing.T) {
+	got, err := parseTopics(" critical=6, default=3,low ")
 	want := TopicWeights{{"critical", 6}, {"default", 3}, {"low", 1}}
 	if err != nil || len(got) != len(want) {
-		t.Fatalf("ParseTopics = %v, %v; want %v", got, err, want)
+		t.Fatalf("parseTopics = %v, %v; want %v", got, err, want)
 	}
 	for i := range want {
 		if got[i] != want[i] {
-			t.Fatalf("ParseTopics = %v; want %v", got, want)
+			t.Fatalf("parseTopics = %v; want %v", got, want)
 		}
 	}
-	if s := got.String(); s != "critical=6,default=3,low=1" {
+	if s := (topicsValue{&got}).String(); s != "critical=6,default=3,low=1" {
 		t.Fatalf("String() = %q", s)
 	}
-	if got, err := ParseTopics(""); err != nil || got != nil {
+	if got, err := parseTopics(""); err != nil || got != nil {
 		t.Fatalf("an empty list: %v, %v; want nil (the default topic)", got, err)
 	}
 	for _, bad := range []struct{ in, says string }{
@@ -35,24 +35,25 @@ func TestParseTopics(t *testing.T) {
 		{"=3", `topic ""`},
 		{"a{x}", `topic "a{x}"`},
 	} {
-		if got, err := ParseTopics(bad.in); err == nil || !strings.Contains(err.Error(), bad.says) {
-			t.Errorf("ParseTopics(%q) = %v, %v; want an error saying %s", bad.in, got, err, bad.says)
+		if got, err := parseTopics(bad.in); err == nil || !strings.Contains(err.Error(), bad.says) {
+			t.Errorf("parseTopics(%q) = %v, %v; want an error saying %s", bad.in, got, err, bad.says)
 		}
 	}
 }
 
 // As a flag, the list's errors name the flag, and a value given twice
 // (environment, then command line) keeps the last, as other flags do.
-func TestTopicWeightsIsAFlag(t *testing.T) {
+func TestTopicsFlag(t *testing.T) {
 	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
 	fs.SetOutput(new(strings.Builder))
-	ts := TopicWeights{{DefaultTopic, 1}}
-	fs.Var(&ts, "topics", "")
+	cfg := DefaultConfig()
+	cfg.RegisterFlags(fs)
 	if def := fs.Lookup("topics").DefValue; def != "jobs=1" {
 		t.Fatalf("default shown as %q", def)
 	}
-	if err := fs.Parse([]string{"--topics", "a=2", "--topics", "b,c=3"}); err != nil || ts.String() != "b=1,c=3" {
-		t.Fatalf("after two values: %q, %v", ts.String(), err)
+	if err := fs.Parse([]string{"--topics", "a=2", "--topics", "b,c=3"}); err != nil || fs.Lookup("topics").Value.String() != "b=1,c=3" ||
+		len(cfg.Topics) != 2 || cfg.Topics[1] != (TopicWeight{"c", 3}) {
+		t.Fatalf("after two values: %v, %v", cfg.Topics, err)
 	}
 	err := fs.Parse([]string{"--topics", "b,b"})
 	if err == nil || !strings.Contains(err.Error(), "-topics") || !strings.Contains(err.Error(), "given twice") {

@@ -11,7 +11,6 @@ package worker
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -26,107 +25,6 @@ import (
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/retry"
 )
-
-// Config configures a Worker. DefaultConfig holds the defaults each field
-// names; New also fills in those of Topics and Now when they are empty.
-type Config struct {
-	// Stage is the stage whose queues are served; default "dev".
-	Stage string
-	// RedisAddr is the Redis of every partition not in PartitionAddrs;
-	// default 127.0.0.1:6379.
-	RedisAddr string
-	// PartitionAddrs puts partitions on Redis servers of their own;
-	// default none.
-	PartitionAddrs map[int]string
-	// Partitions is the layout's partition count; it must match the
-	// relay's. Default 8.
-	Partitions int
-	// Serve lists the partitions this worker consumes; default (empty): all.
-	Serve []int
-	// Topics are the topics (queues) served, with their weights: a
-	// partition's consumer claims from every topic's queue on it, weighted
-	// fair by jobs served (see Strict). Default (empty): one topic,
-	// DefaultTopic, weight 1.
-	Topics TopicWeights
-	// Strict drains the topics in the order of Topics instead of weighing
-	// them: a later topic is claimed from only when every earlier one has
-	// nothing ready. Weights are then ignored. Default false.
-	Strict bool
-	// Workers is the number of jobs run at once per partition, across its
-	// topics; default 10.
-	Workers int
-	// Lease is how long a claimed job stays ours without a heartbeat; the
-	// heartbeat extends it every Lease/3 while the handler runs. Default
-	// 30s.
-	Lease time.Duration
-	// ClaimBatch is the most jobs claimed in one round trip; default 128.
-	ClaimBatch int
-	// Prefetch is the most claimed jobs that may wait for a free slot, per
-	// partition: claims are then batches, and a slot that frees finds its
-	// next job already here. Fewer wait when jobs run long: about as many
-	// as the slots run within PrefetchWait. 0 claims only for free slots.
-	// Default 256.
-	Prefetch int
-	// PrefetchWait is how long a prefetched job should wait for a slot, at
-	// most; default 50ms.
-	PrefetchWait time.Duration
-	// MaxAttempts applies to jobs whose envelope says 0; default 5.
-	MaxAttempts int
-	// Timeout bounds one attempt of jobs whose envelope says 0; default 1m.
-	Timeout time.Duration
-	// Backoff is the delay before the second attempt; each later one
-	// doubles it, up to MaxBackoff, with ±20% jitter. Defaults 1s and 16s.
-	Backoff, MaxBackoff time.Duration
-	// ResultTTL is how long the record of a job that failed an attempt
-	// and then succeeded is kept, and a group once it ended. A plain job
-	// that succeeded keeps nothing unless it asked for retain. Default 24h.
-	ResultTTL time.Duration
-	// Retain is the per-topic default of the envelope's retain: how long a
-	// successful job's record and result are kept. A job's own retain
-	// wins. Default (empty): nothing is kept.
-	Retain map[string]time.Duration
-	// IdempotencyTTL is how long a completed idempotency key keeps other
-	// jobs with the key from running; default 24h.
-	IdempotencyTTL time.Duration
-	// Dead bounds each queue partition's dead set; default 100,000 jobs,
-	// kept 7 days.
-	Dead queue.DeadLimits
-	// Drain is how long running jobs may take to finish on shutdown; the
-	// rest go back to ready, not counted as failed. Default 30s.
-	Drain time.Duration
-	// Maintain is how often expired leases are reaped and due delayed jobs
-	// promoted; default 500ms.
-	Maintain time.Duration
-	// ConsulAddr is the Consul agent whose KV holds the execution rate
-	// limits (sluice/<stage>/limits/<resource>); default (empty): no
-	// limits.
-	ConsulAddr string
-	// RateLimitLead is how long before its slot a throttled job comes back
-	// from delayed, to wait the rest in process (holding a slot): enough
-	// to absorb the promotion and the claim. Default 25ms.
-	RateLimitLead time.Duration
-	// RateLimitMargin stretches a limit's slot spacing so that rate slots
-	// span one second plus the margin: a job may start up to the margin
-	// late without crowding a one-second window. A job later than that
-	// reserves another slot. It costs margin/1s of a limited resource's
-	// throughput. Default 5ms.
-	RateLimitMargin time.Duration
-	// Now is the clock; default time.Now.
-	Now func() time.Time
-}
-
-// DefaultConfig returns the defaults documented in docs/worker.md.
-func DefaultConfig() Config {
-	return Config{
-		Stage: "dev", RedisAddr: "127.0.0.1:6379", Partitions: 8, Workers: 10,
-		Topics: TopicWeights{{Topic: DefaultTopic, Weight: 1}},
-		Lease:  30 * time.Second, ClaimBatch: 128, Prefetch: 256, PrefetchWait: 50 * time.Millisecond, MaxAttempts: 5, Timeout: time.Minute,
-		Backoff: time.Second, MaxBackoff: 16 * time.Second, ResultTTL: 24 * time.Hour, IdempotencyTTL: 24 * time.Hour,
-		Dead:  queue.DeadLimits{Max: 100000, Keep: 7 * 24 * time.Hour},
-		Drain: 30 * time.Second, Maintain: 500 * time.Millisecond,
-		RateLimitLead: 25 * time.Millisecond, RateLimitMargin: 5 * time.Millisecond,
-	}
-}
 
 // connsPerPartition is how many Redis connections a served partition may
 // hold at once, with room for handlers' failures and idempotency calls.
@@ -148,14 +46,8 @@ type Worker struct {
 
 // New creates a worker; call Handle for each job type, then Run.
 func New(cfg Config, log *slog.Logger) (*Worker, error) {
-	if cfg.Workers < 1 || cfg.ClaimBatch < 1 || cfg.Lease < time.Second || cfg.MaxAttempts < 1 {
-		return nil, errors.New("worker: workers, claim batch and max attempts must be positive, lease at least 1s")
-	}
-	if cfg.ClaimBatch > queue.MaxBatch || cfg.Prefetch < 0 || cfg.Prefetch > queue.MaxBatch || cfg.PrefetchWait < 0 {
-		return nil, fmt.Errorf("worker: claim batch must be at most %d, prefetch 0..%d, prefetch wait not negative", queue.MaxBatch, queue.MaxBatch)
-	}
-	if cfg.RateLimitLead < 0 || cfg.RateLimitMargin < 0 || cfg.RateLimitMargin >= time.Second {
-		return nil, errors.New("worker: rate-limit lead must not be negative, margin within 0..1s")
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -165,17 +57,14 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 	}
 	cfg.Topics = slices.Clone(cfg.Topics) // the consumers read it while the caller may not
 	if err := cfg.Topics.check(); err != nil {
-		return nil, fmt.Errorf("worker: topics: %w", err)
+		return nil, fmt.Errorf("worker: Config.Topics: %w", err)
 	}
 	if len(cfg.Serve) == 0 {
 		for p := range cfg.Partitions {
 			cfg.Serve = append(cfg.Serve, p)
 		}
 	}
-	poolCfg := queue.PoolConfig{
-		Layout: queue.Layout{Stage: cfg.Stage, Partitions: cfg.Partitions},
-		Addr:   cfg.RedisAddr, PartitionAddrs: cfg.PartitionAddrs,
-	}
+	poolCfg := cfg.PoolConfig()
 	workerPoolCfg := poolCfg
 	workerPoolCfg.Options = func(o *redis.Options) {
 		// Each served partition holds up to five connections at
@@ -188,12 +77,6 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 	pool, err := queue.NewPool(workerPoolCfg)
 	if err != nil {
 		return nil, err
-	}
-	for _, p := range cfg.Serve {
-		if p < 0 || p >= cfg.Partitions {
-			pool.Close()
-			return nil, fmt.Errorf("worker: partition %d out of range 0..%d", p, cfg.Partitions-1)
-		}
 	}
 	w := &Worker{cfg: cfg, log: log, pool: pool, handlers: map[string]Handler{}, m: newMetrics(), pools: map[int]*slots{}}
 	for _, p := range cfg.Serve {
@@ -245,7 +128,9 @@ func (w *Worker) handler(jobType string) Handler {
 }
 
 // Run consumes the worker's partitions until ctx ends, then stops claiming,
-// lets running jobs finish for up to Drain and hands the rest back.
+// lets running jobs finish for up to Drain, hands the rest back and closes
+// its Redis clients. It serves no HTTP: Serve adds /healthz, /readyz and
+// /metrics, or a program that embeds the worker mounts Registry itself.
 func (w *Worker) Run(ctx context.Context) error {
 	defer w.pool.Close()
 	defer w.limits.close()
@@ -313,7 +198,7 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 		now := w.cfg.Now()
 		for _, t := range w.cfg.Topics {
 			q := queue.Queue{Topic: t.Topic, Part: part}
-			if n, err := w.pool.Reap(ctx, q, 100, now, w.cfg.Dead); err == nil && n > 0 {
+			if n, err := w.pool.Reap(ctx, q, 100, now, w.cfg.deadLimits()); err == nil && n > 0 {
 				w.count("reaped", "", n)
 				w.log.Warn("expired leases returned to ready", "queue", q.String(), "jobs", n)
 			}

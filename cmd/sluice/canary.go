@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/coordinator"
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/ops"
+	"github.com/sluicehq/sluice/internal/queue"
 )
 
 func init() {
@@ -25,31 +26,21 @@ func init() {
 		"Ops: /healthz, /readyz, /metrics.")
 }
 
-// canaryFlags registers the canary monitor's flags, shared by sluice canary
-// and sluice coordinator; topics is copied into cfg by its caller.
-func registerCanaryFlags(fs *flag.FlagSet, c *coordinator.CanaryConfig, topics *cli.ListFlag) {
-	fs.Var(topics, "canary-topics", "topics to send heartbeat canaries through, comma-separated (none: no canaries)")
-	fs.StringVar(&c.GateURL, "canary-gate", c.GateURL, "the gate canaries go through")
-	fs.StringVar(&c.Token, "canary-token", "", "the gate's bearer token for canaries: its scope needs the topics and +canary (e.g. \"<token> *,+canary\")")
-	cli.DurationVar(fs, &c.Interval, "canary-interval", c.Interval, "time between canaries along each path (at least 1s)")
-	cli.DurationVar(fs, &c.Grace, "canary-grace", c.Grace, "a path alerts when its newest completed canary is older than 2 intervals plus this (0: half an interval)")
-	fs.StringVar(&c.Webhook, "canary-webhook", "", "URL that gets a JSON POST when canary alerts fire and when they clear")
-	cli.DurationVar(fs, &c.Timeout, "canary-timeout", c.Timeout, "time limit of each call to the gate and the webhook")
-}
-
+// canaryCmdFlags are sluice canary's flags: the monitor's (shared with
+// sluice coordinator) and where the Redis partitions live.
 type canaryCmdFlags struct {
 	cfg     coordinator.CanaryConfig
-	topics  cli.ListFlag
 	listen  string
-	redis   redisFlags
+	redis   queue.Location
 	logging cli.Logging
 }
 
 func (f *canaryCmdFlags) register(fs *flag.FlagSet) {
 	f.cfg = coordinator.DefaultCanaryConfig()
+	f.redis = queue.DefaultLocation()
 	fs.StringVar(&f.listen, "listen", ":8084", "address for /healthz, /readyz and /metrics")
-	f.redis.register(fs)
-	registerCanaryFlags(fs, &f.cfg, &f.topics)
+	f.redis.RegisterFlags(fs)
+	f.cfg.RegisterFlags(fs)
 	f.logging.Register(fs)
 }
 
@@ -65,11 +56,10 @@ func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer stop()
-	f.cfg.Topics = f.topics
 	if len(f.cfg.Topics) == 0 {
 		return fmt.Errorf("--canary-topics: name at least one topic")
 	}
-	pool, err := f.redis.pool()
+	pool, err := redisPool(f.redis)
 	if err != nil {
 		return err
 	}
@@ -78,7 +68,7 @@ func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	host, _ := os.Hostname()
 	mon, err := coordinator.NewCanaryMonitor(f.cfg, pool, reg, fmt.Sprintf("%s/%d", host, os.Getpid()), log)
 	if err != nil {
-		return err
+		return flagHint(err, "canary", f.cfg)
 	}
 	ln, err := net.Listen("tcp", f.listen)
 	if err != nil {

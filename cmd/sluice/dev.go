@@ -51,7 +51,7 @@ type devConfig struct {
 	RedisAOF        bool
 	ResultTTL       time.Duration
 	CanaryInterval  time.Duration
-	WorkerServe     string
+	WorkerServe     []int
 	StopTimeout     time.Duration
 	Pprof           bool
 	// AdminTokens are the coordinator's admin API tokens ("<token> <role>;
@@ -83,7 +83,7 @@ func (c *devConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.RedisMaxMemory, "redis-maxmemory", "256mb", "Redis maxmemory (policy noeviction)")
 	fs.BoolVar(&c.RedisAOF, "redis-aof", true, "Redis appends every write to its AOF (fsync every second), so jobs survive a restart; --redis-aof=false for load tests that measure without it")
 	cli.DurationVar(fs, &c.ResultTTL, "result-ttl", 24*time.Hour, "how long the dev worker keeps a done job and its result (the relay dedupes by id for as long)")
-	fs.StringVar(&c.WorkerServe, "worker-partitions", "", "Redis partitions the dev worker consumes: \"0-6\", \"0,2\"; empty: all (leave one out to see its canary alert)")
+	cli.IntRangesVar(fs, &c.WorkerServe, "worker-partitions", nil, "Redis partitions the dev worker consumes: \"0-6\", \"0,2\"; empty: all (leave one out to see its canary alert)")
 	cli.DurationVar(fs, &c.CanaryInterval, "canary-interval", 10*time.Second, "time between heartbeat canaries along each path (0: none)")
 	cli.DurationVar(fs, &c.StopTimeout, "stop-timeout", 15*time.Second, "how long each part may take to stop")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiler under the gate's /debug/pprof/")
@@ -241,9 +241,8 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 
 	// The relay, in process: it holds the topic's lock in the dev Consul
 	// and moves jobs into the dev Redis.
-	var rcfg relay.Config
-	rfs := flag.NewFlagSet("relay", flag.ContinueOnError)
-	rcfg.Register(rfs)
+	rcfg := relay.DefaultConfig()
+	rcfg.Listen = cfg.RelayAddr
 	rcfg.Topics = []string{cfg.Topic}
 	rcfg.Kafka.Brokers = []string{cfg.KafkaAddr}
 	rcfg.ConsulAddr = cfg.ConsulAddr
@@ -261,19 +260,23 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 
 	// The worker, in process: every job type runs the noop handler, type
 	// "sleep" sleeps for its payload's {"ms": N}.
-	var wf workerFlags
-	wf.register(flag.NewFlagSet("worker", flag.ContinueOnError))
-	wf.cfg.RedisAddr = cfg.RedisAddr
-	wf.cfg.Topics = worker.TopicWeights{{Topic: cfg.Topic, Weight: 1}}
-	wf.cfg.Partitions = cfg.RedisPartitions
-	wf.cfg.Drain = cfg.StopTimeout
-	wf.cfg.ConsulAddr = cfg.ConsulAddr // execution rate limits, followed live
-	wf.handle, wf.other = "sleep=sleep", "noop"
-	wf.serve = cfg.WorkerServe
-	wf.cfg.ResultTTL = cfg.ResultTTL
+	wcfg := worker.DefaultConfig()
+	wcfg.Listen = cfg.WorkerAddr
+	wcfg.RedisAddr = cfg.RedisAddr
+	wcfg.Topics = worker.TopicWeights{{Topic: cfg.Topic, Weight: 1}}
+	wcfg.Partitions = cfg.RedisPartitions
+	wcfg.Serve = cfg.WorkerServe
+	wcfg.Drain = cfg.StopTimeout
+	wcfg.ConsulAddr = cfg.ConsulAddr // execution rate limits, followed live
+	wcfg.ResultTTL = cfg.ResultTTL
+	handlers := builtinHandlers{handle: "sleep=sleep", other: "noop"}
 	workerDone, err := run("worker", func() (chan error, func(context.Context) error, error) {
 		return startPart("worker", cfg.WorkerAddr, func() (*worker.Worker, error) {
-			return wf.build(log.With("part", "worker"))
+			w, err := worker.New(wcfg, log.With("part", "worker"))
+			if err != nil {
+				return nil, err
+			}
+			return w, handlers.apply(w)
 		})
 	})
 	if err != nil {
@@ -283,30 +286,30 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	// The coordinator, in process: it holds its lock in the dev Consul,
 	// delivers completed bulk groups' callbacks and scales the worker's
 	// partitions from its pool size (the base) up to 8x.
-	var cf coordinatorFlags
-	cf.register(flag.NewFlagSet("coordinator", flag.ContinueOnError))
-	cf.cfg.RedisAddr, cf.cfg.Partitions, cf.cfg.ConsulAddr = cfg.RedisAddr, cfg.RedisPartitions, cfg.ConsulAddr
-	cf.cfg.Scaling.Base = wf.cfg.Workers
-	cf.cfg.LockDelay = 0 // one coordinator: nobody to protect from a stale holder
+	ccfg := coordinator.DefaultConfig()
+	ccfg.Listen = cfg.CoordinatorAddr
+	ccfg.RedisAddr, ccfg.Partitions, ccfg.ConsulAddr = cfg.RedisAddr, cfg.RedisPartitions, cfg.ConsulAddr
+	ccfg.Scaling.Base = wcfg.Workers
+	ccfg.LockDelay = 0 // one coordinator: nobody to protect from a stale holder
 	// The admin API and dashboard (docs/admin.md): the dev Kafka for the
 	// DLQ and the relay's lag, the dev gate's counters for the funnel.
-	cf.cfg.Admin.Kafka.Brokers = cli.ListFlag{cfg.KafkaAddr}
-	cf.gateMetrics = cli.ListFlag{"http://" + cfg.GateAddr + "/metrics"}
-	cf.adminTokens, cf.adminInsecure = cfg.AdminTokens, cfg.AdminInsecure
+	ccfg.Admin.Kafka.Brokers = cli.ListFlag{cfg.KafkaAddr}
+	ccfg.Admin.GateMetrics = []string{"http://" + cfg.GateAddr + "/metrics"}
+	ccfg.AdminTokens, ccfg.AdminInsecure = cfg.AdminTokens, cfg.AdminInsecure
 	if adminToken != "" {
-		cf.adminTokens = adminToken + " admin"
+		ccfg.AdminTokens = adminToken + " admin"
 	}
 	if cfg.CanaryInterval > 0 {
 		// Canaries through the dev gate into every partition; until the
 		// gate (started last) answers, the monitor retries each round.
-		cf.canaryTopics = cli.ListFlag{cfg.Topic}
-		cf.cfg.Canary.GateURL = "http://" + cfg.GateAddr
-		cf.cfg.Canary.Interval = cfg.CanaryInterval
-		cf.cfg.Canary.Grace = cfg.CanaryInterval / 2
+		ccfg.Canary.Topics = []string{cfg.Topic}
+		ccfg.Canary.GateURL = "http://" + cfg.GateAddr
+		ccfg.Canary.Interval = cfg.CanaryInterval
+		ccfg.Canary.Grace = cfg.CanaryInterval / 2
 	}
 	coordDone, err := run("coordinator", func() (chan error, func(context.Context) error, error) {
 		return startPart("coordinator", cfg.CoordinatorAddr, func() (*coordinator.Coordinator, error) {
-			return cf.build(log.With("part", "coordinator"))
+			return coordinator.New(ccfg, log.With("part", "coordinator"))
 		})
 	})
 	if err != nil {
@@ -315,15 +318,13 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 
 	// The gate, in-process, started last: its own context ends first on
 	// shutdown, so it drains requests while Kafka is still up.
-	var gcfg gate.Config
-	gfs := flag.NewFlagSet("gate", flag.ContinueOnError)
-	gcfg.Register(gfs)
+	gcfg := gate.DefaultConfig()
 	gcfg.Listen = cfg.GateAddr
 	gcfg.Kafka.Brokers = []string{cfg.KafkaAddr}
 	gcfg.AllowNoAuth = true
 	gcfg.DrainTimeout = cfg.StopTimeout
 	gcfg.Pprof = cfg.Pprof
-	gcfg.Redis.Addr, gcfg.Redis.Layout.Partitions = cfg.RedisAddr, cfg.RedisPartitions // GET/DELETE /v1/groups/{id}
+	gcfg.RedisAddr, gcfg.Partitions = cfg.RedisAddr, cfg.RedisPartitions // GET/DELETE /v1/groups/{id}
 	gateDone, err := run("gate", func() (chan error, func(context.Context) error, error) {
 		return startPart("gate", cfg.GateAddr, func() (*gate.Gate, error) {
 			return gate.New(startCtx, gcfg, log.With("part", "gate"))

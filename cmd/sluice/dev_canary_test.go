@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"log/slog"
 	"net/http"
 	"path/filepath"
@@ -16,9 +15,11 @@ import (
 
 	consulapi "github.com/hashicorp/consul/api"
 
+	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/funnel"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // statsReport runs `sluice stats -o json` against a dev stack.
@@ -53,12 +54,17 @@ func topicOf(r funnel.Report, name string) funnel.Topic {
 // extraWorker runs a worker for some partitions beside sluice dev's.
 func extraWorker(t *testing.T, cfg devConfig, serve string) (stop func()) {
 	t.Helper()
-	var wf workerFlags
-	wf.register(flag.NewFlagSet("worker", flag.ContinueOnError))
-	wf.cfg.RedisAddr, wf.cfg.Partitions, wf.serve, wf.other = cfg.RedisAddr, cfg.RedisPartitions, serve, "noop"
-	wf.cfg.Drain = time.Second
-	w, err := wf.build(slog.New(slog.DiscardHandler))
+	wcfg := worker.DefaultConfig()
+	wcfg.RedisAddr, wcfg.Partitions, wcfg.Drain = cfg.RedisAddr, cfg.RedisPartitions, time.Second
+	var err error
+	if wcfg.Serve, err = cli.ParseIntRanges(serve); err != nil {
+		t.Fatal(err)
+	}
+	w, err := worker.New(wcfg, slog.New(slog.DiscardHandler))
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := (&builtinHandlers{other: "noop"}).apply(w); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -85,7 +91,7 @@ func extraWorker(t *testing.T, cfg devConfig, serve string) (stop func()) {
 func TestDevCanariesAndFunnel(t *testing.T) {
 	cfg := devOnFreePorts(t, filepath.Join(t.TempDir(), ".sluice"))
 	cfg.CanaryInterval = time.Second
-	cfg.WorkerServe = "0-2,4-7" // partition 3 gets a worker of its own
+	cfg.WorkerServe = []int{0, 1, 2, 4, 5, 6, 7} // partition 3 gets a worker of its own
 	startDev(t, &cfg)
 	stopThree := extraWorker(t, cfg, "3")
 	interval, grace := cfg.CanaryInterval, cfg.CanaryInterval/2

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/gate"
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/relay"
 )
 
@@ -131,26 +132,36 @@ func start(ctx context.Context, fs *flag.FlagSet, part string, logging *cli.Logg
 
 func runGate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("gate", flag.ContinueOnError)
-	var cfg gate.Config
-	cfg.Register(fs)
-	ctx, log, stop, err := start(ctx, fs, "gate", &cfg.Logging, args, stdout, stderr)
+	cfg := gate.DefaultConfig()
+	cfg.RegisterFlags(fs)
+	var logging cli.Logging
+	logging.Register(fs)
+	ctx, log, stop, err := start(ctx, fs, "gate", &logging, args, stdout, stderr)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	return gate.Run(ctx, cfg, log)
+	return ops.ListenAndServe(ctx, "gate", cfg.Listen, func() (*gate.Gate, error) {
+		g, err := gate.New(ctx, cfg, log)
+		return g, flagHint(err, "gate", cfg)
+	})
 }
 
 func runRelay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("relay", flag.ContinueOnError)
-	var cfg relay.Config
-	cfg.Register(fs)
-	ctx, log, stop, err := start(ctx, fs, "relay", &cfg.Logging, args, stdout, stderr)
+	cfg := relay.DefaultConfig()
+	cfg.RegisterFlags(fs)
+	var logging cli.Logging
+	logging.Register(fs)
+	ctx, log, stop, err := start(ctx, fs, "relay", &logging, args, stdout, stderr)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	return relay.Run(ctx, cfg, log)
+	return ops.ListenAndServe(ctx, "relay", cfg.Listen, func() (*relay.Relay, error) {
+		r, err := relay.New(ctx, cfg, log)
+		return r, flagHint(err, "relay", cfg)
+	})
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }

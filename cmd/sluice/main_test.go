@@ -3,11 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
-	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/worker"
 )
 
 func TestCommandLine(t *testing.T) {
@@ -35,26 +35,16 @@ func TestCommandLine(t *testing.T) {
 	}
 }
 
-func TestWorkerFlags(t *testing.T) {
-	for in, want := range map[string]string{"": "[]", "0-3": "[0 1 2 3]", "1,5-6,1": "[1 5 6]"} {
-		got, err := parsePartitionList(in, 8)
-		if err != nil || fmt.Sprint(got) != want && !(want == "[]" && got == nil) {
-			t.Errorf("parsePartitionList(%q) = %v %v, want %s", in, got, err, want)
-		}
-	}
-	for _, bad := range []string{"8", "3-1", "x", "-1"} {
-		if _, err := parsePartitionList(bad, 8); err == nil {
-			t.Errorf("parsePartitionList(%q) accepted", bad)
-		}
-	}
-	var f workerFlags
-	f.register(flag.NewFlagSet("worker", flag.ContinueOnError))
-	for _, bad := range []struct{ handle, http, other string }{
+func TestWorkerHandlerFlags(t *testing.T) {
+	for _, bad := range []builtinHandlers{
 		{handle: "a=unknown"}, {handle: "noequals"}, {http: "a=ftp://x"}, {other: "http"},
 	} {
-		f.handle, f.http, f.other = bad.handle, bad.http, bad.other
-		if _, err := f.build(slog.New(slog.DiscardHandler)); err == nil {
-			t.Errorf("worker flags %+v accepted", bad)
+		w, err := worker.New(worker.DefaultConfig(), slog.New(slog.DiscardHandler))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := bad.apply(w); err == nil {
+			t.Errorf("worker handler flags %+v accepted", bad)
 		}
 	}
 }
@@ -88,5 +78,53 @@ func TestCanaryAndStatsCommandLines(t *testing.T) {
 	errOut.Reset()
 	if code := run(context.Background(), []string{"stats", "--redis-addr", "127.0.0.1:1", "--timeout", "2s"}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "check --redis-addr") {
 		t.Errorf("stats without Redis: exit %d, %q", code, errOut.String())
+	}
+}
+
+func TestHTTPHandlersFlag(t *testing.T) {
+	got, err := parseHTTPHandlers(" email=https://mail.internal/send?a=b=c , sms=http://127.0.0.1:9000/sms,")
+	if err != nil {
+		t.Fatalf("parseHTTPHandlers: %v", err)
+	}
+	want := map[string]string{
+		"email": "https://mail.internal/send?a=b=c",
+		"sms":   "http://127.0.0.1:9000/sms",
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d handlers, want %d: %v", len(got), len(want), got)
+	}
+	for typ, u := range want {
+		if h := got[typ]; h == nil || h.URL != u || h.Client != nil || h.Header != nil {
+			t.Errorf("%s: got %+v, want URL %s", typ, h, u)
+		}
+	}
+	if m, err := parseHTTPHandlers(""); err != nil || len(m) != 0 {
+		t.Errorf(`parseHTTPHandlers("") = %v, %v; want empty map`, m, err)
+	}
+
+	for _, c := range []struct{ spec, want string }{
+		{"email", "want TYPE=URL"},
+		{"=http://a/", "empty job type"},
+		{"email=", "empty URL"},
+		{"e mail=http://a/", "whitespace"},
+		{"email=http://a/,email=http://b/", "more than once"},
+		{"email=/relative/path", "not absolute"},
+		{"email=mail.internal/send", "not absolute"},
+		{"email=ftp://a/", `scheme "ftp"`},
+		{"email=http:///nohost", "no host"},
+		{"email=http://:80/", "no host"},
+		{"email=http://us:pw@[::1/x", "invalid URL"},
+	} {
+		_, err := parseHTTPHandlers(c.spec)
+		if err == nil {
+			t.Errorf("parseHTTPHandlers(%q): no error", c.spec)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("parseHTTPHandlers(%q) = %v; want it to mention %q", c.spec, err, c.want)
+		}
+		if strings.Contains(err.Error(), "pw@") {
+			t.Errorf("parseHTTPHandlers(%q) leaks the password: %v", c.spec, err)
+		}
 	}
 }

@@ -1,34 +1,23 @@
 package main
 
 import (
-	"flag"
 	"fmt"
+	"strings"
 
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
-// redisFlags are the flags of commands that only read or write the Redis
-// partitions (sluice canary, sluice stats): the stage and where each
-// partition lives, as the relay's and the workers' own flags say.
-type redisFlags struct {
-	stage          string
-	addr           string
-	partitions     int
-	partitionAddrs string
-}
-
-func (f *redisFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.stage, "stage", "dev", "stage name: Redis keys under sluice:{<stage>:<topic>:p<N>}: and sluice:{<stage>:p<N>}:")
-	fs.StringVar(&f.addr, "redis-addr", "127.0.0.1:6379", "Redis address of every partition not in --redis-partition-addrs")
-	fs.StringVar(&f.partitionAddrs, "redis-partition-addrs", "", "partitions on Redis servers of their own: \"0=host:port,3=host:port\"")
-	fs.IntVar(&f.partitions, "redis-partitions", 8, "Redis partitions in the layout (as the relay's and the workers')")
-}
-
-// pool builds the partitions' client pool; it connects to nothing yet.
-func (f *redisFlags) pool() (*queue.Pool, error) {
-	addrs, err := queue.ParsePartitionAddrs(f.partitionAddrs, f.partitions)
-	if err != nil {
-		return nil, fmt.Errorf("--redis-partition-addrs: %w", err)
+// redisPool builds a pool of the partitions at loc (sluice canary's and
+// sluice stats', whose --stage and --redis-* flags are loc's
+// RegisterFlags); it connects to nothing yet. Its errors name the flag.
+func redisPool(loc queue.Location) (*queue.Pool, error) {
+	if err := loc.Validate(); err != nil {
+		// Validate's errors start with the field: "PartitionAddrs: ...".
+		field, msg, _ := strings.Cut(err.Error(), ": ")
+		if name, ok := fieldFlags(loc)[field]; ok {
+			return nil, fmt.Errorf("--%s: %s", name, msg)
+		}
+		return nil, err
 	}
-	return queue.NewPool(queue.PoolConfig{Layout: queue.Layout{Stage: f.stage, Partitions: f.partitions}, Addr: f.addr, PartitionAddrs: addrs})
+	return queue.NewPool(loc.PoolConfig())
 }

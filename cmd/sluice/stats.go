@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/funnel"
 	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/queue"
 )
 
 func init() {
@@ -29,7 +30,7 @@ func init() {
 }
 
 type statsFlags struct {
-	redis         redisFlags
+	redis         queue.Location
 	kafka         kafka.Config
 	consumerGroup string
 	gateMetrics   cli.ListFlag
@@ -40,7 +41,8 @@ type statsFlags struct {
 }
 
 func (f *statsFlags) register(fs *flag.FlagSet) {
-	f.redis.register(fs)
+	f.redis = queue.DefaultLocation()
+	f.redis.RegisterFlags(fs)
 	f.kafka.Register(fs, "sluice-stats")
 	fs.StringVar(&f.consumerGroup, "consumer-group", "sluice-relay", "the relays' --consumer-group (the lag of <group>.<topic> is read); needs --kafka-brokers")
 	fs.Var(&f.gateMetrics, "gate-metrics", "the gates' /metrics URLs, comma-separated: every gate, for the accepted and produced counts")
@@ -135,7 +137,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // fatal. Redis is the report's backbone: without it there is nothing to
 // say.
 func (f *statsFlags) gather(ctx context.Context) (funnel.Input, error) {
-	pool, err := f.redis.pool()
+	pool, err := redisPool(f.redis)
 	if err != nil {
 		return funnel.Input{}, err
 	}

@@ -1,0 +1,143 @@
+package gate
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// Config configures a gate. Start from DefaultConfig: its values are the
+// defaults each field names, and sluice gate's flags (RegisterFlags).
+type Config struct {
+	// Listen is the address sluice gate serves the API, /healthz, /readyz
+	// and /metrics on (Serve); a program that embeds the gate listens
+	// itself. Default ":8080".
+	Listen string
+	// Kafka is where jobs are written. Default: brokers 127.0.0.1:9092,
+	// client id "sluice-gate", protocol version 3.6.0, no compression.
+	Kafka kafka.Config
+	// Topics are the topics clients may write. Default: none, meaning every
+	// existing topic but internal ones (*.dlq, *.retry, __*).
+	Topics []string
+	// TokensFile is a file of bearer tokens, one per line: "<token>
+	// <topic>[,<topic>...]" or "<token> *". Default "": none.
+	TokensFile string
+	// Tokens are bearer tokens inline, "<token> <topics>" separated by ';'.
+	// Default "": none.
+	Tokens string
+	// AllowNoAuth serves without bearer tokens (development only); without
+	// it and without tokens New refuses. Default false.
+	AllowNoAuth bool
+	// MaxBodyBytes is the largest single-job request body (413 above).
+	// Default 1 MiB.
+	MaxBodyBytes int64
+	// MaxBatchBytes is the largest batch request body (413 above).
+	// Default 16 MiB.
+	MaxBatchBytes int64
+	// MaxBatchJobs is the most jobs in one batch request (413 above).
+	// Default 1000.
+	MaxBatchJobs int
+	// MaxGroupItems is the most items in one bulk group; the submission is
+	// cancelled above. Default 10,000,000.
+	MaxGroupItems int
+	// Location is where GET and DELETE /v1/groups/{id} read and cancel
+	// groups: the relay's stage and Redis partitions. Without a RedisAddr
+	// those routes answer 501. Default: stage "dev", no RedisAddr, 8
+	// partitions, no PartitionAddrs.
+	queue.Location
+	// ProduceTimeout is the longest wait for Kafka's acknowledgement
+	// before answering 504. Default 5s.
+	ProduceTimeout time.Duration
+	// ProduceLinger is how long a record may wait for others to share its
+	// Kafka produce request (64 records go at once); 0: each request's
+	// records at once. See kafka.ProducerOptions.Linger. Default 1ms.
+	ProduceLinger time.Duration
+	// RetryAfter is the Retry-After sent with 503 while Kafka is
+	// unreachable. Default 1s.
+	RetryAfter time.Duration
+	// DrainTimeout is how long in-flight requests may take to finish once
+	// Serve's context ends. Default 15s.
+	DrainTimeout time.Duration
+	// MetadataRefresh is how often Kafka's topic list is read again.
+	// Default 10s.
+	MetadataRefresh time.Duration
+	// Pprof serves Go's profiler under /debug/pprof/ (diagnosis only).
+	// Default false.
+	Pprof bool
+}
+
+// DefaultConfig is the configuration sluice gate starts from.
+func DefaultConfig() Config {
+	loc := queue.DefaultLocation()
+	loc.RedisAddr = "" // the group routes are optional
+	return Config{
+		Listen:          ":8080",
+		Kafka:           kafka.Config{Brokers: cli.ListFlag{"127.0.0.1:9092"}, ClientID: "sluice-gate", Version: "3.6.0", Compression: "none"},
+		MaxBodyBytes:    1 << 20,
+		MaxBatchBytes:   16 << 20,
+		MaxBatchJobs:    1000,
+		MaxGroupItems:   10_000_000,
+		Location:        loc,
+		ProduceTimeout:  5 * time.Second,
+		ProduceLinger:   time.Millisecond,
+		RetryAfter:      time.Second,
+		DrainTimeout:    15 * time.Second,
+		MetadataRefresh: 10 * time.Second,
+	}
+}
+
+func init() {
+	cli.Describe("gate", "The HTTP gate: validates job envelopes and writes them to Kafka, answering 202 once Kafka acknowledged.\n"+
+		"API: POST /v1/topics/{topic}/jobs, POST /v1/topics/{topic}/jobs:batch, POST /v1/topics/{topic}/groups,\n"+
+		"GET and DELETE /v1/topics/{topic}/groups/{id} (with --redis-addr); ops: /healthz, /readyz, /metrics.\n"+
+		"Without --tokens or --tokens-file it refuses to start unless --allow-no-auth is given.")
+}
+
+// RegisterFlags adds the gate's flags to fs, bound to c's fields, with c's
+// values as their defaults. internal/cli.Parse gives each its SLUICE_*
+// fallbacks.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "listen", c.Listen, "address to serve the enqueue API, /healthz, /readyz and /metrics on")
+	cli.KeepValues(fs, &c.Kafka, func() { c.Kafka.Register(fs, c.Kafka.ClientID) })
+	cli.StringsVar(fs, &c.Topics, "topics", c.Topics, "topics clients may write, comma-separated (empty: every existing topic but internal ones: *.dlq, *.retry, __*)")
+	fs.StringVar(&c.TokensFile, "tokens-file", c.TokensFile, "file of bearer tokens, one per line: \"<token> <topic>[,<topic>...]\" or \"<token> *\"")
+	fs.StringVar(&c.Tokens, "tokens", c.Tokens, "bearer tokens inline, \"<token> <topics>\" separated by ';' (prefer the env variable or a file: flags show in ps)")
+	fs.BoolVar(&c.AllowNoAuth, "allow-no-auth", c.AllowNoAuth, "serve without bearer tokens (development only)")
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest single-job request body in bytes (413 above)")
+	fs.Int64Var(&c.MaxBatchBytes, "max-batch-bytes", c.MaxBatchBytes, "largest batch request body in bytes (413 above)")
+	fs.IntVar(&c.MaxBatchJobs, "max-batch-jobs", c.MaxBatchJobs, "most jobs in one batch request (413 above)")
+	fs.IntVar(&c.MaxGroupItems, "max-group-items", c.MaxGroupItems, "most items in one bulk group (the submission is cancelled above)")
+	c.Location.RegisterFlags(fs)
+	fs.Lookup("redis-addr").Usage = "Redis of the queue, for GET and DELETE /v1/groups/{id} (empty: those answer 501)"
+	fs.Lookup("stage").Usage = "stage name (as the relay's), for the group routes"
+	fs.Lookup("redis-partitions").Usage = "Redis partitions in the layout (as the relay's)"
+	cli.DurationVar(fs, &c.ProduceTimeout, "produce-timeout", c.ProduceTimeout, "longest wait for Kafka's acknowledgement before answering 504")
+	cli.DurationVar(fs, &c.ProduceLinger, "produce-linger", c.ProduceLinger, "how long a record may wait for others to share its Kafka produce request (64 records go at once); 0: each request's records at once")
+	cli.DurationVar(fs, &c.RetryAfter, "retry-after", c.RetryAfter, "Retry-After sent with 503 while Kafka is unreachable")
+	cli.DurationVar(fs, &c.DrainTimeout, "drain-timeout", c.DrainTimeout, "on SIGTERM, how long in-flight requests may take to finish")
+	cli.DurationVar(fs, &c.MetadataRefresh, "metadata-refresh", c.MetadataRefresh, "how often to re-read Kafka's topic list")
+	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve Go's profiler under /debug/pprof/ (diagnosis only)")
+}
+
+// validate checks what New cannot do without; its errors name the field.
+func (c *Config) validate() error {
+	switch {
+	case c.MaxBodyBytes <= 0:
+		return errors.New("gate: Config.MaxBodyBytes: must be positive")
+	case c.MaxBatchBytes <= 0:
+		return errors.New("gate: Config.MaxBatchBytes: must be positive")
+	case c.MaxBatchJobs <= 0:
+		return errors.New("gate: Config.MaxBatchJobs: must be positive")
+	}
+	if c.RedisAddr != "" {
+		if err := c.Location.Validate(); err != nil {
+			return fmt.Errorf("gate: Config.%w", err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,162 @@
+package relay
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// Config configures a relay. Start from DefaultConfig: its values are the
+// defaults each field names, and sluice relay's flags (RegisterFlags).
+type Config struct {
+	// Listen is the address sluice relay serves /healthz, /readyz and
+	// /metrics on (Serve); a program that embeds the relay listens
+	// itself. Default ":8081".
+	Listen string
+	// Location is where the Redis partitions live; its Stage also names
+	// the relay's Consul keys (sluice/<stage>/relay/<topic>/). Default:
+	// stage "dev", 8 partitions on 127.0.0.1:6379.
+	queue.Location
+	// Topics are the topics relayed; each needs its <topic>.dlq. Default
+	// "jobs".
+	Topics []string
+	// Kafka is where the topics are read and dead letters and requeues
+	// written. Default: brokers 127.0.0.1:9092, client id "sluice-relay",
+	// protocol version 3.6.0, no compression.
+	Kafka kafka.Config
+	// ConsumerGroup is the Kafka consumer group whose committed offsets
+	// the relay keeps, one per topic: <group>.<topic>. Default
+	// "sluice-relay".
+	ConsumerGroup string
+	// ConsulAddr is the Consul agent's HTTP address (locks, rates).
+	// Default "127.0.0.1:8500".
+	ConsulAddr string
+	// LockTTL is the TTL of the relay's Consul session (Consul's minimum
+	// is 10s): a dead holder is replaced after TTL (up to 2x: Consul's
+	// timer) + LockDelay. Default 10s.
+	LockTTL time.Duration
+	// LockDelay is Consul's lock-delay after a holder's session expires;
+	// 0 for none. Default 5s.
+	LockDelay time.Duration
+	// BatchSize is the most jobs per Redis pipeline and per rate-limit
+	// wait. Default 1024.
+	BatchSize int
+	// CommitEvery is how often Kafka offsets are committed (only of jobs
+	// Redis accepted). Default 1s.
+	CommitEvery time.Duration
+	// IDDedupeTTL is how long a client-chosen job id (the envelope's
+	// id_given) is remembered, so the client's resends of it are dropped.
+	// Relay replays need no TTL: they are deduped by Kafka position.
+	// Default 24h.
+	IDDedupeTTL time.Duration
+	// DurableAfter is how long Redis must have kept a write, without a
+	// restart, before its Kafka offset is committed (durable.go); 0
+	// commits as soon as Redis answers (for appendfsync always). Default
+	// 3s.
+	DurableAfter time.Duration
+	// LagEvery is how often the lag gauges are read from Kafka's end
+	// offsets while the relay cannot write, besides after each batch.
+	// Default 5s.
+	LagEvery time.Duration
+	// HighWatermark pauses relaying above this fraction of Redis
+	// maxmemory. Default 0.8.
+	HighWatermark float64
+	// LowWatermark resumes relaying below this fraction of Redis
+	// maxmemory. Default 0.7.
+	LowWatermark float64
+	// MemorySample is how often Redis INFO memory is read. Default 250ms.
+	MemorySample time.Duration
+	// MaxRequeues is how many times a job Redis refused for a reason of
+	// its own is produced to Kafka again before it goes to the DLQ.
+	// Default 3.
+	MaxRequeues int
+	// Shadow reads and counts, but writes nothing to Redis and commits
+	// nothing (roll-out mode). Default false.
+	Shadow bool
+	// DrainTimeout is how long the batch in hand may take to finish on
+	// shutdown. Default 15s.
+	DrainTimeout time.Duration
+}
+
+// DefaultConfig is the configuration sluice relay starts from.
+func DefaultConfig() Config {
+	return Config{
+		Listen:        ":8081",
+		Location:      queue.DefaultLocation(),
+		Topics:        []string{"jobs"},
+		Kafka:         kafka.Config{Brokers: cli.ListFlag{"127.0.0.1:9092"}, ClientID: "sluice-relay", Version: "3.6.0", Compression: "none"},
+		ConsumerGroup: "sluice-relay",
+		ConsulAddr:    "127.0.0.1:8500",
+		LockTTL:       10 * time.Second,
+		LockDelay:     5 * time.Second,
+		BatchSize:     1024,
+		CommitEvery:   time.Second,
+		IDDedupeTTL:   24 * time.Hour,
+		DurableAfter:  3 * time.Second,
+		LagEvery:      5 * time.Second,
+		HighWatermark: 0.8,
+		LowWatermark:  0.7,
+		MemorySample:  250 * time.Millisecond,
+		MaxRequeues:   3,
+		DrainTimeout:  15 * time.Second,
+	}
+}
+
+func init() {
+	cli.Describe("relay", "The relay: per topic, the holder of a Consul lock moves jobs from Kafka into partitioned Redis,\n"+
+		"rate-limited by sluice/<stage>/relay/<topic>/rate in Consul, paused while Redis memory is high, fenced by the lock's token.\n"+
+		"Poison messages go to <topic>.dlq. Ops: /healthz, /readyz, /metrics.")
+}
+
+// RegisterFlags adds the relay's flags to fs, bound to c's fields, with
+// c's values as their defaults. internal/cli.Parse gives each its
+// SLUICE_* fallbacks.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "listen", c.Listen, "address for /healthz, /readyz and /metrics")
+	c.Location.RegisterFlags(fs)
+	cli.StringsVar(fs, &c.Topics, "topics", c.Topics, "topics to relay, comma-separated; each needs its <topic>.dlq")
+	cli.KeepValues(fs, &c.Kafka, func() { c.Kafka.Register(fs, c.Kafka.ClientID) })
+	fs.StringVar(&c.ConsumerGroup, "consumer-group", c.ConsumerGroup, "Kafka consumer group whose committed offsets the relay keeps (one per topic: <group>.<topic>)")
+	fs.StringVar(&c.ConsulAddr, "consul-addr", c.ConsulAddr, "Consul HTTP address")
+	cli.DurationVar(fs, &c.LockTTL, "lock-ttl", c.LockTTL, "TTL of the relay's Consul session (Consul's minimum is 10s): a dead holder is replaced after TTL (up to 2x: Consul's timer) + lock-delay")
+	cli.DurationVar(fs, &c.LockDelay, "lock-delay", c.LockDelay, "Consul lock-delay after a holder's session expires; 0 for none")
+	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "most jobs per Redis pipeline and per rate-limit wait")
+	cli.DurationVar(fs, &c.CommitEvery, "commit-every", c.CommitEvery, "how often to commit Kafka offsets (only of jobs Redis accepted)")
+	cli.DurationVar(fs, &c.IDDedupeTTL, "id-dedupe-ttl", c.IDDedupeTTL, "how long a job id the client chose is remembered: a resend of it within this time is dropped (replays of Kafka records are deduped by their position, whatever their age)")
+	cli.DurationVar(fs, &c.DurableAfter, "durable-after", c.DurableAfter, "commit a Kafka offset only once Redis has kept the writes before it this long without restarting (its AOF fsync, every second with appendfsync everysec, has run); a Redis restart under younger writes makes the relay go on from the committed offsets. 0: commit as soon as Redis answers (appendfsync always)")
+	cli.DurationVar(fs, &c.LagEvery, "lag-every", c.LagEvery, "how often sluice_relay_lag_messages is read from Kafka's end offsets while the relay cannot write (it is also set after each batch)")
+	fs.Float64Var(&c.HighWatermark, "memory-high", c.HighWatermark, "pause relaying above this fraction of Redis maxmemory")
+	fs.Float64Var(&c.LowWatermark, "memory-low", c.LowWatermark, "resume relaying below this fraction of Redis maxmemory")
+	cli.DurationVar(fs, &c.MemorySample, "memory-sample", c.MemorySample, "how often to read Redis INFO memory")
+	fs.IntVar(&c.MaxRequeues, "max-requeues", c.MaxRequeues, "times a job Redis refused for a reason of its own is produced to Kafka again before it goes to the DLQ")
+	fs.BoolVar(&c.Shadow, "shadow", c.Shadow, "read and count, write nothing to Redis and commit nothing (roll-out mode)")
+	cli.DurationVar(fs, &c.DrainTimeout, "drain-timeout", c.DrainTimeout, "on SIGTERM, how long the batch in hand may take to finish")
+}
+
+// validate checks the configuration; its errors name the field.
+func (c *Config) validate() error {
+	if err := c.Location.Validate(); err != nil {
+		return fmt.Errorf("relay: Config.%w", err)
+	}
+	switch {
+	case len(c.Topics) == 0:
+		return errors.New("relay: Config.Topics: empty: name at least one topic")
+	case c.BatchSize < 1:
+		return errors.New("relay: Config.BatchSize: must be at least 1")
+	case c.LagEvery <= 0:
+		return errors.New("relay: Config.LagEvery: must be positive")
+	case c.LowWatermark <= 0 || c.HighWatermark > 1 || c.LowWatermark >= c.HighWatermark:
+		return fmt.Errorf("relay: Config.LowWatermark %g and Config.HighWatermark %g: want 0 < low < high <= 1", c.LowWatermark, c.HighWatermark)
+	}
+	for _, t := range c.Topics {
+		if err := queue.ValidTopic(t); err != nil {
+			return fmt.Errorf("relay: Config.Topics: %w", err)
+		}
+	}
+	return nil
+}

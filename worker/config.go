@@ -1,0 +1,187 @@
+package worker
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// Config configures a Worker. Start from DefaultConfig: its values are the
+// defaults each field names, and sluice worker's flags (RegisterFlags).
+// New also fills in those of Topics and Now when they are empty.
+type Config struct {
+	// Listen is the address sluice worker serves /healthz, /readyz and
+	// /metrics on (Serve); a program that embeds the worker listens
+	// itself, or calls Run, which serves no HTTP. Default ":8082".
+	Listen string
+	// Location is where the Redis partitions live (Stage, RedisAddr,
+	// Partitions, PartitionAddrs, as the relay's); Stage also names the
+	// Consul keys of the rate limits. Default: stage "dev", 8 partitions
+	// on 127.0.0.1:6379.
+	queue.Location
+	// Serve lists the partitions this worker consumes. Default: none,
+	// meaning all.
+	Serve []int
+	// Topics are the topics (queues) served, with their weights: a
+	// partition's consumer claims from every topic's queue on it, weighted
+	// fair by jobs served (see Strict). As a flag
+	// "critical=6,default=3,low=1" (a topic without =w weighs 1). Default:
+	// one topic, DefaultTopic, weight 1 (also when empty).
+	Topics TopicWeights
+	// Strict drains the topics in the order of Topics instead of weighing
+	// them: a later topic is claimed from only when every earlier one has
+	// nothing ready. Weights are then ignored. Default false.
+	Strict bool
+	// Workers is the number of jobs run at once per partition, across its
+	// topics. Default 10.
+	Workers int
+	// Lease is how long a claimed job stays ours without a heartbeat; the
+	// heartbeat extends it every Lease/3 while the handler runs. Default
+	// 30s.
+	Lease time.Duration
+	// ClaimBatch is the most jobs claimed in one round trip. Default 128.
+	ClaimBatch int
+	// Prefetch is the most claimed jobs that may wait for a free slot, per
+	// partition: claims are then batches, and a slot that frees finds its
+	// next job already here. Fewer wait when jobs run long: about as many
+	// as the slots run within PrefetchWait. 0 claims only for free slots.
+	// Default 256.
+	Prefetch int
+	// PrefetchWait is how long a prefetched job should wait for a slot, at
+	// most. Default 50ms.
+	PrefetchWait time.Duration
+	// MaxAttempts applies to jobs whose envelope says 0. Default 5.
+	MaxAttempts int
+	// Timeout bounds one attempt of jobs whose envelope says 0. Default
+	// 1m.
+	Timeout time.Duration
+	// Backoff is the delay before the second attempt; each later one
+	// doubles it, up to MaxBackoff, with ±20% jitter. Default 1s.
+	Backoff time.Duration
+	// MaxBackoff is the longest delay between attempts. Default 16s.
+	MaxBackoff time.Duration
+	// ResultTTL is how long the record of a job that failed an attempt
+	// and then succeeded is kept, and a group once it ended. A plain job
+	// that succeeded keeps nothing unless it asked for retain. Default 24h.
+	ResultTTL time.Duration
+	// Retain is the per-topic default of the envelope's retain: how long a
+	// successful job's record and result are kept. A job's own retain
+	// wins. As a flag "topic=24h,other=1h". Default: none, nothing is kept.
+	Retain map[string]time.Duration
+	// IdempotencyTTL is how long a completed idempotency key keeps other
+	// jobs with the key from running. Default 24h.
+	IdempotencyTTL time.Duration
+	// DeadMax is the most jobs kept in a queue partition's dead set (per
+	// topic and partition); the oldest go first. Default 100,000.
+	DeadMax int
+	// DeadTTL is how long a dead job is kept. Default 7 days.
+	DeadTTL time.Duration
+	// Drain is how long running jobs may take to finish on shutdown; the
+	// rest go back to ready, not counted as failed. Default 30s.
+	Drain time.Duration
+	// Maintain is how often expired leases are reaped and due delayed jobs
+	// promoted. Default 500ms.
+	Maintain time.Duration
+	// ConsulAddr is the Consul agent whose KV holds the execution rate
+	// limits (sluice/<stage>/limits/<resource>). Default "": no limits.
+	ConsulAddr string
+	// RateLimitLead is how long before its slot a throttled job comes back
+	// from delayed, to wait the rest in process (holding a slot): enough
+	// to absorb the promotion and the claim. Default 25ms.
+	RateLimitLead time.Duration
+	// RateLimitMargin stretches a limit's slot spacing so that rate slots
+	// span one second plus the margin: a job may start up to the margin
+	// late without crowding a one-second window. A job later than that
+	// reserves another slot. It costs margin/1s of a limited resource's
+	// throughput. Default 5ms.
+	RateLimitMargin time.Duration
+	// Now is the clock. No flag: set it in code (tests). Default nil:
+	// time.Now.
+	Now func() time.Time
+}
+
+// DefaultConfig is the configuration sluice worker starts from, the
+// defaults documented in docs/worker.md.
+func DefaultConfig() Config {
+	return Config{
+		Listen:   ":8082",
+		Location: queue.DefaultLocation(),
+		Workers:  10,
+		Topics:   TopicWeights{{Topic: DefaultTopic, Weight: 1}},
+		Lease:    30 * time.Second, ClaimBatch: 128, Prefetch: 256, PrefetchWait: 50 * time.Millisecond, MaxAttempts: 5, Timeout: time.Minute,
+		Backoff: time.Second, MaxBackoff: 16 * time.Second, ResultTTL: 24 * time.Hour, IdempotencyTTL: 24 * time.Hour,
+		DeadMax: 100000, DeadTTL: 7 * 24 * time.Hour,
+		Drain: 30 * time.Second, Maintain: 500 * time.Millisecond,
+		RateLimitLead: 25 * time.Millisecond, RateLimitMargin: 5 * time.Millisecond,
+	}
+}
+
+// RegisterFlags adds the worker's flags to fs, bound to c's fields, with
+// c's values as their defaults. internal/cli.Parse gives each its SLUICE_*
+// fallbacks. (sluice worker adds its built-in handlers' flags.)
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "listen", c.Listen, "address for /healthz, /readyz and /metrics")
+	c.Location.RegisterFlags(fs)
+	cli.IntRangesVar(fs, &c.Serve, "partitions", c.Serve, "partitions to consume: \"0-7\", \"0,2,4\"; empty: all")
+	fs.Var(topicsValue{&c.Topics}, "topics", "topics (queues) to serve, with weights: \"critical=6,default=3,low=1\" (a topic without =w weighs 1); each partition's consumer claims from them weighted fair by jobs served")
+	fs.BoolVar(&c.Strict, "strict", c.Strict, "drain --topics in the order given instead of by weight: a later topic only when every earlier one has nothing ready")
+	fs.IntVar(&c.Workers, "workers", c.Workers, "jobs run at once per partition, across its topics")
+	cli.DurationVar(fs, &c.Lease, "lease", c.Lease, "lease of a claimed job, extended every lease/3 while it is held")
+	fs.IntVar(&c.ClaimBatch, "claim-batch", c.ClaimBatch, "most jobs claimed per round trip")
+	fs.IntVar(&c.Prefetch, "prefetch", c.Prefetch, "most claimed jobs waiting for a free slot, per partition (0: claim only for free slots)")
+	cli.DurationVar(fs, &c.PrefetchWait, "prefetch-wait", c.PrefetchWait, "prefetch only as many jobs as the slots run in this time, at the average run time")
+	fs.IntVar(&c.MaxAttempts, "max-attempts", c.MaxAttempts, "attempts of jobs whose envelope sets none")
+	cli.DurationVar(fs, &c.Timeout, "timeout", c.Timeout, "time limit of an attempt of jobs whose envelope sets none")
+	cli.DurationVar(fs, &c.Backoff, "backoff", c.Backoff, "delay before the second attempt; doubles per attempt, with ±20% jitter")
+	cli.DurationVar(fs, &c.MaxBackoff, "max-backoff", c.MaxBackoff, "longest delay between attempts")
+	cli.DurationVar(fs, &c.ResultTTL, "result-ttl", c.ResultTTL, "how long an ended group, and the record of a job that failed an attempt and then succeeded, are kept (a plain job that succeeded keeps nothing)")
+	cli.DurationMapVar(fs, &c.Retain, "retain", c.Retain, "per-topic default of the envelope's retain: \"topic=24h,other=1h\": how long a successful job's record and result are kept (a job's own retain wins)")
+	cli.DurationVar(fs, &c.IdempotencyTTL, "idempotency-ttl", c.IdempotencyTTL, "how long a completed idempotency key keeps other jobs with it from running")
+	fs.IntVar(&c.DeadMax, "dead-max", c.DeadMax, "most jobs kept in a queue's dead set, per topic and partition (oldest go first)")
+	cli.DurationVar(fs, &c.DeadTTL, "dead-ttl", c.DeadTTL, "how long a dead job is kept")
+	cli.DurationVar(fs, &c.Drain, "drain-timeout", c.Drain, "on SIGTERM, how long running jobs may take; the rest go back to ready")
+	cli.DurationVar(fs, &c.Maintain, "maintain-every", c.Maintain, "how often expired leases are reaped and due retries promoted")
+	fs.StringVar(&c.ConsulAddr, "consul-addr", c.ConsulAddr, "Consul HTTP address whose KV holds the execution rate limits, sluice/<stage>/limits/<resource>; empty: no limits")
+	cli.DurationVar(fs, &c.RateLimitLead, "rate-limit-lead", c.RateLimitLead, "how long before its slot a throttled job comes back from delayed, to wait the rest in process")
+	cli.DurationVar(fs, &c.RateLimitMargin, "rate-limit-margin", c.RateLimitMargin, "slack per second in a limit's slot spacing (costs margin/1s of the rate): lets a schedule delayed by late starts catch up")
+}
+
+// validate checks the configuration; its errors name the field.
+func (c *Config) validate() error {
+	if err := c.Location.Validate(); err != nil {
+		return fmt.Errorf("worker: Config.%w", err)
+	}
+	switch {
+	case c.Workers < 1:
+		return errors.New("worker: Config.Workers: must be at least 1")
+	case c.ClaimBatch < 1 || c.ClaimBatch > queue.MaxBatch:
+		return fmt.Errorf("worker: Config.ClaimBatch: %d, want 1..%d", c.ClaimBatch, queue.MaxBatch)
+	case c.Prefetch < 0 || c.Prefetch > queue.MaxBatch:
+		return fmt.Errorf("worker: Config.Prefetch: %d, want 0..%d", c.Prefetch, queue.MaxBatch)
+	case c.PrefetchWait < 0:
+		return errors.New("worker: Config.PrefetchWait: must not be negative")
+	case c.Lease < time.Second:
+		return fmt.Errorf("worker: Config.Lease: %s, want at least 1s", c.Lease)
+	case c.MaxAttempts < 1:
+		return errors.New("worker: Config.MaxAttempts: must be at least 1")
+	case c.RateLimitLead < 0:
+		return errors.New("worker: Config.RateLimitLead: must not be negative")
+	case c.RateLimitMargin < 0 || c.RateLimitMargin >= time.Second:
+		return fmt.Errorf("worker: Config.RateLimitMargin: %s, want 0 up to 1s", c.RateLimitMargin)
+	}
+	for _, p := range c.Serve {
+		if p < 0 || p >= c.Partitions {
+			return fmt.Errorf("worker: Config.Serve: partition %d out of range 0..%d", p, c.Partitions-1)
+		}
+	}
+	return nil
+}
+
+// deadLimits bound each queue partition's dead set.
+func (c *Config) deadLimits() queue.DeadLimits {
+	return queue.DeadLimits{Max: c.DeadMax, Keep: c.DeadTTL}
+}
