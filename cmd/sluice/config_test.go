@@ -1,0 +1,176 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"io/fs"
+	"reflect"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice/coordinator"
+	"github.com/sluicehq/sluice/gate"
+	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/relay"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// configPart is a part as sluice <part> runs it: a Config whose
+// RegisterFlags defines the part's flags, and the flags the binary adds.
+type configPart struct {
+	part string
+	// defaults returns a pointer to a new DefaultConfig().
+	defaults func() any
+	// binary are the flags sluice <part> adds to the Config's.
+	binary []string
+	// dir is the part's package, whose source documents the fields.
+	dir string
+}
+
+var configParts = []configPart{
+	{"gate", func() any { c := gate.DefaultConfig(); return &c }, []string{"log-level", "log-format"}, "../../gate"},
+	{"relay", func() any { c := relay.DefaultConfig(); return &c }, []string{"log-level", "log-format"}, "../../relay"},
+	{"worker", func() any { c := worker.DefaultConfig(); return &c }, []string{"log-level", "log-format", "handle", "http", "handle-other"}, "../../worker"},
+	{"coordinator", func() any { c := coordinator.DefaultConfig(); return &c }, []string{"log-level", "log-format"}, "../../coordinator"},
+}
+
+// helpLineRE is one flag of --help: the flag, its variable, the rest.
+var helpLineRE = regexp.MustCompile(`^  --?(\S+)\s+(SLUICE_\S+)\s+(.*)$`)
+
+// TestEveryPartsFlagsAreItsConfig: for each part, sluice <part> --help
+// lists every flag of its Config's RegisterFlags with the SLUICE_ variable
+// internal/cli reads and the default DefaultConfig() holds; each of those
+// flags sets a field of the Config; and every exported field of the Config
+// has a flag, or its documentation says it has none.
+func TestEveryPartsFlagsAreItsConfig(t *testing.T) {
+	for _, p := range configParts {
+		t.Run(p.part, func(t *testing.T) {
+			cfg := p.defaults()
+			fs := flag.NewFlagSet(p.part, flag.ContinueOnError)
+			fs.SetOutput(io.Discard)
+			cfg.(interface{ RegisterFlags(*flag.FlagSet) }).RegisterFlags(fs)
+			if !reflect.DeepEqual(cfg, p.defaults()) {
+				t.Fatalf("RegisterFlags changed the config:\n got %+v\nwant %+v", cfg, p.defaults())
+			}
+			// The default each flag shows is the value of what it is bound
+			// to, which is DefaultConfig()'s (above).
+			fs.VisitAll(func(f *flag.Flag) {
+				if f.DefValue != f.Value.String() {
+					t.Errorf("--%s shows the default %q, but its field holds %q", f.Name, f.DefValue, f.Value.String())
+				}
+			})
+
+			var out, errOut bytes.Buffer
+			if code := run(context.Background(), []string{p.part, "--help"}, &out, &errOut); code != 0 {
+				t.Fatalf("sluice %s --help: exit %d: %s", p.part, code, errOut.String())
+			}
+			helped := map[string][2]string{}
+			for _, line := range strings.Split(out.String(), "\n") {
+				if m := helpLineRE.FindStringSubmatch(line); m != nil {
+					helped[m[1]] = [2]string{m[2], m[3]}
+				}
+			}
+			var want []string
+			fs.VisitAll(func(f *flag.Flag) {
+				want = append(want, f.Name)
+				h, ok := helped[f.Name]
+				switch {
+				case !ok:
+					t.Errorf("--help does not list --%s", f.Name)
+					return
+				case h[0] != cli.EnvName(p.part, f.Name):
+					t.Errorf("--help names %s for --%s, internal/cli reads %s", h[0], f.Name, cli.EnvName(p.part, f.Name))
+				}
+				shown := ""
+				if i := strings.LastIndex(h[1], " (default "); i >= 0 {
+					shown = strings.TrimSuffix(h[1][i+len(" (default "):], ")")
+				}
+				if wantShown := f.DefValue; wantShown != "false" && shown != wantShown {
+					t.Errorf("--help shows --%s's default as %q, the Config's is %q", f.Name, shown, wantShown)
+				}
+			})
+			want = append(want, p.binary...)
+			var got []string
+			for name := range helped {
+				got = append(got, name)
+			}
+			sort.Strings(want)
+			sort.Strings(got)
+			if !slices.Equal(got, want) {
+				t.Errorf("--help lists %v,\nthe Config's flags and the binary's are %v", got, want)
+			}
+
+			// Each flag sets a field, and each field has a flag or says
+			// it has none.
+			fields := cli.FlagFields(fs, cfg)
+			reached := map[string]bool{}
+			fs.VisitAll(func(f *flag.Flag) {
+				if len(fields[f.Name]) == 0 {
+					t.Errorf("--%s sets no field of the Config", f.Name)
+				}
+				for _, field := range fields[f.Name] {
+					reached[field] = true
+				}
+			})
+			docs := configFieldDocs(t, p.dir)
+			for _, field := range cli.ConfigFields(cfg) {
+				if reached[field] {
+					continue
+				}
+				top, _, _ := strings.Cut(field, ".")
+				leaf := field[strings.LastIndex(field, ".")+1:]
+				if doc := docs[top]; !strings.Contains(doc, "No flag") || !strings.Contains(doc, leaf) {
+					t.Errorf("Config.%s has no flag, and the doc of Config.%s does not say so (\"No flag\" naming %s): %q", field, top, leaf, doc)
+				}
+			}
+		})
+	}
+}
+
+// configFieldDocs reads the doc comments of the fields of type Config in
+// the package in dir, by field name (an embedded field by its type's).
+func configFieldDocs(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	pkgs, err := parser.ParseDir(token.NewFileSet(), dir, func(fi fs.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, parser.ParseComments)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs := map[string]string{}
+	for _, pkg := range pkgs {
+		for _, f := range pkg.Files {
+			ast.Inspect(f, func(n ast.Node) bool {
+				ts, ok := n.(*ast.TypeSpec)
+				if !ok || ts.Name.Name != "Config" {
+					return true
+				}
+				for _, field := range ts.Type.(*ast.StructType).Fields.List {
+					doc := field.Doc.Text() + field.Comment.Text()
+					names := field.Names
+					if len(names) == 0 { // embedded: queue.Location
+						if sel, ok := field.Type.(*ast.SelectorExpr); ok {
+							names = []*ast.Ident{sel.Sel}
+						}
+					}
+					for _, name := range names {
+						docs[name.Name] = doc
+					}
+				}
+				return false
+			})
+		}
+	}
+	if len(docs) == 0 {
+		t.Fatalf("no type Config in %s", dir)
+	}
+	return docs
+}
