@@ -14,4 +14,15 @@
 // operator's guide; docs/architecture.md shows the flow between sluice's
 // four parts (gate, relay, worker, coordinator), what each owns and which of
 // this package's files to read first.
+//
+// Like each of sluice's parts, a coordinator is started in five steps, which
+// sluice coordinator, sluice dev and a program that embeds the coordinator
+// share: DefaultConfig returns a Config whose every field states its default;
+// Config.RegisterFlags binds sluice coordinator's flags to a Config
+// (internal/cli.Parse adds their SLUICE_* fallbacks); New checks the Config,
+// with errors that name the field, and builds the coordinator;
+// Coordinator.Run contends for the lock and works while it holds it, without
+// a listener of its own; Coordinator.Serve adds /healthz, /readyz, /metrics,
+// the admin API and the dashboard on a listener, as sluice coordinator does
+// on Config.Listen.
 package coordinator

@@ -6,6 +6,15 @@
 // accepted every job before it. Standby relays wait for the lock. Every
 // Redis write carries the lock's fencing token, so a deposed relay that
 // still runs writes nothing.
+//
+// Like each of sluice's parts, a relay is started in five steps, which sluice
+// relay, sluice dev and a program that embeds the relay share: DefaultConfig
+// returns a Config whose every field states its default; Config.RegisterFlags
+// binds sluice relay's flags to a Config (internal/cli.Parse adds their
+// SLUICE_* fallbacks); New checks the Config, with errors that name the
+// field, and builds the relay; Relay.Run relays without a listener of its
+// own; Relay.Serve adds /healthz, /readyz and /metrics on a listener, as
+// sluice relay does on Config.Listen.
 package relay
 
 import (
