@@ -15,8 +15,10 @@ type Claimed struct {
 	// Group is the job's group, "" for a job on a shared lane.
 	Group string
 	Lane  string
-	// Batch is the claimed batch (the lease) the job is in.
+	// Batch is the claimed batch (the lease) the job is in, and Index its
+	// place in the batch, which names it to the scripts that settle it.
 	Batch   string
+	Index   int
 	Attempt int // 1 for the first execution
 	// Envelope is the job's envelope, byte for byte as read from Kafka.
 	Envelope []byte
@@ -30,7 +32,7 @@ type Claimed struct {
 // KEYS[1] lanes     zset: active lanes by virtual time
 // KEYS[2] vt        string: the partition's virtual clock
 // KEYS[3] leases    zset: claimed batches by lease deadline
-// KEYS[4] lease:<batch>  hash: the new batch, id -> entry
+// KEYS[4] lease:<batch>  list: the new batch's entries in the order served
 // KEYS[5] stats     hash: ready goes down and inflight up by the jobs
 // claimed, the funnel's dequeued fields up
 // KEYS[6] shared    hash: shared lanes' virtual finish times
@@ -43,7 +45,8 @@ type Claimed struct {
 // ARGV[7+3m..]      lanes in the fair order that the caller cannot read
 // (a name that is no lane's): passed over
 // Returns {1, claimed, next}: claimed is a flat array, candidate index and
-// entry for each claimed job in the order served; next is the fair
+// entry for each claimed job in the order served (its place in the
+// lease); next is the fair
 // order's first K lanes after the claim (and one more for each lane passed
 // over), the caller's candidates for its next claim. Or {0, lanes}: a lane the claim would read is not among the
 // candidates (it became active since they were read); lanes is the fair
@@ -60,8 +63,8 @@ type Claimed struct {
 // jobs it gave, so it waits its turn after a quantum) and within one claim
 // among the lanes read: fairness at the grain of the quantum.
 //
-// Per job Redis copies the entry twice (LPOP, then one HSET of the whole
-// batch) and Lua matches its head for the id: no command of its own. Per
+// Per job Redis copies the entry twice (LPOP, then one RPUSH of the whole
+// batch): no command of its own, and Lua does not read it. Per
 // lane served it runs LLEN, LPOP and, for a group lane, one HMGET and one
 // HSET of its counters.
 var claimScript = newScript(luaFunnel + luaLanes + `
@@ -182,16 +185,14 @@ for _, c in ipairs(cand) do
   end
 end
 local out, lease = {}, {}
-for _, c in ipairs(order) do
+for j, c in ipairs(order) do
   local e = c.entries[c.next]
   c.next = c.next + 1
-  local id = string.match(e, '^%d+ (%S+) ')
-  lease[#lease+1] = id
-  lease[#lease+1] = e
-  out[#out+1] = c.l.i
-  out[#out+1] = e
+  lease[j] = e
+  out[2*j-1] = c.l.i
+  out[2*j] = e
 end
-redis.call('HSET', KEYS[4], unpack(lease))
+redis.call('RPUSH', KEYS[4], unpack(lease))
 redis.call('ZADD', KEYS[3], deadline, batch)
 -- Each lane served gets one write of its state. Lanes that ran dry leave
 -- the fair order in one ZREM; the others move in one ZADD.
@@ -310,7 +311,7 @@ func (p *Pool) claimAmong(ctx context.Context, q Queue, max int, leaseUntil time
 			// cannot be read dies there (see Reap).
 			continue
 		}
-		out = append(out, Claimed{ID: pe.ID, Group: lanes[li-1].Group, Lane: pe.Lane, Batch: batch,
+		out = append(out, Claimed{ID: pe.ID, Group: lanes[li-1].Group, Lane: pe.Lane, Batch: batch, Index: i / 2,
 			Attempt: pe.Attempts + 1, Envelope: []byte(pe.Envelope)})
 	}
 	return out, next, false, nil

@@ -135,8 +135,15 @@ func (k Keys) Delayed() string { return k.prefix + "delayed" }
 // Leases is the sorted set of claimed batches by lease deadline (Unix ms).
 func (k Keys) Leases() string { return k.prefix + "leases" }
 
-// Lease is a claimed batch: id -> entry, for the jobs not acked yet.
+// Lease is a claimed batch: a list of its jobs' entries in the order
+// claimed, a job's place in it (Claimed.Index) naming it to the scripts
+// that settle it. It is written once and deleted whole.
 func (k Keys) Lease(batch string) string { return k.prefix + "lease:" + batch }
+
+// Settled is a claimed batch's bitmap: bit i is set once job i of the
+// lease is settled (acked, failed, deferred, released or reaped). The
+// batch ends, both keys deleted, when every job is settled.
+func (k Keys) Settled(batch string) string { return k.prefix + "settled:" + batch }
 
 // Watermark is the hash of the highest Kafka offset applied per Kafka
 // partition of the topic (the relay's dedupe by Kafka position).

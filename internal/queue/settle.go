@@ -9,39 +9,85 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// luaSettle marks jobs of a claimed batch settled in its map
+// (Keys.Settled, one byte per job): settle takes a mask of bytes from
+// place start on, 0 for a place the call does not settle, else a tag of
+// the caller's (1 + a group's index, say), and reads and writes the range
+// once, with no command per job. It answers the jobs newly settled (those
+// still held) per tag and their total, and, when some were settled
+// already, the range as it was (a byte per place, 0 where held); or nil
+// when the batch is gone (ended, or taken back by the reaper), and then
+// writes nothing: a retried
+// or late call finds its jobs settled or their batch gone, and counts
+// nothing twice. batchEnd ends a batch whose every job is settled: its two
+// keys and its place in leases.
+const luaSettle = `
+local function settle(leaseKey, settledKey, start, mask)
+  if redis.call('EXISTS', leaseKey) == 0 then return nil, 0, '' end
+  local n = #mask
+  local old = redis.call('GETRANGE', settledKey, start, start + n - 1)
+  local counts, bytes, total, sent = {}, {}, 0, 0
+  for i = 1, n do
+    local m, o = string.byte(mask, i), string.byte(old, i) or 0
+    if m > 0 then sent = sent + 1 end
+    if o ~= 0 then
+      bytes[i] = '\1'
+    elseif m > 0 then
+      counts[m] = (counts[m] or 0) + 1
+      total = total + 1
+      bytes[i] = '\1'
+    else
+      bytes[i] = '\0'
+    end
+  end
+  if total > 0 then redis.call('SETRANGE', settledKey, start, table.concat(bytes)) end
+  -- All held (the rule), or the range as it was, which tells which were.
+  if total == sent then return counts, total, nil end
+  return counts, total, old
+end
+local function batchEnd(leasesKey, leaseKey, settledKey, batch)
+  if redis.call('BITCOUNT', settledKey) >= redis.call('LLEN', leaseKey) then
+    redis.call('DEL', leaseKey, settledKey)
+    redis.call('ZREM', leasesKey, batch)
+  end
+end
+`
+
 // ackScript records the success of jobs of claimed batches in one call: a
 // script call costs Redis far more than the commands inside it, so a batch
 // of acks shares one, and counters move once per batch. A job without a
-// record or a result (the common case) leaves nothing behind: it comes in
-// a set of its batch's jobs of one lane, which one HDEL takes
-// off the lease, without any work per job in Lua; a set's group counts
-// them at once. Other jobs ("extras") are handled one by one: a group's
-// item adds its result to the group's results; a job with a record
-// (retain, or an earlier failed attempt) has it marked done. A bulk group whose last job this is goes on the
-// completed list, once.
+// record or a result (the common case) leaves nothing behind: its batch's
+// plain jobs of the call come as one mask (luaSettle) whose tags are their
+// groups, which count them at once. Other jobs ("extras") are handled one
+// by one: a group's item adds its result to the group's results; a job
+// with a record (retain, or an earlier failed attempt) has it marked done.
+// A bulk group whose last job this is goes on the completed list, once.
 //
 // KEYS[1] leases   KEYS[2] stats: done, inflight, and the funnel's
 // completed field of each job's topic   KEYS[3] completed
-// KEYS[3+b]              lease:<batch b>, b = 1..nb
-// KEYS[3+nb+2g-1]        group:<g>   KEYS[3+nb+2g] results:<g>, g = 1..ng
-// KEYS[3+nb+2ng+r]       job:<id> of record r, r = 1..nr
+// KEYS[3+2b-1]           lease:<batch b>   KEYS[3+2b] settled:<batch b>,
+// b = 1..nb
+// KEYS[3+2nb+2g-1]       group:<g>   KEYS[3+2nb+2g] results:<g>, g = 1..ng
+// KEYS[3+2nb+2ng+r]      job:<id> of record r, r = 1..nr
 // ARGV[1] now, Unix ms   ARGV[2] seconds to keep an ended group, and a
 // record of a job that did not ask for retain (at least: see
-// luaKeepRecord)   ARGV[3] nb   ARGV[4] ng   ARGV[5] ns, plain sets
+// luaKeepRecord)   ARGV[3] nb   ARGV[4] ng   ARGV[5] nm, masks
 // ARGV[6] nx, extras   ARGV[7] the queue's topic (the funnel's)
 // ARGV[7+b] batch b's name   ARGV[7+nb+g] group g's name
-// then ns plain sets, each: batch index, group index (0: none), count c,
-// then c ids
-// then nx extras, 7 fields each: batch index, group index (0: none),
+// then nm masks of plain jobs, 3 fields each: batch index, the first place
+// it covers, the mask (a byte per place: 0 none, 1 a job without a group,
+// 1+g a job of group g; so ng < 255)
+// then nx extras, 8 fields each: batch index, group index (0: none),
 // record index (0: none), id, result (may be empty), seconds to retain
-// (0: none), attempt
-// Returns ns counts (the jobs of each set still in their batch, now taken
-// off it), then nx flags: 1 where recorded, 0 where the job was no longer
-// in its batch (the reaper took the batch back, or an earlier call acked
-// it). Nothing is counted twice: a reaped batch is gone whole, and a
-// retried call finds every job it acked gone.
-var ackScript = newScript(luaGroupEnded + luaFunnel + luaKeepRecord + `
-local now, keep, nb, ng, ns, nx = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+// (0: none), attempt, place in the batch
+// Returns, per mask, the count of its jobs (all were held, now settled),
+// or, when some were not held, the range before the call (a byte per
+// place, 0 where held; empty when the batch is gone); then nx flags: 1
+// where recorded, 0 where the job was no longer
+// held (the reaper took the batch back, or an earlier call settled it).
+// Nothing is counted twice (see luaSettle).
+var ackScript = newScript(luaGroupEnded + luaFunnel + luaKeepRecord + luaSettle + `
+local now, keep, nb, ng, nm, nx = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local topic = ARGV[7]
 local out, touched, perGroup, funnel = {}, {}, {}, {}
 local acked = 0
@@ -51,59 +97,44 @@ local function group(g)
   if not c then c = {count = 0, results = {}}; perGroup[g] = c end
   return c
 end
-for s = 1, ns do
-  local b, g, c = tonumber(ARGV[pos+1]), tonumber(ARGV[pos+2]), tonumber(ARGV[pos+3])
-  local removed = redis.call('HDEL', KEYS[3+b], unpack(ARGV, pos+4, pos+3+c))
-  out[s] = removed
-  if removed > 0 then
-    touched[b] = true
-    acked = acked + removed
-    local name = ''
-    if g > 0 then
-      name = ARGV[7+nb+g]
-      local gc = group(g)
-      gc.count = gc.count + removed
-    end
-    funnelAdd(funnel, funnelField(name, topic, 'completed'), removed)
-  end
-  pos = pos + 3 + c
-end
--- Extras: which are still in their batches, one HMGET and one HDEL per
--- batch. A job given twice counts once.
-local held = {}
-do
-  local ids = {}
-  for j = 1, nx do
-    local a = pos + 7*(j-1)
-    local b = tonumber(ARGV[a+1])
-    if not ids[b] then ids[b] = {} end
-    local list = ids[b]
-    list[#list+1] = ARGV[a+4]
-  end
-  for b, list in pairs(ids) do
-    local got = redis.call('HMGET', KEYS[3+b], unpack(list))
-    local present, h = {}, {}
-    for i, id in ipairs(list) do
-      if got[i] then present[#present+1] = id; h[id] = true end
-    end
-    held[b] = h
-    if #present > 0 then redis.call('HDEL', KEYS[3+b], unpack(present)) end
-  end
-end
 local fields = {}
+local function completed(g, n)
+  local field = fields[g]
+  if not field then
+    field = funnelField(g > 0 and ARGV[7+nb+g] or '', topic, 'completed')
+    fields[g] = field
+  end
+  funnelAdd(funnel, field, n)
+end
+for j = 1, nm do
+  local a = pos + 3*(j-1)
+  local b = tonumber(ARGV[a+1])
+  local counts, total, was = settle(KEYS[2+2*b], KEYS[3+2*b], tonumber(ARGV[a+2]), ARGV[a+3])
+  out[j] = was or total
+  if total > 0 then
+    touched[b] = true
+    acked = acked + total
+    for tag, n in pairs(counts) do
+      local g = tag - 1
+      if g > 0 then
+        local gc = group(g)
+        gc.count = gc.count + n
+      end
+      completed(g, n)
+    end
+  end
+end
+pos = pos + 3*nm
 for j = 1, nx do
-  local a = pos + 7*(j-1)
+  local a = pos + 8*(j-1)
   local b, g, r, id = tonumber(ARGV[a+1]), tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), ARGV[a+4]
-  out[ns+j] = 0
-  if held[b][id] then
-    held[b][id] = nil
-    out[ns+j] = 1
+  local _, held = settle(KEYS[2+2*b], KEYS[3+2*b], tonumber(ARGV[a+8]), '\1')
+  out[nm+j] = held
+  if held > 0 then
     acked = acked + 1
     touched[b] = true
     local result, retain, attempt = ARGV[a+5], tonumber(ARGV[a+6]), ARGV[a+7]
-    local name = ''
     if g > 0 then
-      name = ARGV[7+nb+g]
       local c = group(g)
       c.count = c.count + 1
       if result ~= '' then
@@ -111,12 +142,9 @@ for j = 1, nx do
         c.results[#c.results+1] = 'done ' .. attempt .. ' ' .. result
       end
     end
-    -- The funnel's field, built once per group (or plain).
-    local field = fields[g]
-    if not field then field = funnelField(name, topic, 'completed'); fields[g] = field end
-    funnelAdd(funnel, field, 1)
+    completed(g, 1)
     if r > 0 then
-      local rk = KEYS[3+nb+2*ng+r]
+      local rk = KEYS[3+2*nb+2*ng+r]
       redis.call('HSET', rk, 'state', 'done', 'done_ms', now, 'attempts', attempt)
       if retain > 0 then
         if result ~= '' then redis.call('HSET', rk, 'result', result) end
@@ -129,19 +157,17 @@ for j = 1, nx do
 end
 if acked == 0 then return out end
 -- A batch whose every job is settled leaves the leases.
-for b in pairs(touched) do
-  if redis.call('EXISTS', KEYS[3+b]) == 0 then redis.call('ZREM', KEYS[1], ARGV[7+b]) end
-end
+for b in pairs(touched) do batchEnd(KEYS[1], KEYS[2+2*b], KEYS[3+2*b], ARGV[7+b]) end
 -- Per group, one read and one write of its counters, and its items'
 -- results (see luaGroupEnded).
 for g, c in pairs(perGroup) do
-  local gk = KEYS[3+nb+2*g-1]
+  local gk = KEYS[3+2*nb+2*g-1]
   local f = redis.call('HMGET', gk, 'total', 'relayed', 'done', 'dead', 'cancelled', 'running')
   local done = tonumber(f[3] or '0') + c.count
   redis.call('HSET', gk, 'running', tonumber(f[6] or '0') - c.count, 'done', done)
   local total = tonumber(f[1] or '0')
-  if #c.results > 0 then redis.call('HSET', KEYS[3+nb+2*g], unpack(c.results)) end
-  groupEndedAfter(gk, KEYS[3+nb+2*g], ARGV[7+nb+g], KEYS[3], now, keep, total, tonumber(f[2] or '0'),
+  if #c.results > 0 then redis.call('HSET', KEYS[3+2*nb+2*g], unpack(c.results)) end
+  groupEndedAfter(gk, KEYS[3+2*nb+2*g], ARGV[7+nb+g], KEYS[3], now, keep, total, tonumber(f[2] or '0'),
     done + tonumber(f[4] or '0') + tonumber(f[5] or '0'))
 end
 redis.call('HINCRBY', KEYS[2], 'done', acked)
@@ -199,13 +225,15 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 	}
 	k := p.layout.Keys(q)
 	batches, groups := indexer{}, indexer{}
-	// Plain jobs go in sets per batch and group; the others are extras.
-	type set struct {
-		batch, group int
-		jobs         []int // indexes into done
+	// Plain jobs go in one mask per batch, tagged by their group; the
+	// others are extras.
+	type mask struct {
+		batch      int
+		first, end int   // the places it covers, [first, end)
+		jobs       []int // indexes into done
 	}
-	var sets []*set
-	bySet := map[[2]string]*set{}
+	var masks []*mask
+	byBatch := map[string]*mask{}
 	var extras []int
 	seen := make(map[[2]string]bool, len(done))
 	for i := range done {
@@ -216,44 +244,54 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 			seen[id] = true
 		}
 		b := batches.add(d.Job.Batch)
-		g := 0
 		if d.Job.Group != "" {
-			g = groups.add(d.Job.Group)
+			groups.add(d.Job.Group)
 		}
 		if len(d.Result) > 0 || d.needsRecord() {
 			extras = append(extras, i)
 			continue
 		}
-		key := [2]string{d.Job.Batch, d.Job.Group}
-		st := bySet[key]
-		if st == nil {
-			st = &set{batch: b, group: g}
-			bySet[key] = st
-			sets = append(sets, st)
+		m := byBatch[d.Job.Batch]
+		if m == nil {
+			m = &mask{batch: b, first: d.Job.Index, end: d.Job.Index + 1}
+			byBatch[d.Job.Batch] = m
+			masks = append(masks, m)
 		}
-		st.jobs = append(st.jobs, i)
+		m.first, m.end = min(m.first, d.Job.Index), max(m.end, d.Job.Index+1)
+		m.jobs = append(m.jobs, i)
 	}
-	keys := make([]string, 0, 3+len(batches.names)+2*len(groups.names)+len(extras))
+	if len(groups.names) > maxMaskGroups {
+		// A mask's byte tags a job's group: split the call.
+		half := len(done) / 2
+		first, err := p.AckMany(ctx, q, done[:half], now, keep)
+		if err != nil {
+			return nil, err
+		}
+		rest, err := p.AckMany(ctx, q, done[half:], now, keep)
+		return append(first, rest...), err
+	}
+	keys := make([]string, 0, 3+2*len(batches.names)+2*len(groups.names)+len(extras))
 	keys = append(keys, k.Leases(), k.Stats(), k.Completed())
 	for _, b := range batches.names {
-		keys = append(keys, k.Lease(b))
+		keys = append(keys, k.Lease(b), k.Settled(b))
 	}
 	for _, g := range groups.names {
 		keys = append(keys, k.Group(g), k.Results(g))
 	}
-	args := make([]any, 0, 7+len(batches.names)+len(groups.names)+3*len(sets)+len(done)+7*len(extras))
-	args = append(args, now.UnixMilli(), max(int64(keep/time.Second), 1), len(batches.names), len(groups.names), len(sets), len(extras), q.Topic)
+	args := make([]any, 0, 7+len(batches.names)+len(groups.names)+3*len(masks)+8*len(extras))
+	args = append(args, now.UnixMilli(), max(int64(keep/time.Second), 1), len(batches.names), len(groups.names), len(masks), len(extras), q.Topic)
 	for _, b := range batches.names {
 		args = append(args, b)
 	}
 	for _, g := range groups.names {
 		args = append(args, g)
 	}
-	for _, st := range sets {
-		args = append(args, st.batch, st.group, len(st.jobs))
-		for _, i := range st.jobs {
-			args = append(args, done[i].Job.ID)
+	for _, m := range masks {
+		tags := make([]byte, m.end-m.first)
+		for _, i := range m.jobs {
+			tags[done[i].Job.Index-m.first] = byte(1 + groups.index[done[i].Job.Group]) // index 0: no group
 		}
+		args = append(args, m.batch, m.first, string(tags))
 	}
 	records := 0
 	for _, i := range extras {
@@ -265,31 +303,44 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 			keys = append(keys, k.Job(d.Job.ID))
 		}
 		args = append(args, batches.index[d.Job.Batch], groups.index[d.Job.Group], rec, d.Job.ID, d.Result,
-			wholeSeconds(d.Retain), d.Job.Attempt)
+			wholeSeconds(d.Retain), d.Job.Attempt, d.Job.Index)
 	}
 	res, err := runScript(ctx, p.byPart[q.Part], ackScript, keys, args...)
 	if err != nil {
 		return nil, fmt.Errorf("ack on %s: %w", q, err)
 	}
 	flat, _ := res.([]any)
-	if len(flat) != len(sets)+len(extras) {
-		return nil, fmt.Errorf("ack on %s: %d answers for %d sets and %d jobs", q, len(flat), len(sets), len(extras))
+	if len(flat) != len(masks)+len(extras) {
+		return nil, fmt.Errorf("ack on %s: %d answers for %d batches and %d jobs", q, len(flat), len(masks), len(extras))
 	}
 	ok = make([]bool, len(done))
-	for s, st := range sets {
-		// All or none: a reaped batch is gone whole, and a retried call
-		// finds everything it acked gone. A part (which no caller
-		// produces) counts in Redis but reads as lost here.
-		n, _ := flat[s].(int64)
-		for _, i := range st.jobs {
-			ok[i] = int(n) == len(st.jobs)
+	for j, m := range masks {
+		switch v := flat[j].(type) {
+		case int64: // every job held
+			for _, i := range m.jobs {
+				ok[i] = int(v) == len(m.jobs)
+			}
+		case string: // the range before the call: 0 where held
+			for _, i := range m.jobs {
+				at := done[i].Job.Index - m.first
+				ok[i] = at >= len(v) || v[at] == 0
+			}
+			if v == "" { // the batch is gone
+				for _, i := range m.jobs {
+					ok[i] = false
+				}
+			}
 		}
 	}
 	for j, i := range extras {
-		ok[i] = flat[len(sets)+j] == int64(1)
+		ok[i] = flat[len(masks)+j] == int64(1)
 	}
 	return ok, nil
 }
+
+// maxMaskGroups is the most groups one ack call names: a mask's byte is
+// 1 + a group's index.
+const maxMaskGroups = 254
 
 // indexer numbers distinct names from 1, in the order first seen (the
 // scripts' KEYS and ARGV indexes).
@@ -323,19 +374,20 @@ func (x *indexer) add(name string) int {
 // KEYS[4] group:<g> (the stats hash for a job without a group, unused)
 // KEYS[5] delayed   KEYS[6] dead   KEYS[7] stats: retried or dead,
 // inflight, and the same stage of the funnel   KEYS[8] completed
-// KEYS[9] results:<g> (unused without a group)
+// KEYS[9] results:<g> (unused without a group)   KEYS[10] settled:<batch>
 // ARGV[1] id  ARGV[2] error  ARGV[3] next try, Unix ms (0: dead)
 // ARGV[4] now, Unix ms  ARGV[5] most dead jobs kept  ARGV[6] seconds to
 // keep the record (at least: see luaKeepRecord)   ARGV[7] 1 for a deferral   ARGV[8] the group's name
 // ("" none)   ARGV[9] the queue's topic   ARGV[10] the
-// batch's name
+// batch's name   ARGV[11] the job's place in the batch
 // Returns 1 retrying (or deferred), 2 dead, 0 when the job was no longer
-// in its batch.
-var failScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaKeepRecord + `
-local e = redis.call('HGET', KEYS[2], ARGV[1])
+// held in its batch.
+var failScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaKeepRecord + luaSettle + `
+local _, held = settle(KEYS[2], KEYS[10], tonumber(ARGV[11]), '\1')
+if held == 0 then return 0 end
+local e = redis.call('LINDEX', KEYS[2], ARGV[11])
+batchEnd(KEYS[1], KEYS[2], KEYS[10], ARGV[10])
 if not e then return 0 end
-redis.call('HDEL', KEYS[2], ARGV[1])
-if redis.call('EXISTS', KEYS[2]) == 0 then redis.call('ZREM', KEYS[1], ARGV[10]) end
 redis.call('HINCRBY', KEYS[7], 'inflight', -1)
 local group = ARGV[8] ~= ''
 if group then redis.call('HINCRBY', KEYS[4], 'running', -1) end
@@ -427,8 +479,10 @@ func (p *Pool) fail(ctx context.Context, q Queue, f Failure, next int64, now tim
 		group, results = k.Group(job.Group), k.Results(job.Group)
 	}
 	res, err := runScript(ctx, p.byPart[q.Part], failScript,
-		[]string{k.Leases(), k.Lease(job.Batch), k.Job(job.ID), group, k.Delayed(), k.Dead(), k.Stats(), k.Completed(), results},
-		job.ID, f.Cause, next, now.UnixMilli(), dead.Max, max(int64(dead.Keep/time.Second), 1), flag, job.Group, q.Topic, job.Batch)
+		[]string{k.Leases(), k.Lease(job.Batch), k.Job(job.ID), group, k.Delayed(), k.Dead(), k.Stats(), k.Completed(), results,
+			k.Settled(job.Batch)},
+		job.ID, f.Cause, next, now.UnixMilli(), dead.Max, max(int64(dead.Keep/time.Second), 1), flag, job.Group, q.Topic, job.Batch,
+		job.Index)
 	if err != nil {
 		return FailLost, fmt.Errorf("fail %s: %w", job.ID, err)
 	}
@@ -477,54 +531,85 @@ end
 `
 
 // returnScript takes jobs of one claimed batch back to their lanes: all
-// of an expired batch (the reaper: each attempt counted, since it may have
-// run), or the given ones (a release: a stopping worker hands back jobs it
-// did not run to the end, attempts not counted). Entries whose lane the
-// caller did not name stay in the batch for a later call.
+// those still held in an expired batch (the reaper: each attempt counted,
+// since it may have run), or the given ones (a release: a stopping worker
+// hands back jobs it did not run to the end, attempts not counted).
+// Entries whose lane the caller did not name stay in the batch for a later
+// call.
 //
 // KEYS[1] leases   KEYS[2] lanes   KEYS[3] vt   KEYS[4] stats: ready,
 // inflight, the funnel's cancelled fields   KEYS[5] wake   KEYS[6] completed
-// KEYS[7] shared   KEYS[8] lease:<batch>
-// KEYS[8+3l-2..8+3l]  lane l's keys (appendLaneKeys), l = 1..m
+// KEYS[7] shared   KEYS[8] lease:<batch>   KEYS[9] settled:<batch>
+// KEYS[9+3l-2..9+3l]  lane l's keys (appendLaneKeys), l = 1..m
 // ARGV[1] now, Unix ms   ARGV[2] m   ARGV[3] "reap" or "release"
 // ARGV[4] seconds to keep an ended group   ARGV[5] the batch's name
 // ARGV[6] the queue's topic
 // ARGV[6+3l-2..6+3l]  lane l's fields (appendLaneArgs)
-// ARGV[7+3m..]        the ids to release (release only)
+// ARGV[7+3m..]        the places in the batch of the jobs to release
+// (release only)
 // Returns how many jobs went back to their lanes.
-var returnScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaPutBack + `
+var returnScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaPutBack + luaSettle + `
 local now, m, mode, keep, batch = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
-local _, byName = readLanes(m, 8, 6, ARGV[6])
-local entries = {}
+local _, byName = readLanes(m, 9, 6, ARGV[6])
+-- The jobs to take back: place -> entry, in the batch's order.
+local places, entries = {}, {}
 if mode == 'reap' then
   local due = redis.call('ZSCORE', KEYS[1], batch)
   if not due or tonumber(due) > now then return 0 end
-  entries = redis.call('HVALS', KEYS[8])
+  local all = redis.call('LRANGE', KEYS[8], 0, -1)
+  local settled = redis.call('GET', KEYS[9]) or ''
+  for i, e in ipairs(all) do
+    if (string.byte(settled, i) or 0) == 0 then places[#places+1], entries[#entries+1] = i - 1, e end
+  end
 else
-  local ids = {}
-  for i = 7 + 3*m, #ARGV do ids[#ids+1] = ARGV[i] end
-  if #ids == 0 then return 0 end
-  for _, e in ipairs(redis.call('HMGET', KEYS[8], unpack(ids))) do
-    if e then entries[#entries+1] = e end
+  local seen = {}
+  for i = 7 + 3*m, #ARGV do
+    local p = tonumber(ARGV[i])
+    local e = not seen[p] and redis.call('LINDEX', KEYS[8], p)
+    seen[p] = true
+    if e then places[#places+1], entries[#entries+1] = p, e end
+  end
+end
+-- Only the jobs whose lane was named go back: they are settled here.
+local back, backPlaces = {}, {}
+for i, e in ipairs(entries) do
+  local _, id, lane = entryHead(e)
+  if id and byName[lane] then
+    back[#back+1] = e
+    backPlaces[#backPlaces+1] = places[i]
+  end
+end
+-- Settled in one mask over the places going back; a place settled since
+-- it was read (a release racing an ack) stays where it is.
+local held = {}
+if #backPlaces > 0 then
+  local first, last = backPlaces[1], backPlaces[1]
+  for _, p in ipairs(backPlaces) do first, last = math.min(first, p), math.max(last, p) end
+  local mask = {}
+  for p = first, last do mask[p-first+1] = '\0' end
+  for _, p in ipairs(backPlaces) do mask[p-first+1] = '\1' end
+  local _, total, was = settle(KEYS[8], KEYS[9], first, table.concat(mask))
+  for i, p in ipairs(backPlaces) do
+    held[i] = total > 0 and (was == nil or (string.byte(was, p - first + 1) or 0) == 0)
   end
 end
 local acc = {moved = 0, state = {}, ended = {}, funnel = {}, cache = {}}
-local taken = {}
+local taken = 0
 -- Last entry first: pushing each to the front keeps their order.
-for i = #entries, 1, -1 do
-  local e = entries[i]
-  local n, id, lane = entryHead(e)
-  local l = id and byName[lane]
-  if l then
-    taken[#taken+1] = id
+for i = #back, 1, -1 do
+  if held[i] then
+    local e = back[i]
+    local n, id, lane = entryHead(e)
+    taken = taken + 1
     if mode == 'reap' then e = withAttempts(e, n + 1) end
-    putBack(l, e, id, 'running', KEYS[2], KEYS[3], KEYS[7], acc)
+    putBack(byName[lane], e, id, 'running', KEYS[2], KEYS[3], KEYS[7], acc)
   end
 end
-if #taken > 0 then
-  redis.call('HDEL', KEYS[8], unpack(taken))
-  redis.call('HINCRBY', KEYS[4], 'inflight', -#taken)
+if taken > 0 then
+  redis.call('HINCRBY', KEYS[4], 'inflight', -taken)
+  batchEnd(KEYS[1], KEYS[8], KEYS[9], batch)
 end
+-- A batch without its list (deleted by hand) leaves the leases.
 if redis.call('EXISTS', KEYS[8]) == 0 then redis.call('ZREM', KEYS[1], batch) end
 putBackDone(acc, KEYS[4], KEYS[5], KEYS[6], ARGV[1], keep)
 return acc.moved
@@ -596,9 +681,9 @@ func (p *Pool) Reap(ctx context.Context, q Queue, max int, now time.Time, dead D
 		return 0, err
 	}
 	pipe := c.Pipeline()
-	leased := make([]*redis.MapStringStringCmd, len(batches))
+	leased := make([]*redis.StringSliceCmd, len(batches))
 	for i, b := range batches {
-		leased[i] = pipe.HGetAll(ctx, k.Lease(b))
+		leased[i] = pipe.LRange(ctx, k.Lease(b), 0, -1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, err
@@ -606,9 +691,15 @@ func (p *Pool) Reap(ctx context.Context, q Queue, max int, now time.Time, dead D
 	total := 0
 	for i, b := range batches {
 		entries := make([]string, 0, len(leased[i].Val()))
-		for id, e := range leased[i].Val() {
+		for place, e := range leased[i].Val() {
 			if reason := unreadable(e); reason != "" {
-				f := Failure{Job: Claimed{ID: id, Batch: b}, Cause: "the reaper could not read this job's entry (" + reason + "): " + truncate(e, 200)}
+				// Its id may be what cannot be read: its record is named
+				// after its place.
+				id := "unreadable-" + b + "-" + strconv.Itoa(place)
+				if pe, err := ParseEntry(e); err == nil {
+					id = pe.ID
+				}
+				f := Failure{Job: Claimed{ID: id, Batch: b, Index: place}, Cause: "the reaper could not read this job's entry (" + reason + "): " + truncate(e, 200)}
 				if _, err := p.fail(ctx, q, f, 0, now, dead, false); err != nil {
 					return total, err
 				}
@@ -661,9 +752,9 @@ func (p *Pool) Release(ctx context.Context, q Queue, jobs []Claimed) (int, error
 	for _, b := range order {
 		seen := map[string]bool{}
 		var lanes []LaneInfo
-		var ids []string
+		var places []int
 		for _, j := range byBatch[b] {
-			ids = append(ids, j.ID)
+			places = append(places, j.Index)
 			if seen[j.Lane] {
 				continue
 			}
@@ -672,7 +763,7 @@ func (p *Pool) Release(ctx context.Context, q Queue, jobs []Claimed) (int, error
 				lanes = append(lanes, l)
 			}
 		}
-		n, err := p.returnBatch(ctx, q, b, "release", lanes, ids, time.Now())
+		n, err := p.returnBatch(ctx, q, b, "release", lanes, places, time.Now())
 		if err != nil {
 			return total, err
 		}
@@ -681,16 +772,16 @@ func (p *Pool) Release(ctx context.Context, q Queue, jobs []Claimed) (int, error
 	return total, nil
 }
 
-func (p *Pool) returnBatch(ctx context.Context, q Queue, batch, mode string, lanes []LaneInfo, ids []string, now time.Time) (int, error) {
+func (p *Pool) returnBatch(ctx context.Context, q Queue, batch, mode string, lanes []LaneInfo, places []int, now time.Time) (int, error) {
 	k := p.layout.Keys(q)
-	ks := make([]string, 0, 8+3*len(lanes))
-	ks = append(ks, k.Leases(), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Completed(), k.Shared(), k.Lease(batch))
-	args := make([]any, 0, 6+3*len(lanes)+len(ids))
+	ks := make([]string, 0, 9+3*len(lanes))
+	ks = append(ks, k.Leases(), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Completed(), k.Shared(), k.Lease(batch), k.Settled(batch))
+	args := make([]any, 0, 6+3*len(lanes)+len(places))
 	args = append(args, now.UnixMilli(), len(lanes), mode, int64(endedKeep/time.Second), batch, q.Topic)
 	ks = k.appendLaneKeys(ks, lanes...)
 	args = appendLaneArgs(args, lanes...)
-	for _, id := range ids {
-		args = append(args, id)
+	for _, place := range places {
+		args = append(args, place)
 	}
 	res, err := runScript(ctx, p.byPart[q.Part], returnScript, ks, args...)
 	if err != nil {

@@ -171,7 +171,7 @@ func TestAckCountsOnceAndKeepsTheResultOnlyWhenAsked(t *testing.T) {
 	if st["done"] != "2" || st["inflight"] != "0" || st["ready"] != "0" {
 		t.Fatalf("stats after acks: %v", st)
 	}
-	if n := rdb.Exists(ctx, k.Lease(jobs[0].Batch), k.Leases()).Val(); n != 0 {
+	if n := rdb.Exists(ctx, k.Lease(jobs[0].Batch), k.Settled(jobs[0].Batch), k.Leases()).Val(); n != 0 {
 		t.Fatal("a settled batch left its lease behind")
 	}
 }
@@ -249,7 +249,8 @@ func TestOneLeasePerBatchReapReturnsOnlyTheUnacked(t *testing.T) {
 	if n := rdb.ZCard(ctx, k.Leases()).Val(); n != 1 {
 		t.Fatalf("%d leases for one claim", n)
 	}
-	if n := rdb.HLen(ctx, k.Lease(batch)).Val(); n != 8 {
+	held := func() int64 { return rdb.LLen(ctx, k.Lease(batch)).Val() - rdb.BitCount(ctx, k.Settled(batch), nil).Val() }
+	if n := held(); n != 8 {
 		t.Fatalf("the batch's lease holds %d jobs", n)
 	}
 	byID := map[string]Claimed{}
@@ -257,7 +258,7 @@ func TestOneLeasePerBatchReapReturnsOnlyTheUnacked(t *testing.T) {
 		byID[j.ID] = j
 	}
 	ack(t, p, 0, byID["g-1"], byID["s0"], byID["g-4"])
-	if n := rdb.HLen(ctx, k.Lease(batch)).Val(); n != 5 {
+	if n := held(); n != 5 {
 		t.Fatalf("the lease holds %d after 3 acks", n)
 	}
 	// Extend tells a live batch from one that is gone.
@@ -270,7 +271,7 @@ func TestOneLeasePerBatchReapReturnsOnlyTheUnacked(t *testing.T) {
 	if n, err := p.Reap(ctx, jq(0), 100, now.Add(2*time.Second), DeadLimits{Max: 100, Keep: time.Hour}); n != 5 || err != nil {
 		t.Fatalf("reap: %d %v, want the 5 unacked", n, err)
 	}
-	if n := rdb.Exists(ctx, k.Leases(), k.Lease(batch)).Val(); n != 0 {
+	if n := rdb.Exists(ctx, k.Leases(), k.Lease(batch), k.Settled(batch)).Val(); n != 0 {
 		t.Fatal("the reaped batch is still leased")
 	}
 	st := rdb.HGetAll(ctx, k.Stats()).Val()
@@ -293,7 +294,7 @@ func TestOneLeasePerBatchReapReturnsOnlyTheUnacked(t *testing.T) {
 	if kept, _ := p.Extend(ctx, jq(0), []string{batch}, now.Add(time.Minute)); len(kept) != 1 || kept[0] {
 		t.Fatal("extended a reaped batch")
 	}
-	if n := rdb.Exists(ctx, k.Leases(), k.Job("g-2")).Val(); n != 0 {
+	if n := rdb.Exists(ctx, k.Leases(), k.Lease(batch), k.Settled(batch), k.Job("g-2")).Val(); n != 0 {
 		t.Fatal("a late call left a lease or a record behind")
 	}
 	// Back at the front of their lanes, each attempt counted.
@@ -521,7 +522,7 @@ func TestReleaseUncountsAndWakeSignals(t *testing.T) {
 	if n, _ := r.Client().LLen(ctx, k.Wake()).Result(); n != 1 {
 		t.Fatal("a release did not wake a consumer")
 	}
-	if n := r.Client().Exists(ctx, k.Leases(), k.Lease(jobs[0].Batch)).Val(); n != 0 {
+	if n := r.Client().Exists(ctx, k.Leases(), k.Lease(jobs[0].Batch), k.Settled(jobs[0].Batch)).Val(); n != 0 {
 		t.Fatal("a batch released whole is still leased")
 	}
 	again, _ := p.Claim(ctx, jq(0), 2, now.Add(time.Hour))
@@ -643,18 +644,24 @@ func TestReapBuriesAnEntryItCannotRead(t *testing.T) {
 		t.Fatalf("claim: %v %v", jobs, err)
 	}
 	batch := jobs[0].Batch
-	rdb.HSet(ctx, k.Lease(batch), "bad", "not an entry at all")
+	bad := jobs[0]
+	if bad.ID != "bad" {
+		bad = jobs[1]
+	}
+	rdb.LSet(ctx, k.Lease(batch), int64(bad.Index), "not an entry at all")
 	limits := DeadLimits{Max: 100, Keep: time.Hour}
 	if n, err := p.Reap(ctx, jq(0), 100, now.Add(2*time.Second), limits); n != 1 || err != nil {
 		t.Fatalf("reap: %d %v, want the readable job back", n, err)
 	}
-	if n := rdb.Exists(ctx, k.Leases(), k.Lease(batch)).Val(); n != 0 {
+	if n := rdb.Exists(ctx, k.Leases(), k.Lease(batch), k.Settled(batch)).Val(); n != 0 {
 		t.Fatal("the batch is still leased: the next reap would find it again")
 	}
-	if ids := rdb.ZRange(ctx, k.Dead(), 0, -1).Val(); len(ids) != 1 || ids[0] != "bad" {
-		t.Fatalf("dead set %v", ids)
+	// Its id cannot be read: its record is named after its place.
+	deadID := "unreadable-" + batch + "-" + strconv.Itoa(bad.Index)
+	if ids := rdb.ZRange(ctx, k.Dead(), 0, -1).Val(); len(ids) != 1 || ids[0] != deadID {
+		t.Fatalf("dead set %v, want %s", ids, deadID)
 	}
-	rec := rdb.HGetAll(ctx, k.Job("bad")).Val()
+	rec := rdb.HGetAll(ctx, k.Job(deadID)).Val()
 	if rec["state"] != "dead" || !strings.Contains(rec["last_error"], "could not read") || rec["env"] != "not an entry at all" {
 		t.Fatalf("record %v", rec)
 	}
