@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/sluicehq/sluice/internal/admin"
+	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
@@ -110,18 +111,13 @@ func ParseDeadCursor(s string) (DeadCursor, error) {
 	return DeadCursor{MS: ms, Topic: topic, ID: id}, nil
 }
 
-// deadEnvelope is what an entry shows of a dead job's envelope.
-type deadEnvelope struct {
-	ID    string `json:"id"`
-	Topic string `json:"topic"`
-	Type  string `json:"type"`
-	Group string `json:"group"`
-}
-
-// decodeDead reads a dead job's record: its entry (queue.ParseEntry)
-// holds the envelope.
-func decodeDead(entry string) deadEnvelope {
-	var e deadEnvelope
+// decodeDead reads the envelope (internal/job) of a dead job's record: its
+// entry (queue.ParseEntry) holds it. Leniently: a list must show what it
+// can of a record that an older or newer envelope wrote, so a field that
+// does not parse shows empty, where the workers' strict decoder
+// (job.Decode) would refuse the whole envelope.
+func decodeDead(entry string) job.Job {
+	var e job.Job
 	if pe, err := queue.ParseEntry(entry); err == nil {
 		entry = pe.Envelope
 	}

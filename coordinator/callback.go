@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/retry"
 )
 
@@ -64,8 +65,8 @@ func (c *Coordinator) post(ctx context.Context, url, group string, attempt int, 
 	// The group is the receiver's idempotency key: delivery is at least
 	// once (a coordinator that dies after the POST, before recording it,
 	// leaves it to the next one to send again).
-	req.Header.Set("Sluice-Group", group)
-	req.Header.Set("Sluice-Attempt", strconv.Itoa(attempt))
+	req.Header.Set(job.HeaderGroup, group)
+	req.Header.Set(job.HeaderAttempt, strconv.Itoa(attempt))
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, err

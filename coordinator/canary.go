@@ -256,9 +256,7 @@ func (cm *CanaryMonitor) partitions(ctx context.Context, topic string) (int32, e
 	if err != nil {
 		return 0, err
 	}
-	var info struct {
-		Partitions int32 `json:"partitions"`
-	}
+	var info canary.TopicInfo
 	if err := json.Unmarshal(body, &info); err != nil || info.Partitions < 1 {
 		return 0, fmt.Errorf("the gate's answer %q has no partition count", body)
 	}

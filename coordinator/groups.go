@@ -9,22 +9,25 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/groups"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/retry"
 )
 
-// Callback states, in the group hash's callback_state (GET /v1/groups/{id}).
+// Callback states, in the group hash's callback_state (GET
+// /v1/topics/{topic}/groups/{id}): internal/groups defines them, with the
+// group's status both APIs answer.
 const (
 	// CallbackPending: an attempt failed and the next one waits for its
 	// time (callback_next_ms), or the coordinator stopped mid-delivery.
-	CallbackPending = "pending"
+	CallbackPending = groups.CallbackPending
 	// CallbackDelivering: an attempt is in flight.
-	CallbackDelivering = "delivering"
+	CallbackDelivering = groups.CallbackDelivering
 	// CallbackDelivered: the receiver answered 2xx.
-	CallbackDelivered = "delivered"
+	CallbackDelivered = groups.CallbackDelivered
 	// CallbackFailed: given up; callback_error holds the last error.
-	CallbackFailed = "failed"
+	CallbackFailed = groups.CallbackFailed
 )
 
 // redisRetryMax bounds the wait between retries of a failed Redis call.

@@ -101,12 +101,6 @@ func decodeErrorBody(err error) errorBody {
 	return body
 }
 
-// internalTopic reports topics clients never write directly: the relay's
-// retry and dead-letter topics and Kafka's own.
-func internalTopic(t string) bool {
-	return strings.HasSuffix(t, ".dlq") || strings.HasSuffix(t, ".retry") || strings.HasPrefix(t, "__")
-}
-
 // reserved says why a job may not be sent by this caller: group names and
 // types starting with "sluice." belong to sluice's heartbeat canaries, which
 // the worker completes itself and the funnel counts apart. name is the
@@ -148,7 +142,7 @@ func (g *Gate) admit(x *exchange, topic string) (acks kafka.Acks, partition int3
 		return
 	}
 	x.mayCanary = sc.canary || !g.auth.Enabled()
-	if internalTopic(topic) {
+	if kafka.InternalTopic(topic) {
 		x.fail(http.StatusForbidden, "topic %q is internal (retry, dead-letter or Kafka's own) and takes no jobs from clients", topic)
 		return
 	}
@@ -205,15 +199,12 @@ func (g *Gate) serveTopic(x *exchange) {
 	}
 	partitions, err := g.catalog.Partitions(x.r.Context(), topic)
 	switch {
-	case internalTopic(topic) || (len(g.allowed) > 0 && !g.allowed[topic]) || errors.Is(err, kafka.ErrUnknownTopic):
+	case kafka.InternalTopic(topic) || (len(g.allowed) > 0 && !g.allowed[topic]) || errors.Is(err, kafka.ErrUnknownTopic):
 		x.fail(http.StatusNotFound, "topic %q is not served by this gate", topic)
 	case err != nil:
 		g.unavailable(x, err)
 	default:
-		x.json(http.StatusOK, struct {
-			Topic      string `json:"topic"`
-			Partitions int32  `json:"partitions"`
-		}{topic, partitions})
+		x.json(http.StatusOK, canary.TopicInfo{Topic: topic, Partitions: partitions})
 	}
 }
 

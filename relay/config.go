@@ -90,7 +90,7 @@ func DefaultConfig() Config {
 		Location:      queue.DefaultLocation(),
 		Topics:        []string{"jobs"},
 		Kafka:         kafka.Config{Brokers: cli.ListFlag{"127.0.0.1:9092"}, ClientID: "sluice-relay", Version: "3.6.0", Compression: "none"},
-		ConsumerGroup: "sluice-relay",
+		ConsumerGroup: kafka.RelayConsumerGroup,
 		ConsulAddr:    "127.0.0.1:8500",
 		LockTTL:       10 * time.Second,
 		LockDelay:     5 * time.Second,

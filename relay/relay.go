@@ -91,7 +91,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Relay, error) {
 		return fail(err)
 	}
 	for _, t := range cfg.Topics {
-		for _, need := range []string{t, t + ".dlq"} {
+		for _, need := range []string{t, kafka.DLQTopic(t)} {
 			if _, err := r.producer.Client().Partitions(need); err != nil {
 				return fail(fmt.Errorf("topic %s: %v (the relay needs each topic and its .dlq; create them)", need, err))
 			}

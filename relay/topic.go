@@ -56,7 +56,7 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 	if err != nil {
 		return fmt.Errorf("partitions of %s: %w", topic, err)
 	}
-	group := r.cfg.ConsumerGroup + "." + topic
+	group := kafka.RelayGroup(r.cfg.ConsumerGroup, topic)
 	committed, err := kafka.GroupOffsets(client, group, topic, parts)
 	if err != nil {
 		return err
@@ -374,7 +374,7 @@ func (t *topicRun) relayBatch(ctx context.Context, batch []*sarama.ConsumerMessa
 		}
 		r.m.jobs.WithLabelValues(topic, "dead_lettered").Add(float64(len(poison)))
 		r.countStage(ctx, topic, queue.StageDeadLettered, len(poison), log)
-		log.Warn("poison messages sent to the DLQ", "count", len(poison), "dlq", topic+".dlq", "first_reason", string(poison[0].Headers[0].Value))
+		log.Warn("poison messages sent to the DLQ", "count", len(poison), "dlq", kafka.DLQTopic(topic), "first_reason", string(poison[0].Headers[0].Value))
 	}
 	if len(items) == 0 {
 		return r.cancelGroups(ctx, topic, cancels, log)
@@ -588,7 +588,7 @@ func deadLetter(topic string, m *sarama.ConsumerMessage, reason string) kafka.Me
 			headers = append(headers, *h)
 		}
 	}
-	return kafka.Message{Topic: topic + ".dlq", Key: m.Key, Value: m.Value, Partition: -1, Headers: headers}
+	return kafka.Message{Topic: kafka.DLQTopic(topic), Key: m.Key, Value: m.Value, Partition: -1, Headers: headers}
 }
 
 // requeue is the record that puts a job Redis refused back on its topic, or

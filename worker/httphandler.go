@@ -15,6 +15,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/sluicehq/sluice/internal/job"
 )
 
 // Limits of the built-in http handler.
@@ -40,11 +42,13 @@ const (
 
 // Headers the http handler sets on every request, so receivers can dedupe
 // (an attempt can be delivered more than once: at-least-once execution).
+// The coordinator's group callbacks carry HeaderGroup and HeaderAttempt
+// too: one definition, in internal/job.
 const (
-	HeaderJobID   = "Sluice-Job-Id"
-	HeaderJobType = "Sluice-Job-Type"
-	HeaderAttempt = "Sluice-Attempt"
-	HeaderGroup   = "Sluice-Group"
+	HeaderJobID   = job.HeaderJobID
+	HeaderJobType = job.HeaderJobType
+	HeaderAttempt = job.HeaderAttempt
+	HeaderGroup   = job.HeaderGroup
 )
 
 // HTTPHandler POSTs a job's payload to URL.

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicehq/sluice/gate"
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/stack"
@@ -196,20 +197,20 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 		return fmt.Errorf("--kafka-addr %q: port: %w", cfg.KafkaAddr, err)
 	}
 	if _, err := run("kafka", func() (chan error, func(context.Context) error, error) {
-		kafka, err := stack.StartKafka(startCtx, stack.KafkaConfig{
+		broker, err := stack.StartKafka(startCtx, stack.KafkaConfig{
 			Ports:   []int{port},
 			DataDir: filepath.Join(dir, "kafka"),
 			Topics: map[string]int32{
-				cfg.Topic:            int32(cfg.Partitions),
-				cfg.Topic + ".retry": int32(cfg.Partitions),
-				cfg.Topic + ".dlq":   1,
+				cfg.Topic:                   int32(cfg.Partitions),
+				kafka.RetryTopic(cfg.Topic): int32(cfg.Partitions),
+				kafka.DLQTopic(cfg.Topic):   1,
 			},
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("kafka: %w", err)
 		}
 		log.Info("kafka up", "addr", cfg.KafkaAddr, "data", filepath.Join(dir, "kafka"))
-		return nil, func(context.Context) error { kafka.Close(); return nil }, nil
+		return nil, func(context.Context) error { broker.Close(); return nil }, nil
 	}); err != nil {
 		return err
 	}

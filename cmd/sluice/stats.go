@@ -44,7 +44,7 @@ func (f *statsFlags) register(fs *flag.FlagSet) {
 	f.redis = queue.DefaultLocation()
 	f.redis.RegisterFlags(fs)
 	f.kafka.Register(fs, "sluice-stats")
-	fs.StringVar(&f.consumerGroup, "consumer-group", "sluice-relay", "the relays' --consumer-group (the lag of <group>.<topic> is read); needs --kafka-brokers")
+	fs.StringVar(&f.consumerGroup, "consumer-group", kafka.RelayConsumerGroup, "the relays' --consumer-group (the lag of <group>.<topic> is read); needs --kafka-brokers")
 	fs.Var(&f.gateMetrics, "gate-metrics", "the gates' /metrics URLs, comma-separated: every gate, for the accepted and produced counts")
 	fs.StringVar(&f.output, "o", "text", "output: text (or table) or json")
 	cli.DurationVar(fs, &f.timeout, "timeout", 10*time.Second, "time limit of the whole read")

@@ -264,3 +264,11 @@ func get[K comparable](m map[K]*tally, k K) *tally {
 	}
 	return t
 }
+
+// TopicInfo is the gate's answer to GET /v1/topics/{topic}: the topic's
+// Kafka partition count, from which the monitor plans the topic's routes
+// (Plan). The gate encodes it, the monitor decodes it.
+type TopicInfo struct {
+	Topic      string `json:"topic"`
+	Partitions int32  `json:"partitions"`
+}

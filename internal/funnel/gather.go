@@ -97,7 +97,7 @@ func lag(src Sources, topics map[string]bool) (map[string]int64, string) {
 	defer client.Close()
 	out := map[string]int64{}
 	for t := range topics {
-		total, _, err := kafka.Lag(client, src.ConsumerGroup+"."+t, t)
+		total, _, err := kafka.Lag(client, kafka.RelayGroup(src.ConsumerGroup, t), t)
 		if err != nil {
 			return out, fmt.Sprintf("Kafka lag of %s: %v", t, err)
 		}

@@ -38,10 +38,22 @@ const (
 	StateCompleted  = "completed"
 )
 
-// CallbackPending is a callback's state until the coordinator's watcher
-// records another (the watcher writes the same word after a failed
-// attempt that will be retried).
-const CallbackPending = "pending"
+// States of a group's callback (Status.CallbackState), as the
+// coordinator's watcher records them in the group's hash (callback_state)
+// and both APIs show them.
+const (
+	// CallbackPending: no attempt yet (the state a group with a callback
+	// URL shows until the watcher records another), or an attempt failed
+	// and the next one waits for its time (callback_next_ms), or the
+	// coordinator stopped mid-delivery.
+	CallbackPending = "pending"
+	// CallbackDelivering: an attempt is in flight.
+	CallbackDelivering = "delivering"
+	// CallbackDelivered: the receiver answered 2xx.
+	CallbackDelivered = "delivered"
+	// CallbackFailed: given up; callback_error holds the last error.
+	CallbackFailed = "failed"
+)
 
 // Status is a group's status: GET /v1/topics/{topic}/groups/{id} at the
 // gate, GET /api/v1/groups/{group} and each of GET /api/v1/groups' bulk
