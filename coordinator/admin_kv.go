@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/limits"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/scaling"
 )
 
 // The Consul-backed endpoints of docs/admin.md: relay rates, execution
@@ -281,7 +282,7 @@ func (a *adminAPI) live(load queue.PartitionLoad) (workers, consumers int) {
 // readPins reads the pins from Consul (not the watch's copy: a write
 // just made shows at once).
 func (a *adminAPI) readPins(r *http.Request) (map[int]admin.Pin, error) {
-	prefix, err := pinsPrefix(a.c.cfg.Stage)
+	prefix, err := scaling.PinsPrefix(a.c.cfg.Stage)
 	if err != nil {
 		return nil, badRequest(err.Error(), "")
 	}
@@ -295,7 +296,7 @@ func (a *adminAPI) readPins(r *http.Request) (map[int]admin.Pin, error) {
 			values[name] = p.Value
 		}
 	}
-	pins, _ := parsePins(values, a.c.cfg.Partitions)
+	pins, _ := scaling.ParsePins(values, a.c.cfg.Partitions)
 	return pins, nil
 }
 
@@ -340,7 +341,7 @@ func (a *adminAPI) scaleSet(r *http.Request, role admin.Role) (any, error) {
 	if err := decodeBody(r, &body); err != nil {
 		return nil, err
 	}
-	prefix, _ := pinsPrefix(a.c.cfg.Stage)
+	prefix, _ := scaling.PinsPrefix(a.c.cfg.Stage)
 	key := prefix + strconv.Itoa(part)
 	wo := (&consulapi.WriteOptions{}).WithContext(r.Context())
 	switch {
@@ -355,7 +356,7 @@ func (a *adminAPI) scaleSet(r *http.Request, role admin.Role) (any, error) {
 	default:
 		pin := admin.Pin{Workers: body.Workers, At: a.c.cfg.Now().UTC(), By: "admin API (" + role.String() + " token)"}
 		v, _ := json.Marshal(pin)
-		if _, err := ParsePin(v); err != nil {
+		if _, err := scaling.ParsePin(v); err != nil {
 			return nil, badRequest(err.Error(), "")
 		}
 		if _, err := a.kv().Put(&consulapi.KVPair{Key: key, Value: v}, wo); err != nil {

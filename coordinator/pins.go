@@ -1,82 +1,40 @@
 package coordinator
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/scaling"
 )
 
-// Scale pins (docs/admin.md#scaling): `sluice scale set <partition> <n>`
-// writes {"workers":n,"at":...,"by":...} to Consul at
+// Scale pins (docs/admin.md#scaling, internal/scaling): an operator's
+// fixed worker count for a partition, in Consul at
 // sluice/<stage>/scaling/pins/<partition>. Every coordinator follows the
 // prefix, so a new holder honours the pins in force; the holder's scaler
 // commands a pinned partition to the pin instead of deciding, until the
-// key goes (`scale set <partition> auto`). Consul, not the holder's
-// memory: a pin must survive the failover that an on-call may be causing.
+// key goes.
 
 // pinReason starts the reason of every command a pin causes.
 const pinReason = "pinned by operator"
 
-// pinsPrefix is the Consul prefix of the stage's pins.
-func pinsPrefix(stage string) (string, error) {
-	k, err := consul.Key(stage, "scaling", "pins")
-	return k + "/", err
-}
-
 // ParsePin reads a pin's value: {"workers": n, "at": ..., "by": ...}, n
-// in 1..MaxWorkers. Unknown fields are refused: a typo must not pin a
-// partition to 0 workers.
-func ParsePin(value []byte) (admin.Pin, error) {
-	var p admin.Pin
-	dec := json.NewDecoder(bytes.NewReader(value))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return admin.Pin{}, fmt.Errorf("scale pin %q: %v", value, err)
-	}
-	if dec.More() {
-		return admin.Pin{}, fmt.Errorf("scale pin %q: more than one JSON value", value)
-	}
-	if p.Workers < 1 || p.Workers > queue.MaxWorkers {
-		return admin.Pin{}, fmt.Errorf("scale pin %q: workers %d: want 1..%d", value, p.Workers, queue.MaxWorkers)
-	}
-	return p, nil
-}
-
-// parsePins reads the prefix's keys: partition number -> pin. Keys that
-// are not a partition of the layout, or values that do not parse, are
-// skipped with an error each.
-func parsePins(values map[string][]byte, partitions int) (map[int]admin.Pin, []error) {
-	out := map[int]admin.Pin{}
-	var errs []error
-	for name, v := range values {
-		part, err := strconv.Atoi(name)
-		if err != nil || part < 0 || part >= partitions {
-			errs = append(errs, fmt.Errorf("scale pin key %q: not a partition 0..%d", name, partitions-1))
-			continue
-		}
-		p, err := ParsePin(v)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		out[part] = p
-	}
-	return out, errs
-}
+// in 1..MaxWorkers.
+//
+// Deprecated: the console (the admin API) and the coordinator share
+// internal/scaling.ParsePin; this forwards to it.
+func ParsePin(value []byte) (admin.Pin, error) { return scaling.ParsePin(value) }
 
 // watchPins follows the pins until ctx ends; on Consul errors (and for a
 // value that does not parse) the last known pins stay in force.
 func (c *Coordinator) watchPins(ctx context.Context) {
-	prefix, _ := pinsPrefix(c.cfg.Stage)
+	prefix, _ := scaling.PinsPrefix(c.cfg.Stage)
 	log := c.log.With("prefix", prefix)
 	consul.WatchPrefix(ctx, c.consul, prefix, consul.WatchOptions{Log: log}, func(values map[string][]byte) {
-		pins, errs := parsePins(values, c.cfg.Partitions)
+		pins, errs := scaling.ParsePins(values, c.cfg.Partitions)
 		old := c.pins.Load()
 		for _, err := range errs {
 			log.Error("ignoring an invalid scale pin", "err", err)

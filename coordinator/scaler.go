@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/scaling"
 )
 
 // resendAfter is how many cycles in a row a live consumer may run another
@@ -298,7 +299,7 @@ func (c *Coordinator) Params() Params { return *c.params.Load() }
 // means the configured defaults; an invalid value, or Consul failing,
 // keeps the last known parameters.
 func (c *Coordinator) watchParams(ctx context.Context) {
-	key, _ := consul.Key(c.cfg.Stage, "scaling")
+	key, _ := scaling.Key(c.cfg.Stage)
 	log := c.log.With("key", key)
 	consul.Watch(ctx, c.consul, key, consul.WatchOptions{Log: log}, func(value []byte, exists bool) {
 		p := c.cfg.Scaling

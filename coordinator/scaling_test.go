@@ -411,26 +411,3 @@ func TestScalingWithoutConsumersDecidesNothing(t *testing.T) {
 		t.Fatalf("adopting 9 workers of 2 consumers: %+v %+v", s, d)
 	}
 }
-
-func TestParseParams(t *testing.T) {
-	def := testParams()
-	p, err := ParseParams([]byte(`{"threshold": 50, "cycles": 2, "base": 4, "maxFactor": 4, "halfLife": "90s"}`), def)
-	if err != nil || p.Threshold != 50 || p.Cycles != 2 || p.Base != 4 || p.Limit() != 16 || p.HalfLife != 90*time.Second {
-		t.Fatalf("full value: %+v %v", p, err)
-	}
-	p, err = ParseParams([]byte(`{"max": 40, "halfLife": 30}`), def)
-	if err != nil || p.Limit() != 40 || p.HalfLife != 30*time.Second || p.Threshold != def.Threshold || p.Base != def.Base {
-		t.Fatalf("partial value: %+v %v", p, err)
-	}
-	if p, err = ParseParams([]byte(`{"paused": true}`), def); err != nil || !p.Paused {
-		t.Fatalf("paused: %+v %v", p, err)
-	}
-	for _, bad := range []string{
-		`{"treshold": 5}`, `{"threshold": 0}`, `{"cycles": 0}`, `{"base": 0}`, `{"base": 4, "max": 3}`,
-		`{"halfLife": "soon"}`, `{"halfLife": "-1s"}`, `{"maxFactor": 20000}`, `not json`, `{"threshold": 5} {}`,
-	} {
-		if _, err := ParseParams([]byte(bad), def); err == nil {
-			t.Errorf("%s accepted", bad)
-		}
-	}
-}
