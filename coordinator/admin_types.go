@@ -4,7 +4,8 @@ import "github.com/sluicehq/sluice/internal/admin"
 
 // The admin API's wire types (docs/admin.md) live in internal/admin, a
 // group's status in internal/groups: a contract lives once, in internal/.
-// These names stay for the Go programs that used them from this package.
+// The API itself is package console's. These names stay for the Go
+// programs that used them from this package.
 
 // PartitionList is GET /api/v1/partitions (admin.PartitionList).
 //

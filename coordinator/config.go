@@ -5,10 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/cli"
-	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
@@ -17,11 +17,18 @@ import (
 // (RegisterFlags). The fields without a flag say so; they are for
 // programs that embed the coordinator, and tests.
 type Config struct {
-	// Listen is the address sluice coordinator serves /healthz, /readyz,
-	// /metrics, the admin API and the dashboard on (Serve); a program
+	// Listen is the address sluice coordinator serves /healthz, /readyz
+	// and /metrics on (Serve), and Handler: sluice coordinator's console,
+	// the admin API and the dashboard, unless --console=false. A program
 	// that embeds the coordinator listens itself, or calls Run, which
 	// serves no HTTP. Default ":8083".
 	Listen string
+	// Handler serves every path of Serve's listener but /healthz, /readyz
+	// and /metrics: sluice coordinator puts the console's there (package
+	// console: the admin API under /api/v1/ and the dashboard at /), so a
+	// deployment keeps one listener. No flag: set it in code (sluice's
+	// --console). Default nil: those paths answer 404.
+	Handler http.Handler
 	// Location is where the Redis partitions live (Stage, RedisAddr,
 	// Partitions, PartitionAddrs, as the relays' and the workers'); Stage
 	// also names the Consul keys (sluice/<stage>/). Default: stage "dev",
@@ -125,23 +132,6 @@ type Config struct {
 	// DefaultCanaryConfig(), without topics.
 	Canary CanaryConfig
 
-	// Admin configures the admin API (admin.go, docs/admin.md). No flag
-	// sets Admin.Auth: New builds it from AdminTokens, AdminTokensFile
-	// and AdminInsecure when it is nil. Default: no tokens (every request
-	// 403), no Kafka brokers (client id "sluice-coordinator", protocol
-	// version 3.6.0), consumer group "sluice-relay", no gate metrics.
-	Admin AdminConfig
-	// AdminTokens are the admin API's bearer tokens with their roles:
-	// "<token> admin;<token> read" (kept as SHA-256 hashes). Default "".
-	AdminTokens string
-	// AdminTokensFile is a file of admin API tokens, one "<token> <role>"
-	// per line (role read or admin), # comments. Default "".
-	AdminTokensFile string
-	// AdminInsecure, without tokens, serves the admin API to anyone as
-	// admin (sluice dev on localhost only); without it and without tokens
-	// the API answers 403. Default false.
-	AdminInsecure bool
-
 	// Reducer makes the reducer of each group. No flag: set it in code.
 	// Default nil: JSONReducer.
 	Reducer ReducerFactory
@@ -179,8 +169,6 @@ func DefaultConfig() Config {
 		ConsumerTTL:         15 * time.Second,
 		StatsEvery:          5 * time.Second,
 		Canary:              DefaultCanaryConfig(),
-		Admin: AdminConfig{ConsumerGroup: "sluice-relay",
-			Kafka: kafka.Config{ClientID: "sluice-coordinator", Version: "3.6.0", Compression: "none"}},
 	}
 }
 
@@ -191,16 +179,16 @@ func init() {
 		"partition's workers on its per-worker queue depth (PWQD = ready jobs of every topic / live workers): SCALE_UP /\n"+
 		"SCALE_DOWN commands on the partition's cmd list. The topics are those the relays registered, plus --topics. The --scale-* flags are defaults; the JSON in Consul KV sluice/<stage>/scaling overrides them live.\n"+
 		"With --canary-topics it also runs the heartbeat canary monitor (see sluice canary).\n"+
-		"Other coordinators stand by. Ops: /healthz, /readyz, /metrics. Every coordinator, standby too, serves the\n"+
-		"admin API under /api/v1/ (bearer tokens from --admin-tokens / --admin-tokens-file; docs/admin.md) and the\n"+
-		"web dashboard at /.")
+		"Other coordinators stand by. Ops: /healthz, /readyz, /metrics. Every coordinator, standby too, also serves the\n"+
+		"console (as sluice console does) on --listen: the admin API under /api/v1/ (bearer tokens from --admin-tokens /\n"+
+		"--admin-tokens-file; docs/admin.md) and the web dashboard at /, unless --console=false.")
 }
 
 // RegisterFlags adds the coordinator's flags to fs, bound to c's fields,
 // with c's values as their defaults. internal/cli.Parse gives each its
 // SLUICE_* fallbacks.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.Listen, "listen", c.Listen, "address for /healthz, /readyz and /metrics")
+	fs.StringVar(&c.Listen, "listen", c.Listen, "address for /healthz, /readyz and /metrics (and the console's admin API and dashboard, with --console)")
 	c.Location.RegisterFlags(fs)
 	fs.Lookup("redis-partitions").Usage = "Redis partitions in the layout (as the relay's and the workers')"
 	cli.StringsVar(fs, &c.Topics, "topics", c.Topics, "topics whose queues are read besides those the relays registered (their relays have not started yet), comma-separated; default none")
@@ -230,14 +218,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.ConsumerTTL, "consumer-ttl", c.ConsumerTTL, "a consumer's heartbeat older than this no longer counts (ten times older: removed)")
 	cli.DurationVar(fs, &c.StatsEvery, "stats-every", c.StatsEvery, "how often the queue partitions' in-flight, delayed and dead jobs and the stage funnel are read into metrics (0: never)")
 	c.Canary.RegisterFlags(fs)
-	// The admin API (docs/admin.md).
-	fs.StringVar(&c.AdminTokens, "admin-tokens", c.AdminTokens, "admin API bearer tokens with their roles: \"<token> admin;<token> read\" (kept as SHA-256 hashes); prefer --admin-tokens-file, as flags show in ps")
-	fs.StringVar(&c.AdminTokensFile, "admin-tokens-file", c.AdminTokensFile, "file of admin API tokens: one \"<token> <role>\" per line (role read or admin), # comments")
-	fs.BoolVar(&c.AdminInsecure, "admin-insecure", c.AdminInsecure, "without tokens, serve the admin API to anyone as admin (sluice dev on localhost only); without it and without tokens the API answers 403")
-	cli.KeepValues(fs, &c.Admin.Kafka, func() { c.Admin.Kafka.Register(fs, c.Admin.Kafka.ClientID) })
-	fs.Lookup("kafka-brokers").Usage = "Kafka brokers, comma-separated host:port: the admin API reads and replays <topic>.dlq and reads the relays' lag (none: those answer 503)"
-	fs.StringVar(&c.Admin.ConsumerGroup, "consumer-group", c.Admin.ConsumerGroup, "the relays' --consumer-group, for their lag in /api/v1/stats")
-	cli.StringsVar(fs, &c.Admin.GateMetrics, "gate-metrics", c.Admin.GateMetrics, "the gates' /metrics URLs, comma-separated, for the gate's counts in /api/v1/stats")
 }
 
 // RegisterFlags adds the canary monitor's flags to fs, bound to c's

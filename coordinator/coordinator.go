@@ -45,10 +45,9 @@ type Coordinator struct {
 	canary    *CanaryMonitor         // nil: no canaries
 	// pins are the operators' scale pins in force (pins.go); targets, the
 	// scaler's target per partition while this process holds the lock (0:
-	// unknown), for the admin API.
+	// unknown), for a console in this process (Target).
 	pins    atomic.Pointer[map[int]admin.Pin]
 	targets []atomic.Int64
-	admin   *adminAPI
 }
 
 // New checks cfg and builds a coordinator; it connects to nothing yet.
@@ -72,13 +71,6 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 	if _, err := consul.Key(cfg.Stage, "coordinator", "lock"); err != nil {
 		return nil, fmt.Errorf("coordinator: Config.Stage: %w", err)
 	}
-	if cfg.Admin.Auth == nil && (cfg.AdminTokens != "" || cfg.AdminTokensFile != "" || cfg.AdminInsecure) {
-		auth, err := admin.NewAuth(cfg.AdminTokens, cfg.AdminTokensFile, cfg.AdminInsecure)
-		if err != nil {
-			return nil, fmt.Errorf("coordinator: Config.AdminTokens or Config.AdminTokensFile: %w", err)
-		}
-		cfg.Admin.Auth = auth
-	}
 	pcfg := cfg.PoolConfig()
 	pool, err := queue.NewPool(pcfg)
 	if err != nil {
@@ -87,7 +79,7 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 	// The watchers' waits get clients of their own: a blocked BLMOVE holds
 	// its connection for up to GroupWait, and a watcher per queue partition
 	// would otherwise take the default pool's (10 per CPU) from the
-	// scaler, the deliveries and the admin API.
+	// scaler and the deliveries.
 	wcfg := pcfg
 	wcfg.Options = func(o *redis.Options) { o.PoolSize = cfg.WaitConns }
 	waits, err := queue.NewPool(wcfg)
@@ -114,7 +106,6 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 		cfg: cfg, log: log, pool: pool, waits: waits, waitTurns: turns, consul: cc, http: newCallbackClient(cfg.CallbackTimeout),
 		reg: reg, m: newMetrics(reg), targets: make([]atomic.Int64, cfg.Partitions),
 	}
-	c.admin = newAdminAPI(c)
 	p := cfg.Scaling
 	c.params.Store(&p)
 	if len(cfg.Canary.Topics) > 0 {
@@ -132,6 +123,17 @@ func (c *Coordinator) Registry() *prometheus.Registry { return c.reg }
 
 // Holds reports whether this coordinator holds the lock and works now.
 func (c *Coordinator) Holds() bool { return c.held.Load() }
+
+// Target is the scaler's target workers per consumer for partition part,
+// as its last cycle decided it; 0 while unknown: before the first cycle,
+// on a standby, or for a partition outside the layout. A console in the
+// same process shows it (package console's Config.Coordinator).
+func (c *Coordinator) Target(part int) int {
+	if part < 0 || part >= len(c.targets) || !c.Holds() {
+		return 0
+	}
+	return int(c.targets[part].Load())
+}
 
 // Close closes the Redis clients. Serve calls it when it returns.
 func (c *Coordinator) Close() error {
@@ -193,13 +195,15 @@ func (c *Coordinator) setHeld(held bool) {
 }
 
 // Serve runs the coordinator (Run) until ctx ends, serving /healthz,
-// /readyz, /metrics, the admin API and the dashboard on ln meanwhile, then
-// closes it. sluice coordinator listens on Config.Listen.
+// /readyz and /metrics on ln meanwhile, and Config.Handler at every other
+// path, then closes it. sluice coordinator listens on Config.Listen.
 func (c *Coordinator) Serve(ctx context.Context, ln net.Listener) error {
 	defer c.Close()
 	mux := http.NewServeMux()
 	ops.Mount(mux, c.reg, c.ready)
-	c.admin.mount(mux) // /api/v1/ and the dashboard at /: admin.go
+	if c.cfg.Handler != nil {
+		mux.Handle("/", c.cfg.Handler) // sluice coordinator: the console
+	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	opsDone := make(chan error, 1)
 	go func() { opsDone <- ops.Serve(ctx, c.log, srv, ln, time.Second) }()

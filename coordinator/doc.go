@@ -8,12 +8,18 @@
 // (scaler.go): every cycle it reads each partition's ready depth, summed over
 // the topics, and live workers, and the algorithm of scaling.go (a pure
 // function) decides SCALE_UP and SCALE_DOWN commands on per-worker queue
-// depth (PWQD). With canary topics the canary monitor (canary.go) runs under
-// the same lock. The other processes stand by; every process serves the
-// admin API and the dashboard (admin.go). docs/coordinator.md is the
-// operator's guide; docs/architecture.md shows the flow between sluice's
-// four parts (gate, relay, worker, coordinator), what each owns and which of
-// this package's files to read first.
+// depth (PWQD), honouring the operators' scale pins (pins.go). With canary
+// topics the canary monitor (canary.go) runs under the same lock. The other
+// processes stand by.
+//
+// The operator's surface, the admin API and the dashboard, is a part of its
+// own, package console. sluice coordinator serves one on its listener too
+// (Config.Handler), so a deployment keeps one listener; it shows what only
+// a coordinator's memory knows through Holds, Target, Params and Pin.
+// docs/coordinator.md is the operator's guide; docs/architecture.md shows
+// the flow between sluice's parts (gate, relay, worker, coordinator,
+// console), what each owns and which of this package's files to read
+// first.
 //
 // Like each of sluice's parts, a coordinator is started in five steps, which
 // sluice coordinator, sluice dev and a program that embeds the coordinator
@@ -22,7 +28,7 @@
 // (internal/cli.Parse adds their SLUICE_* fallbacks); New checks the Config,
 // with errors that name the field, and builds the coordinator;
 // Coordinator.Run contends for the lock and works while it holds it, without
-// a listener of its own; Coordinator.Serve adds /healthz, /readyz, /metrics,
-// the admin API and the dashboard on a listener, as sluice coordinator does
-// on Config.Listen.
+// a listener of its own; Coordinator.Serve adds /healthz, /readyz and
+// /metrics (and Config.Handler) on a listener, as sluice coordinator does on
+// Config.Listen.
 package coordinator

@@ -52,8 +52,10 @@ func (c *Coordinator) watchPins(ctx context.Context) {
 	})
 }
 
-// pinOf is partition part's pin, if any.
-func (c *Coordinator) pinOf(part int) (admin.Pin, bool) {
+// Pin is partition part's scale pin in force, as the coordinator last read
+// it from Consul (it follows the pins while Config.ScaleEvery is set; a
+// console in the same process shows it when Consul does not answer).
+func (c *Coordinator) Pin(part int) (admin.Pin, bool) {
 	m := c.pins.Load()
 	if m == nil {
 		return admin.Pin{}, false

@@ -152,7 +152,7 @@ func (s *scaler) partition(ctx context.Context, p Params, part int) {
 		st.idle = false
 		log.Info("scaler: the partition has live consumers again", "consumers", obs.Consumers, "workers", obs.Workers)
 	}
-	if pin, ok := s.c.pinOf(part); ok {
+	if pin, ok := s.c.Pin(part); ok {
 		// An operator's pin comes before the parameters, paused or not
 		// (docs/admin.md#scaling); with no live consumer there is nobody
 		// to command, as for Decide.

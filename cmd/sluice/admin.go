@@ -17,8 +17,8 @@ import (
 	"github.com/sluicehq/sluice/internal/cli"
 )
 
-// The admin commands (docs/admin.md): thin clients of the coordinator's
-// admin API. Every one takes the flags of adminFlags; their subcommands
+// The admin commands (docs/admin.md): thin clients of the console's admin
+// API. Every one takes the flags of adminFlags; their subcommands
 // come first (sluice dlq ls ...), flags and arguments in any order after.
 
 // adminFlags are every admin command's flags.
@@ -31,7 +31,7 @@ type adminFlags struct {
 }
 
 func (f *adminFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.url, "admin-url", admin.DefaultURL, "the coordinator's admin API: its --listen address (SLUICE_ADMIN_URL)")
+	fs.StringVar(&f.url, "admin-url", admin.DefaultURL, "the admin API: the --listen address of sluice coordinator (its console) or sluice console (SLUICE_ADMIN_URL)")
 	fs.StringVar(&f.token, "admin-token", "", "bearer token for the admin API")
 	fs.StringVar(&f.tokenFile, "admin-token-file", "", "file whose first line is the admin API token (sluice dev writes .sluice/admin-token)")
 	fs.StringVar(&f.output, "o", "table", "output: table, or json (the API's answer)")

@@ -10,14 +10,13 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/sluicehq/sluice/coordinator"
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/limits"
 )
 
 func init() {
-	cli.Describe("dlq", "Dead letters, through the coordinator's admin API (docs/admin.md). --source redis (default): the dead sets,\n"+
+	cli.Describe("dlq", "Dead letters, through the admin API (docs/admin.md). --source redis (default): the dead sets,\n"+
 		"jobs whose last attempt failed, of every topic's queues (newest first; --topic filters, and chooses the topic of the ids\n"+
 		"named: without it they are looked for in every topic, and an id dead in two is refused). --source kafka --topic T: the relay's T.dlq, messages\n"+
 		"it could not relay (oldest first). replay puts dead jobs back to ready with their attempts reset, or produces DLQ\n"+
@@ -329,7 +328,7 @@ func runGroups(ctx context.Context, args []string, stdout, _ io.Writer) error {
 				if topic != "" {
 					q.Set("topic", topic)
 				}
-				return show(ctx, c, "GET", "/api/v1/groups?"+q.Encode(), nil, out, asJSON, func(w *tabwriter.Writer, l coordinator.GroupList) {
+				return show(ctx, c, "GET", "/api/v1/groups?"+q.Encode(), nil, out, asJSON, func(w *tabwriter.Writer, l admin.GroupList) {
 					fmt.Fprintln(w, "ACTIVE GROUPS (fair order per queue partition)")
 					fmt.Fprintln(w, "TOPIC\tPART\tGROUP\tREADY")
 					for _, g := range l.Active {
@@ -406,8 +405,11 @@ func runScale(ctx context.Context, args []string, stdout, _ io.Writer) error {
 			return show(ctx, c, "GET", "/api/v1/scale", nil, out, asJSON, func(w *tabwriter.Writer, l admin.ScaleList) {
 				p := l.Params
 				fmt.Fprintf(w, "parameters: threshold %g, %d cycles, base %d, max %d, half-life %gs, paused %v\n", p.Threshold, p.Cycles, p.Base, p.Max, p.HalfLife, p.Paused)
+				if l.ParamsFrom == admin.ParamsFromConsul {
+					fmt.Fprintln(w, "(a console alone: the parameters in Consul over the defaults; a coordinator started with other --scale-* flags uses those)")
+				}
 				if !l.Holder {
-					fmt.Fprintln(w, "(this coordinator stands by: the scaler's targets are known to the lock holder only)")
+					fmt.Fprintln(w, "(no coordinator that holds the lock answered: the scaler's targets are known to the lock holder's console only)")
 				}
 				fmt.Fprintln(w, scaleHeader)
 				for _, sp := range l.Partitions {

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicehq/sluice/console"
 	"github.com/sluicehq/sluice/coordinator"
 	"github.com/sluicehq/sluice/gate"
 	"github.com/sluicehq/sluice/internal/cli"
@@ -33,13 +34,20 @@ type configPart struct {
 	binary []string
 	// dir is the part's package, whose source documents the fields.
 	dir string
+	// beside, if set, is a second part whose flags sluice <part> adds to
+	// its own, but for those it defines itself (sluice coordinator's
+	// console: besideShared).
+	beside       *configPart
+	besideShared []string
 }
 
 var configParts = []configPart{
-	{"gate", func() any { c := gate.DefaultConfig(); return &c }, []string{"log-level", "log-format"}, "../../gate"},
-	{"relay", func() any { c := relay.DefaultConfig(); return &c }, []string{"log-level", "log-format"}, "../../relay"},
-	{"worker", func() any { c := worker.DefaultConfig(); return &c }, []string{"log-level", "log-format", "handle", "http", "handle-other"}, "../../worker"},
-	{"coordinator", func() any { c := coordinator.DefaultConfig(); return &c }, []string{"log-level", "log-format"}, "../../coordinator"},
+	{"gate", func() any { c := gate.DefaultConfig(); return &c }, []string{"log-level", "log-format"}, "../../gate", nil, nil},
+	{"relay", func() any { c := relay.DefaultConfig(); return &c }, []string{"log-level", "log-format"}, "../../relay", nil, nil},
+	{"worker", func() any { c := worker.DefaultConfig(); return &c }, []string{"log-level", "log-format", "handle", "http", "handle-other"}, "../../worker", nil, nil},
+	{"coordinator", func() any { c := coordinator.DefaultConfig(); return &c }, []string{"log-level", "log-format", "console"}, "../../coordinator",
+		&configPart{"console", func() any { c := coordinatorConsoleConfig(); return &c }, nil, "../../console", nil, nil}, sharedConsoleFlags},
+	{"console", func() any { c := console.DefaultConfig(); return &c }, []string{"log-level", "log-format"}, "../../console", nil, nil},
 }
 
 // helpLineRE is one flag of --help: the flag, its variable, the rest.
@@ -49,25 +57,12 @@ var helpLineRE = regexp.MustCompile(`^  --?(\S+)\s+(SLUICE_\S+)\s+(.*)$`)
 // lists every flag of its Config's RegisterFlags with the SLUICE_ variable
 // internal/cli reads and the default DefaultConfig() holds; each of those
 // flags sets a field of the Config; and every exported field of the Config
-// has a flag, or its documentation says it has none.
+// has a flag, or its documentation says it has none. sluice coordinator
+// lists the console's flags too, but for those it shares with the
+// coordinator (the list share copies).
 func TestEveryPartsFlagsAreItsConfig(t *testing.T) {
 	for _, p := range configParts {
 		t.Run(p.part, func(t *testing.T) {
-			cfg := p.defaults()
-			fs := flag.NewFlagSet(p.part, flag.ContinueOnError)
-			fs.SetOutput(io.Discard)
-			cfg.(interface{ RegisterFlags(*flag.FlagSet) }).RegisterFlags(fs)
-			if !reflect.DeepEqual(cfg, p.defaults()) {
-				t.Fatalf("RegisterFlags changed the config:\n got %+v\nwant %+v", cfg, p.defaults())
-			}
-			// The default each flag shows is the value of what it is bound
-			// to, which is DefaultConfig()'s (above).
-			fs.VisitAll(func(f *flag.Flag) {
-				if f.DefValue != f.Value.String() {
-					t.Errorf("--%s shows the default %q, but its field holds %q", f.Name, f.DefValue, f.Value.String())
-				}
-			})
-
 			var out, errOut bytes.Buffer
 			if code := run(context.Background(), []string{p.part, "--help"}, &out, &errOut); code != 0 {
 				t.Fatalf("sluice %s --help: exit %d: %s", p.part, code, errOut.String())
@@ -78,25 +73,26 @@ func TestEveryPartsFlagsAreItsConfig(t *testing.T) {
 					helped[m[1]] = [2]string{m[2], m[3]}
 				}
 			}
-			var want []string
-			fs.VisitAll(func(f *flag.Flag) {
-				want = append(want, f.Name)
-				h, ok := helped[f.Name]
-				switch {
-				case !ok:
-					t.Errorf("--help does not list --%s", f.Name)
-					return
-				case h[0] != cli.EnvName(p.part, f.Name):
-					t.Errorf("--help names %s for --%s, internal/cli reads %s", h[0], f.Name, cli.EnvName(p.part, f.Name))
+			want := checkConfigFlags(t, p.part, p.defaults, p.dir, helped, nil)
+			if b := p.beside; b != nil {
+				shared := map[string]bool{}
+				for _, name := range want {
+					shared[name] = true
 				}
-				shown := ""
-				if i := strings.LastIndex(h[1], " (default "); i >= 0 {
-					shown = strings.TrimSuffix(h[1][i+len(" (default "):], ")")
+				besides := checkConfigFlags(t, p.part, b.defaults, b.dir, helped, shared)
+				var gotShared []string
+				fs := flag.NewFlagSet("", flag.ContinueOnError)
+				b.defaults().(interface{ RegisterFlags(*flag.FlagSet) }).RegisterFlags(fs)
+				fs.VisitAll(func(f *flag.Flag) {
+					if shared[f.Name] {
+						gotShared = append(gotShared, f.Name)
+					}
+				})
+				if sort.Strings(gotShared); !slices.Equal(gotShared, slices.Sorted(slices.Values(p.besideShared))) {
+					t.Errorf("the %s flags sluice %s defines itself are %v; it shares %v", b.part, p.part, gotShared, p.besideShared)
 				}
-				if wantShown := f.DefValue; wantShown != "false" && shown != wantShown {
-					t.Errorf("--help shows --%s's default as %q, the Config's is %q", f.Name, shown, wantShown)
-				}
-			})
+				want = append(want, besides...)
+			}
 			want = append(want, p.binary...)
 			var got []string
 			for name := range helped {
@@ -107,32 +103,78 @@ func TestEveryPartsFlagsAreItsConfig(t *testing.T) {
 			if !slices.Equal(got, want) {
 				t.Errorf("--help lists %v,\nthe Config's flags and the binary's are %v", got, want)
 			}
-
-			// Each flag sets a field, and each field has a flag or says
-			// it has none.
-			fields := cli.FlagFields(fs, cfg)
-			reached := map[string]bool{}
-			fs.VisitAll(func(f *flag.Flag) {
-				if len(fields[f.Name]) == 0 {
-					t.Errorf("--%s sets no field of the Config", f.Name)
-				}
-				for _, field := range fields[f.Name] {
-					reached[field] = true
-				}
-			})
-			docs := configFieldDocs(t, p.dir)
-			for _, field := range cli.ConfigFields(cfg) {
-				if reached[field] {
-					continue
-				}
-				top, _, _ := strings.Cut(field, ".")
-				leaf := field[strings.LastIndex(field, ".")+1:]
-				if doc := docs[top]; !strings.Contains(doc, "No flag") || !strings.Contains(doc, leaf) {
-					t.Errorf("Config.%s has no flag, and the doc of Config.%s does not say so (\"No flag\" naming %s): %q", field, top, leaf, doc)
-				}
-			}
 		})
 	}
+}
+
+// checkConfigFlags checks the Config that defaults returns against
+// sluice part's --help (helped: flag -> variable, usage): each flag but
+// those in skip is listed with its variable and default; each sets a
+// field; each field has a flag or says it has none. It returns the flags
+// it checked.
+func checkConfigFlags(t *testing.T, part string, defaults func() any, dir string, helped map[string][2]string, skip map[string]bool) []string {
+	t.Helper()
+	cfg := defaults()
+	fs := flag.NewFlagSet(part, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	cfg.(interface{ RegisterFlags(*flag.FlagSet) }).RegisterFlags(fs)
+	if !reflect.DeepEqual(cfg, defaults()) {
+		t.Fatalf("RegisterFlags changed the config:\n got %+v\nwant %+v", cfg, defaults())
+	}
+	// The default each flag shows is the value of what it is bound to,
+	// which is DefaultConfig()'s (above).
+	fs.VisitAll(func(f *flag.Flag) {
+		if f.DefValue != f.Value.String() {
+			t.Errorf("--%s shows the default %q, but its field holds %q", f.Name, f.DefValue, f.Value.String())
+		}
+	})
+	var checked []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if skip[f.Name] {
+			return
+		}
+		checked = append(checked, f.Name)
+		h, ok := helped[f.Name]
+		switch {
+		case !ok:
+			t.Errorf("--help does not list --%s", f.Name)
+			return
+		case h[0] != cli.EnvName(part, f.Name):
+			t.Errorf("--help names %s for --%s, internal/cli reads %s", h[0], f.Name, cli.EnvName(part, f.Name))
+		}
+		shown := ""
+		if i := strings.LastIndex(h[1], " (default "); i >= 0 {
+			shown = strings.TrimSuffix(h[1][i+len(" (default "):], ")")
+		}
+		if wantShown := f.DefValue; wantShown != "false" && shown != wantShown {
+			t.Errorf("--help shows --%s's default as %q, the Config's is %q", f.Name, shown, wantShown)
+		}
+	})
+
+	// Each flag sets a field, and each field has a flag or says it has
+	// none.
+	fields := cli.FlagFields(fs, cfg)
+	reached := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if len(fields[f.Name]) == 0 {
+			t.Errorf("--%s sets no field of the Config", f.Name)
+		}
+		for _, field := range fields[f.Name] {
+			reached[field] = true
+		}
+	})
+	docs := configFieldDocs(t, dir)
+	for _, field := range cli.ConfigFields(cfg) {
+		if reached[field] {
+			continue
+		}
+		top, _, _ := strings.Cut(field, ".")
+		leaf := field[strings.LastIndex(field, ".")+1:]
+		if doc := docs[top]; !strings.Contains(doc, "No flag") || !strings.Contains(doc, leaf) {
+			t.Errorf("Config.%s has no flag, and the doc of Config.%s does not say so (\"No flag\" naming %s): %q", field, top, leaf, doc)
+		}
+	}
+	return checked
 }
 
 // configFieldDocs reads the doc comments of the fields of type Config in

@@ -292,14 +292,18 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	ccfg.RedisAddr, ccfg.Partitions, ccfg.ConsulAddr = cfg.RedisAddr, cfg.RedisPartitions, cfg.ConsulAddr
 	ccfg.Scaling.Base = wcfg.Workers
 	ccfg.LockDelay = 0 // one coordinator: nobody to protect from a stale holder
-	// The admin API and dashboard (docs/admin.md): the dev Kafka for the
-	// DLQ and the relay's lag, the dev gate's counters for the funnel.
-	ccfg.Admin.Kafka.Brokers = cli.ListFlag{cfg.KafkaAddr}
-	ccfg.Admin.GateMetrics = []string{"http://" + cfg.GateAddr + "/metrics"}
-	ccfg.AdminTokens, ccfg.AdminInsecure = cfg.AdminTokens, cfg.AdminInsecure
+	// The console on the coordinator's listener, as sluice coordinator
+	// serves it (docs/admin.md): the dev Kafka for the DLQ and the relay's
+	// lag, the dev gate's counters for the funnel.
+	concfg := coordinatorConsoleConfig()
+	concfg.Location, concfg.ConsulAddr = ccfg.Location, ccfg.ConsulAddr
+	concfg.Kafka.Brokers = cli.ListFlag{cfg.KafkaAddr}
+	concfg.GateMetrics = []string{"http://" + cfg.GateAddr + "/metrics"}
+	concfg.AdminTokens, concfg.AdminInsecure = cfg.AdminTokens, cfg.AdminInsecure
 	if adminToken != "" {
-		ccfg.AdminTokens = adminToken + " admin"
+		concfg.AdminTokens = adminToken + " admin"
 	}
+	concfg.SettingName = devSettingNames
 	if cfg.CanaryInterval > 0 {
 		// Canaries through the dev gate into every partition; until the
 		// gate (started last) answers, the monitor retries each round.
@@ -309,8 +313,8 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 		ccfg.Canary.Grace = cfg.CanaryInterval / 2
 	}
 	coordDone, err := run("coordinator", func() (chan error, func(context.Context) error, error) {
-		return startPart("coordinator", cfg.CoordinatorAddr, func() (*coordinator.Coordinator, error) {
-			return coordinator.New(ccfg, log.With("part", "coordinator"))
+		return startPart("coordinator", cfg.CoordinatorAddr, func() (*coordinatorProcess, error) {
+			return newCoordinatorProcess(ccfg, &concfg, log.With("part", "coordinator"))
 		})
 	})
 	if err != nil {
@@ -421,6 +425,17 @@ func clearDevFences(ctx context.Context, cfg devConfig) error {
 		}
 	}
 	return nil
+}
+
+// devSettingNames names the console's settings, in the admin API's fixes,
+// by the sluice dev flags that set them.
+func devSettingNames(field string) string {
+	flags := map[string]string{"RedisAddr": "redis-addr", "PartitionAddrs": "redis-addr", "ConsulAddr": "consul-addr",
+		"Kafka.Brokers": "kafka-addr", "AdminTokens": "admin-tokens", "AdminTokensFile": "admin-tokens", "AdminInsecure": "admin-insecure"}
+	if name, ok := flags[field]; ok {
+		return "sluice dev's --" + name
+	}
+	return "the console's Config." + field
 }
 
 // devAdminToken is the admin token sluice dev generates when no tokens

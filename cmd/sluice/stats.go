@@ -25,7 +25,7 @@ func init() {
 		"Reads Redis (the counters live there, across restarts), Kafka (the relay's lag) and the gates' /metrics.\n"+
 		"Exits 1 when something is unexplained or a canary is late. -o json for scripts. See docs/stats.md.\n"+
 		"Two modes: with --redis-addr (or --direct) it reads the stores itself, which works while the coordinator is\n"+
-		"down; without, it asks the coordinator's admin API (--admin-url, --admin-token; docs/admin.md), which needs no\n"+
+		"down; without, it asks the admin API (--admin-url, --admin-token; docs/admin.md), which needs no\n"+
 		"store addresses.")
 }
 
@@ -48,9 +48,9 @@ func (f *statsFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.gateMetrics, "gate-metrics", "the gates' /metrics URLs, comma-separated: every gate, for the accepted and produced counts")
 	fs.StringVar(&f.output, "o", "text", "output: text (or table) or json")
 	cli.DurationVar(fs, &f.timeout, "timeout", 10*time.Second, "time limit of the whole read")
-	fs.BoolVar(&f.api, "api", false, "ask the coordinator's admin API (--admin-url), the default unless --redis-addr is given")
+	fs.BoolVar(&f.api, "api", false, "ask the admin API (--admin-url: the console's), the default unless --redis-addr is given")
 	fs.BoolVar(&f.direct, "direct", false, "read Redis, Kafka and the gates directly (works while the coordinator is down), the default when --redis-addr is given")
-	fs.StringVar(&f.admin.url, "admin-url", admin.DefaultURL, "the coordinator's admin API, for the API mode (SLUICE_ADMIN_URL)")
+	fs.StringVar(&f.admin.url, "admin-url", admin.DefaultURL, "the admin API (sluice coordinator's or sluice console's --listen), for the API mode (SLUICE_ADMIN_URL)")
 	fs.StringVar(&f.admin.token, "admin-token", "", "bearer token for the admin API")
 	fs.StringVar(&f.admin.tokenFile, "admin-token-file", "", "file whose first line is the admin API token")
 }
@@ -101,7 +101,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		})
 		if len(ignored) > 0 {
-			fmt.Fprintf(stderr, "sluice stats: %s ignored: the admin API reads with the coordinator's own flags (give --redis-addr or --direct to read directly)\n", strings.Join(ignored, ", "))
+			fmt.Fprintf(stderr, "sluice stats: %s ignored: the admin API reads with its console's own flags (give --redis-addr or --direct to read directly)\n", strings.Join(ignored, ", "))
 		}
 		f.admin.output, f.admin.timeout = "json", f.timeout
 		c, err := f.admin.client()

@@ -1,6 +1,6 @@
 // Package admin holds the admin API's contract (docs/admin.md): bearer-token
 // authentication with roles, the JSON wire types, and the Go client the
-// `sluice` admin commands use. The coordinator serves the API.
+// `sluice` admin commands use. The console (console/) serves the API.
 package admin
 
 import (
@@ -68,53 +68,71 @@ func parseTokens(s string) ([]tokenHash, error) {
 		f := strings.Fields(line)
 		if len(f) != 2 {
 			// The entry holds a token: never echo it in the error.
-			return nil, fmt.Errorf("admin token entry %d: want \"<token> <role>\" (role read or admin)", len(out)+1)
+			return nil, fmt.Errorf("token entry %d: want \"<token> <role>\" (role read or admin)", len(out)+1)
 		}
 		role, err := ParseRole(f[1])
 		if err != nil {
-			return nil, fmt.Errorf("admin token entry %d: %v", len(out)+1, err)
+			return nil, fmt.Errorf("token entry %d: %v", len(out)+1, err)
 		}
 		if len(f[0]) < 8 {
-			return nil, fmt.Errorf("admin token entry %d: the token is shorter than 8 characters", len(out)+1)
+			return nil, fmt.Errorf("token entry %d: the token is shorter than 8 characters", len(out)+1)
 		}
 		out = append(out, tokenHash{sum: sha256.Sum256([]byte(f[0])), role: role})
 	}
 	return out, nil
 }
 
-// NewAuth builds the checker from the inline tokens (--admin-tokens) and a
-// file of them (--admin-tokens-file, "" for none). insecure
-// (--admin-insecure) lets every request in as admin when no token is
-// configured: for sluice dev on localhost.
-func NewAuth(inline, file string, insecure bool) (*Auth, error) {
-	a := &Auth{insecure: insecure}
-	t, err := parseTokens(inline)
+// Tokens are bearer tokens with their roles, kept as their SHA-256 hashes
+// only (ParseTokens, ReadTokens).
+type Tokens struct{ hashes []tokenHash }
+
+// Len is how many tokens there are.
+func (t Tokens) Len() int { return len(t.hashes) }
+
+// ParseTokens reads "<token> <role>" entries (role read or admin)
+// separated by ';' or new lines; blank entries and lines starting with '#'
+// are skipped. Its errors name the entry by its number, never the token.
+func ParseTokens(s string) (Tokens, error) {
+	h, err := parseTokens(s)
+	return Tokens{h}, err
+}
+
+// ReadTokens reads a file of tokens, one "<token> <role>" per line, as
+// ParseTokens does; "" is no file and no tokens.
+func ReadTokens(path string) (Tokens, error) {
+	if path == "" {
+		return Tokens{}, nil
+	}
+	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("--admin-tokens: %w", err)
+		return Tokens{}, err
 	}
-	a.tokens = t
-	if file != "" {
-		f, err := os.Open(file)
-		if err != nil {
-			return nil, fmt.Errorf("--admin-tokens-file: %w", err)
-		}
-		defer f.Close()
-		var b strings.Builder
-		sc := bufio.NewScanner(f)
-		for sc.Scan() {
-			b.WriteString(sc.Text())
-			b.WriteByte('\n')
-		}
-		if err := sc.Err(); err != nil {
-			return nil, fmt.Errorf("--admin-tokens-file %s: %w", file, err)
-		}
-		t, err := parseTokens(b.String())
-		if err != nil {
-			return nil, fmt.Errorf("--admin-tokens-file %s: %w", file, err)
-		}
-		a.tokens = append(a.tokens, t...)
+	defer f.Close()
+	var b strings.Builder
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		b.WriteString(sc.Text())
+		b.WriteByte('\n')
 	}
-	return a, nil
+	if err := sc.Err(); err != nil {
+		return Tokens{}, fmt.Errorf("%s: %w", path, err)
+	}
+	t, err := ParseTokens(b.String())
+	if err != nil {
+		return Tokens{}, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+// NewAuth builds the checker from sets of tokens (inline, from a file...).
+// insecure lets every request in as admin when no token is configured:
+// for sluice dev on localhost.
+func NewAuth(insecure bool, tokens ...Tokens) *Auth {
+	a := &Auth{insecure: insecure}
+	for _, t := range tokens {
+		a.tokens = append(a.tokens, t.hashes...)
+	}
+	return a
 }
 
 // Configured reports whether any token is configured.
@@ -124,14 +142,16 @@ func (a *Auth) Configured() bool { return len(a.tokens) > 0 }
 func (a *Auth) Insecure() bool { return !a.Configured() && a.insecure }
 
 // Check authenticates r and authorizes its method. It returns the role,
-// or the error to answer.
+// or the error to answer. Its fixes name no server setting: the server
+// knows how its tokens are configured, and adds that to a 403 for no
+// tokens at all (Configured false), or to an unknown token's 401.
 func (a *Auth) Check(r *http.Request) (Role, *Error) {
 	if !a.Configured() {
 		if a.insecure {
 			return RoleAdmin, nil
 		}
 		return RoleNone, &Error{Status: http.StatusForbidden, Message: "the admin API has no tokens configured",
-			Fix: "start the coordinator with --admin-tokens \"<token> admin;<token> read\" or --admin-tokens-file (or --admin-insecure, on localhost only)"}
+			Fix: "give the server admin tokens, \"<token> admin;<token> read\" (docs/admin.md)"}
 	}
 	h := r.Header.Get("Authorization")
 	tok, ok := strings.CutPrefix(h, "Bearer ")
@@ -142,7 +162,7 @@ func (a *Auth) Check(r *http.Request) (Role, *Error) {
 	role := a.lookup(strings.TrimSpace(tok))
 	if role == RoleNone {
 		return RoleNone, &Error{Status: http.StatusUnauthorized, Message: "unknown token",
-			Fix: "use a token listed in the coordinator's --admin-tokens or --admin-tokens-file"}
+			Fix: "use one of the server's admin tokens"}
 	}
 	if role < RoleAdmin && r.Method != http.MethodGet && r.Method != http.MethodHead {
 		return role, &Error{Status: http.StatusForbidden, Message: "this token's role is read: " + r.Method + " needs admin",

@@ -13,10 +13,15 @@ func TestAuthRoles(t *testing.T) {
 	if err := os.WriteFile(file, []byte("# operators\nfile-admin-token admin\n\nfile-read-token read\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	a, err := NewAuth("inline-admin-1 admin; inline-read-1 read", file, false)
+	inline, err := ParseTokens("inline-admin-1 admin; inline-read-1 read")
 	if err != nil {
 		t.Fatal(err)
 	}
+	fromFile, err := ReadTokens(file)
+	if err != nil || fromFile.Len() != 2 {
+		t.Fatal(fromFile.Len(), err)
+	}
+	a := NewAuth(false, inline, fromFile)
 	for _, tc := range []struct {
 		method, header string
 		role           Role
@@ -49,18 +54,39 @@ func TestAuthRoles(t *testing.T) {
 			t.Errorf("%s %q: role %v status %d, want %v %d", tc.method, tc.header, role, status, tc.role, tc.status)
 		}
 	}
-	none, _ := NewAuth("", "", false)
-	if _, e := none.Check(httptest.NewRequest("GET", "/", nil)); e == nil || e.Status != 403 || !strings.Contains(e.Fix, "--admin-tokens") {
+	none := NewAuth(false)
+	if _, e := none.Check(httptest.NewRequest("GET", "/", nil)); e == nil || e.Status != 403 || none.Configured() || e.Fix == "" {
 		t.Errorf("no tokens: %v", e)
 	}
-	open, _ := NewAuth("", "", true)
+	open := NewAuth(true)
 	if role, e := open.Check(httptest.NewRequest("POST", "/", nil)); e != nil || role != RoleAdmin || !open.Insecure() {
 		t.Errorf("insecure: %v %v", role, e)
 	}
 	// Tokens configured: --admin-insecure does not open the door.
-	both, _ := NewAuth("inline-admin-1 admin", "", true)
+	admin1, _ := ParseTokens("inline-admin-1 admin")
+	both := NewAuth(true, admin1)
 	if _, e := both.Check(httptest.NewRequest("GET", "/", nil)); e == nil || e.Status != 401 || both.Insecure() {
 		t.Errorf("tokens and insecure: %v", e)
+	}
+}
+
+// TestTokensErrorsNameNoSetting: the errors of a library name the entry
+// or the file, never a flag or a Config field: the server adds which of
+// its settings held it.
+func TestTokensErrorsNameNoSetting(t *testing.T) {
+	if _, err := ParseTokens("ok-token-1 admin; bad"); err == nil || !strings.HasPrefix(err.Error(), "token entry 2:") {
+		t.Errorf("a bad second entry: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "tokens")
+	os.WriteFile(file, []byte("ok-token-1 root\n"), 0o600)
+	if _, err := ReadTokens(file); err == nil || !strings.HasPrefix(err.Error(), file+": token entry 1:") {
+		t.Errorf("a bad file: %v", err)
+	}
+	if _, err := ReadTokens(file + ".missing"); err == nil || strings.Contains(err.Error(), "--") {
+		t.Errorf("a missing file: %v", err)
+	}
+	if tok, err := ReadTokens(""); err != nil || tok.Len() != 0 {
+		t.Errorf("no file: %d %v", tok.Len(), err)
 	}
 }
 

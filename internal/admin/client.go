@@ -12,12 +12,14 @@ import (
 	"time"
 )
 
-// DefaultURL is the coordinator's admin API as sluice dev runs it.
+// DefaultURL is the admin API as sluice dev runs it: the console on the
+// coordinator's listener.
 const DefaultURL = "http://127.0.0.1:8083"
 
 // Client calls the admin API.
 type Client struct {
-	// BaseURL is the coordinator's, e.g. http://127.0.0.1:8083.
+	// BaseURL is the console's: sluice console's, or sluice coordinator's,
+	// e.g. http://127.0.0.1:8083.
 	BaseURL string
 	// Token is sent as a bearer token; empty: none.
 	Token string
@@ -25,15 +27,16 @@ type Client struct {
 	HTTP *http.Client
 }
 
-// UnreachableError means no HTTP answer came from the coordinator.
+// UnreachableError means no HTTP answer came from the console.
 type UnreachableError struct {
 	URL string
 	Err error
 }
 
 func (e *UnreachableError) Error() string {
-	return fmt.Sprintf("cannot reach the coordinator's admin API at %s (%v).\n"+
-		"  Is `sluice coordinator` (or `sluice dev`) running there? Point --admin-url / SLUICE_ADMIN_URL at its --listen address.", e.URL, e.Err)
+	return fmt.Sprintf("cannot reach the admin API at %s (%v).\n"+
+		"  Is `sluice coordinator` (which serves the console unless --console=false), `sluice console` or `sluice dev` running there?"+
+		" Point --admin-url / SLUICE_ADMIN_URL at its --listen address.", e.URL, e.Err)
 }
 
 func (e *UnreachableError) Unwrap() error { return e.Err }
@@ -70,7 +73,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	resp, err := hc.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("the coordinator at %s did not answer in time: %w", base, ctx.Err())
+			return fmt.Errorf("the admin API at %s did not answer in time: %w", base, ctx.Err())
 		}
 		return &UnreachableError{URL: base, Err: err}
 	}
@@ -85,7 +88,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 			// Not the admin API answering: an old coordinator, a proxy.
 			e.Message = fmt.Sprintf("%s %s answered %s: %s", method, base+path, resp.Status, excerpt(data))
 			if resp.StatusCode == http.StatusNotFound {
-				e.Fix = "is --admin-url a coordinator with the admin API (sluice coordinator, issue 10 or later)?"
+				e.Fix = "is --admin-url a console: sluice console, or sluice coordinator without --console=false?"
 			}
 		}
 		return e

@@ -33,8 +33,8 @@ type WhoAmI struct {
 // PartitionList is GET /api/v1/partitions.
 type PartitionList struct {
 	At time.Time `json:"at"`
-	// Holder is true when the answering coordinator holds the lock (its
-	// scaler's targets are then known).
+	// Holder is true when a coordinator in the answering process holds
+	// the lock (its scaler's targets are then known).
 	Holder     bool             `json:"holder"`
 	Partitions []PartitionState `json:"partitions"`
 }
@@ -72,8 +72,8 @@ type Partition struct {
 	Workers    int `json:"workers"`
 	Consumers  int `json:"consumers"`
 	Checkpoint int `json:"checkpoint"`
-	// Target is the scaler's target per consumer: nil unless the answering
-	// coordinator holds the lock.
+	// Target is the scaler's target per consumer: nil unless a coordinator
+	// in the answering process holds the lock.
 	Target *int `json:"target"`
 	Pin    *Pin `json:"pin"`
 	// PWQD is ready / workers; nil without workers.
@@ -225,10 +225,27 @@ type CancelResult = groups.Cancelled
 
 // ScaleList is GET /api/v1/scale.
 type ScaleList struct {
-	Holder     bool             `json:"holder"`
-	Params     ScaleParams      `json:"params"`
+	// Holder is true when a coordinator in the answering process holds
+	// the lock (its scaler's targets are then known).
+	Holder bool        `json:"holder"`
+	Params ScaleParams `json:"params"`
+	// ParamsFrom says where Params come from: ParamsFromCoordinator or
+	// ParamsFromConsul.
+	ParamsFrom string           `json:"params_from,omitempty"`
 	Partitions []ScalePartition `json:"partitions"`
 }
+
+// Where GET /api/v1/scale's parameters come from (ScaleList.ParamsFrom).
+const (
+	// ParamsFromCoordinator: the parameters in force in the coordinator
+	// that runs in the answering process, holder or standby.
+	ParamsFromCoordinator = "coordinator"
+	// ParamsFromConsul: no coordinator runs in the answering process (a
+	// console alone): Consul's value over the default parameters; a
+	// coordinator started with other --scale-* flags uses those instead
+	// of the defaults.
+	ParamsFromConsul = "consul"
+)
 
 // ScaleParams are the scaling parameters in force.
 type ScaleParams struct {

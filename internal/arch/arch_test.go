@@ -13,7 +13,7 @@ import (
 	"github.com/sluicehq/sluice/internal/stack"
 )
 
-var parts = []string{"gate", "relay", "worker", "coordinator"}
+var parts = []string{"gate", "relay", "worker", "coordinator", "console"}
 
 // TestImportRules: parts talk to each other only through internal/
 // contracts, and internal/ plumbing never reaches up into a part, the load
@@ -83,6 +83,8 @@ func TestForbiddenRules(t *testing.T) {
 	}{
 		{"gate", "internal/job", false},
 		{"gate", "relay", true},
+		{"console", "coordinator", true},
+		{"coordinator", "console/dashboard", true},
 		{"worker/internal/x", "coordinator", true},
 		{"internal/kafka", "gate", true},
 		{"internal/testenv", "internal/stack", false},

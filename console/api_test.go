@@ -1,11 +1,9 @@
-package coordinator_test
+package console_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/http"
 	"reflect"
@@ -15,104 +13,27 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	consulapi "github.com/hashicorp/consul/api"
 
-	"github.com/sluicehq/sluice/coordinator"
+	"github.com/sluicehq/sluice/console"
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/funnel"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/limits"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/scaling"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
-const (
-	adminToken = "admin-token-for-tests"
-	readToken  = "read-token-for-tests"
-)
-
-// withAdmin gives the coordinator an admin and a read token.
-func withAdmin(t *testing.T, mutate func(*coordinator.Config)) func(*coordinator.Config) {
-	auth, err := admin.NewAuth(adminToken+" admin;"+readToken+" read", "", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return func(c *coordinator.Config) {
-		c.Admin.Auth = auth
-		if mutate != nil {
-			mutate(c)
-		}
-	}
-}
-
-// call sends method path to the coordinator with token ("": none) and body
-// (nil: none); it returns the status and the answer.
-func (r *running) call(t *testing.T, method, path, token string, body any) (int, []byte) {
-	t.Helper()
-	var in io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		in = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, "http://"+r.addr+path, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ct := resp.Header.Get("Content-Type"); strings.HasPrefix(path, "/api/") && ct != "application/json" {
-		t.Errorf("%s %s: Content-Type %q", method, path, ct)
-	}
-	return resp.StatusCode, out
-}
-
-// must calls and decodes a 200 answer into out.
-func (r *running) must(t *testing.T, method, path string, body, out any) {
-	t.Helper()
-	code, b := r.call(t, method, path, adminToken, body)
-	if code != http.StatusOK {
-		t.Fatalf("%s %s: %d %s", method, path, code, b)
-	}
-	if out != nil {
-		// Fresh: a field the answer leaves out must not keep an old value.
-		if v := reflect.ValueOf(out); v.Kind() == reflect.Pointer {
-			v.Elem().SetZero()
-		}
-		if err := json.Unmarshal(b, out); err != nil {
-			t.Fatalf("%s %s: %v in %s", method, path, err, b)
-		}
-	}
-}
-
-func apiError(t *testing.T, b []byte) admin.Error {
-	t.Helper()
-	var e admin.Error
-	if err := json.Unmarshal(b, &e); err != nil || e.Message == "" {
-		t.Fatalf("not an error answer: %s (%v)", b, err)
-	}
-	return e
-}
-
 // TestAdminAuth: no token 401, an unknown one 401, a read token reads but
 // cannot change (403), an admin token can; no tokens configured is 403
-// with the flag to set, and --admin-insecure lets everyone in. Each
-// request is counted by route and code.
+// with the settings to set, and AdminInsecure lets everyone in. Each
+// request is counted by route and code, under the metric's name from when
+// the coordinator served the API.
 func TestAdminAuth(t *testing.T) {
 	b := newBed(t, 2)
-	c := b.start(t, "c1", withAdmin(t, nil))
+	c := b.start(t, "c1", nil)
 	for _, tc := range []struct {
 		method, path, token string
 		body                any
@@ -144,18 +65,44 @@ func TestAdminAuth(t *testing.T) {
 		t.Errorf("403s on PUT rates counted %g, want 1", n)
 	}
 
-	none := b.start(t, "c2", nil)
+	none := b.start(t, "c2", func(c *console.Config) { c.AdminTokens = "" })
 	code, body := none.call(t, "GET", "/api/v1/whoami", adminToken, nil)
-	if e := apiError(t, body); code != 403 || !strings.Contains(e.Fix, "--admin-tokens") {
-		t.Errorf("without tokens: %d %s, want 403 naming --admin-tokens", code, body)
+	if e := apiError(t, body); code != 403 || !strings.Contains(e.Fix, "the console's Config.AdminTokens") || strings.Contains(e.Fix, "--") {
+		t.Errorf("without tokens: %d %s, want 403 naming Config.AdminTokens", code, body)
 	}
-	insecure, err := admin.NewAuth("", "", true)
-	if err != nil {
-		t.Fatal(err)
+	// A program that runs the console names its settings its own way.
+	named := b.start(t, "c3", func(c *console.Config) {
+		c.AdminTokens = ""
+		c.SettingName = func(field string) string { return "setting " + field }
+	})
+	if _, body := named.call(t, "GET", "/api/v1/whoami", adminToken, nil); !strings.Contains(apiError(t, body).Fix, "setting AdminTokensFile") {
+		t.Errorf("without tokens, with SettingName: %s", body)
 	}
-	open := b.start(t, "c3", func(c *coordinator.Config) { c.Admin.Auth = insecure })
+	open := b.start(t, "c4", func(c *console.Config) { c.AdminTokens, c.AdminInsecure = "", true })
 	if code, body := open.call(t, "POST", "/api/v1/rates/jobs/pause", "", nil); code != 200 {
-		t.Errorf("--admin-insecure: %d %s", code, body)
+		t.Errorf("AdminInsecure: %d %s", code, body)
+	}
+}
+
+// TestNewNamesTheField: a bad token or tokens file is an error of New
+// that names the Config field, never shows the token, and names no flag.
+func TestNewNamesTheField(t *testing.T) {
+	for _, c := range []struct {
+		mutate func(*console.Config)
+		want   string
+	}{
+		{func(c *console.Config) { c.AdminTokens = "secret-token-x root" }, "console: Config.AdminTokens: token entry 1"},
+		{func(c *console.Config) { c.AdminTokens, c.AdminTokensFile = "", "/nonexistent/tokens" }, "console: Config.AdminTokensFile: "},
+		{func(c *console.Config) { c.ConsumerTTL = 0 }, "console: Config.ConsumerTTL: "},
+		{func(c *console.Config) { c.Partitions = 0 }, "console: Config.Partitions: "},
+		{func(c *console.Config) { c.Topics = []string{"a:b"} }, "console: Config.Topics: "},
+	} {
+		cfg := console.DefaultConfig()
+		c.mutate(&cfg)
+		_, err := console.New(cfg, slog.New(slog.DiscardHandler))
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) || strings.Contains(err.Error(), "secret-token-x") || strings.Contains(err.Error(), "--") {
+			t.Errorf("New: %v, want %q...", err, c.want)
+		}
 	}
 }
 
@@ -221,7 +168,7 @@ func (b *bed) balanced(t *testing.T) {
 // purge removes one for good; a replay of what is gone is a 409.
 func TestAdminDeadJobReplayedRunsAgain(t *testing.T) {
 	b := newBed(t, 4)
-	c := b.start(t, "c1", withAdmin(t, nil))
+	c := b.start(t, "c1", nil)
 	b.register(t, "other")
 	part, envA := b.deadJob(t, "job-a", "g-job-a", "jobs", "smtp: 550 no such mailbox")
 	b.deadJob(t, "job-b", "g-job-b", "jobs", "boom")
@@ -332,7 +279,7 @@ func TestAdminDeadJobReplayedRunsAgain(t *testing.T) {
 func TestAdminKafkaDLQReplayReachesTheTopic(t *testing.T) {
 	k := testenv.Kafka(t, testenv.Topic("jobs", 4), testenv.Topic("jobs.dlq", 1))
 	b := newBed(t, 2)
-	c := b.start(t, "c1", withAdmin(t, func(c *coordinator.Config) { c.Admin.Kafka.Brokers = k.Brokers() }))
+	c := b.start(t, "c1", func(c *console.Config) { c.Kafka.Brokers = k.Brokers() })
 	kc := kafka.Config{Brokers: k.Brokers(), Version: "3.6.0", Compression: "none", ClientID: "test"}
 	prod, err := kafka.NewProducer(&kc, kafka.ProducerOptions{}, slog.New(slog.NewTextHandler(testWriter{t, "producer"}, nil)))
 	if err != nil {
@@ -400,17 +347,17 @@ func TestAdminKafkaDLQReplayReachesTheTopic(t *testing.T) {
 		t.Errorf("an unknown topic: %d %s", code, body)
 	}
 
-	// Kafka down: 503 naming the flag and the brokers.
+	// Kafka down: 503 naming the setting and the brokers.
 	k.Stop()
 	code, body = c.call(t, "GET", "/api/v1/dlq?source=kafka&topic=jobs", adminToken, nil)
-	if e := apiError(t, body); code != 503 || !strings.Contains(e.Fix, "--kafka-brokers") || !strings.Contains(e.Fix, k.Brokers()[0]) {
+	if e := apiError(t, body); code != 503 || !strings.Contains(e.Fix, "Config.Kafka.Brokers") || !strings.Contains(e.Fix, k.Brokers()[0]) {
 		t.Errorf("with Kafka down: %d %s", code, body)
 	}
 
-	// Without brokers: 503 naming the flag.
-	nok := b.start(t, "c2", withAdmin(t, nil))
+	// Without brokers: 503 naming the setting.
+	nok := b.start(t, "c2", nil)
 	code, body = nok.call(t, "GET", "/api/v1/dlq?source=kafka&topic=jobs", adminToken, nil)
-	if e := apiError(t, body); code != 503 || !strings.Contains(e.Fix, "--kafka-brokers") {
+	if e := apiError(t, body); code != 503 || !strings.Contains(e.Fix, "Config.Kafka.Brokers") {
 		t.Errorf("without Kafka: %d %s", code, body)
 	}
 }
@@ -455,7 +402,7 @@ func readOne(t *testing.T, brokers []string, topic string, p int32) *sarama.Cons
 // unlimited (the key goes); values the relay would refuse are a 400.
 func TestAdminRatePauseResumeRestoresTheRate(t *testing.T) {
 	b := newBed(t, 2)
-	c := b.start(t, "c1", withAdmin(t, nil))
+	c := b.start(t, "c1", nil)
 	kv := b.consul.Client().KV()
 	value := func() string {
 		p, _, err := kv.Get("sluice/test/relay/jobs/rate", nil)
@@ -519,7 +466,7 @@ func TestAdminRatePauseResumeRestoresTheRate(t *testing.T) {
 // refuse is a 400.
 func TestAdminLimits(t *testing.T) {
 	b := newBed(t, 2)
-	c := b.start(t, "c1", withAdmin(t, nil))
+	c := b.start(t, "c1", nil)
 	if code, _ := c.call(t, "GET", "/api/v1/limits/smtp", adminToken, nil); code != 404 {
 		t.Errorf("no limit: %d", code)
 	}
@@ -554,7 +501,7 @@ func TestAdminLimits(t *testing.T) {
 // flight; an unknown group is a 404.
 func TestAdminGroupsAndPartitions(t *testing.T) {
 	b := newBed(t, 2)
-	c := b.start(t, "c1", withAdmin(t, nil))
+	c := b.start(t, "c1", nil)
 	ctx := context.Background()
 	var items []queue.Item
 	for i := range 4 {
@@ -597,7 +544,7 @@ func TestAdminGroupsAndPartitions(t *testing.T) {
 		want[lane{p, queue.LaneOf("", it.Tenant, "jobs", it.Weight-1), ""}]++
 		ready[p]++
 	}
-	var list coordinator.GroupList
+	var list admin.GroupList
 	c.must(t, "GET", "/api/v1/groups", nil, &list)
 	got := map[lane]int64{}
 	for _, a := range list.Active {
@@ -612,7 +559,7 @@ func TestAdminGroupsAndPartitions(t *testing.T) {
 	if len(list.Bulk) != 1 || list.Bulk[0].Total != 4 || list.Bulk[0].Done != 1 || list.Bulk[0].Running != 1 || list.Bulk[0].Progress == nil || *list.Bulk[0].Progress != 0.25 || list.Bulk[0].Topic != "jobs" {
 		t.Errorf("bulk: %+v", list.Bulk)
 	}
-	var parts coordinator.PartitionList
+	var parts admin.PartitionList
 	c.must(t, "GET", "/api/v1/partitions", nil, &parts)
 	if len(parts.Partitions) != 2 || parts.Partitions[part].Completed != 1 || parts.Partitions[part].Inflight != 1 {
 		t.Errorf("partitions: %+v", parts)
@@ -673,51 +620,57 @@ func TestAdminGroupsAndPartitions(t *testing.T) {
 	}
 }
 
-// TestAdminScalePinHonouredByTheScaler: a pin commands its partition to
-// the pinned count with the reason "pinned by operator", even above the
-// maximum and under a backlog the scaler would double for; the scaler does
-// not undo it over further cycles; auto hands the partition back.
-func TestAdminScalePinHonouredByTheScaler(t *testing.T) {
+// TestAdminScalePins: a pin goes to Consul where the coordinators read it
+// (internal/scaling), shows on the partition with its author, and auto
+// removes it; a console without a coordinator in its process says it does
+// not hold the lock, knows no target, and shows the parameters from Consul
+// over the defaults, saying so. (A coordinator honouring the pin:
+// coordinator's TestScalerHonoursAPin; a console in a coordinator's
+// process: sluice's TestCoordinatorServesTheConsoleUnlessTold.)
+func TestAdminScalePins(t *testing.T) {
 	b := newBed(t, 2)
-	c := b.start(t, "c1", withAdmin(t, scaling(fastParams())))
-	c.waitHolding(t)
-	cons := b.consumer(t, 0, 2)
-	b.backlog(t, 0, 500)
+	c := b.start(t, "c1", nil)
+	kv := b.consul.Client().KV()
 	var sp admin.ScalePartition
 	c.must(t, "PUT", "/api/v1/scale/0", admin.ScaleSet{Workers: 3}, &sp)
-	if sp.Pin == nil || sp.Pin.Workers != 3 {
+	if sp.Pin == nil || sp.Pin.Workers != 3 || sp.Target != nil {
 		t.Fatalf("pin: %+v", sp)
 	}
-	testenv.WaitFor(t, 10*time.Second, "the pinned command", func() bool {
-		for _, cmd := range cons.commands() {
-			if cmd.TargetWorkers == 3 && strings.HasPrefix(cmd.Reason, "pinned by operator") {
-				return true
-			}
-		}
-		return false
-	})
-	n := len(cons.commands())
-	c.waitCycles(t, 6) // the backlog would have doubled the workers by now
-	if got := cons.commands(); len(got) != n || cons.workers.Load() != 3 {
-		t.Errorf("the scaler changed a pinned partition: %+v, workers %d", got[n:], cons.workers.Load())
+	prefix, _ := scaling.PinsPrefix("test")
+	pair, _, err := kv.Get(prefix+"0", nil)
+	if err != nil || pair == nil {
+		t.Fatal(pair, err)
+	}
+	if pin, err := scaling.ParsePin(pair.Value); err != nil || pin.Workers != 3 || !strings.Contains(pin.By, "admin") {
+		t.Errorf("Consul holds %s: %+v %v", pair.Value, pin, err)
 	}
 	var list admin.ScaleList
 	c.must(t, "GET", "/api/v1/scale", nil, &list)
-	if p := list.Partitions[0]; p.Pin == nil || p.Target == nil || *p.Target != 3 || p.Workers != 3 || !list.Holder {
-		t.Errorf("scale show: %+v", list.Partitions[0])
+	if p := list.Partitions[0]; list.Holder || p.Target != nil || p.Pin == nil || p.Pin.Workers != 3 || list.Partitions[1].Pin != nil {
+		t.Errorf("scale show: holder %v %+v", list.Holder, list.Partitions)
 	}
-	// A standby answers too, from Consul and Redis; only the target is
-	// the holder's to know.
-	standby := b.start(t, "c2", withAdmin(t, scaling(fastParams())))
-	standby.must(t, "GET", "/api/v1/scale", nil, &list)
-	if p := list.Partitions[0]; list.Holder || p.Target != nil || p.Pin == nil || p.Pin.Workers != 3 || p.Workers != 3 {
-		t.Errorf("scale show on the standby: holder %v %+v", list.Holder, p)
+	if def := scaling.DefaultParams().Wire(); list.Params != def || list.ParamsFrom != admin.ParamsFromConsul {
+		t.Errorf("parameters without a coordinator or a Consul value: %+v from %q, want the defaults %+v from consul", list.Params, list.ParamsFrom, def)
+	}
+	if _, err := kv.Put(&consulapi.KVPair{Key: "sluice/test/scaling", Value: []byte(`{"threshold": 5, "base": 2}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.must(t, "GET", "/api/v1/scale", nil, &list)
+	if p := list.Params; p.Threshold != 5 || p.Base != 2 || p.Max != 16 || p.Cycles != 3 {
+		t.Errorf("parameters from Consul: %+v", p)
+	}
+	var parts admin.PartitionList
+	c.must(t, "GET", "/api/v1/partitions", nil, &parts)
+	if parts.Holder || parts.Partitions[0].Pin == nil || parts.Partitions[0].Pin.Workers != 3 || parts.Partitions[0].Target != nil {
+		t.Errorf("partitions: %+v", parts)
 	}
 	c.must(t, "PUT", "/api/v1/scale/0", admin.ScaleSet{Auto: true}, &sp)
 	if sp.Pin != nil {
 		t.Errorf("auto left %+v", sp.Pin)
 	}
-	testenv.WaitFor(t, 10*time.Second, "the scaler to scale the backlog again", func() bool { return cons.workers.Load() > 3 })
+	if pair, _, _ := kv.Get(prefix+"0", nil); pair != nil {
+		t.Errorf("auto left the key: %s", pair.Value)
+	}
 	for _, bad := range []admin.ScaleSet{{}, {Workers: -1}, {Workers: 20000}, {Workers: 2, Auto: true}} {
 		if code, body := c.call(t, "PUT", "/api/v1/scale/0", adminToken, bad); code != 400 {
 			t.Errorf("PUT scale %+v: %d %s", bad, code, body)
@@ -728,21 +681,58 @@ func TestAdminScalePinHonouredByTheScaler(t *testing.T) {
 	}
 }
 
+// fakeCoordinator is a coordinator in the console's process, as the
+// console sees it.
+type fakeCoordinator struct {
+	holds  bool
+	params scaling.Params
+}
+
+func (f fakeCoordinator) Holds() bool               { return f.holds }
+func (f fakeCoordinator) Target(part int) int       { return 4 + part }
+func (f fakeCoordinator) Params() scaling.Params    { return f.params }
+func (f fakeCoordinator) Pin(int) (admin.Pin, bool) { return admin.Pin{}, false }
+
+// TestAdminShowsTheCoordinatorInItsProcess: with Config.Coordinator the
+// console shows whether it holds the lock, its targets (only while it
+// holds it) and the parameters in force in it.
+func TestAdminShowsTheCoordinatorInItsProcess(t *testing.T) {
+	b := newBed(t, 2)
+	p := scaling.Params{Threshold: 7, Cycles: 1, Base: 3, MaxFactor: 2, HalfLife: time.Minute}
+	holder := b.start(t, "holder", func(c *console.Config) { c.Coordinator = fakeCoordinator{holds: true, params: p} })
+	standby := b.start(t, "standby", func(c *console.Config) { c.Coordinator = fakeCoordinator{params: p} })
+	var list admin.ScaleList
+	holder.must(t, "GET", "/api/v1/scale", nil, &list)
+	if !list.Holder || list.Params != p.Wire() || list.ParamsFrom != admin.ParamsFromCoordinator ||
+		list.Partitions[1].Target == nil || *list.Partitions[1].Target != 5 {
+		t.Errorf("the holder's console: %+v", list)
+	}
+	standby.must(t, "GET", "/api/v1/scale", nil, &list)
+	if list.Holder || list.Params != p.Wire() || list.Partitions[1].Target != nil {
+		t.Errorf("the standby's console: %+v", list)
+	}
+	var parts admin.PartitionList
+	holder.must(t, "GET", "/api/v1/partitions", nil, &parts)
+	if !parts.Holder || parts.Partitions[0].Target == nil || *parts.Partitions[0].Target != 4 {
+		t.Errorf("the holder's partitions: %+v", parts)
+	}
+}
+
 // TestAdminUnreachableStores: with Redis down the Redis-backed endpoints
-// answer 503 naming --redis-addr; with Consul down the Consul-backed ones
-// name --consul-addr.
+// answer 503 naming Config.RedisAddr; with Consul down the Consul-backed
+// ones name Config.ConsulAddr.
 func TestAdminUnreachableStores(t *testing.T) {
 	b := newBed(t, 2)
-	c := b.start(t, "c1", withAdmin(t, nil))
+	c := b.start(t, "c1", nil)
 	b.consul.Stop()
 	code, body := c.call(t, "GET", "/api/v1/rates/jobs", adminToken, nil)
-	if e := apiError(t, body); code != 503 || !strings.Contains(e.Fix, "--consul-addr") {
+	if e := apiError(t, body); code != 503 || !strings.Contains(e.Fix, "Config.ConsulAddr") {
 		t.Errorf("Consul down: %d %s", code, body)
 	}
 	b.redis.Stop()
 	for _, path := range []string{"/api/v1/partitions", "/api/v1/stats", "/api/v1/dlq?source=redis", "/api/v1/groups"} {
 		code, body := c.call(t, "GET", path, adminToken, nil)
-		if e := apiError(t, body); code != 503 || !strings.Contains(e.Fix, "--redis-addr") {
+		if e := apiError(t, body); code != 503 || !strings.Contains(e.Fix, "Config.RedisAddr") {
 			t.Errorf("%s with Redis down: %d %s", path, code, body)
 		}
 	}

@@ -1,5 +1,6 @@
-// Package dashboard is the operator's web page, served by the coordinator at
-// "/": static HTML, CSS and JavaScript embedded in the binary (no build step,
+// Package dashboard is the operator's web page, served at "/" by the console
+// (package console: sluice console, or the console in sluice coordinator):
+// static HTML, CSS and JavaScript embedded in the binary (no build step,
 // nothing fetched from elsewhere) that polls the admin API under /api/v1/
 // (docs/admin.md) with the operator's bearer token. docs/dashboard.md says
 // what each panel shows.
@@ -19,13 +20,13 @@ import (
 var static embed.FS
 
 // csp allows only this origin: the page loads its script and style from the
-// coordinator and talks only to its API. No inline script or style, so data
+// console and talks only to its API. No inline script or style, so data
 // that slipped through as markup could not run. frame-ancestors keeps the
 // page (and its replay and purge buttons) out of other sites' frames.
 const csp = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
 	"base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 
-// Handler serves the dashboard's files. Mount it at "/" on the coordinator's
+// Handler serves the dashboard's files. Mount it at "/" on the console's
 // listener, beside /api/v1/ and /metrics, which it does not serve.
 func Handler() http.Handler {
 	sub, err := fs.Sub(static, "static")

@@ -1,4 +1,4 @@
-// Sluice dashboard: polls the coordinator's admin API (docs/admin.md) and
+// Sluice dashboard: polls the console's admin API (docs/admin.md) and
 // draws what it answers. Plain DOM, no framework, no build step.
 //
 // Every value from the API reaches the page as text (textContent, attribute
@@ -360,7 +360,7 @@
   // ------------------------------------------------------------ partitions
 
   // Throughput per partition, from the `completed` counter of successive
-  // polls over the API's own `at` (the coordinator's clock, not the page's).
+  // polls over the API's own `at` (the console's clock, not the page's).
   const spark = new Map(); // partition -> {at, completed, rates: []}
   const totalSpark = { rates: [] };
 
@@ -470,7 +470,7 @@
     const sum = (f) => parts.reduce((a, p) => a + (p[f] || 0), 0);
     setText($('#partitions-sub'), `${parts.length} partitions · ${num(sum('ready'))} ready · ${num(sum('inflight'))} in flight · ` +
       `${num(sum('dead'))} dead · ${tot.length ? rateText(tot[tot.length - 1]) : '—'} jobs/s · ` +
-      (d.holder ? 'this coordinator holds the lock' : 'this coordinator is a standby'));
+      (d.holder ? 'this process holds the coordinator lock' : 'this process does not hold the coordinator lock (a standby, or a console alone)'));
     drawSpark($('#total-spark'), tot, 'all partitions');
     deadTotal = sum('dead');
   }
@@ -893,7 +893,7 @@
     wire();
     try { token = sessionStorage.getItem(TOKEN_KEY) || ''; } catch (_) { token = ''; }
     readHashToken();
-    // Without a token, ask whoami anyway: a coordinator in insecure mode
+    // Without a token, ask whoami anyway: a console in insecure mode
     // (sluice dev) needs none, and one that does answers 401 or 403.
     openDashboard();
   }

@@ -1,4 +1,4 @@
-package coordinator
+package console
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ const (
 // queue partition, and up to limit bulk groups a SCAN of the queue
 // partitions' group hashes finds; of the topic the query names, else of
 // every topic.
-func (a *adminAPI) groupList(r *http.Request, _ admin.Role) (any, error) {
+func (con *Console) groupList(r *http.Request, _ admin.Role) (any, error) {
 	ctx := r.Context()
 	limit := defaultGroupLimit
 	if s := r.URL.Query().Get("limit"); s != "" {
@@ -34,20 +34,20 @@ func (a *adminAPI) groupList(r *http.Request, _ admin.Role) (any, error) {
 		}
 		limit = n
 	}
-	topics, err := a.topics(r, r.URL.Query().Get("topic"))
+	topics, err := con.topics(r, r.URL.Query().Get("topic"))
 	if err != nil {
 		return nil, err
 	}
-	now := a.c.cfg.Now()
+	now := con.cfg.Now()
 	out := admin.GroupList{Active: []admin.ActiveLane{}, Bulk: []admin.GroupInfo{}}
-	layout := a.c.pool.Layout()
+	layout := con.pool.Layout()
 	for _, topic := range topics {
 		for part := range layout.Partitions {
 			q := queue.Queue{Topic: topic, Part: part}
-			k, c := layout.Keys(q), a.c.pool.Client(part)
+			k, c := layout.Keys(q), con.pool.Client(part)
 			names, err := c.ZRange(ctx, k.Lanes(), 0, int64(limit-1)).Result()
 			if err != nil {
-				return nil, a.redisErr(err)
+				return nil, con.redisErr(err)
 			}
 			pipe := c.Pipeline()
 			lens := make([]*redis.IntCmd, len(names))
@@ -56,7 +56,7 @@ func (a *adminAPI) groupList(r *http.Request, _ admin.Role) (any, error) {
 			}
 			if len(names) > 0 {
 				if _, err := pipe.Exec(ctx); err != nil {
-					return nil, a.redisErr(err)
+					return nil, con.redisErr(err)
 				}
 			}
 			for i, n := range names {
@@ -76,21 +76,21 @@ func (a *adminAPI) groupList(r *http.Request, _ admin.Role) (any, error) {
 				return out, nil
 			}
 			q := queue.Queue{Topic: topic, Part: part}
-			k, c := layout.Keys(q), a.c.pool.Client(part)
+			k, c := layout.Keys(q), con.pool.Client(part)
 			prefix := k.Group("")
 			it := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 			for len(out.Bulk) < limit && it.Next(ctx) {
 				name := it.Val()[len(prefix):]
-				st, err := a.c.pool.GroupStatus(ctx, topic, name)
+				st, err := con.pool.GroupStatus(ctx, topic, name)
 				if err != nil {
-					return nil, a.redisErr(err)
+					return nil, con.redisErr(err)
 				}
 				if st.Total > 0 { // a bulk group (implies st.Found)
 					out.Bulk = append(out.Bulk, groups.View(name, q, st, now))
 				}
 			}
 			if err := it.Err(); err != nil {
-				return nil, a.redisErr(err)
+				return nil, con.redisErr(err)
 			}
 		}
 	}
@@ -99,7 +99,7 @@ func (a *adminAPI) groupList(r *http.Request, _ admin.Role) (any, error) {
 
 // groupErr is internal/groups' answer as an admin API error: a 404 with
 // hint, a 409 naming the topics, or Redis's 503.
-func (a *adminAPI) groupErr(err error, topic, name, hint string) error {
+func (con *Console) groupErr(err error, topic, name, hint string) error {
 	var ambiguous *groups.AmbiguousError
 	switch {
 	case errors.Is(err, groups.ErrNotFound):
@@ -113,37 +113,37 @@ func (a *adminAPI) groupErr(err error, topic, name, hint string) error {
 			Message: fmt.Sprintf("group %q is in the queues of topics %s", name, strings.Join(ambiguous.Topics, ", ")),
 			Fix:     "name one: ?topic=<topic> (sluice groups ... --topic <topic>)"}
 	}
-	return a.redisErr(err)
+	return con.redisErr(err)
 }
 
 // groupGet is a group's status: internal/groups' Status, as the gate's
 // GET /v1/topics/{topic}/groups/{id} answers it.
-func (a *adminAPI) groupGet(r *http.Request, _ admin.Role) (any, error) {
+func (con *Console) groupGet(r *http.Request, _ admin.Role) (any, error) {
 	name, topic := r.PathValue("group"), r.URL.Query().Get("topic")
-	topics, err := a.topics(r, topic)
+	topics, err := con.topics(r, topic)
 	if err != nil {
 		return nil, err
 	}
-	st, err := groups.Read(r.Context(), a.c.pool, topics, name, a.c.cfg.Now())
+	st, err := groups.Read(r.Context(), con.pool, topics, name, con.cfg.Now())
 	if err != nil {
-		return nil, a.groupErr(err, topic, name, "its jobs may still be in Kafka (a group appears once the relay moved its first job), or it ended and expired")
+		return nil, con.groupErr(err, topic, name, "its jobs may still be in Kafka (a group appears once the relay moved its first job), or it ended and expired")
 	}
 	return st, nil
 }
 
 // groupCancel cancels a group through internal/groups' one cancel path,
 // the one the gate's DELETE takes too, and answers the status after it.
-func (a *adminAPI) groupCancel(r *http.Request, _ admin.Role) (any, error) {
+func (con *Console) groupCancel(r *http.Request, _ admin.Role) (any, error) {
 	name, topic := r.PathValue("group"), r.URL.Query().Get("topic")
-	topics, err := a.topics(r, topic)
+	topics, err := con.topics(r, topic)
 	if err != nil {
 		return nil, err
 	}
-	c, err := groups.Cancel(r.Context(), a.c.pool, topics, name, a.c.cfg.Now())
+	c, err := groups.Cancel(r.Context(), con.pool, topics, name, con.cfg.Now())
 	if err != nil {
 		// A typo must not leave a cancelled group behind, so a group Redis
 		// does not know is not cancelled, here or at the gate.
-		return nil, a.groupErr(err, topic, name, "a group is known (and can be cancelled) once the relay moved its first job to Redis, until it expires after it ended: if its jobs are still in Kafka, retry when one has arrived")
+		return nil, con.groupErr(err, topic, name, "a group is known (and can be cancelled) once the relay moved its first job to Redis, until it expires after it ended: if its jobs are still in Kafka, retry when one has arrived")
 	}
 	return c, nil
 }

@@ -1,4 +1,4 @@
-package coordinator
+package console
 
 import (
 	"context"
@@ -32,16 +32,16 @@ import (
 const valueExcerpt = 1024
 
 // kafkaClient connects to the configured brokers; no brokers is a 503
-// that names the flag.
-func (a *adminAPI) kafkaClient() (sarama.Client, error) {
-	cfg := a.c.cfg.Admin.Kafka
+// that names the setting.
+func (con *Console) kafkaClient() (sarama.Client, error) {
+	cfg := con.cfg.Kafka
 	if len(cfg.Brokers) == 0 {
-		return nil, &admin.Error{Status: http.StatusServiceUnavailable, Message: "the coordinator has no Kafka brokers configured",
-			Fix: "start the coordinator with --kafka-brokers host:port (the relays' brokers)"}
+		return nil, &admin.Error{Status: http.StatusServiceUnavailable, Message: "the console has no Kafka brokers configured",
+			Fix: "set " + con.setting("Kafka.Brokers") + " to the relays' brokers, host:port"}
 	}
 	sc, err := cfg.Sarama()
 	if err != nil {
-		return nil, a.kafkaErr(err)
+		return nil, con.kafkaErr(err)
 	}
 	sc.Consumer.Return.Errors = true
 	// An operator waits for the answer: a Kafka that is down is said in
@@ -50,18 +50,18 @@ func (a *adminAPI) kafkaClient() (sarama.Client, error) {
 	sc.Metadata.Retry.Max = 1
 	client, err := sarama.NewClient(cfg.Brokers, sc)
 	if err != nil {
-		return nil, a.kafkaErr(err)
+		return nil, con.kafkaErr(err)
 	}
 	return client, nil
 }
 
 // openDLQ connects to Kafka and reads <topic>.dlq's partitions, sorted; an
 // unknown topic is a 404. The caller closes the client.
-func (a *adminAPI) openDLQ(topic string) (client sarama.Client, dlq string, parts []int32, err error) {
-	if client, err = a.kafkaClient(); err != nil {
+func (con *Console) openDLQ(topic string) (client sarama.Client, dlq string, parts []int32, err error) {
+	if client, err = con.kafkaClient(); err != nil {
 		return nil, "", nil, err
 	}
-	if dlq, parts, err = a.dlqPartitions(client, topic); err != nil {
+	if dlq, parts, err = con.dlqPartitions(client, topic); err != nil {
 		client.Close()
 		return nil, "", nil, err
 	}
@@ -70,17 +70,17 @@ func (a *adminAPI) openDLQ(topic string) (client sarama.Client, dlq string, part
 
 // dlqPartitions are <topic>.dlq's partitions, sorted; an unknown topic is
 // a 404.
-func (a *adminAPI) dlqPartitions(client sarama.Client, topic string) (string, []int32, error) {
+func (con *Console) dlqPartitions(client sarama.Client, topic string) (string, []int32, error) {
 	if topic == "" {
 		return "", nil, badRequest("no topic", "name the job topic (its <topic>.dlq is read), e.g. topic=jobs")
 	}
-	dlq := topic + ".dlq"
+	dlq := kafka.DLQTopic(topic)
 	parts, err := client.Partitions(dlq)
 	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
 		return "", nil, notFound(fmt.Sprintf("Kafka has no topic %s", dlq), "name a job topic whose relay has a DLQ topic")
 	}
 	if err != nil {
-		return "", nil, a.kafkaErr(err)
+		return "", nil, con.kafkaErr(err)
 	}
 	parts = slices.Clone(parts)
 	slices.Sort(parts)
@@ -88,30 +88,30 @@ func (a *adminAPI) dlqPartitions(client sarama.Client, topic string) (string, []
 }
 
 // bounds are a partition's log start and end offsets.
-func (a *adminAPI) bounds(client sarama.Client, topic string, p int32) (oldest, newest int64, err error) {
+func (con *Console) bounds(client sarama.Client, topic string, p int32) (oldest, newest int64, err error) {
 	if oldest, err = client.GetOffset(topic, p, sarama.OffsetOldest); err != nil {
-		return 0, 0, a.kafkaErr(err)
+		return 0, 0, con.kafkaErr(err)
 	}
 	if newest, err = client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
-		return 0, 0, a.kafkaErr(err)
+		return 0, 0, con.kafkaErr(err)
 	}
 	return oldest, newest, nil
 }
 
 // readRange reads partition p's records from offset from up to (not
 // including) to, at most max of them.
-func (a *adminAPI) readRange(ctx context.Context, client sarama.Client, topic string, p int32, from, to int64, max int) ([]*sarama.ConsumerMessage, error) {
+func (con *Console) readRange(ctx context.Context, client sarama.Client, topic string, p int32, from, to int64, max int) ([]*sarama.ConsumerMessage, error) {
 	if from >= to || max <= 0 {
 		return nil, nil
 	}
 	consumer, err := sarama.NewConsumerFromClient(client)
 	if err != nil {
-		return nil, a.kafkaErr(err)
+		return nil, con.kafkaErr(err)
 	}
 	defer consumer.Close()
 	pc, err := consumer.ConsumePartition(topic, p, from)
 	if err != nil {
-		return nil, a.kafkaErr(fmt.Errorf("reading %s/%d from offset %d: %w", topic, p, from, err))
+		return nil, con.kafkaErr(fmt.Errorf("reading %s/%d from offset %d: %w", topic, p, from, err))
 	}
 	defer pc.Close()
 	var out []*sarama.ConsumerMessage
@@ -126,16 +126,16 @@ func (a *adminAPI) readRange(ctx context.Context, client sarama.Client, topic st
 				return out, nil
 			}
 		case err := <-pc.Errors():
-			return nil, a.kafkaErr(err)
+			return nil, con.kafkaErr(err)
 		case <-ctx.Done():
-			return nil, a.kafkaErr(fmt.Errorf("reading %s/%d up to offset %d: %w", topic, p, to, ctx.Err()))
+			return nil, con.kafkaErr(fmt.Errorf("reading %s/%d up to offset %d: %w", topic, p, to, ctx.Err()))
 		}
 	}
 	return out, nil
 }
 
-// ParseKafkaID reads a DLQ record's id, "<partition>:<offset>".
-func ParseKafkaID(s string) (int32, int64, error) {
+// parseKafkaID reads a DLQ record's id, "<partition>:<offset>".
+func parseKafkaID(s string) (int32, int64, error) {
 	ps, os, ok := strings.Cut(strings.TrimSpace(s), ":")
 	p, err1 := strconv.ParseInt(ps, 10, 32)
 	off, err2 := strconv.ParseInt(os, 10, 64)
@@ -145,15 +145,15 @@ func ParseKafkaID(s string) (int32, int64, error) {
 	return int32(p), off, nil
 }
 
-// ParseKafkaCursor reads a Kafka DLQ cursor: "<partition>:<next offset>"
+// parseKafkaCursor reads a Kafka DLQ cursor: "<partition>:<next offset>"
 // pairs, comma-separated.
-func ParseKafkaCursor(s string) (map[int32]int64, error) {
+func parseKafkaCursor(s string) (map[int32]int64, error) {
 	out := map[int32]int64{}
 	if s == "" {
 		return out, nil
 	}
 	for _, pair := range strings.Split(s, ",") {
-		p, off, err := ParseKafkaID(pair)
+		p, off, err := parseKafkaID(pair)
 		if err != nil {
 			return nil, badRequest(fmt.Sprintf("cursor %q: want the next_cursor of the page before", s), "")
 		}
@@ -202,12 +202,12 @@ func kafkaEntry(m *sarama.ConsumerMessage, whole bool) admin.DLQEntry {
 	return e
 }
 
-func (a *adminAPI) kafkaList(ctx context.Context, topic string, limit int, cursor string) (any, error) {
-	from, err := ParseKafkaCursor(cursor)
+func (con *Console) kafkaList(ctx context.Context, topic string, limit int, cursor string) (any, error) {
+	from, err := parseKafkaCursor(cursor)
 	if err != nil {
 		return nil, err
 	}
-	client, dlq, parts, err := a.openDLQ(topic)
+	client, dlq, parts, err := con.openDLQ(topic)
 	if err != nil {
 		return nil, err
 	}
@@ -216,7 +216,7 @@ func (a *adminAPI) kafkaList(ctx context.Context, topic string, limit int, curso
 	var next []string
 	more := false
 	for _, p := range parts {
-		oldest, newest, err := a.bounds(client, dlq, p)
+		oldest, newest, err := con.bounds(client, dlq, p)
 		if err != nil {
 			return nil, err
 		}
@@ -224,7 +224,7 @@ func (a *adminAPI) kafkaList(ctx context.Context, topic string, limit int, curso
 		if c, ok := from[p]; ok && c > start {
 			start = c
 		}
-		msgs, err := a.readRange(ctx, client, dlq, p, start, newest, limit-len(out.Entries))
+		msgs, err := con.readRange(ctx, client, dlq, p, start, newest, limit-len(out.Entries))
 		if err != nil {
 			return nil, err
 		}
@@ -243,12 +243,12 @@ func (a *adminAPI) kafkaList(ctx context.Context, topic string, limit int, curso
 	return out, nil
 }
 
-func (a *adminAPI) kafkaEntry(ctx context.Context, topic, id string) (any, error) {
-	p, off, err := ParseKafkaID(id)
+func (con *Console) kafkaEntry(ctx context.Context, topic, id string) (any, error) {
+	p, off, err := parseKafkaID(id)
 	if err != nil {
 		return nil, err
 	}
-	client, dlq, parts, err := a.openDLQ(topic)
+	client, dlq, parts, err := con.openDLQ(topic)
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +256,7 @@ func (a *adminAPI) kafkaEntry(ctx context.Context, topic, id string) (any, error
 	if !slices.Contains(parts, p) {
 		return nil, notFound(fmt.Sprintf("%s has no partition %d", dlq, p), "")
 	}
-	oldest, newest, err := a.bounds(client, dlq, p)
+	oldest, newest, err := con.bounds(client, dlq, p)
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +264,7 @@ func (a *adminAPI) kafkaEntry(ctx context.Context, topic, id string) (any, error
 		return nil, notFound(fmt.Sprintf("no record %s in %s (its partition holds offsets %d..%d)", id, dlq, oldest, newest-1),
 			"it may have been replayed or purged already")
 	}
-	msgs, err := a.readRange(ctx, client, dlq, p, off, off+1, 1)
+	msgs, err := con.readRange(ctx, client, dlq, p, off, off+1, 1)
 	if err != nil {
 		return nil, err
 	}
@@ -285,10 +285,10 @@ type kafkaPlan struct {
 // kafkaAct replays or purges DLQ records. Everything is checked before
 // anything is done: ids that are not a partition's oldest records refuse
 // the whole request.
-func (a *adminAPI) kafkaAct(ctx context.Context, act admin.DLQAction, replay bool) (admin.DLQResult, error) {
+func (con *Console) kafkaAct(ctx context.Context, act admin.DLQAction, replay bool) (admin.DLQResult, error) {
 	named := map[int32]map[int64]bool{}
 	for _, id := range act.IDs {
-		p, off, err := ParseKafkaID(id)
+		p, off, err := parseKafkaID(id)
 		if err != nil {
 			return admin.DLQResult{}, err
 		}
@@ -297,7 +297,7 @@ func (a *adminAPI) kafkaAct(ctx context.Context, act admin.DLQAction, replay boo
 		}
 		named[p][off] = true
 	}
-	client, dlq, parts, err := a.openDLQ(act.Topic)
+	client, dlq, parts, err := con.openDLQ(act.Topic)
 	if err != nil {
 		return admin.DLQResult{}, err
 	}
@@ -309,7 +309,7 @@ func (a *adminAPI) kafkaAct(ctx context.Context, act admin.DLQAction, replay boo
 		if !act.All && len(ids) == 0 {
 			continue
 		}
-		oldest, newest, err := a.bounds(client, dlq, p)
+		oldest, newest, err := con.bounds(client, dlq, p)
 		if err != nil {
 			return admin.DLQResult{}, err
 		}
@@ -329,7 +329,7 @@ func (a *adminAPI) kafkaAct(ctx context.Context, act admin.DLQAction, replay boo
 			}
 		}
 		if replay || !act.All {
-			msgs, err := a.readRange(ctx, client, dlq, p, oldest, plan.upto, int(plan.upto-oldest))
+			msgs, err := con.readRange(ctx, client, dlq, p, oldest, plan.upto, int(plan.upto-oldest))
 			if err != nil {
 				return admin.DLQResult{}, err
 			}
@@ -353,12 +353,12 @@ func (a *adminAPI) kafkaAct(ctx context.Context, act admin.DLQAction, replay boo
 			}
 		}
 		if len(msgs) > 0 {
-			if err := a.produce(ctx, msgs); err != nil {
+			if err := con.produce(ctx, msgs); err != nil {
 				return admin.DLQResult{}, err
 			}
-			if err := a.c.pool.CountStage(ctx, act.Topic, queue.StageDLQReplayed, false, int64(len(msgs))); err != nil {
+			if err := con.pool.CountStage(ctx, act.Topic, queue.StageDLQReplayed, false, int64(len(msgs))); err != nil {
 				// Produced already: the count is only the funnel's.
-				a.log.Warn("counting replayed DLQ records failed; the funnel will show them as unexplained", "topic", act.Topic, "count", len(msgs), "err", err)
+				con.log.Warn("counting replayed DLQ records failed; the funnel will show them as unexplained", "topic", act.Topic, "count", len(msgs), "err", err)
 			}
 		}
 		done = len(msgs)
@@ -368,7 +368,7 @@ func (a *adminAPI) kafkaAct(ctx context.Context, act admin.DLQAction, replay boo
 		upto[plan.p] = plan.upto
 		if !replay {
 			if act.All {
-				oldest, _, err := a.bounds(client, dlq, plan.p)
+				oldest, _, err := con.bounds(client, dlq, plan.p)
 				if err != nil {
 					return admin.DLQResult{}, err
 				}
@@ -379,7 +379,7 @@ func (a *adminAPI) kafkaAct(ctx context.Context, act admin.DLQAction, replay boo
 		}
 	}
 	if len(upto) > 0 {
-		if err := a.deleteRecords(client, dlq, upto); err != nil {
+		if err := con.deleteRecords(client, dlq, upto); err != nil {
 			return admin.DLQResult{}, err
 		}
 	}
@@ -389,7 +389,7 @@ func (a *adminAPI) kafkaAct(ctx context.Context, act admin.DLQAction, replay boo
 	} else {
 		res.Purged = &done
 	}
-	a.log.Info("Kafka DLQ changed", "topic", dlq, "replay", replay, "done", done, "missing", missing, "deleted_up_to", upto)
+	con.log.Info("Kafka DLQ changed", "topic", dlq, "replay", replay, "done", done, "missing", missing, "deleted_up_to", upto)
 	return res, nil
 }
 
@@ -412,36 +412,36 @@ func replayMessage(topic string, m *sarama.ConsumerMessage) kafka.Message {
 
 // produce writes msgs with acks=all and the murmur2 key partitioner (the
 // gate's producer), each one or the request fails.
-func (a *adminAPI) produce(ctx context.Context, msgs []kafka.Message) error {
-	cfg := a.c.cfg.Admin.Kafka
-	prod, err := kafka.NewProducer(&cfg, kafka.ProducerOptions{}, a.log)
+func (con *Console) produce(ctx context.Context, msgs []kafka.Message) error {
+	cfg := con.cfg.Kafka
+	prod, err := kafka.NewProducer(&cfg, kafka.ProducerOptions{}, con.log)
 	if err != nil {
-		return a.kafkaErr(err)
+		return con.kafkaErr(err)
 	}
 	defer prod.Close()
 	res, err := prod.Produce(ctx, kafka.AcksAll, msgs)
 	if err != nil {
-		return a.kafkaErr(err)
+		return con.kafkaErr(err)
 	}
 	for _, r := range res {
 		if r.Err != nil {
 			// Some may be written: a replay again writes them twice, which
 			// the relay's dedupe by job id absorbs. Nothing is deleted.
-			return a.kafkaErr(fmt.Errorf("producing to %s: %w (nothing was deleted from the DLQ; replaying again is safe: the relay dedupes by job id)", msgs[0].Topic, r.Err))
+			return con.kafkaErr(fmt.Errorf("producing to %s: %w (nothing was deleted from the DLQ; replaying again is safe: the relay dedupes by job id)", msgs[0].Topic, r.Err))
 		}
 	}
 	return nil
 }
 
-func (a *adminAPI) deleteRecords(client sarama.Client, topic string, upto map[int32]int64) error {
+func (con *Console) deleteRecords(client sarama.Client, topic string, upto map[int32]int64) error {
 	adm, err := sarama.NewClusterAdminFromClient(client)
 	if err != nil {
-		return a.kafkaErr(err)
+		return con.kafkaErr(err)
 	}
 	// Not closed: closing it closes the shared client, which the caller
 	// closes.
 	if err := adm.DeleteRecords(topic, upto); err != nil {
-		return a.kafkaErr(fmt.Errorf("deleting records of %s up to %v: %w", topic, upto, err))
+		return con.kafkaErr(fmt.Errorf("deleting records of %s up to %v: %w", topic, upto, err))
 	}
 	return nil
 }

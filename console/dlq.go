@@ -1,4 +1,4 @@
-package coordinator
+package console
 
 import (
 	"cmp"
@@ -44,7 +44,7 @@ func dlqSource(s string) (string, error) {
 	return "", badRequest(fmt.Sprintf("source %q: want redis or kafka", s), "")
 }
 
-func (a *adminAPI) dlqList(r *http.Request, _ admin.Role) (any, error) {
+func (con *Console) dlqList(r *http.Request, _ admin.Role) (any, error) {
 	q := r.URL.Query()
 	src, err := dlqSource(q.Get("source"))
 	if err != nil {
@@ -55,27 +55,27 @@ func (a *adminAPI) dlqList(r *http.Request, _ admin.Role) (any, error) {
 		return nil, err
 	}
 	if src == admin.SourceKafka {
-		return a.kafkaList(r.Context(), q.Get("topic"), limit, q.Get("cursor"))
+		return con.kafkaList(r.Context(), q.Get("topic"), limit, q.Get("cursor"))
 	}
-	return a.deadList(r, q.Get("topic"), limit, q.Get("cursor"))
+	return con.deadList(r, q.Get("topic"), limit, q.Get("cursor"))
 }
 
-// DeadCursor is where a page of the dead sets ends: the last entry it
+// deadCursor is where a page of the dead sets ends: the last entry it
 // showed. The dead sets are listed newest first, then by id and topic
 // descending, so that a page may end anywhere among entries that died in
 // the same millisecond.
-type DeadCursor struct {
+type deadCursor struct {
 	MS        int64 // when it died, Unix ms; -1: before the first page
 	Topic, ID string
 }
 
 // String is the cursor as next_cursor shows it, "<dead ms>:<topic>:<job id>".
-func (c DeadCursor) String() string {
+func (c deadCursor) String() string {
 	return strconv.FormatInt(c.MS, 10) + ":" + c.Topic + ":" + c.ID
 }
 
 // after reports whether the entry (ms, topic, id) comes after the cursor.
-func (c DeadCursor) after(ms int64, topic, id string) bool {
+func (c deadCursor) after(ms int64, topic, id string) bool {
 	if c.MS < 0 || ms != c.MS {
 		return c.MS < 0 || ms < c.MS
 	}
@@ -88,27 +88,27 @@ func (c DeadCursor) after(ms int64, topic, id string) bool {
 // from is where queue partition q's page starts (queue.Pool.DeadPage's
 // cursor): strictly after the cursor's id, or at it for a topic that comes
 // after the cursor's among entries of the same time and id.
-func (c DeadCursor) from(topic string) (int64, string) {
+func (c deadCursor) from(topic string) (int64, string) {
 	if c.MS >= 0 && topic < c.Topic {
 		return c.MS, c.ID + "\x00" // ids below it: the cursor's id too
 	}
 	return c.MS, c.ID
 }
 
-// ParseDeadCursor reads a dead-set cursor, "<dead ms>:<topic>:<job id>":
+// parseDeadCursor reads a dead-set cursor, "<dead ms>:<topic>:<job id>":
 // the next_cursor of the page before. "" is the first page.
-func ParseDeadCursor(s string) (DeadCursor, error) {
+func parseDeadCursor(s string) (deadCursor, error) {
 	if s == "" {
-		return DeadCursor{MS: -1}, nil
+		return deadCursor{MS: -1}, nil
 	}
 	bad := badRequest(fmt.Sprintf("cursor %q: want the next_cursor of the page before", s), "")
 	m, rest, ok := strings.Cut(s, ":")
 	topic, id, ok2 := strings.Cut(rest, ":")
 	ms, err := strconv.ParseInt(m, 10, 64)
 	if !ok || !ok2 || err != nil || ms < 0 || id == "" || queue.ValidTopic(topic) != nil {
-		return DeadCursor{}, bad
+		return deadCursor{}, bad
 	}
-	return DeadCursor{MS: ms, Topic: topic, ID: id}, nil
+	return deadCursor{MS: ms, Topic: topic, ID: id}, nil
 }
 
 // decodeDead reads the envelope (internal/job) of a dead job's record: its
@@ -143,21 +143,21 @@ type deadHit struct {
 
 // deadList pages through the dead sets of topic's queue partitions ("":
 // every topic's), newest first.
-func (a *adminAPI) deadList(r *http.Request, topic string, limit int, cursor string) (any, error) {
-	cur, err := ParseDeadCursor(cursor)
+func (con *Console) deadList(r *http.Request, topic string, limit int, cursor string) (any, error) {
+	cur, err := parseDeadCursor(cursor)
 	if err != nil {
 		return nil, err
 	}
-	topics, err := a.topics(r, topic)
+	topics, err := con.topics(r, topic)
 	if err != nil {
 		return nil, err
 	}
 	var hits []deadHit
 	for _, t := range topics {
-		for part := range a.c.cfg.Partitions {
+		for part := range con.cfg.Partitions {
 			q := queue.Queue{Topic: t, Part: part}
 			ms, id := cur.from(t)
-			got, err := a.deadPage(r, q, ms, id, limit+1)
+			got, err := con.deadPage(r, q, ms, id, limit+1)
 			if err != nil {
 				return nil, err
 			}
@@ -180,7 +180,7 @@ func (a *adminAPI) deadList(r *http.Request, topic string, limit int, cursor str
 	out := admin.DLQList{Source: admin.SourceRedis, Topic: topic, Entries: []admin.DLQEntry{}}
 	if len(hits) > limit {
 		last := hits[limit-1]
-		out.NextCursor = DeadCursor{MS: last.ref.Score(), Topic: last.q.Topic, ID: last.ref.ID}.String()
+		out.NextCursor = deadCursor{MS: last.ref.Score(), Topic: last.q.Topic, ID: last.ref.ID}.String()
 		hits = hits[:limit]
 	}
 	for _, h := range hits {
@@ -191,20 +191,20 @@ func (a *adminAPI) deadList(r *http.Request, topic string, limit int, cursor str
 
 // deadPage reads up to n entries of q's dead set after (ms, id) (ms < 0:
 // from the newest), with their fields.
-func (a *adminAPI) deadPage(r *http.Request, q queue.Queue, ms int64, id string, n int) ([]queue.DeadRef, error) {
+func (con *Console) deadPage(r *http.Request, q queue.Queue, ms int64, id string, n int) ([]queue.DeadRef, error) {
 	ctx := r.Context()
 	var out []queue.DeadRef
 	page := min(max(n, 100), 1000)
 	for len(out) < n {
-		refs, err := a.c.pool.DeadPage(ctx, q, ms, id, min(page, n-len(out)))
+		refs, err := con.pool.DeadPage(ctx, q, ms, id, min(page, n-len(out)))
 		if err != nil {
-			return nil, a.redisErr(err)
+			return nil, con.redisErr(err)
 		}
 		if len(refs) == 0 {
 			break
 		}
-		if err := a.c.pool.DeadJobs(ctx, q, refs); err != nil {
-			return nil, a.redisErr(err)
+		if err := con.pool.DeadJobs(ctx, q, refs); err != nil {
+			return nil, con.redisErr(err)
 		}
 		out = append(out, refs...)
 		last := refs[len(refs)-1]
@@ -216,16 +216,16 @@ func (a *adminAPI) deadPage(r *http.Request, q queue.Queue, ms int64, id string,
 // findDead finds dead job id in topic's dead sets, or, without a topic, in
 // every topic's: more than one topic's holds it is a 409 naming them.
 // ok is false when none does.
-func (a *adminAPI) findDead(r *http.Request, topic, id string) (deadHit, bool, error) {
-	topics, err := a.topics(r, topic)
+func (con *Console) findDead(r *http.Request, topic, id string) (deadHit, bool, error) {
+	topics, err := con.topics(r, topic)
 	if err != nil {
 		return deadHit{}, false, err
 	}
 	var found []deadHit
 	for _, t := range topics {
-		ref, q, ok, err := a.c.pool.FindDead(r.Context(), t, id)
+		ref, q, ok, err := con.pool.FindDead(r.Context(), t, id)
 		if err != nil {
-			return deadHit{}, false, a.redisErr(err)
+			return deadHit{}, false, con.redisErr(err)
 		}
 		if ok {
 			found = append(found, deadHit{q, ref})
@@ -246,7 +246,7 @@ func (a *adminAPI) findDead(r *http.Request, topic, id string) (deadHit, bool, e
 		Fix:     "name one: topic=<topic> (sluice dlq ... --topic <topic>)"}
 }
 
-func (a *adminAPI) dlqEntry(r *http.Request, _ admin.Role) (any, error) {
+func (con *Console) dlqEntry(r *http.Request, _ admin.Role) (any, error) {
 	q := r.URL.Query()
 	src, err := dlqSource(q.Get("source"))
 	if err != nil {
@@ -257,9 +257,9 @@ func (a *adminAPI) dlqEntry(r *http.Request, _ admin.Role) (any, error) {
 		return nil, badRequest("no id", "name the entry's id, as the list shows it")
 	}
 	if src == admin.SourceKafka {
-		return a.kafkaEntry(r.Context(), q.Get("topic"), id)
+		return con.kafkaEntry(r.Context(), q.Get("topic"), id)
 	}
-	h, ok, err := a.findDead(r, q.Get("topic"), id)
+	h, ok, err := con.findDead(r, q.Get("topic"), id)
 	if err != nil {
 		return nil, err
 	}
@@ -268,11 +268,11 @@ func (a *adminAPI) dlqEntry(r *http.Request, _ admin.Role) (any, error) {
 		if t := q.Get("topic"); t != "" {
 			where = "topic " + t + "'s dead set"
 		}
-		return nil, notFound(fmt.Sprintf("no dead job %q in %s", id, where), "it may have been replayed, purged, or capped out (the worker's --dead-max)")
+		return nil, notFound(fmt.Sprintf("no dead job %q in %s", id, where), "it may have been replayed, purged, or capped out (the workers' Config.DeadMax)")
 	}
 	refs := []queue.DeadRef{h.ref}
-	if err := a.c.pool.DeadJobs(r.Context(), h.q, refs); err != nil {
-		return nil, a.redisErr(err)
+	if err := con.pool.DeadJobs(r.Context(), h.q, refs); err != nil {
+		return nil, con.redisErr(err)
 	}
 	e := deadEntry(h.q, refs[0])
 	env := refs[0].Fields["env"]
@@ -285,18 +285,18 @@ func (a *adminAPI) dlqEntry(r *http.Request, _ admin.Role) (any, error) {
 	return e, nil
 }
 
-func (a *adminAPI) dlqReplay(r *http.Request, _ admin.Role) (any, error) {
-	return a.dlqAct(r, true)
+func (con *Console) dlqReplay(r *http.Request, _ admin.Role) (any, error) {
+	return con.dlqAct(r, true)
 }
 
-func (a *adminAPI) dlqPurge(r *http.Request, _ admin.Role) (any, error) {
-	return a.dlqAct(r, false)
+func (con *Console) dlqPurge(r *http.Request, _ admin.Role) (any, error) {
+	return con.dlqAct(r, false)
 }
 
 // maxDLQIDs bounds the ids one request names.
 const maxDLQIDs = 10000
 
-func (a *adminAPI) dlqAct(r *http.Request, replay bool) (any, error) {
+func (con *Console) dlqAct(r *http.Request, replay bool) (any, error) {
 	var act admin.DLQAction
 	if err := decodeBody(r, &act); err != nil {
 		return nil, err
@@ -315,9 +315,9 @@ func (a *adminAPI) dlqAct(r *http.Request, replay bool) (any, error) {
 	var res admin.DLQResult
 	var err error
 	if act.Source == admin.SourceKafka {
-		res, err = a.kafkaAct(r.Context(), act, replay)
+		res, err = con.kafkaAct(r.Context(), act, replay)
 	} else {
-		res, err = a.deadAct(r, act, replay)
+		res, err = con.deadAct(r, act, replay)
 	}
 	if err != nil {
 		return nil, err
@@ -336,19 +336,19 @@ func (a *adminAPI) dlqAct(r *http.Request, replay bool) (any, error) {
 // ids (in act.Topic's dead sets, or found in every topic's), or all of
 // act.Topic's ("": every topic's). An id more than one topic's dead sets
 // hold is a 409 before anything is done.
-func (a *adminAPI) deadAct(r *http.Request, act admin.DLQAction, replay bool) (admin.DLQResult, error) {
+func (con *Console) deadAct(r *http.Request, act admin.DLQAction, replay bool) (admin.DLQResult, error) {
 	ctx := r.Context()
 	var targets []deadHit
 	missing := 0
 	if act.All {
-		topics, err := a.topics(r, act.Topic)
+		topics, err := con.topics(r, act.Topic)
 		if err != nil {
 			return admin.DLQResult{}, err
 		}
 		for _, t := range topics {
-			for part := range a.c.cfg.Partitions {
+			for part := range con.cfg.Partitions {
 				q := queue.Queue{Topic: t, Part: part}
-				refs, err := a.deadPage(r, q, -1, "", 1<<30)
+				refs, err := con.deadPage(r, q, -1, "", 1<<30)
 				if err != nil {
 					return admin.DLQResult{}, err
 				}
@@ -359,7 +359,7 @@ func (a *adminAPI) deadAct(r *http.Request, act admin.DLQAction, replay bool) (a
 		}
 	} else {
 		for _, id := range act.IDs {
-			h, ok, err := a.findDead(r, act.Topic, id)
+			h, ok, err := con.findDead(r, act.Topic, id)
 			if err != nil {
 				return admin.DLQResult{}, err
 			}
@@ -369,8 +369,8 @@ func (a *adminAPI) deadAct(r *http.Request, act admin.DLQAction, replay bool) (a
 			}
 			if replay { // a purge needs only the id; a replay, the envelope
 				refs := []queue.DeadRef{h.ref}
-				if err := a.c.pool.DeadJobs(ctx, h.q, refs); err != nil {
-					return admin.DLQResult{}, a.redisErr(err)
+				if err := con.pool.DeadJobs(ctx, h.q, refs); err != nil {
+					return admin.DLQResult{}, con.redisErr(err)
 				}
 				h.ref = refs[0]
 			}
@@ -379,12 +379,12 @@ func (a *adminAPI) deadAct(r *http.Request, act admin.DLQAction, replay bool) (a
 	}
 	res := admin.DLQResult{}
 	done := 0
-	now := a.c.cfg.Now()
+	now := con.cfg.Now()
 	for _, t := range targets {
 		if !replay {
-			ok, err := a.c.pool.PurgeDead(ctx, t.q, t.ref.ID)
+			ok, err := con.pool.PurgeDead(ctx, t.q, t.ref.ID)
 			if err != nil {
-				return res, a.redisErr(err)
+				return res, con.redisErr(err)
 			}
 			if ok {
 				done++
@@ -394,9 +394,9 @@ func (a *adminAPI) deadAct(r *http.Request, act admin.DLQAction, replay bool) (a
 			continue
 		}
 		e := decodeDead(t.ref.Fields["env"])
-		out, err := a.c.pool.ReplayDead(ctx, t.q, t.ref.ID, now)
+		out, err := con.pool.ReplayDead(ctx, t.q, t.ref.ID, now)
 		if err != nil {
-			return res, a.redisErr(err)
+			return res, con.redisErr(err)
 		}
 		switch out {
 		case queue.ReplayDone:
@@ -404,7 +404,7 @@ func (a *adminAPI) deadAct(r *http.Request, act admin.DLQAction, replay bool) (a
 		case queue.ReplayCancelled:
 			res.Skipped = append(res.Skipped, fmt.Sprintf("%s (topic %s): its group %s was cancelled", t.ref.ID, t.q.Topic, e.Group))
 		case queue.ReplayExpired:
-			res.Skipped = append(res.Skipped, fmt.Sprintf("%s (topic %s): its record had expired (the worker's --dead-ttl); taken off the dead set", t.ref.ID, t.q.Topic))
+			res.Skipped = append(res.Skipped, fmt.Sprintf("%s (topic %s): its record had expired (the workers' Config.DeadTTL); taken off the dead set", t.ref.ID, t.q.Topic))
 		default:
 			missing++
 		}
@@ -415,6 +415,6 @@ func (a *adminAPI) deadAct(r *http.Request, act admin.DLQAction, replay bool) (a
 		res.Purged = &done
 	}
 	res.Missing = missing
-	a.log.Info("dead set changed", "replay", replay, "done", done, "missing", missing, "skipped", len(res.Skipped), "topic", act.Topic, "all", act.All)
+	con.log.Info("dead set changed", "replay", replay, "done", done, "missing", missing, "skipped", len(res.Skipped), "topic", act.Topic, "all", act.All)
 	return res, nil
 }

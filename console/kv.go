@@ -1,4 +1,4 @@
-package coordinator
+package console
 
 import (
 	"encoding/json"
@@ -21,15 +21,15 @@ import (
 // (internal/limits) before they are written, so the API cannot write what
 // a relay or worker would refuse.
 
-func (a *adminAPI) key(parts ...string) (string, error) {
-	k, err := consul.Key(a.c.cfg.Stage, parts...)
+func (con *Console) key(parts ...string) (string, error) {
+	k, err := consul.Key(con.cfg.Stage, parts...)
 	if err != nil {
 		return "", badRequest(err.Error(), "")
 	}
 	return k, nil
 }
 
-func (a *adminAPI) kv() *consulapi.KV { return a.c.consul.KV() }
+func (con *Console) kv() *consulapi.KV { return con.consul.KV() }
 
 func rateState(topic string, value []byte, exists bool) (admin.RateState, error) {
 	st := admin.RateState{Topic: topic}
@@ -45,14 +45,14 @@ func rateState(topic string, value []byte, exists bool) (admin.RateState, error)
 	return st, nil
 }
 
-func (a *adminAPI) rateList(r *http.Request, _ admin.Role) (any, error) {
-	prefix, err := a.key("relay")
+func (con *Console) rateList(r *http.Request, _ admin.Role) (any, error) {
+	prefix, err := con.key("relay")
 	if err != nil {
 		return nil, err
 	}
-	pairs, _, err := a.kv().List(prefix+"/", (&consulapi.QueryOptions{}).WithContext(r.Context()))
+	pairs, _, err := con.kv().List(prefix+"/", (&consulapi.QueryOptions{}).WithContext(r.Context()))
 	if err != nil {
-		return nil, a.consulErr(err)
+		return nil, con.consulErr(err)
 	}
 	out := admin.RateList{Rates: []admin.RateState{}}
 	for _, p := range pairs {
@@ -73,14 +73,14 @@ func (a *adminAPI) rateList(r *http.Request, _ admin.Role) (any, error) {
 
 // readRate reads topic's rate key: the state and the key's modify index
 // (0: absent), for a check-and-set write.
-func (a *adminAPI) readRate(r *http.Request, topic string) (string, admin.RateState, uint64, error) {
-	key, err := a.key("relay", topic, "rate")
+func (con *Console) readRate(r *http.Request, topic string) (string, admin.RateState, uint64, error) {
+	key, err := con.key("relay", topic, "rate")
 	if err != nil {
 		return "", admin.RateState{}, 0, err
 	}
-	pair, _, err := a.kv().Get(key, (&consulapi.QueryOptions{}).WithContext(r.Context()))
+	pair, _, err := con.kv().Get(key, (&consulapi.QueryOptions{}).WithContext(r.Context()))
 	if err != nil {
-		return "", admin.RateState{}, 0, a.consulErr(err)
+		return "", admin.RateState{}, 0, con.consulErr(err)
 	}
 	if pair == nil {
 		st, _ := rateState(topic, nil, false)
@@ -93,14 +93,14 @@ func (a *adminAPI) readRate(r *http.Request, topic string) (string, admin.RateSt
 	return key, st, pair.ModifyIndex, nil
 }
 
-func (a *adminAPI) rateGet(r *http.Request, _ admin.Role) (any, error) {
-	_, st, _, err := a.readRate(r, r.PathValue("topic"))
+func (con *Console) rateGet(r *http.Request, _ admin.Role) (any, error) {
+	_, st, _, err := con.readRate(r, r.PathValue("topic"))
 	return st, err
 }
 
 // writeRate writes (or, for unlimited, deletes) topic's rate if the key
 // is still at index (0: absent): a concurrent change makes it a 409.
-func (a *adminAPI) writeRate(r *http.Request, key string, rate limits.Rate, index uint64) error {
+func (con *Console) writeRate(r *http.Request, key string, rate limits.Rate, index uint64) error {
 	wo := (&consulapi.WriteOptions{}).WithContext(r.Context())
 	var ok bool
 	var err error
@@ -108,15 +108,15 @@ func (a *adminAPI) writeRate(r *http.Request, key string, rate limits.Rate, inde
 		if index == 0 {
 			return nil
 		}
-		ok, _, err = a.kv().DeleteCAS(&consulapi.KVPair{Key: key, ModifyIndex: index}, wo)
+		ok, _, err = con.kv().DeleteCAS(&consulapi.KVPair{Key: key, ModifyIndex: index}, wo)
 	} else {
 		if _, perr := limits.ParseRate(rate.Encode()); perr != nil {
 			return badRequest(perr.Error(), "")
 		}
-		ok, _, err = a.kv().CAS(&consulapi.KVPair{Key: key, Value: rate.Encode(), ModifyIndex: index}, wo)
+		ok, _, err = con.kv().CAS(&consulapi.KVPair{Key: key, Value: rate.Encode(), ModifyIndex: index}, wo)
 	}
 	if err != nil {
-		return a.consulErr(err)
+		return con.consulErr(err)
 	}
 	if !ok {
 		return &admin.Error{Status: http.StatusConflict, Message: key + " changed while this request ran", Fix: "read it again and retry"}
@@ -124,13 +124,13 @@ func (a *adminAPI) writeRate(r *http.Request, key string, rate limits.Rate, inde
 	return nil
 }
 
-func (a *adminAPI) rateSet(r *http.Request, _ admin.Role) (any, error) {
+func (con *Console) rateSet(r *http.Request, _ admin.Role) (any, error) {
 	topic := r.PathValue("topic")
 	var body admin.RateSet
 	if err := decodeBody(r, &body); err != nil {
 		return nil, err
 	}
-	key, _, index, err := a.readRate(r, topic)
+	key, _, index, err := con.readRate(r, topic)
 	if err != nil {
 		return nil, err
 	}
@@ -141,16 +141,16 @@ func (a *adminAPI) rateSet(r *http.Request, _ admin.Role) (any, error) {
 	case !body.Unlimited && !(body.Rate > 0):
 		return nil, badRequest(fmt.Sprintf("rate %g: want jobs per second > 0 (or unlimited: true; pause with POST .../pause)", body.Rate), "")
 	}
-	if err := a.writeRate(r, key, rate, index); err != nil {
+	if err := con.writeRate(r, key, rate, index); err != nil {
 		return nil, err
 	}
-	_, st, _, err := a.readRate(r, topic)
+	_, st, _, err := con.readRate(r, topic)
 	return st, err
 }
 
-func (a *adminAPI) ratePause(r *http.Request, _ admin.Role) (any, error) {
+func (con *Console) ratePause(r *http.Request, _ admin.Role) (any, error) {
 	topic := r.PathValue("topic")
-	key, st, index, err := a.readRate(r, topic)
+	key, st, index, err := con.readRate(r, topic)
 	if err != nil {
 		return nil, err
 	}
@@ -159,17 +159,17 @@ func (a *adminAPI) ratePause(r *http.Request, _ admin.Role) (any, error) {
 	}
 	if !st.Paused {
 		// The rate in force is kept in the value, for resume.
-		if err := a.writeRate(r, key, limits.Rate{Paused: true, PerSecond: st.Rate, Burst: st.Burst}, index); err != nil {
+		if err := con.writeRate(r, key, limits.Rate{Paused: true, PerSecond: st.Rate, Burst: st.Burst}, index); err != nil {
 			return nil, err
 		}
 	}
-	_, st, _, err = a.readRate(r, topic)
+	_, st, _, err = con.readRate(r, topic)
 	return st, err
 }
 
-func (a *adminAPI) rateResume(r *http.Request, _ admin.Role) (any, error) {
+func (con *Console) rateResume(r *http.Request, _ admin.Role) (any, error) {
 	topic := r.PathValue("topic")
-	key, st, index, err := a.readRate(r, topic)
+	key, st, index, err := con.readRate(r, topic)
 	if err != nil {
 		return nil, err
 	}
@@ -177,11 +177,11 @@ func (a *adminAPI) rateResume(r *http.Request, _ admin.Role) (any, error) {
 		// Back to what was in force before the pause; a pause of an
 		// unlimited topic (or a bare "paused") resumes to unlimited.
 		rate := limits.Rate{PerSecond: st.Rate, Burst: st.Burst, Unlimited: !(st.Rate > 0)}
-		if err := a.writeRate(r, key, rate, index); err != nil {
+		if err := con.writeRate(r, key, rate, index); err != nil {
 			return nil, err
 		}
 	}
-	_, st, _, err = a.readRate(r, topic)
+	_, st, _, err = con.readRate(r, topic)
 	return st, err
 }
 
@@ -197,14 +197,14 @@ func limitState(resource string, value []byte) admin.LimitState {
 	return st
 }
 
-func (a *adminAPI) limitList(r *http.Request, _ admin.Role) (any, error) {
-	prefix, err := a.key("limits")
+func (con *Console) limitList(r *http.Request, _ admin.Role) (any, error) {
+	prefix, err := con.key("limits")
 	if err != nil {
 		return nil, err
 	}
-	pairs, _, err := a.kv().List(prefix+"/", (&consulapi.QueryOptions{}).WithContext(r.Context()))
+	pairs, _, err := con.kv().List(prefix+"/", (&consulapi.QueryOptions{}).WithContext(r.Context()))
 	if err != nil {
-		return nil, a.consulErr(err)
+		return nil, con.consulErr(err)
 	}
 	out := admin.LimitList{Limits: []admin.LimitState{}}
 	for _, p := range pairs {
@@ -217,15 +217,15 @@ func (a *adminAPI) limitList(r *http.Request, _ admin.Role) (any, error) {
 	return out, nil
 }
 
-func (a *adminAPI) limitGet(r *http.Request, _ admin.Role) (any, error) {
+func (con *Console) limitGet(r *http.Request, _ admin.Role) (any, error) {
 	res := r.PathValue("resource")
-	key, err := a.key("limits", res)
+	key, err := con.key("limits", res)
 	if err != nil {
 		return nil, err
 	}
-	pair, _, err := a.kv().Get(key, (&consulapi.QueryOptions{}).WithContext(r.Context()))
+	pair, _, err := con.kv().Get(key, (&consulapi.QueryOptions{}).WithContext(r.Context()))
 	if err != nil {
-		return nil, a.consulErr(err)
+		return nil, con.consulErr(err)
 	}
 	if pair == nil {
 		return nil, notFound(fmt.Sprintf("resource %q has no limit (unlimited)", res), "set one: sluice limits set "+res+" <rate>")
@@ -233,9 +233,9 @@ func (a *adminAPI) limitGet(r *http.Request, _ admin.Role) (any, error) {
 	return limitState(res, pair.Value), nil
 }
 
-func (a *adminAPI) limitSet(r *http.Request, _ admin.Role) (any, error) {
+func (con *Console) limitSet(r *http.Request, _ admin.Role) (any, error) {
 	res := r.PathValue("resource")
-	key, err := a.key("limits", res)
+	key, err := con.key("limits", res)
 	if err != nil {
 		return nil, err
 	}
@@ -250,28 +250,28 @@ func (a *adminAPI) limitSet(r *http.Request, _ admin.Role) (any, error) {
 	if _, err := limits.ParseLimit(l.Encode()); err != nil {
 		return nil, badRequest(err.Error(), "")
 	}
-	if _, err := a.kv().Put(&consulapi.KVPair{Key: key, Value: l.Encode()}, (&consulapi.WriteOptions{}).WithContext(r.Context())); err != nil {
-		return nil, a.consulErr(err)
+	if _, err := con.kv().Put(&consulapi.KVPair{Key: key, Value: l.Encode()}, (&consulapi.WriteOptions{}).WithContext(r.Context())); err != nil {
+		return nil, con.consulErr(err)
 	}
 	return admin.LimitState{Resource: res, Rate: l.PerSecond, Burst: l.Burst}, nil
 }
 
-func (a *adminAPI) limitDelete(r *http.Request, _ admin.Role) (any, error) {
+func (con *Console) limitDelete(r *http.Request, _ admin.Role) (any, error) {
 	res := r.PathValue("resource")
-	key, err := a.key("limits", res)
+	key, err := con.key("limits", res)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := a.kv().Delete(key, (&consulapi.WriteOptions{}).WithContext(r.Context())); err != nil {
-		return nil, a.consulErr(err)
+	if _, err := con.kv().Delete(key, (&consulapi.WriteOptions{}).WithContext(r.Context())); err != nil {
+		return nil, con.consulErr(err)
 	}
 	return map[string]any{"resource": res, "unlimited": true}, nil
 }
 
 // live sums a load's live heartbeats: workers and consumers.
-func (a *adminAPI) live(load queue.PartitionLoad) (workers, consumers int) {
+func (con *Console) live(load queue.PartitionLoad) (workers, consumers int) {
 	for _, b := range load.Consumers {
-		if load.Now.Sub(b.At) <= a.c.cfg.ConsumerTTL {
+		if load.Now.Sub(b.At) <= con.cfg.ConsumerTTL {
 			workers += b.Workers
 			consumers++
 		}
@@ -281,14 +281,14 @@ func (a *adminAPI) live(load queue.PartitionLoad) (workers, consumers int) {
 
 // readPins reads the pins from Consul (not the watch's copy: a write
 // just made shows at once).
-func (a *adminAPI) readPins(r *http.Request) (map[int]admin.Pin, error) {
-	prefix, err := scaling.PinsPrefix(a.c.cfg.Stage)
+func (con *Console) readPins(r *http.Request) (map[int]admin.Pin, error) {
+	prefix, err := scaling.PinsPrefix(con.cfg.Stage)
 	if err != nil {
 		return nil, badRequest(err.Error(), "")
 	}
-	pairs, _, err := a.kv().List(prefix, (&consulapi.QueryOptions{}).WithContext(r.Context()))
+	pairs, _, err := con.kv().List(prefix, (&consulapi.QueryOptions{}).WithContext(r.Context()))
 	if err != nil {
-		return nil, a.consulErr(err)
+		return nil, con.consulErr(err)
 	}
 	values := map[string][]byte{}
 	for _, p := range pairs {
@@ -296,21 +296,27 @@ func (a *adminAPI) readPins(r *http.Request) (map[int]admin.Pin, error) {
 			values[name] = p.Value
 		}
 	}
-	pins, _ := scaling.ParsePins(values, a.c.cfg.Partitions)
+	pins, _ := scaling.ParsePins(values, con.cfg.Partitions)
 	return pins, nil
 }
 
-func (a *adminAPI) scaleList(r *http.Request, _ admin.Role) (any, error) {
-	pins, err := a.readPins(r)
+func (con *Console) scaleList(r *http.Request, _ admin.Role) (any, error) {
+	pins, err := con.readPins(r)
 	if err != nil {
 		return nil, err
 	}
-	p := a.c.Params()
-	out := admin.ScaleList{Holder: a.c.Holds(), Partitions: []admin.ScalePartition{}, Params: admin.ScaleParams{
-		Threshold: p.Threshold, Cycles: p.Cycles, Base: p.Base, Max: p.Limit(), HalfLife: p.HalfLife.Seconds(), Paused: p.Paused,
-	}}
-	for part := range a.c.cfg.Partitions {
-		sp, err := a.scalePartition(r, part, pins)
+	out := admin.ScaleList{Holder: con.holds(), Partitions: []admin.ScalePartition{}}
+	if con.cfg.Coordinator != nil {
+		out.Params, out.ParamsFrom = con.cfg.Coordinator.Params().Wire(), admin.ParamsFromCoordinator
+	} else {
+		p, err := con.readParams(r)
+		if err != nil {
+			return nil, err
+		}
+		out.Params, out.ParamsFrom = p.Wire(), admin.ParamsFromConsul
+	}
+	for part := range con.cfg.Partitions {
+		sp, err := con.scalePartition(r, part, pins)
 		if err != nil {
 			return nil, err
 		}
@@ -319,53 +325,78 @@ func (a *adminAPI) scaleList(r *http.Request, _ admin.Role) (any, error) {
 	return out, nil
 }
 
-func (a *adminAPI) scalePartition(r *http.Request, part int, pins map[int]admin.Pin) (admin.ScalePartition, error) {
-	load, err := a.c.pool.Load(r.Context(), part, nil, 10*a.c.cfg.ConsumerTTL) // workers only: no topic's depth
+// readParams reads the scaling parameters as a coordinator would follow
+// them, for a console without one in its process: the Consul value over
+// the default parameters (the coordinator's flags, which this process
+// does not know, may set others). A value that does not parse is a 409:
+// the coordinators keep their last good parameters, which only they know.
+func (con *Console) readParams(r *http.Request) (scaling.Params, error) {
+	key, err := scaling.Key(con.cfg.Stage)
 	if err != nil {
-		return admin.ScalePartition{}, a.redisErr(err)
+		return scaling.Params{}, badRequest(err.Error(), "")
 	}
-	sp := admin.ScalePartition{Partition: part, Checkpoint: load.Checkpoint, Target: a.target(part)}
-	sp.Workers, sp.Consumers = a.live(load)
+	pair, _, err := con.kv().Get(key, (&consulapi.QueryOptions{}).WithContext(r.Context()))
+	if err != nil {
+		return scaling.Params{}, con.consulErr(err)
+	}
+	if pair == nil {
+		return scaling.DefaultParams(), nil
+	}
+	p, err := scaling.ParseParams(pair.Value, scaling.DefaultParams())
+	if err != nil {
+		return scaling.Params{}, &admin.Error{Status: http.StatusConflict, Message: err.Error(),
+			Fix: "the coordinators ignore it and keep their last good parameters: correct " + key + " in Consul"}
+	}
+	return p, nil
+}
+
+func (con *Console) scalePartition(r *http.Request, part int, pins map[int]admin.Pin) (admin.ScalePartition, error) {
+	load, err := con.pool.Load(r.Context(), part, nil, 10*con.cfg.ConsumerTTL) // workers only: no topic's depth
+	if err != nil {
+		return admin.ScalePartition{}, con.redisErr(err)
+	}
+	sp := admin.ScalePartition{Partition: part, Checkpoint: load.Checkpoint, Target: con.target(part)}
+	sp.Workers, sp.Consumers = con.live(load)
 	if pin, ok := pins[part]; ok {
 		sp.Pin = &pin
 	}
 	return sp, nil
 }
 
-func (a *adminAPI) scaleSet(r *http.Request, role admin.Role) (any, error) {
+func (con *Console) scaleSet(r *http.Request, role admin.Role) (any, error) {
 	part, err := strconv.Atoi(r.PathValue("partition"))
-	if err != nil || part < 0 || part >= a.c.cfg.Partitions {
-		return nil, badRequest(fmt.Sprintf("partition %q: want 0..%d", r.PathValue("partition"), a.c.cfg.Partitions-1), "")
+	if err != nil || part < 0 || part >= con.cfg.Partitions {
+		return nil, badRequest(fmt.Sprintf("partition %q: want 0..%d", r.PathValue("partition"), con.cfg.Partitions-1), "")
 	}
 	var body admin.ScaleSet
 	if err := decodeBody(r, &body); err != nil {
 		return nil, err
 	}
-	prefix, _ := scaling.PinsPrefix(a.c.cfg.Stage)
+	prefix, _ := scaling.PinsPrefix(con.cfg.Stage)
 	key := prefix + strconv.Itoa(part)
 	wo := (&consulapi.WriteOptions{}).WithContext(r.Context())
 	switch {
 	case body.Auto && body.Workers != 0:
 		return nil, badRequest("name workers or auto, not both", "")
 	case body.Auto:
-		if _, err := a.kv().Delete(key, wo); err != nil {
-			return nil, a.consulErr(err)
+		if _, err := con.kv().Delete(key, wo); err != nil {
+			return nil, con.consulErr(err)
 		}
 	case body.Workers < 1 || body.Workers > queue.MaxWorkers:
 		return nil, badRequest(fmt.Sprintf("workers %d: want 1..%d (or auto: true)", body.Workers, queue.MaxWorkers), "")
 	default:
-		pin := admin.Pin{Workers: body.Workers, At: a.c.cfg.Now().UTC(), By: "admin API (" + role.String() + " token)"}
+		pin := admin.Pin{Workers: body.Workers, At: con.cfg.Now().UTC(), By: "admin API (" + role.String() + " token)"}
 		v, _ := json.Marshal(pin)
 		if _, err := scaling.ParsePin(v); err != nil {
 			return nil, badRequest(err.Error(), "")
 		}
-		if _, err := a.kv().Put(&consulapi.KVPair{Key: key, Value: v}, wo); err != nil {
-			return nil, a.consulErr(err)
+		if _, err := con.kv().Put(&consulapi.KVPair{Key: key, Value: v}, wo); err != nil {
+			return nil, con.consulErr(err)
 		}
 	}
-	pins, err := a.readPins(r)
+	pins, err := con.readPins(r)
 	if err != nil {
 		return nil, err
 	}
-	return a.scalePartition(r, part, pins)
+	return con.scalePartition(r, part, pins)
 }

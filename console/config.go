@@ -1,0 +1,183 @@
+package console
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/admin"
+	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/consul"
+	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/scaling"
+)
+
+// Config configures a console. Start from DefaultConfig: its values are
+// the defaults each field names, and sluice console's flags
+// (RegisterFlags). The fields without a flag say so; they are for
+// programs that embed the console (sluice coordinator, which runs one in
+// its process), and tests.
+type Config struct {
+	// Listen is the address sluice console serves the admin API, the
+	// dashboard, /healthz, /readyz and /metrics on (Serve); a program that
+	// embeds the console serves Handler itself. Default ":8084".
+	Listen string
+	// Location is where the Redis partitions live (Stage, RedisAddr,
+	// Partitions, PartitionAddrs, as the other parts'); Stage also names
+	// the Consul keys (sluice/<stage>/). Default: stage "dev", 8
+	// partitions on 127.0.0.1:6379.
+	queue.Location
+	// Topics are read besides the topics the stage's relays registered
+	// (queue.Pool.Topics), as the coordinator's Config.Topics: for a topic
+	// whose relay has not started yet. Default: none.
+	Topics []string
+	// ConsulAddr is the Consul agent's HTTP address: rates, limits, scale
+	// pins. Default "127.0.0.1:8500".
+	ConsulAddr string
+	// ConsumerTTL is how old a worker consumer's heartbeat may be and
+	// still count as live, as the coordinator's. Default 15s.
+	ConsumerTTL time.Duration
+
+	// AdminTokens are the admin API's bearer tokens with their roles:
+	// "<token> admin;<token> read" (kept as SHA-256 hashes). Default "".
+	AdminTokens string
+	// AdminTokensFile is a file of admin API tokens, one "<token> <role>"
+	// per line (role read or admin), # comments. Default "".
+	AdminTokensFile string
+	// AdminInsecure, without tokens, serves the admin API to anyone as
+	// admin (sluice dev on localhost only); without it and without tokens
+	// the API answers 403. Default false.
+	AdminInsecure bool
+	// Auth checks the bearer tokens. No flag: New builds it from
+	// AdminTokens, AdminTokensFile and AdminInsecure when it is nil.
+	// Default nil.
+	Auth *admin.Auth
+
+	// Kafka, with brokers, is where the relay's <topic>.dlq is read and
+	// replayed to the topic, and the relays' lag read; without brokers
+	// those answer 503. Default: no brokers, client id "sluice-console",
+	// protocol version 3.6.0, no compression.
+	Kafka kafka.Config
+	// ConsumerGroup is the relays' consumer group (relay
+	// Config.ConsumerGroup): their lag is read as <group>.<topic>.
+	// Default "sluice-relay".
+	ConsumerGroup string
+	// GateMetrics are the gates' /metrics URLs, for the gate's counts in
+	// GET /api/v1/stats. Default: none.
+	GateMetrics []string
+
+	// Coordinator is a coordinator that runs in the same process, for
+	// what only its memory knows (Coordinator's methods). No flag: sluice
+	// coordinator sets it to its coordinator. Default nil: the console
+	// answers holder false and no scaler targets, and reads the scaling
+	// parameters from Consul over scaling.DefaultParams.
+	Coordinator Coordinator
+	// Registry is where the console's metrics go. No flag: sluice
+	// coordinator passes its coordinator's, so that one /metrics shows
+	// both. Default nil: a registry of the console's own (Registry).
+	Registry *prometheus.Registry
+	// SettingName names a Config field ("RedisAddr") to an operator in
+	// the API's fixes ("check that Redis runs at ..."). No flag: sluice
+	// names the flag and variable that set it. Default nil: "the
+	// console's Config.RedisAddr".
+	SettingName func(field string) string
+	// Now is the clock of the answers' times and of replays. No flag: set
+	// it in code (tests). Default nil: time.Now.
+	Now func() time.Time
+}
+
+// Coordinator is what a console shows of a coordinator in its process.
+// *coordinator.Coordinator has these methods.
+type Coordinator interface {
+	// Holds reports whether the coordinator holds the coordinator lock.
+	Holds() bool
+	// Target is its scaler's target workers per consumer for partition
+	// part; 0 while unknown.
+	Target(part int) int
+	// Params are the scaling parameters in force: Consul's value over the
+	// coordinator's flags.
+	Params() scaling.Params
+	// Pin is partition part's scale pin as the coordinator last read it
+	// from Consul: what the console shows when Consul does not answer it.
+	Pin(part int) (admin.Pin, bool)
+}
+
+// DefaultConfig is the configuration sluice console starts from.
+func DefaultConfig() Config {
+	return Config{
+		Listen:        ":8084",
+		Location:      queue.DefaultLocation(),
+		ConsulAddr:    "127.0.0.1:8500",
+		ConsumerTTL:   15 * time.Second,
+		Kafka:         kafka.Config{ClientID: "sluice-console", Version: "3.6.0", Compression: "none"},
+		ConsumerGroup: kafka.RelayConsumerGroup,
+	}
+}
+
+func init() {
+	cli.Describe("console", "The console, the operator's surface: the admin API under /api/v1/ (bearer tokens from --admin-tokens /\n"+
+		"--admin-tokens-file, roles read and admin; docs/admin.md), which the sluice admin commands (stats, dlq, rate, limits,\n"+
+		"groups, scale, canary status) call, and the web dashboard at / (docs/dashboard.md). It reads and writes Redis, Consul\n"+
+		"and Kafka directly. sluice coordinator serves one on its own listener too, unless --console=false. Ops: /healthz,\n"+
+		"/readyz, /metrics.")
+}
+
+// RegisterFlags adds the console's flags to fs, bound to c's fields, with
+// c's values as their defaults. internal/cli.Parse gives each its SLUICE_*
+// fallbacks.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Listen, "listen", c.Listen, "address to serve the admin API, the dashboard, /healthz, /readyz and /metrics on")
+	c.Location.RegisterFlags(fs)
+	fs.Lookup("redis-partitions").Usage = "Redis partitions in the layout (as the other parts')"
+	cli.StringsVar(fs, &c.Topics, "topics", c.Topics, "topics whose queues are read besides those the relays registered (their relays have not started yet), comma-separated; default none")
+	fs.StringVar(&c.ConsulAddr, "consul-addr", c.ConsulAddr, "Consul HTTP address")
+	cli.DurationVar(fs, &c.ConsumerTTL, "consumer-ttl", c.ConsumerTTL, "a consumer's heartbeat older than this no longer counts (as the coordinator's)")
+	fs.StringVar(&c.AdminTokens, "admin-tokens", c.AdminTokens, "admin API bearer tokens with their roles: \"<token> admin;<token> read\" (kept as SHA-256 hashes); prefer --admin-tokens-file, as flags show in ps")
+	fs.StringVar(&c.AdminTokensFile, "admin-tokens-file", c.AdminTokensFile, "file of admin API tokens: one \"<token> <role>\" per line (role read or admin), # comments")
+	fs.BoolVar(&c.AdminInsecure, "admin-insecure", c.AdminInsecure, "without tokens, serve the admin API to anyone as admin (sluice dev on localhost only); without it and without tokens the API answers 403")
+	cli.KeepValues(fs, &c.Kafka, func() { c.Kafka.Register(fs, c.Kafka.ClientID) })
+	fs.Lookup("kafka-brokers").Usage = "Kafka brokers, comma-separated host:port: the admin API reads and replays <topic>.dlq and reads the relays' lag (none: those answer 503)"
+	fs.StringVar(&c.ConsumerGroup, "consumer-group", c.ConsumerGroup, "the relays' --consumer-group, for their lag in /api/v1/stats")
+	cli.StringsVar(fs, &c.GateMetrics, "gate-metrics", c.GateMetrics, "the gates' /metrics URLs, comma-separated, for the gate's counts in /api/v1/stats")
+}
+
+// check validates the configuration; its errors name the field.
+func (c *Config) check() error {
+	if err := c.Location.Validate(); err != nil {
+		return fmt.Errorf("console: Config.%w", err)
+	}
+	if _, err := consul.Key(c.Stage, "relay"); err != nil {
+		return fmt.Errorf("console: Config.Stage: %w", err)
+	}
+	if c.ConsumerTTL <= 0 {
+		return errors.New("console: Config.ConsumerTTL: must be positive")
+	}
+	for _, t := range c.Topics {
+		if err := queue.ValidTopic(t); err != nil {
+			return fmt.Errorf("console: Config.Topics: %w", err)
+		}
+	}
+	return nil
+}
+
+// auth is the token checker the Config asks for: Auth, or one built from
+// AdminTokens, AdminTokensFile and AdminInsecure (nil when none is set:
+// every request is a 403).
+func (c *Config) auth() (*admin.Auth, error) {
+	if c.Auth != nil || c.AdminTokens == "" && c.AdminTokensFile == "" && !c.AdminInsecure {
+		return c.Auth, nil
+	}
+	inline, err := admin.ParseTokens(c.AdminTokens)
+	if err != nil {
+		return nil, fmt.Errorf("console: Config.AdminTokens: %w", err)
+	}
+	file, err := admin.ReadTokens(c.AdminTokensFile)
+	if err != nil {
+		return nil, fmt.Errorf("console: Config.AdminTokensFile: %w", err)
+	}
+	return admin.NewAuth(c.AdminInsecure, inline, file), nil
+}

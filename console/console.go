@@ -1,0 +1,130 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/admin"
+	"github.com/sluicehq/sluice/internal/ops"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// Console serves the admin API and the dashboard.
+type Console struct {
+	cfg      Config
+	log      *slog.Logger
+	auth     *admin.Auth // nil: no tokens, every request 403
+	pool     *queue.Pool
+	consul   *consulapi.Client
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec // route, code
+	handler  http.Handler
+	close    sync.Once
+}
+
+// New checks cfg and builds a console; it connects to nothing yet: each
+// request reaches the stores it needs, and says which one failed.
+func New(cfg Config, log *slog.Logger) (*Console, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	auth, err := cfg.auth()
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	pool, err := queue.NewPool(cfg.PoolConfig())
+	if err != nil {
+		return nil, err
+	}
+	ccfg := consulapi.DefaultConfig()
+	ccfg.Address = cfg.ConsulAddr
+	cc, err := consulapi.NewClient(ccfg)
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("console: Config.ConsulAddr: %w", err)
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = ops.NewRegistry()
+	}
+	con := &Console{cfg: cfg, log: log, auth: auth, pool: pool, consul: cc, reg: reg}
+	con.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		// The name the metric had when the coordinator served the API:
+		// dashboards and alerts keep working (docs/admin.md#metrics).
+		Name: "sluice_coordinator_admin_requests_total",
+		Help: "Admin API requests by route pattern and status code (the console's, wherever it runs).",
+	}, []string{"route", "code"})
+	if err := reg.Register(con.requests); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("console: Config.Registry: %w", err)
+	}
+	mux := http.NewServeMux()
+	con.mount(mux)
+	con.handler = mux
+	return con, nil
+}
+
+// Handler is the console's HTTP handler: the admin API under /api/v1/ and
+// the dashboard at every other path. It serves no /healthz, /readyz or
+// /metrics: Serve adds them, or the program that serves Handler has its
+// own (sluice coordinator serves it on its listener beside the
+// coordinator's).
+func (con *Console) Handler() http.Handler { return con.handler }
+
+// Registry holds the console's metrics: Config.Registry when set.
+func (con *Console) Registry() *prometheus.Registry { return con.reg }
+
+// Run keeps the console until ctx ends, then closes its Redis clients: for
+// a program that serves Handler on a server of its own, which it must stop
+// before ctx ends. The console has no work of its own between requests.
+func (con *Console) Run(ctx context.Context) error {
+	<-ctx.Done()
+	con.closeClients()
+	return nil
+}
+
+// Serve serves Handler, /healthz, /readyz and /metrics on ln until ctx
+// ends, then drains the requests in flight for up to a second and closes
+// the console. sluice console listens on Config.Listen.
+func (con *Console) Serve(ctx context.Context, ln net.Listener) error {
+	defer con.closeClients()
+	mux := http.NewServeMux()
+	ops.Mount(mux, con.reg, con.ready)
+	mux.Handle("/", con.handler)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	con.log.Info("console serving", "addr", ln.Addr().String(), "stage", con.cfg.Stage, "partitions", con.cfg.Partitions)
+	err := ops.Serve(ctx, con.log, srv, ln, time.Second)
+	con.log.Info("console stopped")
+	return err
+}
+
+func (con *Console) closeClients() { con.close.Do(func() { con.pool.Close() }) }
+
+// ready: every Redis and the Consul agent answer; Kafka is optional (its
+// routes answer 503 without it).
+func (con *Console) ready(ctx context.Context) error {
+	if err := con.pool.Ping(ctx); err != nil {
+		return err
+	}
+	if _, err := con.consul.Status().LeaderWithQueryOptions((&consulapi.QueryOptions{}).WithContext(ctx)); err != nil {
+		return fmt.Errorf("Consul %s: %v", con.cfg.ConsulAddr, err)
+	}
+	return nil
+}
+
+// registered are the topics whose queues the console reads: those the
+// stage's relays registered, and Config.Topics.
+func (con *Console) registered(ctx context.Context) ([]string, error) {
+	return con.pool.Topics(ctx, con.cfg.Topics...)
+}
