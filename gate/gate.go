@@ -1,17 +1,3 @@
-// Package gate is sluice's HTTP gateway (Slack's Kafkagate): it validates job
-// envelopes and writes them synchronously to Kafka, answering only once Kafka
-// acknowledged them. It keeps no state of its own, so any number of gates
-// can run side by side.
-//
-// Like each of sluice's parts, a gate is started in five steps, which sluice
-// gate, sluice dev and a program that embeds the gate share: DefaultConfig
-// returns a Config whose every field states its default; Config.RegisterFlags
-// binds sluice gate's flags to a Config (internal/cli.Parse adds their
-// SLUICE_* fallbacks); New checks the Config, with errors that name the
-// field, and builds the gate; Gate.Run keeps its topic list fresh and closes
-// its producer when the context ends, for a program that serves Handler
-// itself; Gate.Serve serves Handler on a listener, as sluice gate does on
-// Config.Listen.
 package gate
 
 import (

@@ -78,8 +78,16 @@ type Config struct {
 	// Shadow reads and counts, but writes nothing to Redis and commits
 	// nothing (roll-out mode). Default false.
 	Shadow bool
-	// DrainTimeout is how long the batch in hand may take to finish on
-	// shutdown. Default 15s.
+	// DrainTimeout is read by nothing: a stopping relay does not wait for
+	// the batch in hand. It stops reading at once, commits the offsets
+	// Redis has durably kept (within 2s) and hands its lock over; the
+	// next holder relays the rest again from those offsets, and the
+	// Kafka-position watermark makes what Redis had already taken a
+	// no-op. Waiting for the batch would hold the lock longer and save
+	// nothing. Default 15s.
+	//
+	// Deprecated: it does nothing; --drain-timeout and
+	// SLUICE_RELAY_DRAIN_TIMEOUT are still accepted, for one release.
 	DrainTimeout time.Duration
 }
 
@@ -135,7 +143,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.MemorySample, "memory-sample", c.MemorySample, "how often to read Redis INFO memory")
 	fs.IntVar(&c.MaxRequeues, "max-requeues", c.MaxRequeues, "times a job Redis refused for a reason of its own is produced to Kafka again before it goes to the DLQ")
 	fs.BoolVar(&c.Shadow, "shadow", c.Shadow, "read and count, write nothing to Redis and commit nothing (roll-out mode)")
-	cli.DurationVar(fs, &c.DrainTimeout, "drain-timeout", c.DrainTimeout, "on SIGTERM, how long the batch in hand may take to finish")
+	cli.DurationVar(fs, &c.DrainTimeout, "drain-timeout", c.DrainTimeout, "deprecated, does nothing: a stopping relay commits what Redis kept and hands over at once (the next holder relays the rest, deduplicated); accepted for one release")
 }
 
 // validate checks the configuration; its errors name the field.

@@ -1,21 +1,3 @@
-// Package worker is sluice's job execution: one consumer per Redis
-// partition claims jobs from the queues of the topics it serves (weighted
-// fair across topics, or in strict order; within a queue in weighted fair
-// order of lanes), runs them on a resizable pool of goroutines under
-// leases it keeps alive while they are held, holds them to the execution
-// rate limits of their resources (ratelimit.go), and settles each: done,
-// retried with backoff through the delayed set, or dead with its last
-// error. It is also the public handler API (Handler, Permanent,
-// RetryAfter, Middleware) for programs that embed a worker.
-//
-// Like each of sluice's parts, a worker is started in five steps, which
-// sluice worker, sluice dev and a program that embeds the worker share:
-// DefaultConfig returns a Config whose every field states its default;
-// Config.RegisterFlags binds sluice worker's flags to a Config
-// (internal/cli.Parse adds their SLUICE_* fallbacks); New checks the Config,
-// with errors that name the field, and builds the worker; Worker.Run consumes
-// without a listener of its own; Worker.Serve adds /healthz, /readyz and
-// /metrics on a listener, as sluice worker does on Config.Listen.
 package worker
 
 import (

@@ -8,7 +8,7 @@
 // among the parts.
 //
 // The package lives in internal/ because it is a contract between parts
-// (the gate and the coordinator's admin API), not the property of either.
+// (the gate and the console's admin API), not the property of either.
 // It is not in internal/admin: that package is the operator's surface
 // (tokens, roles, the admin client) and has no Redis, while a group's
 // status is first the client's, and its reads need the queue pool.
