@@ -57,6 +57,10 @@ func (p *Pool) CountStage(ctx context.Context, topic, stage string, canary bool,
 	return p.byPart[q.Part].HIncrBy(ctx, p.layout.Keys(q).Stats(), funnelName(topic, stage, canary), n).Err()
 }
 
+// FunnelField is the stats hash's field that counts stage of topic's
+// funnel: its user jobs', or its canaries'.
+func FunnelField(topic, stage string, canary bool) string { return funnelName(topic, stage, canary) }
+
 func funnelName(topic, stage string, canary bool) string {
 	if canary {
 		return "canary:" + topic + ":" + stage

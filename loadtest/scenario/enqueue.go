@@ -51,11 +51,15 @@ func (b *batchEnqueuer) flush() error {
 	return nil
 }
 
-// doneCount is how many jobs topic's partitions counted done.
+// doneCount is how many of topic's jobs its partitions counted done: the
+// funnel's completed stage, which leaves out the canaries sluice dev sends
+// through the same topic (the stats hash's "done" counts them too, so a
+// wait for it could end with jobs still queued).
 func doneCount(ctx context.Context, pool *queue.Pool, layout queue.Layout, topic string) (int, error) {
 	total := 0
 	for part := range layout.Partitions {
-		n, err := pool.Client(part).HGet(ctx, layout.Keys(queue.Queue{Topic: topic, Part: part}).Stats(), "done").Int()
+		n, err := pool.Client(part).HGet(ctx, layout.Keys(queue.Queue{Topic: topic, Part: part}).Stats(),
+			queue.FunnelField(topic, queue.StageCompleted, false)).Int()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return 0, err
 		}
