@@ -1,0 +1,262 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/job"
+)
+
+// Where a job is, as FindJob tells it.
+const (
+	WhereRunning  = "running"  // in a claimed batch, not settled yet
+	WhereDelayed  = "delayed"  // in delayed until Until (Why says what for)
+	WhereReady    = "ready"    // on its lane, waiting its turn
+	WhereDead     = "dead"     // in the dead set, with its last error
+	WhereDone     = "done"     // acked; its record kept (retain, or an earlier failure)
+	WhereInKafka  = "in-kafka" // its Kafka position is above the watermark: not relayed yet
+	WhereNotFound = "not-found"
+)
+
+// Why a delayed job waits.
+const (
+	DelayRetry = "retry"    // a failed attempt's backoff
+	DelayRunAt = "run_at"   // the envelope's run_at
+	DelayDefer = "deferred" // its rate limit's slot, or its idempotency key held by another job
+)
+
+// JobLookup is what FindJob needs: the job's topic and id, and what places
+// it in a queue partition (its group, if it has one). A Kafka position (the
+// gate's answer) lets a job Redis does not hold be told apart: still in
+// Kafka, or relayed and since done without a record.
+type JobLookup struct {
+	Topic, ID, Group string
+	HasPosition      bool
+	KafkaPartition   int32
+	Offset           int64
+}
+
+// JobWhereabouts is what Redis can tell of a job.
+type JobWhereabouts struct {
+	Queue Queue
+	// Where is one of the Where* constants. NotFound with Relayed set:
+	// it was written into Redis and is no longer there (done without a
+	// record, or cancelled); without a position nothing more can be said.
+	Where   string
+	Relayed bool
+	// Attempts made so far (from the entry or the record); LastError, the
+	// last failed attempt's error, kept in the record while it retries
+	// and after it died; Result, a done job's result when it asked for
+	// retain.
+	Attempts  int
+	LastError string
+	Result    string
+	// Batch and Until: a running job's batch and its lease deadline; a
+	// delayed job's due time (Why says what for); a dead or done job's
+	// time of death or completion.
+	Batch string
+	Until time.Time
+	Why   string
+	// Record is the job's record as stored, when it has one.
+	Record map[string]string
+}
+
+// findScanBound bounds the entries FindJob reads on a lane and in
+// delayed: a lookup must not stall Redis behind a million-job lane.
+const findScanBound = 10000
+
+// FindJob looks for a job in its queue partition: its record, the claimed
+// batches, delayed and its lane (its group's; a job without a group is
+// looked for on the partition's shared lanes), each within
+// findScanBound entries, then the Kafka watermark. It reads only; what it
+// reads may change between its commands, as the job moves on.
+func (p *Pool) FindJob(ctx context.Context, l JobLookup) (JobWhereabouts, error) {
+	q := p.layout.QueueOf(l.Topic, l.Group, l.ID)
+	w := JobWhereabouts{Queue: q, Where: WhereNotFound}
+	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	rec, err := c.HGetAll(ctx, k.Job(l.ID)).Result()
+	if err != nil {
+		return w, fmt.Errorf("job %s on %s: %w", l.ID, q, err)
+	}
+	if len(rec) > 0 {
+		w.Record = rec
+		w.Attempts, _ = strconv.Atoi(rec["attempts"])
+		w.LastError, w.Result = rec["last_error"], rec["result"]
+		switch rec["state"] {
+		case "dead":
+			w.Where, w.Until = WhereDead, msTime(rec["dead_ms"])
+			return w, nil
+		case "done":
+			w.Where, w.Until = WhereDone, msTime(rec["done_ms"])
+			return w, nil
+		}
+	}
+	if found, err := p.findRunning(ctx, q, l.ID, &w); err != nil || found {
+		return w, err
+	}
+	if found, err := p.findDelayed(ctx, q, l.ID, &w); err != nil || found {
+		return w, err
+	}
+	if found, err := p.findReady(ctx, q, l.ID, l.Group, &w); err != nil || found {
+		return w, err
+	}
+	if l.HasPosition {
+		wm, err := c.HGet(ctx, k.Watermark(), strconv.Itoa(int(l.KafkaPartition))).Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
+			return w, fmt.Errorf("watermark of %s: %w", q, err)
+		}
+		if errors.Is(err, redis.Nil) || l.Offset > wm {
+			w.Where = WhereInKafka
+			return w, nil
+		}
+		w.Relayed = true
+	}
+	return w, nil
+}
+
+func msTime(ms string) time.Time {
+	n, err := strconv.ParseInt(ms, 10, 64)
+	if err != nil || n <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(n)
+}
+
+// findRunning looks through the claimed batches (the most recently due
+// findScanBound/100 of them, whose entries it reads) for the job's entry
+// in a place not settled yet.
+func (p *Pool) findRunning(ctx context.Context, q Queue, id string, w *JobWhereabouts) (bool, error) {
+	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	batches, err := c.ZRangeWithScores(ctx, k.Leases(), 0, findScanBound/100-1).Result()
+	if err != nil || len(batches) == 0 {
+		return false, err
+	}
+	pipe := c.Pipeline()
+	lists := make([]*redis.StringSliceCmd, len(batches))
+	settled := make([]*redis.StringCmd, len(batches))
+	for i, b := range batches {
+		name, _ := b.Member.(string)
+		lists[i] = pipe.LRange(ctx, k.Lease(name), 0, -1)
+		settled[i] = pipe.Get(ctx, k.Settled(name))
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return false, fmt.Errorf("claimed batches of %s: %w", q, err)
+	}
+	for i, b := range batches {
+		done := settled[i].Val()
+		for place, e := range lists[i].Val() {
+			pe, err := ParseEntry(e)
+			if err != nil || pe.ID != id || (place < len(done) && done[place] != 0) {
+				continue
+			}
+			w.Where, w.Batch = WhereRunning, b.Member.(string)
+			w.Until = time.UnixMilli(int64(b.Score))
+			w.Attempts = max(w.Attempts, pe.Attempts+1) // the attempt under way
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// findDelayed scans delayed for the job's entry (ZSCAN with a pattern of
+// its head, so Redis does the matching).
+func (p *Pool) findDelayed(ctx context.Context, q Queue, id string, w *JobWhereabouts) (bool, error) {
+	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	pattern := "[0-9]* " + globEscape(id) + " *"
+	var cursor uint64
+	for read := 0; read < findScanBound; {
+		members, next, err := c.ZScan(ctx, k.Delayed(), cursor, pattern, 1000).Result()
+		if err != nil {
+			return false, fmt.Errorf("delayed of %s: %w", q, err)
+		}
+		for i := 0; i+1 < len(members); i += 2 {
+			pe, err := ParseEntry(members[i])
+			if err != nil || pe.ID != id {
+				continue
+			}
+			due, _ := strconv.ParseFloat(members[i+1], 64)
+			w.Where, w.Until, w.Attempts = WhereDelayed, time.UnixMilli(int64(due)), pe.Attempts
+			w.Why = delayReason(pe, w, int64(due))
+			return true, nil
+		}
+		read += 1000
+		if cursor = next; cursor == 0 {
+			break
+		}
+	}
+	return false, nil
+}
+
+// delayReason tells a retry (an attempt failed: the record says so) from
+// the envelope's run_at (due when it says) and a deferral (neither).
+func delayReason(pe ParsedEntry, w *JobWhereabouts, due int64) string {
+	if pe.Attempts > 0 && w.Record["state"] == "retrying" {
+		return DelayRetry
+	}
+	if env, err := job.Decode([]byte(pe.Envelope)); err == nil && !env.RunAt.IsZero() && env.RunAt.UnixMilli() == due {
+		return DelayRunAt
+	}
+	return DelayDefer
+}
+
+// findReady reads the job's lane (its group's, or the partition's shared
+// lanes of the topic), findScanBound entries at most in all.
+func (p *Pool) findReady(ctx context.Context, q Queue, id, group string, w *JobWhereabouts) (bool, error) {
+	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	var lanes []string
+	if group != "" {
+		lanes = []string{LaneOf(group, "", q.Topic, 0)}
+	} else {
+		names, err := c.ZRange(ctx, k.Lanes(), 0, -1).Result()
+		if err != nil {
+			return false, fmt.Errorf("lanes of %s: %w", q, err)
+		}
+		for _, n := range names {
+			if !strings.HasPrefix(n, "g/") {
+				lanes = append(lanes, n)
+			}
+		}
+	}
+	needle := " " + id + " "
+	read := 0
+	for _, lane := range lanes {
+		for from := int64(0); read < findScanBound; from += 1000 {
+			entries, err := c.LRange(ctx, k.Lane(lane), from, from+999).Result()
+			if err != nil {
+				return false, fmt.Errorf("lane %s of %s: %w", lane, q, err)
+			}
+			for _, e := range entries {
+				if !strings.Contains(e, needle) {
+					continue
+				}
+				if pe, err := ParseEntry(e); err == nil && pe.ID == id {
+					w.Where, w.Attempts, w.Why = WhereReady, pe.Attempts, lane
+					return true, nil
+				}
+			}
+			read += len(entries)
+			if len(entries) < 1000 {
+				break
+			}
+		}
+	}
+	return false, nil
+}
+
+// globEscape quotes the characters a Redis MATCH pattern reads.
+func globEscape(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if strings.ContainsRune(`*?[]\`, r) {
+			b.WriteByte('\\')
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
