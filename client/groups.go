@@ -1,0 +1,199 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/job"
+)
+
+// GroupResult is the gate's answer to a bulk group: every item and the
+// group's close record are in Kafka.
+type GroupResult struct {
+	// Group is the group's id (assigned by the client when not given).
+	Group string `json:"group"`
+	Topic string `json:"topic"`
+	// Count is the number of items, each now job "<Group>.<index>".
+	Count int64 `json:"count"`
+	// Status is the gate's path of the group's status and cancel.
+	Status string `json:"status"`
+}
+
+// groupOptions are the fields the gate takes for a bulk group.
+var groupOptions = []string{"ID", "Tenant", "Resource", "Priority", "MaxAttempts", "Timeout", "Acks", "Callback"}
+
+// EnqueueGroup submits a bulk group of jobType to topic (POST
+// /v1/topics/{topic}/groups): item i becomes job "<group>.<i>" with items[i]
+// as its payload (any value encoding/json encodes; json.RawMessage is sent
+// as it is). With Callback, the coordinator POSTs the group's results
+// there once every job ended. Options: ID (the group's), Tenant, Resource,
+// Priority, MaxAttempts, Timeout, Acks and Callback; another is an error.
+//
+// The group's id is the client's (a ULID when ID is not given), so its
+// items are deduplicated if a submission is repeated. Retried: a 503
+// before the gate wrote anything (Kafka known unreachable) and a
+// connection that was never made. Not retried: a 504 or a 503 halfway
+// through, after which the gate cancels the items it wrote and the id
+// takes no more jobs; the *Error says so, and the group must be submitted
+// under a new id. All items are encoded in memory before the first send.
+func (c *Client) EnqueueGroup(ctx context.Context, topic, jobType string, items []any, opts ...Option) (*GroupResult, error) {
+	s := newSettings(opts)
+	if err := s.only("EnqueueGroup", groupOptions); err != nil {
+		return nil, err
+	}
+	if jobType == "" {
+		return nil, fmt.Errorf("client: a group needs a job type")
+	}
+	if s.env.ID == "" {
+		s.env.ID = job.NewID()
+	}
+	fields := struct {
+		ID          string        `json:"id"`
+		Type        string        `json:"type"`
+		Tenant      string        `json:"tenant,omitempty"`
+		Resource    string        `json:"resource,omitempty"`
+		Priority    int           `json:"priority,omitempty"`
+		CallbackURL string        `json:"callback_url,omitempty"`
+		MaxAttempts int           `json:"max_attempts,omitempty"`
+		Timeout     *job.Duration `json:"timeout,omitempty"`
+	}{ID: s.env.ID, Type: jobType, Tenant: s.env.Tenant, Resource: s.env.Resource, Priority: s.env.Priority, CallbackURL: s.callback, MaxAttempts: s.env.MaxAttempts}
+	if s.env.Timeout != 0 {
+		fields.Timeout = &s.env.Timeout
+	}
+	// NDJSON: the fields on the first line, then one payload per line.
+	var body bytes.Buffer
+	enc := json.NewEncoder(&body)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(fields); err != nil {
+		return nil, err
+	}
+	for i, item := range items {
+		p, err := encodePayload(item)
+		if err != nil {
+			return nil, fmt.Errorf("client: item %d: %w", i, err)
+		}
+		if p == nil {
+			p = json.RawMessage("null")
+		}
+		body.Write(p)
+		body.WriteByte('\n')
+	}
+	h := s.header()
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Set("Content-Type", "application/x-ndjson")
+	a, err := c.do(ctx, &exchange{
+		method: http.MethodPost, path: topicPath(topic) + "/groups", header: h, body: body.Bytes(),
+		// A 503 with ids came after items were written (and cancelled);
+		// without ids it came before any.
+		retryable: func(status int, eb *errorBody) bool {
+			return status == http.StatusServiceUnavailable && eb != nil && len(eb.IDs) == 0
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	var r GroupResult
+	if err := json.Unmarshal(a.body, &r); err != nil {
+		return nil, fmt.Errorf("client: reading the gate's answer %d %q: %v", a.status, a.body, err)
+	}
+	return &r, nil
+}
+
+// Group states (GroupStatus.State).
+const (
+	// GroupSubmitting: the close record has not been relayed; items may
+	// still be on their way from Kafka.
+	GroupSubmitting = "submitting"
+	GroupRunning    = "running"
+	GroupCancelling = "cancelling"
+	GroupCompleted  = "completed"
+)
+
+// GroupStatus is a bulk group's status, as the gate's group routes answer
+// it (docs/groups.md).
+type GroupStatus struct {
+	Group string `json:"group"`
+	Topic string `json:"topic"`
+	// Partition is the group's Redis partition.
+	Partition int `json:"partition"`
+	// State is one of GroupSubmitting, GroupRunning, GroupCancelling,
+	// GroupCompleted.
+	State string `json:"state"`
+	// Total is the group's size, 0 until its close record was relayed.
+	Total   int64 `json:"total"`
+	Relayed int64 `json:"relayed"`
+	// Queued are ready or delayed (retries, rate-limit slots).
+	Queued  int64 `json:"queued"`
+	Running int64 `json:"running"`
+	Done    int64 `json:"done"`
+	// Failed counts failed attempts, retried or not.
+	Failed int64 `json:"failed"`
+	// Dead counts jobs that used up their attempts.
+	Dead      int64 `json:"dead"`
+	Cancelled int64 `json:"cancelled"`
+	// Progress is (done + dead + cancelled) / total; nil without a total.
+	Progress *float64 `json:"progress"`
+	// Rate is jobs ended per second since the first was relayed.
+	Rate            float64    `json:"rate"`
+	EstimatedFinish *time.Time `json:"estimated_finish"`
+	FirstAt         *time.Time `json:"first_at"`
+	ClosedAt        *time.Time `json:"closed_at"`
+	CancelledAt     *time.Time `json:"cancelled_at"`
+	CompletedAt     *time.Time `json:"completed_at"`
+	// CallbackURL is empty for a group without a callback, and so are the
+	// other Callback fields.
+	CallbackURL string `json:"callback_url"`
+	// CallbackState: pending, delivering, delivered or failed.
+	CallbackState    string `json:"callback_state"`
+	CallbackAttempts int64  `json:"callback_attempts"`
+	CallbackError    string `json:"callback_error"`
+	// Removed is, in CancelGroup's answer, how many ready jobs the cancel
+	// took off the queue.
+	Removed int `json:"removed"`
+}
+
+func groupPath(topic, group string) string {
+	return topicPath(topic) + "/groups/" + url.PathEscape(group)
+}
+
+// GroupStatus reads a bulk group's status (GET
+// /v1/topics/{topic}/groups/{id}; the gate needs --redis-addr). A group
+// Redis does not know yet (all its items still in Kafka) or no longer
+// (expired), or one the token may not see, is an *Error with Status 404.
+// 503s and connection errors are retried.
+func (c *Client) GroupStatus(ctx context.Context, topic, group string) (*GroupStatus, error) {
+	return c.group(ctx, http.MethodGet, topic, group)
+}
+
+// CancelGroup cancels what of a bulk group has not run (DELETE
+// /v1/topics/{topic}/groups/{id}): ready jobs at once, delayed ones when
+// due, items still in Kafka when relayed; running jobs finish. It answers
+// the status after the cancel, with Removed. A second cancel is harmless,
+// so 503s and connection errors are retried. A group Redis does not know
+// is a 404 and is not cancelled.
+func (c *Client) CancelGroup(ctx context.Context, topic, group string) (*GroupStatus, error) {
+	return c.group(ctx, http.MethodDelete, topic, group)
+}
+
+func (c *Client) group(ctx context.Context, method, topic, group string) (*GroupStatus, error) {
+	a, err := c.do(ctx, &exchange{
+		method: method, path: groupPath(topic, group),
+		retryable:      func(status int, _ *errorBody) bool { return status == http.StatusServiceUnavailable },
+		retryTransport: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	var st GroupStatus
+	if err := json.Unmarshal(a.body, &st); err != nil {
+		return nil, fmt.Errorf("client: reading the gate's answer %d %q: %v", a.status, a.body, err)
+	}
+	return &st, nil
+}
