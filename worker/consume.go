@@ -296,12 +296,11 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		c.completeCanary(ctx, h, j)
 		return
 	}
-	maxAttempts := j.MaxAttempts
-	if maxAttempts <= 0 {
-		maxAttempts = w.cfg.MaxAttempts
-	}
+	// The envelope's own limits win, then the type's defaults (Handle's
+	// options), then the Config's.
+	handler, defaults := w.handler(j.Type)
+	maxAttempts := firstPositive(j.MaxAttempts, defaults.maxAttempts, w.cfg.MaxAttempts)
 	h.retain = w.retainOf(j, h.q.Topic)
-	handler := w.handler(j.Type)
 	if handler == nil {
 		// Retried with backoff, attempt counted, never killed on the
 		// spot: during a rolling deploy that adds the type, a worker
@@ -309,10 +308,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		c.settle(ctx, h, nil, fmt.Errorf("no handler for job type %q on worker %s (retried later: a worker with the handler may take it)", j.Type, c.slots.id), maxAttempts)
 		return
 	}
-	timeout := time.Duration(j.Timeout)
-	if timeout <= 0 {
-		timeout = w.cfg.Timeout
-	}
+	timeout := firstPositive(time.Duration(j.Timeout), defaults.timeout, w.cfg.Timeout)
 	if key := j.IdempotencyKey; key != "" {
 		mark, err := w.pool.IdempotencyBegin(ctx, key, cl.ID, cl.Attempt, timeout+w.cfg.Lease)
 		switch {
@@ -388,6 +384,17 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		return // cut short by shutdown: handed back by release, not failed
 	}
 	c.settle(context.WithoutCancel(ctx), h, result, herr, maxAttempts)
+}
+
+// firstPositive is the first of vs above zero (an envelope's 0, or a
+// negative value that slipped through, means "not set"), else the last.
+func firstPositive[N int | time.Duration](vs ...N) N {
+	for _, v := range vs {
+		if v > 0 {
+			return v
+		}
+	}
+	return vs[len(vs)-1]
 }
 
 // ran records a handler's run time, which ended at end, in the moving

@@ -28,7 +28,7 @@ type Worker struct {
 	pool     *queue.Pool
 	m        *metrics
 	mu       sync.RWMutex
-	handlers map[string]Handler
+	handlers map[string]registered
 	fallback Handler
 	mws      []Middleware
 	pools    map[int]*slots // by partition
@@ -69,7 +69,7 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, log: log, pool: pool, handlers: map[string]Handler{}, m: newMetrics(), pools: map[int]*slots{}}
+	w := &Worker{cfg: cfg, log: log, pool: pool, handlers: map[string]registered{}, m: newMetrics(), pools: map[int]*slots{}}
 	for _, p := range cfg.Serve {
 		w.pools[p] = newSlots(cfg.Workers)
 	}
@@ -80,15 +80,30 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 	return w, nil
 }
 
-// Handle registers the handler of a job type.
-func (w *Worker) Handle(jobType string, h Handler) {
+// registered is a job type's handler with the type's own defaults.
+type registered struct {
+	h        Handler
+	defaults typeDefaults
+}
+
+// Handle registers the handler of a job type, with the type's own
+// defaults (TypeTimeout, TypeMaxAttempts), which apply to its jobs whose
+// envelope sets none and win over Config's. HandleTyped and HandleFunc
+// register a handler that gets the payload decoded. Registering a type
+// again replaces its handler and defaults.
+func (w *Worker) Handle(jobType string, h Handler, opts ...HandleOption) {
+	var d typeDefaults
+	for _, o := range opts {
+		o(&d)
+	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.handlers[jobType] = h
+	w.handlers[jobType] = registered{h: h, defaults: d}
 }
 
 // HandleOther registers the handler of every type without one of its own.
-// Without it, such jobs go to the dead set: nothing could ever run them.
+// Without it, such jobs are retried, with their attempts counted, until a
+// worker with their type's handler takes one or they go to the dead set.
 func (w *Worker) HandleOther(h Handler) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -102,20 +117,23 @@ func (w *Worker) Use(mw ...Middleware) {
 	w.mws = append(w.mws, mw...)
 }
 
-func (w *Worker) handler(jobType string) Handler {
+// handler is the handler of jobType wrapped in the middleware, with the
+// type's defaults (none for HandleOther's); nil when nothing handles it.
+func (w *Worker) handler(jobType string) (Handler, typeDefaults) {
 	w.mu.RLock()
 	defer w.mu.RUnlock()
-	h, ok := w.handlers[jobType]
+	r, ok := w.handlers[jobType]
 	if !ok {
-		h = w.fallback
+		r = registered{h: w.fallback}
 	}
+	h := r.h
 	if h == nil {
-		return nil
+		return nil, typeDefaults{}
 	}
 	for i := len(w.mws) - 1; i >= 0; i-- {
 		h = w.mws[i](h)
 	}
-	return h
+	return h, r.defaults
 }
 
 // Run consumes the worker's partitions until ctx ends, then stops claiming,

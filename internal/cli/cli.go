@@ -37,7 +37,18 @@ func envWord(s string) string { return strings.ToUpper(strings.ReplaceAll(s, "-"
 // wins over both. A bad environment value is an error that names the
 // variable. -h and --help print the help and return flag.ErrHelp.
 func Parse(fs *flag.FlagSet, part string, args []string) error {
-	fs.Usage = func() { Usage(fs.Output(), fs, part) }
+	return parse(fs, "sluice "+part, part, args)
+}
+
+// ParseProgram is Parse for a program of its own that embeds a part (the
+// worker's Config.ParseFlags): the same flags and variables, and a help
+// that names the program instead of sluice.
+func ParseProgram(fs *flag.FlagSet, program, part string, args []string) error {
+	return parse(fs, program, part, args)
+}
+
+func parse(fs *flag.FlagSet, program, part string, args []string) error {
+	fs.Usage = func() { usage(fs.Output(), fs, program, part) }
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -72,8 +83,10 @@ func (e *EnvError) Error() string {
 
 // Usage writes the help for fs: every flag with its environment variable and
 // default.
-func Usage(w io.Writer, fs *flag.FlagSet, part string) {
-	fmt.Fprintf(w, "Usage: sluice %s [flags]\n\n", part)
+func Usage(w io.Writer, fs *flag.FlagSet, part string) { usage(w, fs, "sluice "+part, part) }
+
+func usage(w io.Writer, fs *flag.FlagSet, program, part string) {
+	fmt.Fprintf(w, "Usage: %s [flags]\n\n", program)
 	if doc, ok := partDocs[part]; ok {
 		fmt.Fprintf(w, "%s\n\n", doc)
 	}
