@@ -53,8 +53,12 @@ type devConfig struct {
 	ResultTTL       time.Duration
 	CanaryInterval  time.Duration
 	WorkerServe     []int
-	StopTimeout     time.Duration
-	Pprof           bool
+	// Worker starts the built-in worker (every type runs noop); false
+	// leaves the queues to a worker of the developer's own, which the
+	// banner says how to attach.
+	Worker      bool
+	StopTimeout time.Duration
+	Pprof       bool
 	// AdminTokens are the coordinator's admin API tokens ("<token> <role>;
 	// ..."); empty: one admin token is generated and written to
 	// <dir>/admin-token, unless AdminInsecure.
@@ -84,6 +88,7 @@ func (c *devConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.RedisMaxMemory, "redis-maxmemory", "256mb", "Redis maxmemory (policy noeviction)")
 	fs.BoolVar(&c.RedisAOF, "redis-aof", true, "Redis appends every write to its AOF (fsync every second), so jobs survive a restart; --redis-aof=false for load tests that measure without it")
 	cli.DurationVar(fs, &c.ResultTTL, "result-ttl", 24*time.Hour, "how long the dev worker keeps a done job and its result (the relay dedupes by id for as long)")
+	fs.BoolVar(&c.Worker, "worker", true, "run the built-in worker (every job type a no-op); --worker=false starts everything else and prints how to attach a worker of your own (go run ./examples/worker)")
 	cli.IntRangesVar(fs, &c.WorkerServe, "worker-partitions", nil, "Redis partitions the dev worker consumes: \"0-6\", \"0,2\"; empty: all (leave one out to see its canary alert)")
 	cli.DurationVar(fs, &c.CanaryInterval, "canary-interval", 10*time.Second, "time between heartbeat canaries along each path (0: none)")
 	cli.DurationVar(fs, &c.StopTimeout, "stop-timeout", 15*time.Second, "how long each part may take to stop")
@@ -133,6 +138,9 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	} {
 		if cfg.OnlyPart != "" {
 			break
+		}
+		if p.what == "worker" && !cfg.Worker {
+			continue // left for the developer's own worker
 		}
 		if err := stack.CheckAddrFree(p.addr, p.what, p.flag); err != nil {
 			return err
@@ -271,17 +279,20 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	wcfg.ConsulAddr = cfg.ConsulAddr // execution rate limits, followed live
 	wcfg.ResultTTL = cfg.ResultTTL
 	handlers := builtinHandlers{handle: "sleep=sleep", other: "noop"}
-	workerDone, err := run("worker", func() (chan error, func(context.Context) error, error) {
-		return startPart("worker", cfg.WorkerAddr, func() (*worker.Worker, error) {
-			w, err := worker.New(wcfg, log.With("part", "worker"))
-			if err != nil {
-				return nil, err
-			}
-			return w, handlers.apply(w)
+	var workerDone chan error // nil without the built-in worker: never ready
+	if cfg.Worker {
+		workerDone, err = run("worker", func() (chan error, func(context.Context) error, error) {
+			return startPart("worker", cfg.WorkerAddr, func() (*worker.Worker, error) {
+				w, err := worker.New(wcfg, log.With("part", "worker"))
+				if err != nil {
+					return nil, err
+				}
+				return w, handlers.apply(w)
+			})
 		})
-	})
-	if err != nil {
-		return err
+		if err != nil {
+			return err
+		}
 	}
 
 	// The coordinator, in process: it holds its lock in the dev Consul,
@@ -507,9 +518,7 @@ sluice dev is running (data in %s). Ctrl-C stops everything; jobs survive a rest
   redis    %s   (AOF %s; maxmemory %s)
   consul   http://%s   (dev agent; KV starts empty on each start)
   relay    http://%s/metrics   topic %q into %d Redis partitions (rate: sluice/dev/relay/%s/rate in Consul)
-  worker   http://%s/metrics   serves topic %q; every job type runs "noop"; type "sleep" sleeps {"ms": N}
-           rate limits per resource (else tenant, else type): sluice/dev/limits/<resource> in Consul, e.g. {"rate": 10}
-  coord    http://%s/metrics   the coordinator: admin API /api/v1/ and dashboard /; bulk groups' callbacks (lock sluice/dev/coordinator/lock in Consul)
+%s  coord    http://%s/metrics   the coordinator: admin API /api/v1/ and dashboard /; bulk groups' callbacks (lock sluice/dev/coordinator/lock in Consul)
            and per-partition scaling on PWQD; parameters: sluice/dev/scaling in Consul, e.g. {"threshold": 50}
            heartbeat canaries through every partition every %s (sluice_canary_* metrics)
 
@@ -522,10 +531,44 @@ Enqueue a job:
 
 %s
 `, dir, gateURL, gateURL, gateURL, gateURL, cfg.KafkaAddr, cfg.Topic, cfg.Partitions, cfg.Topic, cfg.Topic,
-		cfg.RedisAddr, onOff(cfg.RedisAOF), cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.Topic, cfg.RedisPartitions, cfg.Topic, cfg.WorkerAddr, cfg.Topic, cfg.CoordinatorAddr,
+		cfg.RedisAddr, onOff(cfg.RedisAOF), cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.Topic, cfg.RedisPartitions, cfg.Topic, workerLines(cfg), cfg.CoordinatorAddr,
 		canaryEvery(cfg.CanaryInterval), cfg.RedisAddr, cfg.RedisPartitions, cfg.KafkaAddr, gateURL, gateURL, cfg.Topic, adminLines(cfg, dir, adminToken))
 	if f, ok := w.(*os.File); ok {
 		f.Sync()
+	}
+}
+
+// workerLines is the banner's part on the worker: the built-in one, or,
+// with --worker=false, how to attach one's own.
+func workerLines(cfg devConfig) string {
+	if cfg.Worker {
+		return fmt.Sprintf(`  worker   http://%s/metrics   serves topic %q; every job type runs "noop"; type "sleep" sleeps {"ms": N}
+           rate limits per resource (else tenant, else type): sluice/dev/limits/<resource> in Consul, e.g. {"rate": 10}
+`, cfg.WorkerAddr, cfg.Topic)
+	}
+	env := ""
+	for _, kv := range devWorkerSettings(cfg) {
+		env += " SLUICE_WORKER_" + strings.ToUpper(strings.ReplaceAll(kv[0], "-", "_")) + "=" + kv[1]
+	}
+	flags := ""
+	for _, kv := range devWorkerSettings(cfg) {
+		flags += " --" + kv[0] + " " + kv[1]
+	}
+	return fmt.Sprintf(`  worker   none (--worker=false): jobs wait in Redis for a worker of your own (docs/worker.md#embedding), e.g.
+             %sgo run ./examples/worker
+           or with the flags:%s
+           rate limits per resource (else tenant, else type): sluice/dev/limits/<resource> in Consul, e.g. {"rate": 10}
+`, strings.TrimPrefix(env, " ")+" ", flags)
+}
+
+// devWorkerSettings are the flags (and so the SLUICE_WORKER_* variables)
+// a worker of one's own needs to serve this stack's queues: the stage and
+// partitions of its Redis, its topic, the Consul of its rate limits, and
+// the address the built-in worker would have had for its /metrics.
+func devWorkerSettings(cfg devConfig) [][2]string {
+	return [][2]string{
+		{"redis-addr", cfg.RedisAddr}, {"redis-partitions", strconv.Itoa(cfg.RedisPartitions)}, {"stage", "dev"},
+		{"topics", cfg.Topic}, {"consul-addr", cfg.ConsulAddr}, {"listen", cfg.WorkerAddr},
 	}
 }
 
