@@ -94,7 +94,7 @@ func DefaultConfig() Config {
 func init() {
 	cli.Describe("gate", "The HTTP gate: validates job envelopes and writes them to Kafka, answering 202 once Kafka acknowledged.\n"+
 		"API: POST /v1/topics/{topic}/jobs, POST /v1/topics/{topic}/jobs:batch, POST /v1/topics/{topic}/groups,\n"+
-		"GET and DELETE /v1/topics/{topic}/groups/{id} (with --redis-addr); ops: /healthz, /readyz, /metrics.\n"+
+		"GET and DELETE /v1/topics/{topic}/groups/{id}, GET /v1/topics/{topic}/jobs/{id} (with --redis-addr); ops: /healthz, /readyz, /metrics.\n"+
 		"Without --tokens or --tokens-file it refuses to start unless --allow-no-auth is given.")
 }
 

@@ -79,6 +79,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 	mux.HandleFunc("/v1/topics/{topic}/groups", g.instrument("group", g.serveGroup))
 	mux.HandleFunc("/v1/topics/{topic}/groups/{id}", g.instrument("group_status", g.serveGroupStatus))
 	mux.HandleFunc("/v1/groups/{id}", g.instrument("group_status", g.serveGroupStatus))
+	mux.HandleFunc("/v1/topics/{topic}/jobs/{id}", g.instrument("job_lookup", g.serveJobLookup))
 	ops.Mount(mux, g.reg, g.catalog.Ready)
 	if cfg.Pprof {
 		ops.MountPprof(mux)

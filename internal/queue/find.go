@@ -260,3 +260,86 @@ func globEscape(s string) string {
 	}
 	return b.String()
 }
+
+// JobView is a lookup's answer as the gate's and the admin API's
+// GET .../topics/{topic}/jobs/{id} render it: one JSON for both.
+type JobView struct {
+	Topic string `json:"topic"`
+	ID    string `json:"id"`
+	// RedisPartition is the queue partition looked in.
+	RedisPartition int    `json:"redis_partition"`
+	State          string `json:"state"`
+	// Relayed: the job's Kafka position is at or below the watermark
+	// (only said for a job Redis no longer holds).
+	Relayed   bool       `json:"relayed,omitempty"`
+	Attempts  int        `json:"attempts"`
+	LastError string     `json:"last_error,omitempty"`
+	Result    string     `json:"result,omitempty"`
+	Batch     string     `json:"batch,omitempty"`
+	Until     *time.Time `json:"until,omitempty"`
+	Why       string     `json:"why,omitempty"`
+	// Note says in words what the state means, and what cannot be known.
+	Note string `json:"note"`
+}
+
+// View renders a lookup's answer.
+func (w JobWhereabouts) View(l JobLookup) JobView {
+	v := JobView{Topic: l.Topic, ID: l.ID, RedisPartition: w.Queue.Part, State: w.Where, Relayed: w.Relayed,
+		Attempts: w.Attempts, LastError: w.LastError, Result: w.Result, Batch: w.Batch, Why: w.Why}
+	if !w.Until.IsZero() {
+		u := w.Until.UTC()
+		v.Until = &u
+	}
+	switch w.Where {
+	case WhereRunning:
+		v.Note = "claimed by a worker in batch " + w.Batch + "; until is its lease deadline, which the worker extends while it runs the job"
+	case WhereDelayed:
+		v.Note = "waiting until " + w.Until.UTC().Format(time.RFC3339Nano) + " (" + w.Why + "), then back on its lane"
+	case WhereReady:
+		v.Note = "on lane " + w.Why + ", waiting its turn in the fair order"
+	case WhereDead:
+		v.Note = "dead after its last attempt; until is when it died; replay it with the admin API"
+	case WhereDone:
+		v.Note = "done; until is when; its record is kept for its retain, or because an attempt had failed"
+	case WhereInKafka:
+		v.Note = "in Kafka: its offset is above what the relay applied to Redis"
+	default:
+		switch {
+		case w.Relayed:
+			v.Note = "relayed to Redis and no longer there: done without a record (a plain job keeps none unless it asks for retain), or cancelled with its group"
+		case l.HasPosition:
+			v.Note = "not found"
+		default:
+			v.Note = "not in Redis (lanes read up to 10,000 entries): done without a record, cancelled, or not relayed yet; give the Kafka partition and offset the gate answered to tell"
+		}
+	}
+	return v
+}
+
+// ParseJobLookup reads a lookup's query: group (the job's group, which
+// places it), and partition and offset (its Kafka position, as the gate
+// answered), both or neither.
+func ParseJobLookup(topic, id string, group, partition, offset string) (JobLookup, error) {
+	l := JobLookup{Topic: topic, ID: id, Group: group}
+	if err := ValidTopic(topic); err != nil {
+		return l, err
+	}
+	if id == "" || strings.ContainsAny(id, " \t\r\n") {
+		return l, fmt.Errorf("job id %q: want a non-empty id without spaces", id)
+	}
+	if (partition == "") != (offset == "") {
+		return l, errors.New("give both partition and offset (the job's Kafka position, as the gate answered), or neither")
+	}
+	if partition != "" {
+		kp, err := strconv.ParseInt(partition, 10, 32)
+		if err != nil || kp < 0 {
+			return l, fmt.Errorf("partition %q: want a Kafka partition number", partition)
+		}
+		off, err := strconv.ParseInt(offset, 10, 64)
+		if err != nil || off < 0 {
+			return l, fmt.Errorf("offset %q: want a Kafka offset", offset)
+		}
+		l.HasPosition, l.KafkaPartition, l.Offset = true, int32(kp), off
+	}
+	return l, nil
+}
