@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/funnel"
 	"github.com/sluicehq/sluice/internal/stack"
+	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -213,6 +214,14 @@ func TestCLIAdminCommandsAgainstDev(t *testing.T) {
 	// worker runs; auto hands it back.
 	if out := adminCLI(t, cfg, 0, "groups", "ls"); !strings.Contains(out, "BULK GROUPS") {
 		t.Errorf("groups ls: %s", out)
+	}
+	// Where a job is: one never sent is not found, and with a Kafka
+	// position above anything relayed, still in Kafka.
+	if out := adminCLI(t, cfg, 0, "jobs", "show", cfg.Topic, "no-such-job"); !strings.Contains(out, "not-found") || !strings.Contains(out, "partition and offset") {
+		t.Errorf("jobs show: %s", out)
+	}
+	if v := adminJSON[queue.JobView](t, cfg, "jobs", "show", "--partition", "0", "--offset", "999999999", cfg.Topic, "later"); v.State != queue.WhereInKafka || v.ID != "later" {
+		t.Errorf("jobs show with a position: %+v", v)
 	}
 	if out := adminCLI(t, cfg, 0, "scale", "set", "0", "3"); !strings.Contains(out, "pinned 3") {
 		t.Errorf("scale set: %s", out)
