@@ -238,3 +238,42 @@ func TestEveryOptionReachesTheEnvelope(t *testing.T) {
 		t.Fatalf("envelope in Kafka:\n got %s\nwant %s...", got, want)
 	}
 }
+
+// TestGroupStatusAndCancel: a bulk group submitted with the client is
+// relayed (no worker runs, so its jobs stay ready), its status says so,
+// and a cancel removes them all; options outside a group's fields are
+// refused before anything is sent.
+func TestGroupStatusAndCancel(t *testing.T) {
+	b := newBed(t, nil)
+	c := b.client(t, quick)
+	ctx := context.Background()
+	items := make([]any, 30)
+	for i := range items {
+		items[i] = map[string]int{"n": i}
+	}
+	if _, err := c.EnqueueGroup(ctx, topic, "t", items, client.RunAt(time.Now())); err == nil {
+		t.Fatal("EnqueueGroup with RunAt: no error")
+	}
+	g, err := c.EnqueueGroup(ctx, topic, "t", items, client.ID("newsletter-1"), client.Callback("http://127.0.0.1:1/done"), client.Priority(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Group != "newsletter-1" || g.Count != 30 || g.Status != "/v1/topics/jobs/groups/newsletter-1" {
+		t.Fatalf("group answer: %+v", g)
+	}
+	var st *client.GroupStatus
+	testenv.WaitFor(t, 30*time.Second, "the group to be relayed with its total", func() bool {
+		st, err = c.GroupStatus(ctx, topic, g.Group)
+		return err == nil && st.Total == 30 && st.Queued == 30
+	})
+	if st.State != client.GroupRunning || st.CallbackURL != "http://127.0.0.1:1/done" {
+		t.Fatalf("status: %+v", st)
+	}
+	st, err = c.CancelGroup(ctx, topic, g.Group)
+	if err != nil || st.Removed != 30 || st.Cancelled != 30 {
+		t.Fatalf("cancel: %v %+v", err, st)
+	}
+	if got := b.redisIDs(t); len(got) != 0 {
+		t.Fatalf("after the cancel Redis still holds %d jobs", len(got))
+	}
+}

@@ -197,3 +197,36 @@ func (c *Client) group(ctx context.Context, method, topic, group string) (*Group
 	}
 	return &st, nil
 }
+
+// GroupCallback is the body the coordinator POSTs to a bulk group's
+// Callback URL once every job of the group ended (docs/coordinator.md#the-callback),
+// with the default reducer. Decode it with encoding/json.
+type GroupCallback struct {
+	Group string `json:"group"`
+	Topic string `json:"topic"`
+	Total int64  `json:"total"`
+	Done  int64  `json:"done"`
+	Dead  int64  `json:"dead"`
+	// Cancelled counts the items a cancel removed or dropped.
+	Cancelled   int64      `json:"cancelled"`
+	CompletedAt time.Time  `json:"completed_at"`
+	CancelledAt *time.Time `json:"cancelled_at,omitempty"`
+	// Items lists every item, in index order.
+	Items []CallbackItem `json:"items"`
+}
+
+// CallbackItem is one item's outcome in a GroupCallback.
+type CallbackItem struct {
+	Index int64  `json:"index"`
+	ID    string `json:"id"`
+	// State is "done", "dead" or "cancelled".
+	State string `json:"state"`
+	// Result is what the handler returned: its JSON byte for byte, text
+	// as a JSON string, null when it returned nothing or bytes that are
+	// not UTF-8 (then in ResultBase64).
+	Result       json.RawMessage `json:"result,omitempty"`
+	ResultBase64 []byte          `json:"result_base64,omitempty"`
+	// Error is a dead item's last error.
+	Error    string `json:"error,omitempty"`
+	Attempts int    `json:"attempts,omitempty"`
+}
