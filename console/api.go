@@ -51,6 +51,7 @@ func (con *Console) mount(mux *http.ServeMux) {
 		"GET /api/v1/groups/{group}":           con.groupGet,
 		"POST /api/v1/groups/{group}/cancel":   con.groupCancel,
 		"GET /api/v1/topics/{topic}/jobs/{id}": con.jobGet,
+		"GET /api/v1/jobs":                     con.jobList,
 		"GET /api/v1/scale":                    con.scaleList,
 		"PUT /api/v1/scale/{partition}":        con.scaleSet,
 		"/api/v1/":                             con.notFound,

@@ -1,7 +1,10 @@
 package console_test
 
 import (
+	"context"
 	"net/http"
+	"strconv"
+	"time"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/queue"
@@ -25,5 +28,19 @@ func TestAdminJobLookup(t *testing.T) {
 	}
 	if code, body := c.call(t, "GET", "/api/v1/topics/jobs/jobs/x?offset=3", adminToken, nil); code != http.StatusBadRequest {
 		t.Fatalf("offset without partition: %d %s", code, body)
+	}
+	// A partition's running jobs: those claimed and not settled.
+	if _, err := b.pool.Enqueue(context.Background(), 1, []queue.Item{{ID: "run-me", Topic: "jobs", Weight: 1, Envelope: []byte(`{"type":"t"}`)}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	claimed := b.claimAll(t, "jobs")
+	var list queue.JobList
+	part := b.layout.QueueOf("jobs", "", "run-me").Part
+	c.must(t, "GET", "/api/v1/jobs?topic=jobs&partition="+strconv.Itoa(part), nil, &list)
+	if len(claimed) != 1 || len(list.Running) != 1 || list.Running[0].ID != "run-me" || list.Topic != "jobs" || list.Partition != part {
+		t.Fatalf("jobs of partition %d with %d claimed: %+v", part, len(claimed), list)
+	}
+	if code, body := c.call(t, "GET", "/api/v1/jobs?topic=jobs&partition=99", adminToken, nil); code != http.StatusBadRequest {
+		t.Fatalf("a partition out of range: %d %s", code, body)
 	}
 }

@@ -223,6 +223,9 @@ func TestCLIAdminCommandsAgainstDev(t *testing.T) {
 	if v := adminJSON[queue.JobView](t, cfg, "jobs", "show", "--partition", "0", "--offset", "999999999", cfg.Topic, "later"); v.State != queue.WhereInKafka || v.ID != "later" {
 		t.Errorf("jobs show with a position: %+v", v)
 	}
+	if out := adminCLI(t, cfg, 0, "jobs", "ls", "--topic", cfg.Topic, "--partition", "0"); !strings.Contains(out, "RUNNING") || !strings.Contains(out, "DELAYED") {
+		t.Errorf("jobs ls: %s", out)
+	}
 	if out := adminCLI(t, cfg, 0, "scale", "set", "0", "3"); !strings.Contains(out, "pinned 3") {
 		t.Errorf("scale set: %s", out)
 	}

@@ -13,12 +13,41 @@ import (
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
-// runJobs is `sluice jobs show`: where a job is, through the admin API
-// (GET /api/v1/topics/{topic}/jobs/{id}, docs/gate.md).
+// runJobs is `sluice jobs ls` (a queue partition's running and delayed
+// jobs, GET /api/v1/jobs) and `sluice jobs show` (where a job is, GET
+// /api/v1/topics/{topic}/jobs/{id}, docs/gate.md), through the admin API.
 func runJobs(ctx context.Context, args []string, stdout, _ io.Writer) error {
-	var group string
-	partition, offset := -1, int64(-1)
+	var group, topic string
+	partition, offset, limit := -1, int64(-1), 100
 	return runAdmin(ctx, "jobs", []adminCmd{
+		{name: "ls", synopsis: "--topic T --partition P [--limit N]",
+			register: func(fs *flag.FlagSet) {
+				fs.StringVar(&topic, "topic", "jobs", "the queue's topic")
+				fs.IntVar(&partition, "partition", -1, "the queue's Redis partition (required)")
+				fs.IntVar(&limit, "limit", 100, "most running and most delayed jobs listed (1..1000)")
+			},
+			run: func(ctx context.Context, c *admin.Client, args []string, out io.Writer, asJSON bool) error {
+				if err := wantArgs(args, 0, 0, "none"); err != nil {
+					return err
+				}
+				q := url.Values{"topic": {topic}, "partition": {strconv.Itoa(partition)}, "limit": {strconv.Itoa(limit)}}
+				return show(ctx, c, "GET", "/api/v1/jobs?"+q.Encode(), nil, out, asJSON, func(w *tabwriter.Writer, l queue.JobList) {
+					fmt.Fprintf(w, "RUNNING (%s, partition %d)\nID\tLANE\tATTEMPT\tBATCH\tLEASE UNTIL\n", l.Topic, l.Partition)
+					for _, j := range l.Running {
+						fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", cell(j.ID, 40), cell(j.Lane, 40), j.Attempts, j.Batch, j.Until.Format("15:04:05.000"))
+					}
+					if len(l.Running) == 0 {
+						fmt.Fprintln(w, "(none)")
+					}
+					fmt.Fprintf(w, "\nDELAYED\nID\tLANE\tATTEMPTS\tUNTIL\tWHY\n")
+					for _, j := range l.Delayed {
+						fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", cell(j.ID, 40), cell(j.Lane, 40), j.Attempts, j.Until.Format("2006-01-02 15:04:05.000"), j.Why)
+					}
+					if len(l.Delayed) == 0 {
+						fmt.Fprintln(w, "(none)")
+					}
+				})
+			}},
 		{name: "show", synopsis: "[--group G] [--partition P --offset O] <topic> <id>",
 			register: func(fs *flag.FlagSet) {
 				fs.StringVar(&group, "group", "", "the job's group, which places it (default: none, as for a job without a group)")

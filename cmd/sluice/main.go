@@ -38,7 +38,7 @@ func commands() []command {
 		{"rate", "relay rates per topic: get, set, pause, resume (admin API)", runRate},
 		{"limits", "execution rate limits per resource: get, set, unset (admin API)", runLimits},
 		{"groups", "groups: ls, show, cancel (admin API)", runGroups},
-		{"jobs", "jobs: show where a job is, by topic and id (admin API)", runJobs},
+		{"jobs", "jobs: ls a partition's running and delayed jobs, show where a job is (admin API)", runJobs},
 		{"scale", "workers per partition: show, set <partition> <n|auto> (admin API)", runScale},
 		{"loadtest", "load generators for benchmarks: gate, body, bare-server", runLoadtest},
 		{"version", "print the version", runVersion},

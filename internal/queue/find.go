@@ -343,3 +343,85 @@ func ParseJobLookup(topic, id string, group, partition, offset string) (JobLooku
 	}
 	return l, nil
 }
+
+// JobListing is one job of ListJobs: running or delayed, with what
+// FindJob would say of it.
+type JobListing struct {
+	ID       string    `json:"id"`
+	Lane     string    `json:"lane"`
+	State    string    `json:"state"` // WhereRunning or WhereDelayed
+	Attempts int       `json:"attempts"`
+	Batch    string    `json:"batch,omitempty"`
+	Until    time.Time `json:"until"`
+	Why      string    `json:"why,omitempty"`
+}
+
+// ListJobs lists a queue partition's running jobs (the claimed batches
+// due first, their unsettled places) and its delayed jobs (due first,
+// with why they wait), up to max of each.
+func (p *Pool) ListJobs(ctx context.Context, q Queue, max int) (running, delayed []JobListing, err error) {
+	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	batches, err := c.ZRangeWithScores(ctx, k.Leases(), 0, int64(max)-1).Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("claimed batches of %s: %w", q, err)
+	}
+	pipe := c.Pipeline()
+	lists := make([]*redis.StringSliceCmd, len(batches))
+	settled := make([]*redis.StringCmd, len(batches))
+	for i, b := range batches {
+		name, _ := b.Member.(string)
+		lists[i] = pipe.LRange(ctx, k.Lease(name), 0, -1)
+		settled[i] = pipe.Get(ctx, k.Settled(name))
+	}
+	due := pipe.ZRangeWithScores(ctx, k.Delayed(), 0, int64(max)-1)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, nil, fmt.Errorf("jobs of %s: %w", q, err)
+	}
+	for i, b := range batches {
+		done := settled[i].Val()
+		for place, e := range lists[i].Val() {
+			pe, err := ParseEntry(e)
+			if err != nil || (place < len(done) && done[place] != 0) || len(running) >= max {
+				continue
+			}
+			running = append(running, JobListing{ID: pe.ID, Lane: pe.Lane, State: WhereRunning, Attempts: pe.Attempts + 1,
+				Batch: b.Member.(string), Until: time.UnixMilli(int64(b.Score))})
+		}
+	}
+	// A delayed job's reason needs its record's state when it failed an
+	// attempt before: one pipelined read for those.
+	entries := due.Val()
+	parsed := make([]ParsedEntry, len(entries))
+	states := make([]*redis.StringCmd, len(entries))
+	pipe = c.Pipeline()
+	for i, z := range entries {
+		e, _ := z.Member.(string)
+		if parsed[i], err = ParseEntry(e); err == nil && parsed[i].Attempts > 0 {
+			states[i] = pipe.HGet(ctx, k.Job(parsed[i].ID), "state")
+		}
+	}
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return nil, nil, fmt.Errorf("records of %s: %w", q, err)
+	}
+	for i, z := range entries {
+		if parsed[i].ID == "" {
+			continue
+		}
+		w := JobWhereabouts{}
+		if states[i] != nil {
+			w.Record = map[string]string{"state": states[i].Val()}
+		}
+		delayed = append(delayed, JobListing{ID: parsed[i].ID, Lane: parsed[i].Lane, State: WhereDelayed, Attempts: parsed[i].Attempts,
+			Until: time.UnixMilli(int64(z.Score)), Why: delayReason(parsed[i], &w, int64(z.Score))})
+	}
+	return running, delayed, nil
+}
+
+// JobList is the admin API's GET /api/v1/jobs answer: a queue partition's
+// running and delayed jobs (ListJobs).
+type JobList struct {
+	Topic     string       `json:"topic"`
+	Partition int          `json:"partition"`
+	Running   []JobListing `json:"running"`
+	Delayed   []JobListing `json:"delayed"`
+}

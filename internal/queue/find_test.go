@@ -93,6 +93,41 @@ func TestFindJobTellsEveryState(t *testing.T) {
 	}
 }
 
+// ListJobs lists the running jobs (unsettled places of claimed batches)
+// and the delayed ones with why they wait.
+func TestListJobs(t *testing.T) {
+	p, _ := onePartition(t)
+	ctx := context.Background()
+	later := now.Add(time.Hour)
+	enqueueOK(t, p, 1, positioned(0, 0, item("a", ""), item("b", ""), item("c", ""), item("d", "")), now)
+	jobs, err := p.Claim(ctx, jq(0), 4, now.Add(time.Minute))
+	if err != nil || len(jobs) != 4 {
+		t.Fatal(jobs, err)
+	}
+	byID := map[string]Claimed{}
+	for _, j := range jobs {
+		byID[j.ID] = j
+	}
+	ack(t, p, 0, byID["a"])
+	if res, err := p.Fail(ctx, jq(0), Failure{Job: byID["b"], Cause: "x", NextTry: later}, now, DeadLimits{Max: 10, Keep: time.Hour}); res != FailRetrying || err != nil {
+		t.Fatal(res, err)
+	}
+	if ok, err := p.Defer(ctx, jq(0), byID["c"], later.Add(time.Second)); !ok || err != nil {
+		t.Fatal(ok, err)
+	}
+	running, delayed, err := p.ListJobs(ctx, jq(0), 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(running) != 1 || running[0].ID != "d" || running[0].Batch != byID["d"].Batch || running[0].Attempts != 1 {
+		t.Fatalf("running: %+v", running)
+	}
+	if len(delayed) != 2 || delayed[0].ID != "b" || delayed[0].Why != DelayRetry || delayed[1].ID != "c" || delayed[1].Why != DelayDefer ||
+		!delayed[0].Until.Equal(later) {
+		t.Fatalf("delayed: %+v", delayed)
+	}
+}
+
 func TestGlobEscape(t *testing.T) {
 	if got := globEscape(`a*b?[c]\d`); got != `a\*b\?\[c\]\\d` {
 		t.Fatalf("globEscape = %q", got)
