@@ -4,8 +4,8 @@ import (
 	"context"
 	"net/http"
 	"strconv"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/queue"
 )

@@ -249,7 +249,9 @@ func TestOneLeasePerBatchReapReturnsOnlyTheUnacked(t *testing.T) {
 	if n := rdb.ZCard(ctx, k.Leases()).Val(); n != 1 {
 		t.Fatalf("%d leases for one claim", n)
 	}
-	held := func() int64 { return rdb.LLen(ctx, k.Lease(batch)).Val() - rdb.BitCount(ctx, k.Settled(batch), nil).Val() }
+	held := func() int64 {
+		return rdb.LLen(ctx, k.Lease(batch)).Val() - rdb.BitCount(ctx, k.Settled(batch), nil).Val()
+	}
 	if n := held(); n != 8 {
 		t.Fatalf("the batch's lease holds %d jobs", n)
 	}
