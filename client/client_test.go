@@ -277,3 +277,36 @@ func TestGroupStatusAndCancel(t *testing.T) {
 		t.Fatalf("after the cancel Redis still holds %d jobs", len(got))
 	}
 }
+
+// TestLookupJob: a job the client enqueued is found ready once relayed (no
+// worker runs), with its position or its group; an unknown id is an
+// answer, not an error.
+func TestLookupJob(t *testing.T) {
+	b := newBed(t, nil)
+	c := b.client(t, quick)
+	ctx := context.Background()
+	res, err := c.Enqueue(ctx, topic, "t", nil, client.Group("g-7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info *client.JobInfo
+	testenv.WaitFor(t, 30*time.Second, "the job to be ready", func() bool {
+		info, err = c.LookupJob(ctx, topic, res.ID, client.InGroup("g-7"), client.AtPosition(res.Partition, res.Offset))
+		if err != nil {
+			t.Fatalf("LookupJob: %v", err)
+		}
+		return info.State == client.JobReady
+	})
+	if info.ID != res.ID || info.Topic != topic || info.Note == "" {
+		t.Fatalf("lookup: %+v", info)
+	}
+	info, err = c.LookupJob(ctx, topic, "never-sent")
+	if err != nil || info.State != client.JobNotFound {
+		t.Fatalf("unknown id: %v %+v", err, info)
+	}
+	_, err = c.LookupJob(ctx, topic, "x", client.AtPosition(-1, 0))
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != http.StatusBadRequest {
+		t.Fatalf("a bad position: %v", err)
+	}
+}

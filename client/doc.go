@@ -1,6 +1,7 @@
 // Package client enqueues jobs into Sluice over the gate's HTTP API: one job
 // (Enqueue), a batch (EnqueueBatch), or a bulk group with a callback
-// (EnqueueGroup), and reads or cancels a group (GroupStatus, CancelGroup).
+// (EnqueueGroup), reads or cancels a group (GroupStatus, CancelGroup), and
+// tells where a job is (LookupJob).
 //
 // A Client does the retries a careful caller would write:
 //

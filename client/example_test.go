@@ -114,3 +114,25 @@ func ExampleError() {
 		fmt.Println(e.Status, e.Field, e.Message)
 	}
 }
+
+func ExampleClient_LookupJob() {
+	c, _ := client.New(client.Config{URL: "http://127.0.0.1:8080"})
+	ctx := context.Background()
+	res, err := c.Enqueue(ctx, "jobs", "email", nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// The position tells a job still in Kafka from one done without a record.
+	info, err := c.LookupJob(ctx, "jobs", res.ID, client.AtPosition(res.Partition, res.Offset))
+	if err != nil {
+		log.Fatal(err)
+	}
+	switch info.State {
+	case client.JobDelayed:
+		fmt.Printf("waiting until %s (%s); attempts %d, last error %q\n", info.Until, info.Why, info.Attempts, info.LastError)
+	case client.JobDead:
+		fmt.Printf("dead after %d attempts: %s\n", info.Attempts, info.LastError)
+	default:
+		fmt.Println(info.State, info.Note)
+	}
+}

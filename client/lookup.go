@@ -1,0 +1,120 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+)
+
+// Job states (JobInfo.State), as the gate's lookup tells them.
+const (
+	// JobInKafka: its Kafka offset is above what the relay applied to
+	// Redis (known only when the lookup gave its position).
+	JobInKafka = "in-kafka"
+	// JobReady: on its lane, waiting its turn.
+	JobReady = "ready"
+	// JobRunning: claimed by a worker; Until is the lease deadline.
+	JobRunning = "running"
+	// JobDelayed: waiting until Until; Why is "retry", "run_at" or
+	// "deferred" (a rate-limit slot, or an idempotency key another job
+	// holds).
+	JobDelayed = "delayed"
+	// JobDead: used up its attempts; LastError and Attempts say how.
+	JobDead = "dead"
+	// JobDone: done and its record kept (Retain, or an earlier failed
+	// attempt); Result is what the handler returned.
+	JobDone = "done"
+	// JobNotFound: Redis holds nothing of it. With its position given,
+	// Relayed tells a job done without a record (or cancelled) from an
+	// unknown one.
+	JobNotFound = "not-found"
+)
+
+// JobInfo is where a job is, from what Redis holds (GET
+// /v1/topics/{topic}/jobs/{id}, docs/gate.md).
+type JobInfo struct {
+	Topic string `json:"topic"`
+	ID    string `json:"id"`
+	// RedisPartition is the queue partition looked in.
+	RedisPartition int `json:"redis_partition"`
+	// State is one of the Job* constants.
+	State string `json:"state"`
+	// Relayed: a job Redis no longer holds was relayed (its offset is at
+	// or below the relay's watermark).
+	Relayed   bool   `json:"relayed"`
+	Attempts  int    `json:"attempts"`
+	LastError string `json:"last_error"`
+	Result    string `json:"result"`
+	// Batch is a running job's claimed batch.
+	Batch string `json:"batch"`
+	// Until is a running job's lease deadline, a delayed job's due time,
+	// when a dead or done job ended.
+	Until *time.Time `json:"until"`
+	// Why is a delayed job's reason, a ready job's lane.
+	Why string `json:"why"`
+	// Note says in words what the state means and what cannot be known.
+	Note string `json:"note"`
+}
+
+// LookupOption tells LookupJob more about the job than its id.
+type LookupOption interface{ applyLookup(url.Values) }
+
+type lookupFunc func(url.Values)
+
+func (f lookupFunc) applyLookup(q url.Values) { f(q) }
+
+// InGroup gives the job's group, which places it in its Redis partition.
+// Default: the partition comes from the id, as for a job without a group.
+func InGroup(group string) LookupOption {
+	return lookupFunc(func(q url.Values) { q.Set("group", group) })
+}
+
+// AtPosition gives the job's Kafka position as Enqueue answered it
+// (Result.Partition and Result.Offset): a job not yet relayed is then
+// JobInKafka, and a relayed one Redis no longer holds says Relayed.
+// Default: no position; such a job is JobNotFound.
+func AtPosition(partition int32, offset int64) LookupOption {
+	return lookupFunc(func(q url.Values) {
+		q.Set("partition", strconv.FormatInt(int64(partition), 10))
+		q.Set("offset", strconv.FormatInt(offset, 10))
+	})
+}
+
+// LookupJob tells where job id of topic is: in Kafka, ready, running,
+// delayed and why, dead with its last error, done with its result, or not
+// found, which is an answer (State JobNotFound), not an error. The gate
+// needs --redis-addr (else an *Error with Status 501). 503s and connection
+// errors are retried.
+func (c *Client) LookupJob(ctx context.Context, topic, id string, opts ...LookupOption) (*JobInfo, error) {
+	q := url.Values{}
+	for _, o := range opts {
+		if o != nil {
+			o.applyLookup(q)
+		}
+	}
+	path := topicPath(topic) + "/jobs/" + url.PathEscape(id)
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	a, err := c.do(ctx, &exchange{
+		method: http.MethodGet, path: path,
+		retryable:      func(status int, _ *errorBody) bool { return status == http.StatusServiceUnavailable },
+		retryTransport: true,
+	})
+	var info JobInfo
+	if err != nil {
+		// A 404 with the lookup's answer is "not found", not a failure.
+		if a.status == http.StatusNotFound && json.Unmarshal(a.body, &info) == nil && info.State == JobNotFound {
+			return &info, nil
+		}
+		return nil, err
+	}
+	if err := json.Unmarshal(a.body, &info); err != nil {
+		return nil, fmt.Errorf("client: reading the gate's answer %d %q: %v", a.status, a.body, err)
+	}
+	return &info, nil
+}
