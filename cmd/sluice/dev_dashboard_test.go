@@ -443,6 +443,21 @@ func TestDevDashboard(t *testing.T) {
 		t.Errorf("data became markup: %s <b> elements in the page", n)
 	}
 
+	// Find a job: a dead one by its topic, id and group shows its state
+	// and last error; an unknown id says what cannot be known.
+	b.do(t, "finding a dead job", 10*time.Second,
+		chromedp.SetValue(chromedp.ID("find-id"), deadIDs[2]),
+		chromedp.SetValue(chromedp.ID("find-group"), deadGroups[2]),
+		chromedp.Click(chromedp.CSS(`#find-form button[type=submit]`)))
+	b.waitJS(t, "the dead job found, with its last error", 10*time.Second,
+		`!document.querySelector('#find-result').hidden && document.querySelector('#find-result .find-state').textContent === 'dead' && document.querySelector('#find-result').textContent.includes('last error')`)
+	b.do(t, "finding an unknown job", 10*time.Second,
+		chromedp.SetValue(chromedp.ID("find-id"), "no-such-job"),
+		chromedp.SetValue(chromedp.ID("find-group"), "no-such-group"),
+		chromedp.Click(chromedp.CSS(`#find-form button[type=submit]`)))
+	b.waitJS(t, "the unknown job not found", 10*time.Second,
+		`document.querySelector('#find-result .find-state').textContent === 'not-found'`)
+
 	// Replay one dead job from its row: it leaves the dead set with the
 	// replay recorded on its hash (it fails again, being the same job, and
 	// dies anew: so the mark, not its absence, is the evidence).

@@ -858,6 +858,31 @@
     $('#limits-empty').hidden = ls.length > 0;
   }
 
+  // ------------------------------------------------------------ find a job
+
+  // findJob shows where a job is (GET /topics/{topic}/jobs/{id}: the gate's
+  // lookup answer), each field a row of #find-result.
+  async function findJob(topic, id, group) {
+    const out = $('#find-result');
+    const err = $('#find-err');
+    let path = `/topics/${encodeURIComponent(topic)}/jobs/${encodeURIComponent(id)}`;
+    if (group) path += `?group=${encodeURIComponent(group)}`;
+    try {
+      const v = await api('GET', path);
+      const rows = [['state', v.state], ['redis partition', v.redis_partition], ['attempts', v.attempts],
+        ['why', v.why], ['batch', v.batch], ['until', v.until ? clock(v.until) : ''], ['last error', v.last_error],
+        ['result', v.result], ['note', v.note]];
+      out.replaceChildren(...rows.filter(([, val]) => val !== undefined && val !== '' && val !== null)
+        .flatMap(([k, val]) => [el('dt', { text: k }), el('dd', { class: k === 'state' ? 'find-state' : undefined, text: String(val) })]));
+      out.hidden = false;
+      err.hidden = true;
+    } catch (e) {
+      out.hidden = true;
+      setText(err, e.text || String(e));
+      err.hidden = false;
+    }
+  }
+
   // ------------------------------------------------------------------ start
 
   function wire() {
@@ -883,6 +908,10 @@
       if (!res) { say('Name the resource.', true); return; }
       act(nf.querySelector('button'), say, () => `Set the limit of ${res}.`,
         () => api('PUT', `/limits/${encodeURIComponent(res)}`, { rate: typed($('#limit-new-rate').value) }));
+    });
+    $('#find-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      findJob($('#find-topic').value.trim(), $('#find-id').value.trim(), $('#find-group').value.trim());
     });
     window.addEventListener('hashchange', () => {
       if (/(?:^#|&)token=/.test(location.hash)) { readHashToken(); openDashboard(); }
