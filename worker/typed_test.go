@@ -159,8 +159,10 @@ func TestPerTypeTimeoutAndAttempts(t *testing.T) {
 		"plain1": {time.Minute, 2},
 	} {
 		got := seenBy[id]
-		// The deadline was read a moment after the attempt's context began.
-		if got.maxAttempts != want.maxAttempts || got.timeout > want.timeout || got.timeout < want.timeout-100*time.Millisecond {
+		// The deadline was read a moment after the attempt's context began
+		// (longer on a loaded machine): a third of the way is enough to tell
+		// the envelope's, the type's and the Config's apart.
+		if got.maxAttempts != want.maxAttempts || got.timeout > want.timeout || got.timeout < want.timeout/3 {
 			t.Errorf("%s: handler saw timeout %s and max attempts %d, want %s and %d", id, got.timeout, got.maxAttempts, want.timeout, want.maxAttempts)
 		}
 	}
