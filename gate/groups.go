@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -374,19 +375,8 @@ func (l *ndjsonItems) next() (json.RawMessage, error) {
 // Status, the one the admin API gives too, and DELETE is internal/groups'
 // one cancel path (docs/groups.md).
 func (g *Gate) serveGroupStatus(x *exchange) {
-	if x.r.Method != http.MethodGet && x.r.Method != http.MethodDelete {
-		x.w.Header().Set("Allow", "GET, DELETE")
-		x.fail(http.StatusMethodNotAllowed, "method %s not allowed: use GET or DELETE", x.r.Method)
-		return
-	}
-	allows, status, reason := g.auth.Authenticate(x.r)
-	if status != 0 {
-		x.w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-		x.fail(status, "%s", reason)
-		return
-	}
-	if g.groups == nil {
-		x.fail(http.StatusNotImplemented, "this gate has no Redis to read groups from: start it with --redis-addr")
+	allows, ok := g.redisRoute(x, "groups", http.MethodGet, http.MethodDelete)
+	if !ok {
 		return
 	}
 	id := x.r.PathValue("id")
@@ -442,4 +432,27 @@ func (g *Gate) groupTopics(ctx context.Context, x *exchange, allows func(string)
 		return nil, err
 	}
 	return slices.DeleteFunc(registered, func(t string) bool { return !allows(t) }), nil
+}
+
+// redisRoute admits a request to a route that reads Redis (groups, job
+// lookups): its method among methods, its token, and a gate that has
+// Redis (Config.RedisAddr). It answers the refusal itself; what names the
+// route's subject in the 501.
+func (g *Gate) redisRoute(x *exchange, what string, methods ...string) (allows func(string) bool, ok bool) {
+	if !slices.Contains(methods, x.r.Method) {
+		x.w.Header().Set("Allow", strings.Join(methods, ", "))
+		x.fail(http.StatusMethodNotAllowed, "method %s not allowed: use %s", x.r.Method, strings.Join(methods, " or "))
+		return nil, false
+	}
+	allows, status, reason := g.auth.Authenticate(x.r)
+	if status != 0 {
+		x.w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
+		x.fail(status, "%s", reason)
+		return nil, false
+	}
+	if g.groups == nil {
+		x.fail(http.StatusNotImplemented, "this gate has no Redis to read %s from: start it with --redis-addr", what)
+		return nil, false
+	}
+	return allows, true
 }

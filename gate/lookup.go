@@ -14,19 +14,8 @@ import (
 // still in Kafka from one done without a record. 404 carries the same
 // answer with state not-found.
 func (g *Gate) serveJobLookup(x *exchange) {
-	if x.r.Method != http.MethodGet {
-		x.w.Header().Set("Allow", "GET")
-		x.fail(http.StatusMethodNotAllowed, "method %s not allowed: use GET", x.r.Method)
-		return
-	}
-	allows, status, reason := g.auth.Authenticate(x.r)
-	if status != 0 {
-		x.w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
-		x.fail(status, "%s", reason)
-		return
-	}
-	if g.groups == nil {
-		x.fail(http.StatusNotImplemented, "this gate has no Redis to look jobs up in: start it with --redis-addr")
+	allows, ok := g.redisRoute(x, "jobs", http.MethodGet)
+	if !ok {
 		return
 	}
 	q := x.r.URL.Query()

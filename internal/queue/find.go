@@ -128,40 +128,56 @@ func msTime(ms string) time.Time {
 	return time.UnixMilli(n)
 }
 
-// findRunning looks through the claimed batches (the most recently due
-// findScanBound/100 of them, whose entries it reads) for the job's entry
-// in a place not settled yet.
+// findRunning looks through the claimed batches (the findScanBound/100
+// due first) for the job's entry in a place not settled yet.
 func (p *Pool) findRunning(ctx context.Context, q Queue, id string, w *JobWhereabouts) (bool, error) {
+	found := false
+	err := p.eachRunning(ctx, q, findScanBound/100, func(batch string, deadline time.Time, pe ParsedEntry) bool {
+		if pe.ID != id {
+			return true
+		}
+		w.Where, w.Batch, w.Until = WhereRunning, batch, deadline
+		w.Attempts = max(w.Attempts, pe.Attempts+1) // the attempt under way
+		found = true
+		return false
+	})
+	return found, err
+}
+
+// eachRunning calls fn with each job of the batches claimed in q (the
+// first batches due, up to batches) whose place is not settled yet,
+// until fn returns false.
+func (p *Pool) eachRunning(ctx context.Context, q Queue, batches int, fn func(batch string, deadline time.Time, pe ParsedEntry) bool) error {
 	k, c := p.layout.Keys(q), p.byPart[q.Part]
-	batches, err := c.ZRangeWithScores(ctx, k.Leases(), 0, findScanBound/100-1).Result()
-	if err != nil || len(batches) == 0 {
-		return false, err
+	leased, err := c.ZRangeWithScores(ctx, k.Leases(), 0, int64(batches)-1).Result()
+	if err != nil || len(leased) == 0 {
+		return err
 	}
 	pipe := c.Pipeline()
-	lists := make([]*redis.StringSliceCmd, len(batches))
-	settled := make([]*redis.StringCmd, len(batches))
-	for i, b := range batches {
+	lists := make([]*redis.StringSliceCmd, len(leased))
+	settled := make([]*redis.StringCmd, len(leased))
+	for i, b := range leased {
 		name, _ := b.Member.(string)
 		lists[i] = pipe.LRange(ctx, k.Lease(name), 0, -1)
 		settled[i] = pipe.Get(ctx, k.Settled(name))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return false, fmt.Errorf("claimed batches of %s: %w", q, err)
+		return fmt.Errorf("claimed batches of %s: %w", q, err)
 	}
-	for i, b := range batches {
+	for i, b := range leased {
+		name, _ := b.Member.(string)
 		done := settled[i].Val()
 		for place, e := range lists[i].Val() {
 			pe, err := ParseEntry(e)
-			if err != nil || pe.ID != id || (place < len(done) && done[place] != 0) {
+			if err != nil || (place < len(done) && done[place] != 0) {
 				continue
 			}
-			w.Where, w.Batch = WhereRunning, b.Member.(string)
-			w.Until = time.UnixMilli(int64(b.Score))
-			w.Attempts = max(w.Attempts, pe.Attempts+1) // the attempt under way
-			return true, nil
+			if !fn(name, time.UnixMilli(int64(b.Score)), pe) {
+				return nil
+			}
 		}
 	}
-	return false, nil
+	return nil
 }
 
 // findDelayed scans delayed for the job's entry (ZSCAN with a pattern of
@@ -360,40 +376,24 @@ type JobListing struct {
 // due first, their unsettled places) and its delayed jobs (due first,
 // with why they wait), up to max of each.
 func (p *Pool) ListJobs(ctx context.Context, q Queue, max int) (running, delayed []JobListing, err error) {
-	k, c := p.layout.Keys(q), p.byPart[q.Part]
-	batches, err := c.ZRangeWithScores(ctx, k.Leases(), 0, int64(max)-1).Result()
+	err = p.eachRunning(ctx, q, max, func(batch string, deadline time.Time, pe ParsedEntry) bool {
+		running = append(running, JobListing{ID: pe.ID, Lane: pe.Lane, State: WhereRunning, Attempts: pe.Attempts + 1,
+			Batch: batch, Until: deadline})
+		return len(running) < max
+	})
 	if err != nil {
-		return nil, nil, fmt.Errorf("claimed batches of %s: %w", q, err)
+		return nil, nil, err
 	}
-	pipe := c.Pipeline()
-	lists := make([]*redis.StringSliceCmd, len(batches))
-	settled := make([]*redis.StringCmd, len(batches))
-	for i, b := range batches {
-		name, _ := b.Member.(string)
-		lists[i] = pipe.LRange(ctx, k.Lease(name), 0, -1)
-		settled[i] = pipe.Get(ctx, k.Settled(name))
-	}
-	due := pipe.ZRangeWithScores(ctx, k.Delayed(), 0, int64(max)-1)
-	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-		return nil, nil, fmt.Errorf("jobs of %s: %w", q, err)
-	}
-	for i, b := range batches {
-		done := settled[i].Val()
-		for place, e := range lists[i].Val() {
-			pe, err := ParseEntry(e)
-			if err != nil || (place < len(done) && done[place] != 0) || len(running) >= max {
-				continue
-			}
-			running = append(running, JobListing{ID: pe.ID, Lane: pe.Lane, State: WhereRunning, Attempts: pe.Attempts + 1,
-				Batch: b.Member.(string), Until: time.UnixMilli(int64(b.Score))})
-		}
+	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	entries, err := c.ZRangeWithScores(ctx, k.Delayed(), 0, int64(max)-1).Result()
+	if err != nil {
+		return nil, nil, fmt.Errorf("delayed of %s: %w", q, err)
 	}
 	// A delayed job's reason needs its record's state when it failed an
 	// attempt before: one pipelined read for those.
-	entries := due.Val()
 	parsed := make([]ParsedEntry, len(entries))
 	states := make([]*redis.StringCmd, len(entries))
-	pipe = c.Pipeline()
+	pipe := c.Pipeline()
 	for i, z := range entries {
 		e, _ := z.Member.(string)
 		if parsed[i], err = ParseEntry(e); err == nil && parsed[i].Attempts > 0 {
