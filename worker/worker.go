@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -65,6 +67,9 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 		// starved call waits for a connection.
 		o.PoolSize = max(10*runtime.GOMAXPROCS(0), connsPerPartition*len(cfg.Serve)+10)
 	}
+	// Its batches carry host/pid, so a job lookup names who holds a job.
+	host, _ := os.Hostname()
+	workerPoolCfg.Owner = host + "/" + strconv.Itoa(os.Getpid())
 	pool, err := queue.NewPool(workerPoolCfg)
 	if err != nil {
 		return nil, err

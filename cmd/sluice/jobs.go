@@ -32,9 +32,9 @@ func runJobs(ctx context.Context, args []string, stdout, _ io.Writer) error {
 				}
 				q := url.Values{"topic": {topic}, "partition": {strconv.Itoa(partition)}, "limit": {strconv.Itoa(limit)}}
 				return show(ctx, c, "GET", "/api/v1/jobs?"+q.Encode(), nil, out, asJSON, func(w *tabwriter.Writer, l queue.JobList) {
-					fmt.Fprintf(w, "RUNNING (%s, partition %d)\nID\tLANE\tATTEMPT\tBATCH\tLEASE UNTIL\n", l.Topic, l.Partition)
+					fmt.Fprintf(w, "RUNNING (%s, partition %d)\nID\tLANE\tATTEMPT\tWORKER\tLEASE UNTIL\n", l.Topic, l.Partition)
 					for _, j := range l.Running {
-						fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", cell(j.ID, 40), cell(j.Lane, 40), j.Attempts, j.Batch, j.Until.Format("15:04:05.000"))
+						fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", cell(j.ID, 40), cell(j.Lane, 40), j.Attempts, cell(j.Worker, 40), j.Until.Format("15:04:05.000"))
 					}
 					if len(l.Running) == 0 {
 						fmt.Fprintln(w, "(none)")
@@ -75,7 +75,7 @@ func runJobs(ctx context.Context, args []string, stdout, _ io.Writer) error {
 					if v.Attempts > 0 {
 						fmt.Fprintf(w, "attempts\t%d\n", v.Attempts)
 					}
-					for _, f := range [][2]string{{"why", v.Why}, {"batch", v.Batch}, {"last error", v.LastError}, {"result", v.Result}} {
+					for _, f := range [][2]string{{"why", v.Why}, {"worker", v.Worker}, {"batch", v.Batch}, {"last error", v.LastError}, {"result", v.Result}} {
 						if f[1] != "" {
 							fmt.Fprintf(w, "%s\t%s\n", f[0], cell(f[1], 200))
 						}

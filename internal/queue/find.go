@@ -57,6 +57,9 @@ type JobWhereabouts struct {
 	Attempts  int
 	LastError string
 	Result    string
+	// Worker is who holds a running job (the claiming pool's Owner: a
+	// worker's host/pid), "" when its pool named none.
+	Worker string
 	// Batch and Until: a running job's batch and its lease deadline; a
 	// delayed job's due time (Why says what for); a dead or done job's
 	// time of death or completion.
@@ -136,7 +139,7 @@ func (p *Pool) findRunning(ctx context.Context, q Queue, id string, w *JobWherea
 		if pe.ID != id {
 			return true
 		}
-		w.Where, w.Batch, w.Until = WhereRunning, batch, deadline
+		w.Where, w.Batch, w.Until, w.Worker = WhereRunning, batch, deadline, batchOwner(batch)
 		w.Attempts = max(w.Attempts, pe.Attempts+1) // the attempt under way
 		found = true
 		return false
@@ -291,6 +294,7 @@ type JobView struct {
 	Attempts  int        `json:"attempts"`
 	LastError string     `json:"last_error,omitempty"`
 	Result    string     `json:"result,omitempty"`
+	Worker    string     `json:"worker,omitempty"`
 	Batch     string     `json:"batch,omitempty"`
 	Until     *time.Time `json:"until,omitempty"`
 	Why       string     `json:"why,omitempty"`
@@ -301,14 +305,17 @@ type JobView struct {
 // View renders a lookup's answer.
 func (w JobWhereabouts) View(l JobLookup) JobView {
 	v := JobView{Topic: l.Topic, ID: l.ID, RedisPartition: w.Queue.Part, State: w.Where, Relayed: w.Relayed,
-		Attempts: w.Attempts, LastError: w.LastError, Result: w.Result, Batch: w.Batch, Why: w.Why}
+		Attempts: w.Attempts, LastError: w.LastError, Result: w.Result, Worker: w.Worker, Batch: w.Batch, Why: w.Why}
 	if !w.Until.IsZero() {
 		u := w.Until.UTC()
 		v.Until = &u
 	}
 	switch w.Where {
 	case WhereRunning:
-		v.Note = "claimed by a worker in batch " + w.Batch + "; until is its lease deadline, which the worker extends while it runs the job"
+		v.Note = "claimed in batch " + w.Batch + "; until is its lease deadline, which the worker extends while it runs the job"
+		if w.Worker != "" {
+			v.Note = "held by worker " + w.Worker + ", " + v.Note
+		}
 	case WhereDelayed:
 		v.Note = "waiting until " + w.Until.UTC().Format(time.RFC3339Nano) + " (" + w.Why + "), then back on its lane"
 	case WhereReady:
@@ -367,6 +374,7 @@ type JobListing struct {
 	Lane     string    `json:"lane"`
 	State    string    `json:"state"` // WhereRunning or WhereDelayed
 	Attempts int       `json:"attempts"`
+	Worker   string    `json:"worker,omitempty"`
 	Batch    string    `json:"batch,omitempty"`
 	Until    time.Time `json:"until"`
 	Why      string    `json:"why,omitempty"`
@@ -378,7 +386,7 @@ type JobListing struct {
 func (p *Pool) ListJobs(ctx context.Context, q Queue, max int) (running, delayed []JobListing, err error) {
 	err = p.eachRunning(ctx, q, max, func(batch string, deadline time.Time, pe ParsedEntry) bool {
 		running = append(running, JobListing{ID: pe.ID, Lane: pe.Lane, State: WhereRunning, Attempts: pe.Attempts + 1,
-			Batch: batch, Until: deadline})
+			Worker: batchOwner(batch), Batch: batch, Until: deadline})
 		return len(running) < max
 	})
 	if err != nil {

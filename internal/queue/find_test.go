@@ -128,6 +128,33 @@ func TestListJobs(t *testing.T) {
 	}
 }
 
+// A pool with an Owner names its batches after it, and a lookup of a
+// job it claimed says who holds it.
+func TestFindJobNamesTheWorker(t *testing.T) {
+	_, r := onePartition(t)
+	p, err := NewPool(PoolConfig{Layout: Layout{Stage: "test", Partitions: 1}, Addr: r.Addr(), Owner: "host a/42~x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	ctx := context.Background()
+	if err := p.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	enqueueOK(t, p, 1, []Item{item("held", "")}, now)
+	jobs, err := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
+	if err != nil || len(jobs) != 1 {
+		t.Fatal(jobs, err)
+	}
+	w, err := p.FindJob(ctx, JobLookup{Topic: "jobs", ID: "held"})
+	if err != nil || w.Where != WhereRunning || w.Worker != "host_a/42_x" || !strings.Contains(w.View(JobLookup{}).Note, "host_a/42_x") {
+		t.Fatalf("a held job: %+v %v", w, err)
+	}
+	if running, _, err := p.ListJobs(ctx, jq(0), 10); err != nil || len(running) != 1 || running[0].Worker != "host_a/42_x" {
+		t.Fatalf("listed: %+v %v", running, err)
+	}
+}
+
 func TestGlobEscape(t *testing.T) {
 	if got := globEscape(`a*b?[c]\d`); got != `a\*b\?\[c\]\\d` {
 		t.Fatalf("globEscape = %q", got)

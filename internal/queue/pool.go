@@ -41,6 +41,12 @@ type PoolConfig struct {
 	// IDDedupeTTL is how long a client-chosen job id is remembered, so
 	// that the client's resends of it are dropped. Default: 24h.
 	IDDedupeTTL time.Duration
+	// Owner names who claims through this pool (a worker: host/pid) in
+	// the names of the batches it claims, so that a lookup of a running
+	// job says who holds it (FindJob). Characters other than letters,
+	// digits and . _ - / : become '_'; at most 64 are kept. Default "":
+	// batches named by a random prefix alone.
+	Owner string
 }
 
 // NewPool creates the clients; it does not connect yet.
@@ -58,6 +64,9 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	var seed [6]byte
 	_, _ = rand.Read(seed[:])
 	p.batchPrefix = hex.EncodeToString(seed[:]) + "-"
+	if o := ownerName(cfg.Owner); o != "" {
+		p.batchPrefix = o + ownerSep + p.batchPrefix
+	}
 	clients := map[string]*redis.Client{}
 	for part := range p.byPart {
 		addr := cfg.Addr
@@ -208,4 +217,32 @@ func (p *Pool) Fresh() (*Pool, error) {
 		o.PoolSize = 2
 	}
 	return NewPool(cfg)
+}
+
+// ownerSep ends a batch name's owner (PoolConfig.Owner), which ownerName
+// keeps free of it.
+const ownerSep = "~"
+
+// ownerName is owner as a batch name holds it.
+func ownerName(owner string) string {
+	b := []byte(owner)
+	if len(b) > 64 {
+		b = b[:64]
+	}
+	for i, c := range b {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("._-/:", c) >= 0
+		if !ok {
+			b[i] = '_'
+		}
+	}
+	return string(b)
+}
+
+// batchOwner is the owner a batch's name carries, "" for none.
+func batchOwner(batch string) string {
+	owner, _, ok := strings.Cut(batch, ownerSep)
+	if !ok {
+		return ""
+	}
+	return owner
 }
