@@ -102,6 +102,9 @@ type exchange struct {
 	// retryTransport says whether a connection error is retried; dial
 	// errors, after which the gate saw nothing, always are.
 	retryTransport bool
+	// maxAttempts, when set, lowers the policy's bound: what a batch's
+	// earlier requests left of it.
+	maxAttempts int
 }
 
 // answer is a gate's answer.
@@ -109,6 +112,7 @@ type answer struct {
 	status     int
 	body       []byte
 	retryAfter time.Duration
+	attempts   int // sends it took
 }
 
 // errorBody is the gate's error answer.
@@ -160,8 +164,13 @@ func (c *Client) once(ctx context.Context, x *exchange) (answer, error) {
 // attempts run out, or ctx ends. A non-2xx answer it does not retry is an
 // *Error; a connection error it gave up on is returned wrapped.
 func (c *Client) do(ctx context.Context, x *exchange) (answer, error) {
+	bound := c.retry.MaxAttempts
+	if x.maxAttempts > 0 {
+		bound = min(bound, x.maxAttempts)
+	}
 	for attempt := 1; ; attempt++ {
 		a, err := c.once(ctx, x)
+		a.attempts = attempt
 		if ctx.Err() != nil {
 			return a, ctx.Err()
 		}
@@ -177,7 +186,7 @@ func (c *Client) do(ctx context.Context, x *exchange) (answer, error) {
 		default:
 			retry = x.retryable(a.status, nil)
 		}
-		if !retry || attempt >= c.retry.MaxAttempts {
+		if !retry || attempt >= bound {
 			if err != nil {
 				return a, fmt.Errorf("client: %s %s: %d sends: %w", x.method, x.path, attempt, err)
 			}

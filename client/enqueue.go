@@ -129,7 +129,9 @@ func (c *Client) EnqueueBatch(ctx context.Context, topic string, jobs []Job, opt
 	for i := range pending {
 		pending[i] = i
 	}
-	for attempt := 1; len(pending) > 0; attempt++ {
+	// Every send counts against RetryPolicy.MaxAttempts, whether do
+	// resent the whole request or this loop the jobs answered 503 or 504.
+	for sent := 0; len(pending) > 0; {
 		var body bytes.Buffer
 		body.WriteByte('[')
 		for k, i := range pending {
@@ -145,7 +147,9 @@ func (c *Client) EnqueueBatch(ctx context.Context, topic string, jobs []Job, opt
 		a, err := c.do(ctx, &exchange{
 			method: http.MethodPost, path: topicPath(topic) + "/jobs:batch", header: s.header(), body: body.Bytes(),
 			retryable: func(status int, eb *errorBody) bool { return retryableStatus(status, eb) && !hasResults(eb) }, retryTransport: true,
+			maxAttempts: c.retry.MaxAttempts - sent,
 		})
+		sent += a.attempts
 		var ge *Error
 		if err != nil && !(errors.As(err, &ge) && len(a.body) > 0 && bytes.Contains(a.body, []byte(`"results"`))) {
 			return nil, err
@@ -173,8 +177,8 @@ func (c *Client) EnqueueBatch(ctx context.Context, topic string, jobs []Job, opt
 				item.ID = ids[i]
 			}
 			if r.Status != http.StatusAccepted {
-				item.Err = &Error{Status: r.Status, Message: r.Error, Field: r.Field, Attempts: attempt}
-				if item.Err.Temporary() && attempt < c.retry.MaxAttempts {
+				item.Err = &Error{Status: r.Status, Message: r.Error, Field: r.Field, Attempts: sent}
+				if item.Err.Temporary() && sent < c.retry.MaxAttempts {
 					again = append(again, i)
 				}
 			}
@@ -182,7 +186,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, topic string, jobs []Job, opt
 		}
 		pending = again
 		if len(pending) > 0 {
-			if err := sleep(ctx, retryBackoff(c.retry, attempt, a.retryAfter)); err != nil {
+			if err := sleep(ctx, retryBackoff(c.retry, sent, a.retryAfter)); err != nil {
 				return nil, err
 			}
 		}

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"log"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/worker"
 )
 
 // The examples talk to the gate of `sluice dev` (make run); they are
@@ -135,4 +137,23 @@ func ExampleClient_LookupJob() {
 	default:
 		fmt.Println(info.State, info.Note)
 	}
+}
+
+// A handler enqueues follow-up jobs with the same client (fan-out from
+// inside a job). The children's ids derive from the parent's, so a retried
+// parent resends the same children and each is queued once.
+func ExampleClient_Enqueue_fanOut() {
+	c, _ := client.New(client.Config{URL: "http://127.0.0.1:8080"})
+	split := worker.HandlerFunc(func(ctx context.Context, job *worker.Job) ([]byte, error) {
+		for i, page := range []string{"a", "b", "c"} {
+			_, err := c.Enqueue(ctx, job.Topic, "render", map[string]string{"page": page},
+				client.ID(job.ID+".render-"+strconv.Itoa(i)), // stable across the parent's attempts
+				client.Group(job.ID))                         // the children share a lane and a Kafka partition
+			if err != nil {
+				return nil, err // the parent is retried; children already sent are deduplicated
+			}
+		}
+		return nil, nil
+	})
+	_ = split // w.Handle("split", split) on a *worker.Worker
 }
