@@ -42,7 +42,10 @@ type bed struct {
 	onStatus func(int)   // called with each answer's status, when set
 }
 
-func newBed(t *testing.T, mutate func(*gate.Config)) *bed {
+func newBed(t *testing.T, mutate func(*gate.Config)) *bed { return newBedOn(t, nil, mutate) }
+
+// newBedOn serves the gate on ln (nil: a free loopback port).
+func newBedOn(t *testing.T, ln net.Listener, mutate func(*gate.Config)) *bed {
 	t.Helper()
 	b := &bed{
 		kafka:    testenv.Kafka(t, testenv.Topic(topic, kafkaParts), testenv.Topic(topic+".dlq", 1), testenv.DataDir(t.TempDir())),
@@ -68,9 +71,10 @@ func newBed(t *testing.T, mutate func(*gate.Config)) *bed {
 		t.Fatalf("gate.New: %v", err)
 	}
 	b.gate = g
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	if ln == nil {
+		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	b.url = "http://" + ln.Addr().String()
 	// The gate's own handler, behind a recorder of the statuses it

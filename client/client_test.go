@@ -3,9 +3,11 @@ package client_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -309,4 +311,52 @@ func TestLookupJob(t *testing.T) {
 	if !errors.As(err, &e) || e.Status != http.StatusBadRequest {
 		t.Fatalf("a bad position: %v", err)
 	}
+}
+
+// TestConnectionRefusedIsRetried: a gate that is not listening yet (a
+// restart, a deploy) refuses connections; the client retries until it
+// listens, and the job is queued once.
+func TestConnectionRefusedIsRetried(t *testing.T) {
+	// A loopback port free a moment ago, where the gate will listen.
+	probe, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := probe.Addr().String()
+	probe.Close()
+
+	var refused atomic.Int64
+	dialer := &net.Dialer{}
+	transport := &http.Transport{DialContext: func(ctx context.Context, network, a string) (net.Conn, error) {
+		conn, err := dialer.DialContext(ctx, network, a)
+		if err != nil {
+			refused.Add(1)
+		}
+		return conn, err
+	}}
+	c, err := client.New(client.Config{URL: "http://" + addr, HTTPClient: &http.Client{Transport: transport},
+		Retry: client.RetryPolicy{MaxAttempts: 200, MinBackoff: 20 * time.Millisecond, MaxBackoff: 200 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		res *client.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := c.Enqueue(context.Background(), topic, "t", "hello", client.ID("sent-before-the-gate"))
+		done <- outcome{res, err}
+	}()
+	testenv.WaitFor(t, 10*time.Second, "a refused connection", func() bool { return refused.Load() > 0 })
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("the port was taken meanwhile: %v", err)
+	}
+	b := newBedOn(t, ln, nil)
+	o := <-done
+	if o.err != nil || o.res.ID != "sent-before-the-gate" {
+		t.Fatalf("Enqueue across refused connections: %v %+v", o.err, o.res)
+	}
+	b.onceEach(t, []string{"sent-before-the-gate"})
 }
