@@ -360,3 +360,22 @@ func TestConnectionRefusedIsRetried(t *testing.T) {
 	}
 	b.onceEach(t, []string{"sent-before-the-gate"})
 }
+
+// TestAGroup504IsNotResent: after a 504 the gate may have cancelled what
+// it wrote of the group (and a cancelled id takes no more jobs), so the
+// client returns the *Error naming the group instead of resending.
+func TestAGroup504IsNotResent(t *testing.T) {
+	b := newBed(t, func(c *gate.Config) { c.ProduceTimeout = 300 * time.Millisecond })
+	c := b.client(t, quick)
+	release := make(chan struct{})
+	defer close(release)
+	holdFirstProduce(b.kafka, release)
+	_, err := c.EnqueueGroup(context.Background(), topic, "t", []any{1, 2, 3}, client.ID("held-group"))
+	var e *client.Error
+	if !errors.As(err, &e) || e.Status != http.StatusGatewayTimeout || e.Attempts != 1 || len(e.IDs) != 1 || e.IDs[0] != "held-group" {
+		t.Fatalf("a held group: %v (%+v)", err, e)
+	}
+	if n := b.answered(http.StatusGatewayTimeout); n != 1 {
+		t.Fatalf("the gate answered 504 %d times, want 1: the client resent the group", n)
+	}
+}
