@@ -198,3 +198,31 @@ func TestLingerSharesRequestsAndAnswersEachCall(t *testing.T) {
 		t.Fatalf("%d distinct offsets for %d records", len(seen), calls)
 	}
 }
+
+// Kafka down at the first acks=all Produce, then back: the acks=all
+// producer is created on a later Produce instead of keeping its first
+// error for the Producer's life (every acks=all request of a gate that
+// started during an outage answered 504 until it restarted).
+func TestAcksAllRecoversFromAFailedStart(t *testing.T) {
+	k := testenv.Kafka(t, testenv.Topic("jobs", 1), testenv.DataDir(t.TempDir()))
+	cfg := Config{Brokers: k.Brokers(), ClientID: "test", Version: "3.6.0", Compression: "none"}
+	p, err := NewProducer(&cfg, ProducerOptions{}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	k.Stop()
+	msg := []Message{{Topic: "jobs", Value: []byte("x"), Partition: -1}}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := p.Produce(ctx, AcksAll, msg); err == nil {
+		t.Fatal("an acks=all Produce with Kafka down succeeded")
+	}
+	k.Start()
+	testenv.WaitFor(t, 30*time.Second, "an acks=all Produce once Kafka is back", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		res, err := p.Produce(ctx, AcksAll, msg)
+		return err == nil && res[0].Err == nil
+	})
+}

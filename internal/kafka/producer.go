@@ -44,9 +44,15 @@ type Producer struct {
 	leader sarama.AsyncProducer
 	client sarama.Client // the leader producer's client, shared with Catalog
 
-	allOnce sync.Once
-	all     sarama.AsyncProducer
-	allErr  error
+	// The acks=all producer, created on first use. A creation that failed
+	// (Kafka down) is tried again on a later use, at most once every
+	// allRetryEvery: its error is not kept for the Producer's life.
+	allMu       sync.Mutex
+	all         sarama.AsyncProducer
+	allErr      error
+	allFailedAt time.Time
+	allClosed   bool
+	now         func() time.Time
 
 	closeMu sync.RWMutex
 	closed  bool
@@ -97,7 +103,7 @@ func NewProducer(c *Config, opts ProducerOptions, log *slog.Logger) (*Producer, 
 		client.Close()
 		return nil, err
 	}
-	p := &Producer{cfg: base, addrs: c.Brokers, log: log, leader: leader, client: client}
+	p := &Producer{cfg: base, addrs: c.Brokers, log: log, leader: leader, client: client, now: time.Now}
 	p.dispatch(leader)
 	return p, nil
 }
@@ -105,26 +111,40 @@ func NewProducer(c *Config, opts ProducerOptions, log *slog.Logger) (*Producer, 
 // Client is the producer's sarama client, for metadata.
 func (p *Producer) Client() sarama.Client { return p.client }
 
+// allRetryEvery spaces the attempts to create the acks=all producer while
+// Kafka cannot be reached: each costs a metadata round to every broker.
+const allRetryEvery = time.Second
+
 // allProducer returns the all-replicas producer, creating it on first use.
-// It is idempotent: a retried batch is not written twice.
+// It is idempotent: a retried batch is not written twice. A failed
+// creation answers its error until allRetryEvery has passed, then tries
+// again.
 func (p *Producer) allProducer() (sarama.AsyncProducer, error) {
-	p.allOnce.Do(func() {
-		cfg := *p.cfg
-		cfg.Producer.RequiredAcks = sarama.WaitForAll
-		cfg.Producer.Idempotent = true
-		cfg.Net.MaxOpenRequests = 1 // sarama requires it for idempotence
-		if cfg.Producer.Retry.Max < 1 {
-			cfg.Producer.Retry.Max = 1
-		}
-		ap, err := sarama.NewAsyncProducer(p.addrs, &cfg)
-		if err != nil {
-			p.allErr = fmt.Errorf("connect the acks=all producer: %w", err)
-			return
-		}
-		p.all = ap
-		p.dispatch(ap)
-	})
-	return p.all, p.allErr
+	p.allMu.Lock()
+	defer p.allMu.Unlock()
+	switch {
+	case p.allClosed:
+		return nil, errClosed
+	case p.all != nil:
+		return p.all, nil
+	case p.allErr != nil && p.now().Sub(p.allFailedAt) < allRetryEvery:
+		return nil, p.allErr
+	}
+	cfg := *p.cfg
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Producer.Idempotent = true
+	cfg.Net.MaxOpenRequests = 1 // sarama requires it for idempotence
+	if cfg.Producer.Retry.Max < 1 {
+		cfg.Producer.Retry.Max = 1
+	}
+	ap, err := sarama.NewAsyncProducer(p.addrs, &cfg)
+	if err != nil {
+		p.allErr, p.allFailedAt = fmt.Errorf("connect the acks=all producer: %w", err), p.now()
+		return nil, p.allErr
+	}
+	p.all, p.allErr = ap, nil
+	p.dispatch(ap)
+	return ap, nil
 }
 
 // pending tracks one Produce call; each message's Metadata points at its
@@ -241,10 +261,13 @@ var errClosed = errors.New("kafka producer closed")
 // Close flushes what is buffered and closes both producers and the client.
 // Call it after the last Produce has returned.
 func (p *Producer) Close() error {
-	// Through the once: an acks=all producer being created right now is
+	// Under allMu: an acks=all producer being created right now is
 	// finished (and closed below) before Close reads p.all, and none is
 	// created after.
-	p.allOnce.Do(func() { p.allErr = errClosed })
+	p.allMu.Lock()
+	p.allClosed = true
+	all := p.all
+	p.allMu.Unlock()
 	p.closeMu.Lock()
 	defer p.closeMu.Unlock()
 	if p.closed {
@@ -252,8 +275,8 @@ func (p *Producer) Close() error {
 	}
 	p.closed = true
 	errs := []error{p.leader.Close()}
-	if p.all != nil {
-		errs = append(errs, p.all.Close())
+	if all != nil {
+		errs = append(errs, all.Close())
 	}
 	p.wg.Wait()
 	if !p.client.Closed() {
