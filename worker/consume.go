@@ -62,14 +62,18 @@ type consumer struct {
 // updates their moving rate.
 const rateWindow = 100 * time.Millisecond
 
-// heldKey names a held job: ids are unique within a queue, and two topics
-// may each hold a job of the same id (a client's).
+// heldKey names a held attempt of a job: ids are unique within a queue,
+// two topics may each hold a job of the same id (a client's), and one job
+// may be held twice, in two batches: its batch taken back by the reaper
+// while its attempt still ran, and claimed again here. Each attempt then
+// keeps its own lease and is settled (or found lost) on its own.
 type heldKey struct {
-	q  queue.Queue
-	id string
+	q     queue.Queue
+	id    string
+	batch string
 }
 
-func (h *heldJob) key() heldKey { return heldKey{h.q, h.claimed.ID} }
+func (h *heldJob) key() heldKey { return heldKey{h.q, h.claimed.ID, h.claimed.Batch} }
 
 // heldJob is a job this consumer holds a lease on.
 type heldJob struct {
@@ -361,6 +365,18 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	took := end.Sub(start)
 	c.ran(took, end)
 	w.m.execution.WithLabelValues(w.typeLabel(j.Type)).Observe(took.Seconds())
+	if key := j.IdempotencyKey; key != "" {
+		// As long as the running mark holds (timeout + lease from its
+		// start), no other attempt runs: keep trying that long. Recorded
+		// even when the lease was lost meanwhile: the mark is this
+		// attempt's, and the next holder must find the key done (and
+		// skip the job) rather than free (and run it again).
+		if err := c.untilRedisAnswers("recording the idempotency key", timeout+w.cfg.Lease, func(pool *queue.Pool) error {
+			return pool.IdempotencyEnd(context.WithoutCancel(ctx), key, cl.ID, cl.Attempt, herr == nil, w.cfg.IdempotencyTTL)
+		}); err != nil {
+			c.log.Warn("recording the idempotency key failed", "job", cl.ID, "key", key, "err", err)
+		}
+	}
 	c.mu.Lock()
 	lost, draining := h.lost, c.draining
 	c.mu.Unlock()
@@ -370,15 +386,6 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		w.count("lost", j.Type, 1)
 		c.log.Warn("lease lost while running; the job will run again", "job", cl.ID)
 		return
-	}
-	if key := j.IdempotencyKey; key != "" {
-		// As long as the running mark holds (timeout + lease from its
-		// start), no other attempt runs: keep trying that long.
-		if err := c.untilRedisAnswers("recording the idempotency key", timeout+w.cfg.Lease, func(pool *queue.Pool) error {
-			return pool.IdempotencyEnd(context.WithoutCancel(ctx), key, cl.ID, cl.Attempt, herr == nil, w.cfg.IdempotencyTTL)
-		}); err != nil {
-			c.log.Warn("recording the idempotency key failed", "job", cl.ID, "key", key, "err", err)
-		}
 	}
 	if herr != nil && ctx.Err() != nil && draining {
 		return // cut short by shutdown: handed back by release, not failed
@@ -672,7 +679,7 @@ func (c *consumer) keepLeases(ctx context.Context) {
 		}
 		c.mu.Lock()
 		dropped := false
-		for id, h := range c.held {
+		for key, h := range c.held {
 			if !gone[h.claimed.Batch] || h.lost || h.acking {
 				continue
 			}
@@ -682,7 +689,7 @@ func (c *consumer) keepLeases(ctx context.Context) {
 				continue
 			}
 			// Waiting: never started, and no longer ours.
-			delete(c.held, id)
+			delete(c.held, key)
 			for k, x := range c.waiting {
 				if x == h {
 					c.waiting = append(c.waiting[:k], c.waiting[k+1:]...)
@@ -691,7 +698,7 @@ func (c *consumer) keepLeases(ctx context.Context) {
 			}
 			dropped = true
 			w.count("lost", h.jobType, 1)
-			c.log.Warn("lease lost before the job started; it will run elsewhere", "job", id)
+			c.log.Warn("lease lost before the job started; it will run elsewhere", "job", key.id, "batch", key.batch)
 		}
 		c.mu.Unlock()
 		if dropped {

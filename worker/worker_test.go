@@ -379,6 +379,54 @@ func TestIdempotencyKeys(t *testing.T) {
 	}
 }
 
+// Regression (make chaos, 2026-11-25: two keys ran to a 2xx twice): a job
+// whose batch the reaper takes back while its handler runs, and whose
+// handler still answers success, records its idempotency key done, so
+// that its next attempt skips it instead of running it again. With room
+// for two jobs the worker claims the next attempt itself while the first
+// still runs: each attempt is held on its own, so the first is still
+// found lost (and cut short) when its batch is gone.
+func TestALostLeaseStillRecordsTheIdempotencyKey(t *testing.T) {
+	for _, workers := range []int{1, 2} {
+		t.Run("workers="+strconv.Itoa(workers), func(t *testing.T) {
+			b := newBed(t)
+			var mu sync.Mutex
+			runs := 0
+			started := make(chan struct{}, 1)
+			// Without prefetch, one slot: the next attempt cannot start beside the first.
+			b.start(t, func(c *worker.Config) { c.Lease, c.Workers, c.Prefetch = time.Second, workers, 0 }, func(w *worker.Worker) {
+				w.Handle("send", worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+					mu.Lock()
+					runs++
+					first := runs == 1
+					mu.Unlock()
+					if first {
+						started <- struct{}{}
+						<-ctx.Done() // the worker learns the lease is lost and cuts the run short
+					}
+					return []byte("sent"), nil // the side effect happened all the same
+				}))
+			})
+			b.enqueue(t, job.Job{ID: "once", Type: "send", Group: "g", IdempotencyKey: "order-9"})
+			<-started
+			// The reaper, as a Redis outage longer than the lease leaves
+			// it: the batch goes back to its lane, the attempt counted.
+			q := queue.Queue{Topic: "jobs", Part: b.layout.PartitionOf("g")}
+			if n, err := b.pool.Reap(context.Background(), q, 10, time.Now().Add(time.Hour), queue.DeadLimits{Max: 10, Keep: time.Hour}); n != 1 || err != nil {
+				t.Fatalf("reap: %d %v", n, err)
+			}
+			if h := b.waitState(t, "once", "g", "done"); !strings.Contains(h["result"], "skipped") || h["attempts"] != "2" {
+				t.Fatalf("the second attempt: %v, want it skipped by the key the first recorded", h)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if runs != 1 {
+				t.Fatalf("the job ran %d times", runs)
+			}
+		})
+	}
+}
+
 // The coordinator's command resizes a partition's pool at run time; the
 // count is checkpointed and a restarted worker resumes it.
 func TestResizeByCommandIsCheckpointedAndRestored(t *testing.T) {
