@@ -150,14 +150,17 @@ func (g *Gate) serveGroup(x *exchange) {
 		batch = append(batch, kafka.Message{Topic: topic, Key: []byte(fields.ID), Value: j.AppendJSON(make([]byte, 0, len(payload)+256)), Partition: partition})
 		n++
 		if len(batch) == groupChunk {
+			// A chunk whose produce failed may still land (a timeout says
+			// nothing of it): its items count as written, so they are
+			// cancelled too.
 			if err := flush(); err != nil {
-				g.abandonGroup(x, topic, acks, partition, fields.ID, n-int64(len(batch)), err)
+				g.abandonGroup(x, topic, acks, partition, fields.ID, n, err)
 				return
 			}
 		}
 	}
 	if err := flush(); err != nil {
-		g.abandonGroup(x, topic, acks, partition, fields.ID, n-int64(len(batch)), err)
+		g.abandonGroup(x, topic, acks, partition, fields.ID, n, err)
 		return
 	}
 	closeMsg := controlMessage(topic, partition, job.GroupClose{Group: fields.ID, Total: n, CallbackURL: fields.CallbackURL}, job.GroupCloseControl)
@@ -170,9 +173,10 @@ func (g *Gate) serveGroup(x *exchange) {
 	x.json(http.StatusAccepted, groupAnswer{Group: fields.ID, Topic: topic, Count: n, Status: groups.Path(topic, fields.ID)})
 }
 
-// abandonGroup answers a submission that failed after written items: it
-// writes a cancel record for them (best effort: the answer says whether
-// it took) and tells the client what happened.
+// abandonGroup answers a submission that failed after written items (or
+// items whose produce failed, which may land all the same): it writes a
+// cancel record for them (best effort: the answer says whether it took)
+// and tells the client what happened.
 func (g *Gate) abandonGroup(x *exchange, topic string, acks kafka.Acks, partition int32, group string, written int64, cause error) {
 	g.metrics.groups.WithLabelValues(topic, "rejected").Inc()
 	status := http.StatusBadRequest
@@ -187,9 +191,9 @@ func (g *Gate) abandonGroup(x *exchange, topic string, acks kafka.Acks, partitio
 	if written > 0 {
 		cancel := controlMessage(topic, partition, job.GroupClose{Group: group, Cancel: true}, job.GroupCloseControl)
 		if err := g.produceOne(x, kafka.AcksAll, cancel); err != nil {
-			msg += fmt.Sprintf("; %d items were written and cancelling them failed (%v): DELETE %s", written, err, groups.Path(topic, group))
+			msg += fmt.Sprintf("; %d items were written (or sent) and cancelling them failed (%v): DELETE %s", written, err, groups.Path(topic, group))
 		} else {
-			msg += fmt.Sprintf("; the %d items written before it are cancelled: fix the body and submit it under a new group id", written)
+			msg += fmt.Sprintf("; the %d items written (or sent) before it are cancelled: fix the cause and submit the group under a new group id", written)
 		}
 	}
 	g.log.Warn("bulk group abandoned", "group", group, "topic", topic, "written", written, "err", cause)

@@ -161,7 +161,7 @@ func TestBulkGroupBadItemHalfwayCancelsWhatWasWritten(t *testing.T) {
 		fmt.Fprintf(&body, "%d\n", i)
 	}
 	a := post(t, g.url+"/v1/topics/jobs/groups", body.String(), "Content-Type", "application/x-ndjson")
-	if a.status != http.StatusBadRequest || !bytes.Contains(a.body, []byte("item 1100")) || !bytes.Contains(a.body, []byte("1000 items written before it are cancelled")) {
+	if a.status != http.StatusBadRequest || !bytes.Contains(a.body, []byte("item 1100")) || !bytes.Contains(a.body, []byte("1000 items written (or sent) before it are cancelled")) {
 		t.Fatalf("%d %s", a.status, a.body)
 	}
 	items, control := groupRecords(t, k, "half", 1001)
