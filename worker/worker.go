@@ -67,9 +67,10 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 		// starved call waits for a connection.
 		o.PoolSize = max(10*runtime.GOMAXPROCS(0), connsPerPartition*len(cfg.Serve)+10)
 	}
-	// Its batches carry host/pid, so a job lookup names who holds a job.
+	// Its batches carry host/pid and their claim time, so a job lookup
+	// says who holds a job, since when.
 	host, _ := os.Hostname()
-	workerPoolCfg.Owner = host + "/" + strconv.Itoa(os.Getpid())
+	workerPoolCfg.Owner, workerPoolCfg.Now = host+"/"+strconv.Itoa(os.Getpid()), cfg.Now
 	pool, err := queue.NewPool(workerPoolCfg)
 	if err != nil {
 		return nil, err

@@ -32,9 +32,9 @@ func runJobs(ctx context.Context, args []string, stdout, _ io.Writer) error {
 				}
 				q := url.Values{"topic": {topic}, "partition": {strconv.Itoa(partition)}, "limit": {strconv.Itoa(limit)}}
 				return show(ctx, c, "GET", "/api/v1/jobs?"+q.Encode(), nil, out, asJSON, func(w *tabwriter.Writer, l queue.JobList) {
-					fmt.Fprintf(w, "RUNNING (%s, partition %d)\nID\tLANE\tATTEMPT\tWORKER\tLEASE UNTIL\n", l.Topic, l.Partition)
+					fmt.Fprintf(w, "RUNNING (%s, partition %d)\nID\tLANE\tATTEMPT\tWORKER\tSINCE\tLEASE UNTIL\n", l.Topic, l.Partition)
 					for _, j := range l.Running {
-						fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", cell(j.ID, 40), cell(j.Lane, 40), j.Attempts, cell(j.Worker, 40), j.Until.Format("15:04:05.000"))
+						fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", cell(j.ID, 40), cell(j.Lane, 40), j.Attempts, cell(j.Worker, 40), j.Since.Format("15:04:05.000"), j.Until.Format("15:04:05.000"))
 					}
 					if len(l.Running) == 0 {
 						fmt.Fprintln(w, "(none)")
@@ -79,6 +79,9 @@ func runJobs(ctx context.Context, args []string, stdout, _ io.Writer) error {
 						if f[1] != "" {
 							fmt.Fprintf(w, "%s\t%s\n", f[0], cell(f[1], 200))
 						}
+					}
+					if v.Since != nil {
+						fmt.Fprintf(w, "since\t%s\n", v.Since.Format("2006-01-02 15:04:05.000 MST"))
 					}
 					if v.Until != nil {
 						fmt.Fprintf(w, "until\t%s\n", v.Until.Format("2006-01-02 15:04:05.000 MST"))

@@ -58,8 +58,10 @@ type JobWhereabouts struct {
 	LastError string
 	Result    string
 	// Worker is who holds a running job (the claiming pool's Owner: a
-	// worker's host/pid), "" when its pool named none.
+	// worker's host/pid), "" when its pool named none; Since, when its
+	// batch was claimed (by the claiming pool's clock).
 	Worker string
+	Since  time.Time
 	// Batch and Until: a running job's batch and its lease deadline; a
 	// delayed job's due time (Why says what for); a dead or done job's
 	// time of death or completion.
@@ -139,7 +141,7 @@ func (p *Pool) findRunning(ctx context.Context, q Queue, id string, w *JobWherea
 		if pe.ID != id {
 			return true
 		}
-		w.Where, w.Batch, w.Until, w.Worker = WhereRunning, batch, deadline, batchOwner(batch)
+		w.Where, w.Batch, w.Until, w.Worker, w.Since = WhereRunning, batch, deadline, batchOwner(batch), batchClaimed(batch)
 		w.Attempts = max(w.Attempts, pe.Attempts+1) // the attempt under way
 		found = true
 		return false
@@ -295,6 +297,7 @@ type JobView struct {
 	LastError string     `json:"last_error,omitempty"`
 	Result    string     `json:"result,omitempty"`
 	Worker    string     `json:"worker,omitempty"`
+	Since     *time.Time `json:"since,omitempty"`
 	Batch     string     `json:"batch,omitempty"`
 	Until     *time.Time `json:"until,omitempty"`
 	Why       string     `json:"why,omitempty"`
@@ -309,6 +312,10 @@ func (w JobWhereabouts) View(l JobLookup) JobView {
 	if !w.Until.IsZero() {
 		u := w.Until.UTC()
 		v.Until = &u
+	}
+	if !w.Since.IsZero() {
+		u := w.Since.UTC()
+		v.Since = &u
 	}
 	switch w.Where {
 	case WhereRunning:
@@ -375,6 +382,7 @@ type JobListing struct {
 	State    string    `json:"state"` // WhereRunning or WhereDelayed
 	Attempts int       `json:"attempts"`
 	Worker   string    `json:"worker,omitempty"`
+	Since    time.Time `json:"since,omitzero"`
 	Batch    string    `json:"batch,omitempty"`
 	Until    time.Time `json:"until"`
 	Why      string    `json:"why,omitempty"`
@@ -386,7 +394,7 @@ type JobListing struct {
 func (p *Pool) ListJobs(ctx context.Context, q Queue, max int) (running, delayed []JobListing, err error) {
 	err = p.eachRunning(ctx, q, max, func(batch string, deadline time.Time, pe ParsedEntry) bool {
 		running = append(running, JobListing{ID: pe.ID, Lane: pe.Lane, State: WhereRunning, Attempts: pe.Attempts + 1,
-			Worker: batchOwner(batch), Batch: batch, Until: deadline})
+			Worker: batchOwner(batch), Since: batchClaimed(batch), Batch: batch, Until: deadline})
 		return len(running) < max
 	})
 	if err != nil {

@@ -128,11 +128,13 @@ func TestListJobs(t *testing.T) {
 	}
 }
 
-// A pool with an Owner names its batches after it, and a lookup of a
-// job it claimed says who holds it.
+// A pool with an Owner names its batches after it and their claim time,
+// and a lookup of a job it claimed says who holds it, since when.
 func TestFindJobNamesTheWorker(t *testing.T) {
 	_, r := onePartition(t)
-	p, err := NewPool(PoolConfig{Layout: Layout{Stage: "test", Partitions: 1}, Addr: r.Addr(), Owner: "host a/42~x"})
+	claimedAt := now.Add(-time.Minute)
+	p, err := NewPool(PoolConfig{Layout: Layout{Stage: "test", Partitions: 1}, Addr: r.Addr(), Owner: "host a/42~x",
+		Now: func() time.Time { return claimedAt }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,10 +149,10 @@ func TestFindJobNamesTheWorker(t *testing.T) {
 		t.Fatal(jobs, err)
 	}
 	w, err := p.FindJob(ctx, JobLookup{Topic: "jobs", ID: "held"})
-	if err != nil || w.Where != WhereRunning || w.Worker != "host_a/42_x" || !strings.Contains(w.View(JobLookup{}).Note, "host_a/42_x") {
+	if err != nil || w.Where != WhereRunning || w.Worker != "host_a/42_x" || !w.Since.Equal(claimedAt) || !strings.Contains(w.View(JobLookup{}).Note, "host_a/42_x") {
 		t.Fatalf("a held job: %+v %v", w, err)
 	}
-	if running, _, err := p.ListJobs(ctx, jq(0), 10); err != nil || len(running) != 1 || running[0].Worker != "host_a/42_x" {
+	if running, _, err := p.ListJobs(ctx, jq(0), 10); err != nil || len(running) != 1 || running[0].Worker != "host_a/42_x" || !running[0].Since.Equal(claimedAt) {
 		t.Fatalf("listed: %+v %v", running, err)
 	}
 }

@@ -47,6 +47,9 @@ type PoolConfig struct {
 	// digits and . _ - / : become '_'; at most 64 are kept. Default "":
 	// batches named by a random prefix alone.
 	Owner string
+	// Now is the clock a batch's name records its claim time by (a
+	// lookup's "since"). Default time.Now.
+	Now func() time.Time
 }
 
 // NewPool creates the clients; it does not connect yet.
@@ -194,10 +197,15 @@ func (p *Pool) Epoch(ctx context.Context) (string, error) {
 	return strings.Join(ids, ","), nil
 }
 
-// nextBatch names a new claimed batch: unique across processes (a random
-// prefix per pool) and within one (a counter).
+// nextBatch names a new claimed batch: its owner (PoolConfig.Owner), unique
+// across processes (a random prefix per pool) and within one (a counter),
+// and when it was claimed (PoolConfig.Now), for a lookup to show.
 func (p *Pool) nextBatch() string {
-	return p.batchPrefix + strconv.FormatUint(p.batchSeq.Add(1), 36)
+	now := time.Now
+	if p.cfg.Now != nil {
+		now = p.cfg.Now
+	}
+	return p.batchPrefix + strconv.FormatUint(p.batchSeq.Add(1), 36) + claimedSep + strconv.FormatInt(now().UnixMilli(), 36)
 }
 
 // Fresh returns a pool of new clients to the same servers, for a retry
@@ -236,6 +244,23 @@ func ownerName(owner string) string {
 		}
 	}
 	return string(b)
+}
+
+// claimedSep starts a batch name's claim time (Unix ms, base 36).
+const claimedSep = "."
+
+// batchClaimed is when a batch was claimed, as its name says; zero for a
+// name without it.
+func batchClaimed(batch string) time.Time {
+	i := strings.LastIndex(batch, claimedSep)
+	if i < 0 {
+		return time.Time{}
+	}
+	ms, err := strconv.ParseInt(batch[i+1:], 36, 64)
+	if err != nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
 }
 
 // batchOwner is the owner a batch's name carries, "" for none.
