@@ -49,6 +49,10 @@ type JobInfo struct {
 	Attempts  int    `json:"attempts"`
 	LastError string `json:"last_error"`
 	Result    string `json:"result"`
+	// Worker is who holds a running job (its host/pid), and Since when
+	// its batch was claimed.
+	Worker string     `json:"worker"`
+	Since  *time.Time `json:"since"`
 	// Batch is a running job's claimed batch.
 	Batch string `json:"batch"`
 	// Until is a running job's lease deadline, a delayed job's due time,
