@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/retry"
 )
 
@@ -116,14 +117,7 @@ type answer struct {
 }
 
 // errorBody is the gate's error answer.
-type errorBody struct {
-	Error  string   `json:"error"`
-	Field  string   `json:"field,omitempty"`
-	Line   int      `json:"line,omitempty"`
-	Column int      `json:"column,omitempty"`
-	Offset *int64   `json:"offset,omitempty"`
-	IDs    []string `json:"ids,omitempty"`
-}
+type errorBody = job.ErrorBody
 
 // once sends x one time.
 func (c *Client) once(ctx context.Context, x *exchange) (answer, error) {

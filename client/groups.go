@@ -52,16 +52,7 @@ func (c *Client) EnqueueGroup(ctx context.Context, topic, jobType string, items 
 	if s.env.ID == "" {
 		s.env.ID = job.NewID()
 	}
-	fields := struct {
-		ID          string        `json:"id"`
-		Type        string        `json:"type"`
-		Tenant      string        `json:"tenant,omitempty"`
-		Resource    string        `json:"resource,omitempty"`
-		Priority    int           `json:"priority,omitempty"`
-		CallbackURL string        `json:"callback_url,omitempty"`
-		MaxAttempts int           `json:"max_attempts,omitempty"`
-		Timeout     *job.Duration `json:"timeout,omitempty"`
-	}{ID: s.env.ID, Type: jobType, Tenant: s.env.Tenant, Resource: s.env.Resource, Priority: s.env.Priority, CallbackURL: s.callback, MaxAttempts: s.env.MaxAttempts}
+	fields := job.GroupFields{ID: s.env.ID, Type: jobType, Tenant: s.env.Tenant, Resource: s.env.Resource, Priority: s.env.Priority, CallbackURL: s.callback, MaxAttempts: s.env.MaxAttempts}
 	if s.env.Timeout != 0 {
 		fields.Timeout = &s.env.Timeout
 	}

@@ -22,17 +22,9 @@ import (
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
-// groupFields are a bulk group's fields: every item's job gets them.
-type groupFields struct {
-	ID          string        `json:"id,omitempty"`
-	Type        string        `json:"type"`
-	Tenant      string        `json:"tenant,omitempty"`
-	Resource    string        `json:"resource,omitempty"`
-	Priority    int           `json:"priority,omitempty"`
-	CallbackURL string        `json:"callback_url,omitempty"`
-	MaxAttempts int           `json:"max_attempts,omitempty"`
-	Timeout     *job.Duration `json:"timeout,omitempty"`
-}
+// groupFields are a bulk group's fields: every item's job gets them
+// (job.GroupFields, which the Go client sends).
+type groupFields = job.GroupFields
 
 // groupChunk is how many items go to Kafka in one produce call: large
 // enough to batch, small enough that memory stays flat whatever the size.

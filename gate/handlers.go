@@ -45,20 +45,9 @@ func (g *Gate) instrument(route string, serve func(*exchange)) http.HandlerFunc 
 	}
 }
 
-// errorBody is every error answer's shape. Position fields are set for
-// decode errors.
-type errorBody struct {
-	Error  string `json:"error"`
-	Field  string `json:"field,omitempty"`
-	Line   int    `json:"line,omitempty"`
-	Column int    `json:"column,omitempty"`
-	Offset *int64 `json:"offset,omitempty"`
-	// IDs are the jobs whose fate is unknown after a 504: resend them with
-	// the same ids. The relay will not queue a resend twice when the first
-	// send carried the id too (id_given); an id the gate assigned was not
-	// marked, so a resend of it may run the job twice.
-	IDs []string `json:"ids,omitempty"`
-}
+// errorBody is every error answer's shape (job.ErrorBody, which the Go
+// client decodes).
+type errorBody = job.ErrorBody
 
 func (x *exchange) json(status int, body any) {
 	b, err := json.Marshal(body)
