@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kmsg"
+
 	"github.com/sluicehq/sluice/gate"
 	"github.com/sluicehq/sluice/internal/groups"
 	"github.com/sluicehq/sluice/internal/job"
@@ -303,5 +305,45 @@ func TestGroupStatusAndCancel(t *testing.T) {
 	do(t, http.MethodGet, g.url+"/v1/topics/emails/groups/grp", nil).decode(t, &raw)
 	if string(raw["relayed"]) != "1" || string(raw["topic"]) != `"emails"` {
 		t.Fatalf("the other topic's group: %s %s", raw["relayed"], raw["topic"])
+	}
+}
+
+// A group whose only chunk times out at Kafka is cancelled all the same:
+// the chunk may land after the 504 (here it does), and without a cancel
+// its items would sit in Redis with no close, the group never complete.
+func TestBulkGroupTimedOutChunkIsCancelled(t *testing.T) {
+	k := newKafka(t)
+	g := startGate(t, k, func(c *gate.Config) { c.ProduceTimeout = 2 * time.Second })
+	// The cancel goes with acks=all: its producer exists before the fault
+	// (warmed on another topic, so that the group's partition holds only it).
+	if a := post(t, g.url+"/v1/topics/other/jobs?acks=all", `{"type":"t"}`); a.status != http.StatusAccepted {
+		t.Fatalf("warming acks=all: %d %s", a.status, a.body)
+	}
+	// A slow broker: the chunk's produce is answered 2.5 s late, after the
+	// gate's 2 s deadline; the cancel's, sent then, waits behind it and is
+	// answered well within its own 2 s.
+	late := make(chan struct{})
+	time.AfterFunc(2500*time.Millisecond, func() { close(late) })
+	c := k.Cluster()
+	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.SleepControl(func() { <-late })
+		return nil, nil, false
+	})
+	var items []string
+	for range 10 {
+		items = append(items, `{"n":1}`)
+	}
+	a := post(t, g.url+"/v1/topics/jobs/groups", `{"id":"slow-grp","type":"t","items":[`+strings.Join(items, ",")+`]}`)
+	if a.status != http.StatusGatewayTimeout || !bytes.Contains(a.body, []byte("10 items written (or sent) before it are cancelled")) {
+		t.Fatalf("a timed-out chunk: %d %s", a.status, a.body)
+	}
+	var got []*job.Job
+	var control []job.GroupClose
+	testenv.WaitFor(t, 10*time.Second, "the chunk and the cancel in Kafka", func() bool {
+		got, control = groupRecords(t, k, "slow-grp", 11)
+		return len(got) == 10 && len(control) == 1
+	})
+	if !control[0].Cancel || control[0].Group != "slow-grp" {
+		t.Fatalf("control record %+v, want the group's cancel", control[0])
 	}
 }
