@@ -35,22 +35,24 @@ func (c *Config) Register(fs *flag.FlagSet, clientID string) {
 }
 
 // Sarama returns the base sarama configuration every sluice client uses.
+// Its errors name the field as a part's Config holds it (Config.Kafka.*):
+// a library error names a field, and sluice adds the flag.
 // Topics are never created as a side effect of a request: a typo in a URL
 // must be a 404, not a new topic.
 func (c *Config) Sarama() (*sarama.Config, error) {
 	if len(c.Brokers) == 0 {
-		return nil, errors.New("no Kafka brokers: set --kafka-brokers")
+		return nil, errors.New("Config.Kafka.Brokers: no Kafka brokers given")
 	}
 	sc := sarama.NewConfig()
 	sc.ClientID = c.ClientID
 	v, err := sarama.ParseKafkaVersion(c.Version)
 	if err != nil {
-		return nil, fmt.Errorf("--kafka-version %q: %v", c.Version, err)
+		return nil, fmt.Errorf("Config.Kafka.Version %q: %v", c.Version, err)
 	}
 	sc.Version = v
 	sc.Metadata.AllowAutoTopicCreation = false
 	if err := sc.Producer.Compression.UnmarshalText([]byte(c.Compression)); err != nil {
-		return nil, fmt.Errorf("--kafka-compression %q: %v", c.Compression, err)
+		return nil, fmt.Errorf("Config.Kafka.Compression %q: %v", c.Compression, err)
 	}
 	return sc, nil
 }
