@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,10 +153,18 @@ func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter
 
 // holdFirstProduce makes kfake hold the next produce request until release
 // is closed; the requests after it are answered as usual (once it is).
+//
+// Only the first call of the control sleeps: a control that does not
+// answer stays installed, and kfake calls it again (for the same request
+// once it wakes, and for the next ones); sleeping again there raced in
+// kfake's own sleep queue (go test -race, 2026-11-25).
 func holdFirstProduce(k *testenv.KafkaCluster, release <-chan struct{}) {
 	c := k.Cluster()
+	var slept atomic.Bool
 	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.SleepControl(func() { <-release })
+		if slept.CompareAndSwap(false, true) {
+			c.SleepControl(func() { <-release })
+		}
 		return nil, nil, false
 	})
 }

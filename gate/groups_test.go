@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -325,8 +326,11 @@ func TestBulkGroupTimedOutChunkIsCancelled(t *testing.T) {
 	late := make(chan struct{})
 	time.AfterFunc(2500*time.Millisecond, func() { close(late) })
 	c := k.Cluster()
+	var slept atomic.Bool // only the first call sleeps: the control stays, and sleeping again raced in kfake
 	c.ControlKey(kmsg.Produce.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.SleepControl(func() { <-late })
+		if slept.CompareAndSwap(false, true) {
+			c.SleepControl(func() { <-late })
+		}
 		return nil, nil, false
 	})
 	var items []string
