@@ -111,9 +111,16 @@ func (g *Gate) Run(ctx context.Context) error {
 // requests for up to Config.DrainTimeout and closes the gate as Run does.
 // sluice gate listens on Config.Listen.
 func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
+	// The topic list's refresh ends before the producer (whose client it
+	// reads) closes, and before Serve returns: nothing of the gate runs,
+	// or logs, after it.
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	go g.catalog.Run(cctx)
+	refreshing := make(chan struct{})
+	go func() {
+		defer close(refreshing)
+		g.catalog.Run(cctx)
+	}()
 	srv := &http.Server{
 		Handler:           g.handler,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -124,6 +131,15 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	g.log.Info("gate serving", "addr", ln.Addr().String(), "brokers", strings.Join(g.cfg.Kafka.Brokers, ","))
 	err := ops.Serve(ctx, g.log, srv, ln, g.cfg.DrainTimeout)
+	cancel()
+	// A refresh under way while Kafka is away may take its client's
+	// timeouts; it gets a drain's time, then the closing client ends it.
+	drained := time.NewTimer(g.cfg.DrainTimeout)
+	select {
+	case <-refreshing:
+	case <-drained.C:
+	}
+	drained.Stop()
 	if cerr := g.close(); err == nil {
 		err = cerr
 	}
