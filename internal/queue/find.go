@@ -203,7 +203,7 @@ func (p *Pool) findDelayed(ctx context.Context, q Queue, id string, w *JobWherea
 			}
 			due, _ := strconv.ParseFloat(members[i+1], 64)
 			w.Where, w.Until, w.Attempts = WhereDelayed, time.UnixMilli(int64(due)), pe.Attempts
-			w.Why = delayReason(pe, w, int64(due))
+			w.Why = delayReason(pe, w.Record["state"], int64(due))
 			return true, nil
 		}
 		read += 1000
@@ -214,10 +214,11 @@ func (p *Pool) findDelayed(ctx context.Context, q Queue, id string, w *JobWherea
 	return false, nil
 }
 
-// delayReason tells a retry (an attempt failed: the record says so) from
-// the envelope's run_at (due when it says) and a deferral (neither).
-func delayReason(pe ParsedEntry, w *JobWhereabouts, due int64) string {
-	if pe.Attempts > 0 && w.Record["state"] == "retrying" {
+// delayReason tells a retry (an attempt failed: its record's state says
+// so) from the envelope's run_at (due when it says) and a deferral
+// (neither).
+func delayReason(pe ParsedEntry, recordState string, due int64) string {
+	if pe.Attempts > 0 && recordState == "retrying" {
 		return DelayRetry
 	}
 	if env, err := job.Decode([]byte(pe.Envelope)); err == nil && !env.RunAt.IsZero() && env.RunAt.UnixMilli() == due {
@@ -423,12 +424,12 @@ func (p *Pool) ListJobs(ctx context.Context, q Queue, max int) (running, delayed
 		if parsed[i].ID == "" {
 			continue
 		}
-		w := JobWhereabouts{}
+		state := ""
 		if states[i] != nil {
-			w.Record = map[string]string{"state": states[i].Val()}
+			state = states[i].Val()
 		}
 		delayed = append(delayed, JobListing{ID: parsed[i].ID, Lane: parsed[i].Lane, State: WhereDelayed, Attempts: parsed[i].Attempts,
-			Until: time.UnixMilli(int64(z.Score)), Why: delayReason(parsed[i], &w, int64(z.Score))})
+			Until: time.UnixMilli(int64(z.Score)), Why: delayReason(parsed[i], state, int64(z.Score))})
 	}
 	return running, delayed, nil
 }

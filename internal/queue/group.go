@@ -158,12 +158,7 @@ func (p *Pool) GroupStatus(ctx context.Context, topic, group string) (GroupStatu
 	}
 	f := h.Val()
 	num := func(name string) int64 { n, _ := strconv.ParseInt(f[name], 10, 64); return n }
-	at := func(name string) time.Time {
-		if ms := num(name); ms > 0 {
-			return time.UnixMilli(ms)
-		}
-		return time.Time{}
-	}
+	at := func(name string) time.Time { return msTime(f[name]) }
 	st := GroupStatus{
 		Found: len(f) > 0, Topic: f["topic"], Total: num("total"), Relayed: num("relayed"), Running: num("running"),
 		Delayed: num("delayed"), Done: num("done"), Failed: num("failed"), Dead: num("dead"), Cancelled: num("cancelled"),

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -93,7 +91,8 @@ func BenchmarkScriptsAgainstTheListFloor(b *testing.B) {
 }
 
 // measureScripts runs the pipeline's enqueue, claim and ack scripts from
-// conns connections for d and answers Redis's CPU per job acked.
+// conns connections for d, through the floors' harness (measureFloor), and
+// answers Redis's CPU per job acked.
 func measureScripts(ctx context.Context, addr, stage string, d time.Duration, conns int) (float64, error) {
 	p, err := queue.NewPool(queue.PoolConfig{Layout: queue.Layout{Stage: stage, Partitions: 1}, Addr: addr})
 	if err != nil {
@@ -103,69 +102,41 @@ func measureScripts(ctx context.Context, addr, stage string, d time.Duration, co
 	if err := p.LoadScripts(ctx); err != nil {
 		return 0, err
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-	defer cleanFloor(rdb, "sluice:{"+stage+":")
-	cpu0, err := redisCPU(ctx, rdb)
-	if err != nil {
-		return 0, err
-	}
+	defer func() {
+		rdb := redis.NewClient(&redis.Options{Addr: addr})
+		defer rdb.Close()
+		cleanFloor(rdb, "sluice:{"+stage+":")
+	}()
 	q := queue.Queue{Topic: "jobs", Part: 0}
-	var done atomic.Int64
-	var firstErr error
-	var failed atomic.Bool
-	var once sync.Once
-	fail := func(err error) { once.Do(func() { firstErr = err; failed.Store(true) }) }
-	deadline := time.Now().Add(d)
-	var wg sync.WaitGroup
-	for c := range conns {
-		wg.Go(func() {
-			items := make([]queue.Item, 256)
-			for b := 0; time.Now().Before(deadline) && !failed.Load(); b++ {
-				for i := range items {
-					seq := b*len(items) + i
-					items[i] = queue.Item{ID: fmt.Sprintf("01LOADTEST%03d%013d", c, seq), Group: "lt-g" + strconv.Itoa(seq%8), Topic: "jobs",
-						Weight: 1, Envelope: gateEnvelope(c, seq), HasPosition: true, KafkaPartition: int32(c), Offset: int64(seq)}
-				}
-				if _, err := p.Enqueue(ctx, 1, items, time.Now()); err != nil {
-					fail(err)
-					return
-				}
-				// Connections share the queue: claim until this call's
-				// worth is acked, whoever enqueued it.
-				for n := 0; n < len(items); {
-					jobs, err := p.Claim(ctx, q, 128, time.Now().Add(time.Minute))
-					if err != nil {
-						fail(err)
-						return
-					}
-					if len(jobs) == 0 {
-						break
-					}
-					acks := make([]queue.Done, len(jobs))
-					for i, j := range jobs {
-						acks[i] = queue.Done{Job: j}
-					}
-					if _, err := p.AckMany(ctx, q, acks, time.Now(), time.Hour); err != nil {
-						fail(err)
-						return
-					}
-					n += len(jobs)
-					done.Add(int64(len(jobs)))
-				}
+	round := func(ctx context.Context, _ *redis.Client, env func(int) []byte, conn, batch int) (int, error) {
+		items := make([]queue.Item, 256)
+		for i := range items {
+			seq := batch*len(items) + i
+			items[i] = queue.Item{ID: fmt.Sprintf("01LOADTEST%03d%013d", conn, seq), Group: "lt-g" + strconv.Itoa(seq%8), Topic: "jobs",
+				Weight: 1, Envelope: env(seq), HasPosition: true, KafkaPartition: int32(conn), Offset: int64(seq)}
+		}
+		if _, err := p.Enqueue(ctx, 1, items, time.Now()); err != nil {
+			return 0, err
+		}
+		// Connections share the queue: claim until this call's worth is
+		// acked, whoever enqueued it.
+		acked := 0
+		for acked < len(items) {
+			jobs, err := p.Claim(ctx, q, 128, time.Now().Add(time.Minute))
+			if err != nil || len(jobs) == 0 {
+				return acked, err
 			}
-		})
+			done := make([]queue.Done, len(jobs))
+			for i, j := range jobs {
+				done[i] = queue.Done{Job: j}
+			}
+			if _, err := p.AckMany(ctx, q, done, time.Now(), time.Hour); err != nil {
+				return acked, err
+			}
+			acked += len(jobs)
+		}
+		return acked, nil
 	}
-	wg.Wait()
-	if firstErr != nil {
-		return 0, firstErr
-	}
-	cpu1, err := redisCPU(ctx, rdb)
-	if err != nil {
-		return 0, err
-	}
-	if done.Load() == 0 {
-		return 0, fmt.Errorf("no job went through in %s", d)
-	}
-	return (cpu1 - cpu0) * 1e6 / float64(done.Load()), nil
+	f, err := measureFloor(ctx, addr, d, conns, nil, round)
+	return f.RedisMicrosPerJob, err
 }
