@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/canary"
 	"github.com/sluicehq/sluice/internal/funnel"
+	"github.com/sluicehq/sluice/internal/periodic"
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
@@ -54,6 +55,13 @@ func (con *Console) mount(mux *http.ServeMux) {
 		"GET /api/v1/jobs":                     con.jobList,
 		"GET /api/v1/scale":                    con.scaleList,
 		"PUT /api/v1/scale/{partition}":        con.scaleSet,
+		"GET /api/v1/periodic":                 con.periodicList,
+		"GET /api/v1/periodic/{name}":          con.periodicGet,
+		"PUT /api/v1/periodic/{name}":          con.periodicSet,
+		"DELETE /api/v1/periodic/{name}":       con.periodicDelete,
+		"POST /api/v1/periodic/{name}/pause":   con.periodicChange(func(s *periodic.Schedule) { s.Paused = true }),
+		"POST /api/v1/periodic/{name}/resume":  con.periodicChange(func(s *periodic.Schedule) { s.Paused = false }),
+		"POST /api/v1/periodic/{name}/run-now": con.periodicRunNow(),
 		"/api/v1/":                             con.notFound,
 	}
 	for pattern, h := range routes {

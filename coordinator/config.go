@@ -131,6 +131,10 @@ type Config struct {
 	// none are sent. No flag sets Canary.Replan. Default
 	// DefaultCanaryConfig(), without topics.
 	Canary CanaryConfig
+	// Periodic configures the periodic scheduler (periodic.go). No flag
+	// sets Periodic.Clock. Default DefaultPeriodicConfig(): on, posting to
+	// the gate on localhost.
+	Periodic PeriodicConfig
 
 	// Reducer makes the reducer of each group. No flag: set it in code.
 	// Default nil: JSONReducer.
@@ -169,6 +173,7 @@ func DefaultConfig() Config {
 		ConsumerTTL:         15 * time.Second,
 		StatsEvery:          5 * time.Second,
 		Canary:              DefaultCanaryConfig(),
+		Periodic:            DefaultPeriodicConfig(),
 	}
 }
 
@@ -218,6 +223,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.ConsumerTTL, "consumer-ttl", c.ConsumerTTL, "a consumer's heartbeat older than this no longer counts (ten times older: removed)")
 	cli.DurationVar(fs, &c.StatsEvery, "stats-every", c.StatsEvery, "how often the queue partitions' in-flight, delayed and dead jobs and the stage funnel are read into metrics (0: never)")
 	c.Canary.RegisterFlags(fs)
+	c.Periodic.RegisterFlags(fs)
 }
 
 // RegisterFlags adds the canary monitor's flags to fs, bound to c's
@@ -271,6 +277,9 @@ func (c *Config) check() error {
 	}
 	if err := c.Canary.check(); err != nil {
 		return fmt.Errorf("coordinator: Config.Canary.%w", err)
+	}
+	if err := c.Periodic.check(); err != nil {
+		return fmt.Errorf("coordinator: Config.Periodic.%w", err)
 	}
 	if c.ScaleEvery > 0 {
 		if err := c.Scaling.Check(); err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/ops"
+	"github.com/sluicehq/sluice/internal/periodic"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/retry"
 )
@@ -43,6 +44,7 @@ type Coordinator struct {
 	close     sync.Once
 	params    atomic.Pointer[Params] // in force: Consul's, else cfg.Scaling
 	canary    *CanaryMonitor         // nil: no canaries
+	scheduler *periodic.Scheduler    // nil: Config.Periodic.Enable is off
 	// pins are the operators' scale pins in force (pins.go); targets, the
 	// scaler's target per partition while this process holds the lock (0:
 	// unknown), for a console in this process (Target).
@@ -108,6 +110,9 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 	}
 	p := cfg.Scaling
 	c.params.Store(&p)
+	if cfg.Periodic.Enable {
+		c.scheduler = c.newScheduler()
+	}
 	if len(cfg.Canary.Topics) > 0 {
 		if c.canary, err = NewCanaryMonitor(cfg.Canary, pool, reg, cfg.Holder, log); err != nil {
 			pool.Close()
@@ -159,6 +164,12 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		go func() { defer close(pinsWatched); c.watchPins(wctx) }()
 		defer func() { stop(); <-watched; <-pinsWatched }()
 	}
+	if c.scheduler != nil {
+		wctx, stop := context.WithCancel(ctx)
+		watched := make(chan struct{})
+		go func() { defer close(watched); c.watchSchedules(wctx) }()
+		defer func() { stop(); <-watched }()
+	}
 	key, _ := consul.Key(c.cfg.Stage, "coordinator", "lock")
 	lockDelay := consul.FlagLockDelay(c.cfg.LockDelay)
 	lock := consul.LockConfig{
@@ -182,6 +193,9 @@ func (c *Coordinator) Run(ctx context.Context) error {
 		}
 		if c.canary != nil {
 			wg.Go(func() { c.canary.Run(lctx, lease.Valid) })
+		}
+		if c.scheduler != nil {
+			wg.Go(func() { _ = c.scheduler.Run(lctx) })
 		}
 		wg.Wait()
 		c.log.Info("coordinator stopped working", "token", lease.Token(), "cause", context.Cause(lctx))

@@ -253,6 +253,29 @@ func TestCLIAdminCommandsAgainstDev(t *testing.T) {
 		t.Errorf("stats over the API: exit %d\n%s\n%s", code, out, errOut)
 	}
 
+	// Periodic jobs: a schedule set from the command line fires through the
+	// dev gate, runs, and shows its last job (kept by retain) as done;
+	// run-now fires one more; delete stops it.
+	if out := adminCLI(t, cfg, 0, "periodic", "set", "tick", "--every", "1s", "--topic", cfg.Topic, "--type", "hello", "--retain", "1m", "--payload", `{"n":1}`); !strings.Contains(out, "every 1s") {
+		t.Errorf("periodic set: %s", out)
+	}
+	testenv.WaitFor(t, 30*time.Second, "a periodic job to run", func() bool {
+		p := adminJSON[admin.PeriodicState](t, cfg, "periodic", "show", "tick")
+		return p.LastJob != nil && p.LastJob.State == "done" && strings.HasPrefix(p.LastJob.ID, "periodic:tick:")
+	})
+	nonce := adminJSON[admin.PeriodicState](t, cfg, "periodic", "run-now", "tick").Schedule.RunNow
+	testenv.WaitFor(t, 30*time.Second, "the run-now's job to be fired", func() bool {
+		p := adminJSON[admin.PeriodicState](t, cfg, "periodic", "show", "tick")
+		return p.State != nil && p.State.RunNow == nonce
+	})
+	if out := adminCLI(t, cfg, 0, "periodic", "ls"); !strings.Contains(out, "tick") || !strings.Contains(out, "periodic:tick:") {
+		t.Errorf("periodic ls: %s", out)
+	}
+	if code, _, errOut := cliRun("periodic", "set", "bad", "--every", "10ms", "--topic", cfg.Topic, "--type", "x", "--admin-url", "http://"+cfg.CoordinatorAddr, "--admin-token-file", filepath.Join(cfg.Dir, "admin-token")); code != 1 || !strings.Contains(errOut, "every") {
+		t.Errorf("a bad schedule: exit %d %s", code, errOut)
+	}
+	adminCLI(t, cfg, 0, "periodic", "delete", "tick")
+
 	// Errors: no token, a read-only role, an unreachable coordinator.
 	code, _, errOut = cliRun("rate", "get", "--admin-url", "http://"+cfg.CoordinatorAddr)
 	if code != 1 || !strings.Contains(errOut, "HTTP 401") || !strings.Contains(errOut, "SLUICE_ADMIN_TOKEN") {

@@ -66,6 +66,15 @@ func TestDeployFilesNameExportedMetrics(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "the dev worker to read the limit", func() bool {
 		return scrapeMetrics(cfg.WorkerAddr)[`sluice_worker_rate_limit_per_second`]
 	})
+	// The periodic scheduler's series exist once a schedule does: one
+	// every second through the dev gate (its jobs are the little traffic
+	// too).
+	if _, err := consul.KV().Put(&consulapi.KVPair{Key: "sluice/dev/periodic/deploy-test", Value: []byte(`{"every":"1s","topic":"` + cfg.Topic + `","type":"x"}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 20*time.Second, "the dev coordinator to fire the schedule", func() bool {
+		return scrapeMetrics(cfg.CoordinatorAddr)[`sluice_coordinator_periodic_fires_total`]
+	})
 	for _, body := range []string{
 		`{"type":"x","payload":{}}`,
 		`{"type":"x","resource":"deploy-test","payload":{"n":1}}`,

@@ -303,6 +303,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	ccfg.RedisAddr, ccfg.Partitions, ccfg.ConsulAddr = cfg.RedisAddr, cfg.RedisPartitions, cfg.ConsulAddr
 	ccfg.Scaling.Base = wcfg.Workers
 	ccfg.LockDelay = 0 // one coordinator: nobody to protect from a stale holder
+	ccfg.Periodic.GateURL = "http://" + cfg.GateAddr // the dev gate takes no token
 	// The console on the coordinator's listener, as sluice coordinator
 	// serves it (docs/admin.md): the dev Kafka for the DLQ and the relay's
 	// lag, the dev gate's counters for the funnel.

@@ -39,6 +39,7 @@ func commands() []command {
 		{"limits", "execution rate limits per resource: get, set, unset (admin API)", runLimits},
 		{"groups", "groups: ls, show, cancel (admin API)", runGroups},
 		{"jobs", "jobs: ls a partition's running and delayed jobs, show where a job is (admin API)", runJobs},
+		{"periodic", "periodic jobs: ls, show, set, delete, pause, resume, run-now (admin API)", runPeriodic},
 		{"scale", "workers per partition: show, set <partition> <n|auto> (admin API)", runScale},
 		{"loadtest", "load generators for benchmarks: gate, body, bare-server", runLoadtest},
 		{"version", "print the version", runVersion},

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/groups"
+	"github.com/sluicehq/sluice/internal/periodic"
+	"github.com/sluicehq/sluice/internal/queue"
 )
 
 // The wire types of the admin API, docs/admin.md. Times are RFC 3339 (Go's
@@ -303,4 +305,25 @@ func TimePtr(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+// PeriodicState is a periodic schedule (GET /api/v1/periodic/{name}):
+// its value in Consul, its next slots and what the scheduler recorded.
+type PeriodicState struct {
+	Name string `json:"name"`
+	// Schedule is the value in force; nil with Error when the value in
+	// Consul does not parse (the scheduler keeps its last good one).
+	Schedule *periodic.Schedule `json:"schedule,omitempty"`
+	Error    string             `json:"error,omitempty"`
+	// Next are the next slots (up to 3; none while paused).
+	Next []time.Time `json:"next,omitempty"`
+	// State is the scheduler's record: last slot, last fire, last job.
+	State *periodic.State `json:"state,omitempty"`
+	// LastJob is where the last job is now (GET /api/v1/topics/{topic}/jobs/{id}).
+	LastJob *queue.JobView `json:"last_job,omitempty"`
+}
+
+// PeriodicList is GET /api/v1/periodic.
+type PeriodicList struct {
+	Schedules []PeriodicState `json:"schedules"`
 }

@@ -131,6 +131,11 @@ func (s *Scheduler) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			r.saveDirty(context.WithoutCancel(ctx))
+			// A coordinator that stopped leading says nothing of when the
+			// slots are due: the next leader's gauges do.
+			for name := range r.schedules {
+				r.cfg.Metrics.forget(name)
+			}
 			return ctx.Err()
 		case values := <-s.updates:
 			s.current = values

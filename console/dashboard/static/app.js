@@ -303,6 +303,7 @@
         ['partitions', api('GET', '/partitions'), renderPartitions],
         ['canary', api('GET', '/canary'), renderCanary],
         ['rates', Promise.all([api('GET', '/rates'), api('GET', '/limits')]), renderRates],
+        ['periodic', api('GET', '/periodic'), renderPeriodic],
       );
       if (due(GROUPS_EVERY)) jobs.push(['groups', api('GET', '/groups?limit=100'), renderGroups]);
       if (due(DLQ_EVERY)) jobs.push(['dead', loadDeadLetters(stats), renderDeadLetters]);
@@ -856,6 +857,49 @@
       fill(tr._ed.burst, l.burst);
     });
     $('#limits-empty').hidden = ls.length > 0;
+  }
+
+  // --------------------------------------------------------- periodic jobs
+
+  function periodicWhen(s) {
+    const when = s.cron ? s.cron : `every ${s.every}`;
+    return s.timezone ? `${when} (${s.timezone})` : when;
+  }
+
+  function renderPeriodic(list) {
+    const ps = ((list && list.schedules) || []).slice().sort((a, b) => a.name.localeCompare(b.name));
+    syncRows($('#periodic-table tbody'), ps, (p) => p.name, (p) => {
+      const path = `/periodic/${encodeURIComponent(p.name)}`;
+      const msg = el('span', { class: 'msg', role: 'status', 'aria-live': 'polite' });
+      const say = (text, bad) => { msg.className = 'msg ' + (bad ? 'bad' : 'ok'); setText(msg, text); };
+      const pause = el('button', { type: 'button', class: 'pause write' });
+      pause.addEventListener('click', () => {
+        const paused = pause.dataset.paused === '1';
+        act(pause, say, () => (paused ? 'Resumed.' : 'Paused.'), () => api('POST', `${path}/${paused ? 'resume' : 'pause'}`));
+      });
+      const now = el('button', { type: 'button', class: 'write', text: 'Run now', 'aria-label': `Run ${p.name} now` });
+      now.addEventListener('click', () => act(now, say, () => 'Asked: the leader fires it within a watch round.', () => api('POST', `${path}/run-now`)));
+      return el('tr', null, el('th', { scope: 'row' }), el('td'), el('td'), el('td'), el('td'), el('td'), el('td', null, pause, now, msg));
+    }, (tr, p) => {
+      const c = tr.cells;
+      const s = p.schedule;
+      setText(c[0], p.name);
+      setText(c[1], s ? periodicWhen(s) : `unreadable value in Consul (the scheduler keeps its last good one): ${p.error}`);
+      c[1].classList.toggle('bad-num', !s);
+      setText(c[2], s ? `${s.type} → ${s.topic}` : '—');
+      setText(c[3], !s ? '—' : s.paused ? 'PAUSED' : (p.next && p.next.length ? dateTime(p.next[0]) : 'never'));
+      const st = p.state || {};
+      setText(c[4], st.last_fire ? dateTime(st.last_fire) : '—');
+      const job = p.last_job ? `${st.last_job}: ${p.last_job.state}` : (st.last_job || '—');
+      setText(c[5], st.last_error ? `post failed: ${st.last_error}` : job);
+      c[5].classList.toggle('bad-num', !!st.last_error || (p.last_job && p.last_job.state === 'dead'));
+      const pause = c[6].querySelector('button.pause');
+      const paused = !!(s && s.paused);
+      pause.dataset.paused = paused ? '1' : '0';
+      setText(pause, paused ? 'Resume' : 'Pause');
+      pause.setAttribute('aria-label', `${paused ? 'Resume' : 'Pause'} ${p.name}`);
+    });
+    $('#periodic-empty').hidden = ps.length > 0;
   }
 
   // ------------------------------------------------------------ find a job

@@ -1,0 +1,221 @@
+package console
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+
+	consulapi "github.com/hashicorp/consul/api"
+
+	"github.com/sluicehq/sluice/internal/admin"
+	"github.com/sluicehq/sluice/internal/periodic"
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// The periodic schedules of docs/periodic.md, under /api/v1/periodic. A
+// schedule is written only once it parses as the coordinator's scheduler
+// parses it (periodic.Schedule.Check), and by check-and-set, so two
+// operators' changes cannot silently overwrite each other.
+
+// periodicNext is how many upcoming slots an answer lists.
+const periodicNext = 3
+
+func (con *Console) periodicKey(name string) (string, error) {
+	key, err := periodic.ScheduleKey(con.cfg.Stage, name)
+	if err != nil {
+		return "", badRequest(err.Error(), "")
+	}
+	return key, nil
+}
+
+// periodicView builds a schedule's answer from its value and state.
+func (con *Console) periodicView(r *http.Request, name string, value []byte, state []byte) admin.PeriodicState {
+	v := admin.PeriodicState{Name: name}
+	if state != nil {
+		if st, err := periodic.DecodeState(state); err == nil {
+			v.State = &st
+		}
+	}
+	p, err := periodic.Parse(name, value)
+	if err != nil {
+		v.Error = err.Error()
+		return v
+	}
+	v.Schedule = &p.Schedule
+	if !p.Paused {
+		for t := con.cfg.Now(); len(v.Next) < periodicNext; {
+			if t = p.Next(t); t.IsZero() {
+				break
+			}
+			v.Next = append(v.Next, t.UTC())
+		}
+	}
+	if v.State != nil && v.State.LastJob != "" && con.pool != nil {
+		l := queue.JobLookup{Topic: v.State.LastTopic, ID: v.State.LastJob, Group: p.Group}
+		if w, err := con.pool.FindJob(r.Context(), l); err == nil {
+			jv := w.View(l)
+			v.LastJob = &jv
+		}
+	}
+	return v
+}
+
+func (con *Console) periodicList(r *http.Request, _ admin.Role) (any, error) {
+	prefix, err := periodic.SchedulesPrefix(con.cfg.Stage)
+	if err != nil {
+		return nil, badRequest(err.Error(), "")
+	}
+	qo := (&consulapi.QueryOptions{}).WithContext(r.Context())
+	pairs, _, err := con.kv().List(prefix, qo)
+	if err != nil {
+		return nil, con.consulErr(err)
+	}
+	statePrefix := strings.TrimSuffix(prefix, periodic.SchedulesFolder+"/") + periodic.StatesFolder + "/"
+	states, _, err := con.kv().List(statePrefix, qo)
+	if err != nil {
+		return nil, con.consulErr(err)
+	}
+	byName := map[string][]byte{}
+	for _, s := range states {
+		byName[strings.TrimPrefix(s.Key, statePrefix)] = s.Value
+	}
+	out := admin.PeriodicList{Schedules: []admin.PeriodicState{}}
+	for _, p := range pairs {
+		if name := strings.TrimPrefix(p.Key, prefix); name != "" {
+			out.Schedules = append(out.Schedules, con.periodicView(r, name, p.Value, byName[name]))
+		}
+	}
+	return out, nil
+}
+
+// readPeriodic reads a schedule's pair (nil: absent) and its state.
+func (con *Console) readPeriodic(r *http.Request, name string) (key string, pair *consulapi.KVPair, state []byte, err error) {
+	if key, err = con.periodicKey(name); err != nil {
+		return "", nil, nil, err
+	}
+	qo := (&consulapi.QueryOptions{}).WithContext(r.Context())
+	if pair, _, err = con.kv().Get(key, qo); err != nil {
+		return "", nil, nil, con.consulErr(err)
+	}
+	skey, _ := periodic.StateKey(con.cfg.Stage, name)
+	spair, _, err := con.kv().Get(skey, qo)
+	if err != nil {
+		return "", nil, nil, con.consulErr(err)
+	}
+	if spair != nil {
+		state = spair.Value
+	}
+	return key, pair, state, nil
+}
+
+func (con *Console) periodicGet(r *http.Request, _ admin.Role) (any, error) {
+	name := r.PathValue("name")
+	_, pair, state, err := con.readPeriodic(r, name)
+	if err != nil {
+		return nil, err
+	}
+	if pair == nil {
+		return nil, &admin.Error{Status: http.StatusNotFound, Message: "no periodic schedule " + strconv.Quote(name), Fix: "sluice periodic ls lists them; sluice periodic set creates one"}
+	}
+	return con.periodicView(r, name, pair.Value, state), nil
+}
+
+// writePeriodic checks s and writes it if the key is still at index (0:
+// absent); a concurrent change is a 409.
+func (con *Console) writePeriodic(r *http.Request, key, name string, s periodic.Schedule, index uint64) error {
+	if _, err := s.Check(name); err != nil {
+		return badRequest(err.Error(), "docs/periodic.md lists the fields")
+	}
+	value, err := json.Marshal(s)
+	if err != nil {
+		return err
+	}
+	ok, _, err := con.kv().CAS(&consulapi.KVPair{Key: key, Value: value, ModifyIndex: index}, (&consulapi.WriteOptions{}).WithContext(r.Context()))
+	if err != nil {
+		return con.consulErr(err)
+	}
+	if !ok {
+		return &admin.Error{Status: http.StatusConflict, Message: key + " changed while this request ran", Fix: "read it again and retry"}
+	}
+	return nil
+}
+
+func (con *Console) periodicSet(r *http.Request, role admin.Role) (any, error) {
+	name := r.PathValue("name")
+	var s periodic.Schedule
+	if err := decodeBody(r, &s); err != nil {
+		return nil, err
+	}
+	key, pair, _, err := con.readPeriodic(r, name)
+	if err != nil {
+		return nil, err
+	}
+	var index uint64
+	if pair != nil {
+		index = pair.ModifyIndex
+	}
+	if err := con.writePeriodic(r, key, name, s, index); err != nil {
+		return nil, err
+	}
+	return con.periodicGet(r, role)
+}
+
+func (con *Console) periodicDelete(r *http.Request, _ admin.Role) (any, error) {
+	name := r.PathValue("name")
+	key, pair, _, err := con.readPeriodic(r, name)
+	if err != nil {
+		return nil, err
+	}
+	if pair == nil {
+		return nil, &admin.Error{Status: http.StatusNotFound, Message: "no periodic schedule " + strconv.Quote(name)}
+	}
+	wo := (&consulapi.WriteOptions{}).WithContext(r.Context())
+	ok, _, err := con.kv().DeleteCAS(&consulapi.KVPair{Key: key, ModifyIndex: pair.ModifyIndex}, wo)
+	if err != nil {
+		return nil, con.consulErr(err)
+	}
+	if !ok {
+		return nil, &admin.Error{Status: http.StatusConflict, Message: key + " changed while this request ran", Fix: "read it again and retry"}
+	}
+	// The state goes too: a schedule made again under this name counts
+	// its slots from its creation, catching up nothing of the old one's.
+	skey, _ := periodic.StateKey(con.cfg.Stage, name)
+	if _, err := con.kv().Delete(skey, wo); err != nil {
+		return nil, con.consulErr(err)
+	}
+	return admin.PeriodicState{Name: name}, nil
+}
+
+// periodicChange applies change to a schedule that parses, by
+// check-and-set: pause, resume, run-now.
+func (con *Console) periodicChange(change func(*periodic.Schedule)) handlerFunc {
+	return func(r *http.Request, role admin.Role) (any, error) {
+		name := r.PathValue("name")
+		key, pair, _, err := con.readPeriodic(r, name)
+		if err != nil {
+			return nil, err
+		}
+		if pair == nil {
+			return nil, &admin.Error{Status: http.StatusNotFound, Message: "no periodic schedule " + strconv.Quote(name)}
+		}
+		p, err := periodic.Parse(name, pair.Value)
+		if err != nil {
+			return nil, badRequest("the schedule in Consul does not parse: "+err.Error(), "set it again: sluice periodic set "+name+" ...")
+		}
+		s := p.Schedule
+		change(&s)
+		if err := con.writePeriodic(r, key, name, s, pair.ModifyIndex); err != nil {
+			return nil, err
+		}
+		return con.periodicGet(r, role)
+	}
+}
+
+func (con *Console) periodicRunNow() handlerFunc {
+	return con.periodicChange(func(s *periodic.Schedule) {
+		// A new nonce each time: the scheduler fires once per nonce, with
+		// the job id periodic:<name>:now:<nonce>.
+		s.RunNow = strconv.FormatInt(con.cfg.Now().UnixNano(), 36)
+	})
+}
