@@ -30,10 +30,10 @@ func (con *Console) periodicKey(name string) (string, error) {
 }
 
 // periodicView builds a schedule's answer from its value and state.
-func (con *Console) periodicView(r *http.Request, name string, value []byte, state []byte) admin.PeriodicState {
+func (con *Console) periodicView(r *http.Request, name string, value []byte, state string) admin.PeriodicState {
 	v := admin.PeriodicState{Name: name}
-	if state != nil {
-		if st, err := periodic.DecodeState(state); err == nil {
+	if state != "" {
+		if st, err := periodic.DecodeState([]byte(state)); err == nil {
 			v.State = &st
 		}
 	}
@@ -51,7 +51,7 @@ func (con *Console) periodicView(r *http.Request, name string, value []byte, sta
 			v.Next = append(v.Next, t.UTC())
 		}
 	}
-	if v.State != nil && v.State.LastJob != "" && con.pool != nil {
+	if v.State != nil && v.State.LastJob != "" {
 		l := queue.JobLookup{Topic: v.State.LastTopic, ID: v.State.LastJob, Group: p.Group}
 		if w, err := con.pool.FindJob(r.Context(), l); err == nil {
 			jv := w.View(l)
@@ -71,42 +71,32 @@ func (con *Console) periodicList(r *http.Request, _ admin.Role) (any, error) {
 	if err != nil {
 		return nil, con.consulErr(err)
 	}
-	statePrefix := strings.TrimSuffix(prefix, periodic.SchedulesFolder+"/") + periodic.StatesFolder + "/"
-	states, _, err := con.kv().List(statePrefix, qo)
+	states, err := con.pool.PeriodicStates(r.Context())
 	if err != nil {
-		return nil, con.consulErr(err)
-	}
-	byName := map[string][]byte{}
-	for _, s := range states {
-		byName[strings.TrimPrefix(s.Key, statePrefix)] = s.Value
+		return nil, con.redisErr(err)
 	}
 	out := admin.PeriodicList{Schedules: []admin.PeriodicState{}}
 	for _, p := range pairs {
 		if name := strings.TrimPrefix(p.Key, prefix); name != "" {
-			out.Schedules = append(out.Schedules, con.periodicView(r, name, p.Value, byName[name]))
+			out.Schedules = append(out.Schedules, con.periodicView(r, name, p.Value, states[name]))
 		}
 	}
 	return out, nil
 }
 
 // readPeriodic reads a schedule's pair (nil: absent) and its state.
-func (con *Console) readPeriodic(r *http.Request, name string) (key string, pair *consulapi.KVPair, state []byte, err error) {
+func (con *Console) readPeriodic(r *http.Request, name string) (key string, pair *consulapi.KVPair, state string, err error) {
 	if key, err = con.periodicKey(name); err != nil {
-		return "", nil, nil, err
+		return "", nil, "", err
 	}
-	qo := (&consulapi.QueryOptions{}).WithContext(r.Context())
-	if pair, _, err = con.kv().Get(key, qo); err != nil {
-		return "", nil, nil, con.consulErr(err)
+	if pair, _, err = con.kv().Get(key, (&consulapi.QueryOptions{}).WithContext(r.Context())); err != nil {
+		return "", nil, "", con.consulErr(err)
 	}
-	skey, _ := periodic.StateKey(con.cfg.Stage, name)
-	spair, _, err := con.kv().Get(skey, qo)
+	states, err := con.pool.PeriodicStates(r.Context())
 	if err != nil {
-		return "", nil, nil, con.consulErr(err)
+		return "", nil, "", con.redisErr(err)
 	}
-	if spair != nil {
-		state = spair.Value
-	}
-	return key, pair, state, nil
+	return key, pair, states[name], nil
 }
 
 func (con *Console) periodicGet(r *http.Request, _ admin.Role) (any, error) {
@@ -180,9 +170,8 @@ func (con *Console) periodicDelete(r *http.Request, _ admin.Role) (any, error) {
 	}
 	// The state goes too: a schedule made again under this name counts
 	// its slots from its creation, catching up nothing of the old one's.
-	skey, _ := periodic.StateKey(con.cfg.Stage, name)
-	if _, err := con.kv().Delete(skey, wo); err != nil {
-		return nil, con.consulErr(err)
+	if err := con.pool.DeletePeriodicState(r.Context(), name); err != nil {
+		return nil, con.redisErr(err)
 	}
 	return admin.PeriodicState{Name: name}, nil
 }

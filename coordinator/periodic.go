@@ -105,7 +105,7 @@ func (g gatePoster) Post(ctx context.Context, topic string, j job.Job) error {
 func (c *Coordinator) newScheduler() *periodic.Scheduler {
 	return periodic.NewScheduler(periodic.SchedulerConfig{
 		Poster:  gatePoster{cfg: c.cfg.Periodic, http: &http.Client{}},
-		Store:   periodic.ConsulStore{KV: c.consul.KV(), Stage: c.cfg.Stage},
+		Store:   periodic.PoolStore{Pool: c.pool},
 		Clock:   c.cfg.Periodic.Clock,
 		Log:     c.log,
 		Metrics: periodic.NewMetrics(c.reg, "coordinator"),

@@ -69,17 +69,17 @@ func TestCronWithSecondsAndATimeZone(t *testing.T) {
 
 func TestBadSchedulesAreRefusedNamingTheField(t *testing.T) {
 	for value, field := range map[string]string{
-		`{"cron":"61 * * * * *","topic":"jobs","type":"t"}`:         "cron",
-		`{"every":"1m","cron":"@daily","topic":"jobs","type":"t"}`:  "cron",
-		`{"every":"100ms","topic":"jobs","type":"t"}`:               "every",
-		`{"topic":"jobs","type":"t"}`:                               "cron",
-		`{"every":"1m","type":"t"}`:                                 "topic",
-		`{"every":"1m","topic":"jobs"}`:                             "type",
+		`{"cron":"61 * * * * *","topic":"jobs","type":"t"}`:          "cron",
+		`{"every":"1m","cron":"@daily","topic":"jobs","type":"t"}`:   "cron",
+		`{"every":"100ms","topic":"jobs","type":"t"}`:                "every",
+		`{"topic":"jobs","type":"t"}`:                                "cron",
+		`{"every":"1m","type":"t"}`:                                  "topic",
+		`{"every":"1m","topic":"jobs"}`:                              "type",
 		`{"every":"1m","topic":"jobs","type":"t","timezone":"Mars"}`: "timezone",
-		`{"every":"1m","topic":"jobs","type":"t","catch_up":-1}`:    "catch_up",
-		`{"every":"1m","topic":"jobs","type":"t","priority":99}`:    "priority",
-		`{"every":"1m","topic":"jobs","type":"t","run_now":"a b"}`:  "run_now",
-		`{"every":"1m","topic":"jobs","type":"t","payload":}`:       "invalid character",
+		`{"every":"1m","topic":"jobs","type":"t","catch_up":-1}`:     "catch_up",
+		`{"every":"1m","topic":"jobs","type":"t","priority":99}`:     "priority",
+		`{"every":"1m","topic":"jobs","type":"t","run_now":"a b"}`:   "run_now",
+		`{"every":"1m","topic":"jobs","type":"t","payload":}`:        "invalid character",
 	} {
 		if _, err := Parse("s", []byte(value)); err == nil || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: %v, want an error naming %s", value, err, field)

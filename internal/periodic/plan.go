@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// State is what the scheduler remembers of a schedule, the JSON value of
-// sluice/<stage>/periodic-state/<name>: written by the leader after each
-// fire, read by the next leader and by the console.
+// State is what the scheduler remembers of a schedule, kept as JSON in
+// Redis (PoolStore): written by the leader after each fire, read by the
+// next leader and by the console.
 type State struct {
 	// LastSlot is the latest slot dealt with: fired, or skipped (missed
 	// or paused). Slots after it are still to come.
