@@ -65,6 +65,11 @@ type bed struct {
 	nextWorker int      // the worker the next worker fault kills
 	removed    []int32  // Kafka brokers removed
 	outages    []outage // Redis's, in order
+	// configured are the Consul values the bed set up (the periodic
+	// schedule), written again after a Consul restart: the test bed's dev
+	// agent comes back empty, as an operator restores a lost Consul's
+	// configuration.
+	configured map[string][]byte
 }
 
 // outage is a time Redis did not serve: from the signal that stopped or
@@ -140,7 +145,10 @@ func newBed(t *testing.T) *bed {
 				// every path fresh again.
 				"--canary-topics", topic, "--canary-gate", "http://"+b.gates[0].listen,
 				"--canary-interval", canaryInterval.String(), "--canary-grace", canaryInterval.String(),
-				"--canary-webhook", b.ledger.url+"/canary")
+				"--canary-webhook", b.ledger.url+"/canary",
+				// The periodic schedule (periodic_test.go) posts through the
+				// first gate too.
+				"--periodic-gate", "http://"+b.gates[0].listen)
 		}, "coordinator"))
 	}
 	return b

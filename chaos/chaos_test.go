@@ -140,6 +140,10 @@ func runScenario(t *testing.T, sc scenario) {
 	b := newBed(t)
 	b.startAll()
 	t.Logf("topology up in %s", time.Since(began).Round(100*time.Millisecond))
+	periodicStarted, err := startPeriodic(b)
+	if err != nil {
+		t.Fatalf("setting the periodic schedule: %v", err)
+	}
 
 	run := fmt.Sprintf("%s%d", sc.name, time.Now().UnixNano()%1e6)
 	l := newLoader(run, b.gates, sc.rate, sc.total)
@@ -171,6 +175,10 @@ func runScenario(t *testing.T, sc scenario) {
 	close(more)
 	<-loaded
 	loadEnd := time.Now()
+	periodicStopped, err := stopPeriodic(b)
+	if err != nil {
+		t.Errorf("deleting the periodic schedule: %v", err)
+	}
 
 	v := verdictOf(t, b, l, poison, sc.drain)
 	took := loadEnd.Sub(l.beganAt())
@@ -183,6 +191,11 @@ func runScenario(t *testing.T, sc scenario) {
 		os.WriteFile(path, []byte(report), 0o644)
 	}
 	for _, p := range v.failures() {
+		t.Error(p)
+	}
+	periodicFailed, slots := periodicFailures(b, periodicStarted, periodicStopped)
+	t.Logf("periodic: %d slots of %s from the first run to the last", slots, periodicName)
+	for _, p := range periodicFailed {
 		t.Error(p)
 	}
 }
@@ -326,7 +339,7 @@ func verdictOf(t *testing.T, b *bed, l *loader, poison int, drain time.Duration)
 		news := b.ledger.since(read)
 		read += len(news)
 		for _, e := range news {
-			if e.OK {
+			if e.OK && !isPeriodic(e) { // periodic_test.go judges those
 				okRuns[e.Key] = append(okRuns[e.Key], e)
 				if carriers[e.Key][e.JobID] {
 					delete(unrun, e.Key)
@@ -355,7 +368,7 @@ func verdictOf(t *testing.T, b *bed, l *loader, poison int, drain time.Duration)
 	})
 	v.Settled = time.Since(start)
 	for _, e := range b.ledger.since(read) {
-		if e.OK {
+		if e.OK && !isPeriodic(e) {
 			okRuns[e.Key] = append(okRuns[e.Key], e)
 		}
 	}

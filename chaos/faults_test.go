@@ -101,6 +101,9 @@ var (
 	faultConsul = fault{"restart the Consul agent", func(b *bed) (string, time.Duration, error) {
 		start := time.Now()
 		b.consul.Restart()
+		if err := b.restoreConsul(); err != nil {
+			return "", 0, err
+		}
 		var ms []string
 		for _, l := range []struct{ key, what string }{{relayLock, "relay"}, {coordLock, "coordinator"}} {
 			if _, err := waitUntil(failoverTimeout, "a "+l.what+" to hold the lock again", func() bool { return b.holder(l.key) != nil }); err != nil {
