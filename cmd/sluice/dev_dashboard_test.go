@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	consulapi "github.com/hashicorp/consul/api"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -26,6 +27,7 @@ import (
 
 	"github.com/sluicehq/sluice/console/dashboard"
 	"github.com/sluicehq/sluice/internal/limits"
+	"github.com/sluicehq/sluice/internal/periodic"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/stack"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -352,6 +354,25 @@ func TestDevDashboard(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "the dev worker to follow the limit", func() bool {
 		return metricValue(t, "http://"+cfg.WorkerAddr+"/metrics", fmt.Sprintf(`sluice_worker_rate_limit_per_second{resource=%q}`, resource)) == strconv.Itoa(limit)
 	})
+
+	// A periodic schedule: the panel shows its last job done, and pauses it.
+	tick, _ := periodic.ScheduleKey("dev", "dash-tick")
+	if _, err := consul.KV().Put(&consulapi.KVPair{Key: tick, Value: []byte(`{"every":"1s","topic":"` + cfg.Topic + `","type":"hello","retain":"1m"}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	b.waitJS(t, "the schedule's last job done on the page", 30*time.Second,
+		`(() => { const r = document.querySelector('#periodic-table tr[data-key="dash-tick"]'); return r && /^periodic:dash-tick:\d+: done$/.test(r.cells[5].textContent); })()`)
+	b.do(t, "pausing the schedule", 10*time.Second, chromedp.Click(chromedp.CSS(`#periodic-table tr[data-key="dash-tick"] button.pause`)))
+	testenv.WaitFor(t, 10*time.Second, "the schedule paused in Consul", func() bool {
+		kv, _, err := consul.KV().Get(tick, nil)
+		if err != nil || kv == nil {
+			return false
+		}
+		p, err := periodic.Parse("dash-tick", kv.Value)
+		return err == nil && p.Paused
+	})
+	b.waitJS(t, "the page to show it paused", 10*time.Second,
+		`document.querySelector('#periodic-table tr[data-key="dash-tick"]').cells[3].textContent === 'PAUSED'`)
 
 	// Work for every panel: jobs over many groups (throughput on several
 	// partitions), jobs that fail at once into the dead set (the sleep
