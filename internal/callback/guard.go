@@ -1,0 +1,246 @@
+// Package callback is what guards and signs the coordinator's callbacks:
+// where a callback may go (Guard: checked at the gate when a group names
+// its URL, and again when the coordinator dials, after resolving the
+// name), and the signature a receiver verifies (Sign, Verify). See
+// docs/secure/callbacks.md.
+package callback
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"strings"
+)
+
+// Resolver turns a host name into addresses; *net.Resolver is one.
+type Resolver interface {
+	LookupNetIP(ctx context.Context, network, host string) ([]netip.Addr, error)
+}
+
+// DialFunc dials a network address, as net.Dialer.DialContext does.
+type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
+
+// Guard decides which addresses a callback may reach: public ones, and
+// those an operator opened with Allow. The zero Guard refuses every
+// non-public address and resolves with net.DefaultResolver.
+type Guard struct {
+	prefixes []netip.Prefix  // opened by NewGuard's allow-list
+	hosts    map[string]bool // host names allowed whatever they resolve to
+	// Resolver resolves host names. Default net.DefaultResolver.
+	Resolver Resolver
+}
+
+// NewGuard makes a guard that also lets through allow's entries: CIDR
+// prefixes ("10.20.0.0/16"), single addresses ("10.20.1.5") and host names
+// ("hooks.internal": allowed whatever they resolve to). A nil resolver is
+// net.DefaultResolver. Its error names the entry.
+func NewGuard(allow []string, resolver Resolver) (*Guard, error) {
+	g := &Guard{hosts: map[string]bool{}, Resolver: resolver}
+	for _, a := range allow {
+		a = strings.TrimSpace(a)
+		switch {
+		case a == "":
+			continue
+		case strings.Contains(a, "/"):
+			p, err := netip.ParsePrefix(a)
+			if err != nil {
+				return nil, fmt.Errorf("callback allow-list entry %q: %v", a, err)
+			}
+			g.prefixes = append(g.prefixes, p.Masked())
+		default:
+			if ip, err := netip.ParseAddr(a); err == nil {
+				g.prefixes = append(g.prefixes, netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen()))
+				continue
+			}
+			if strings.ContainsAny(a, ":/ ") {
+				return nil, fmt.Errorf("callback allow-list entry %q: want a CIDR prefix, an address or a host name", a)
+			}
+			g.hosts[strings.ToLower(strings.TrimSuffix(a, "."))] = true
+		}
+	}
+	if g.Resolver == nil {
+		g.Resolver = net.DefaultResolver
+	}
+	return g, nil
+}
+
+// RefusedError is a callback URL or address the guard refuses.
+type RefusedError struct {
+	URL    string     // the URL, when one was checked
+	Host   string     // its host
+	Addr   netip.Addr // the address refused (zero when the URL itself is)
+	Reason string
+}
+
+func (e *RefusedError) Error() string {
+	var b strings.Builder
+	b.WriteString("callback refused: ")
+	if e.Addr.IsValid() {
+		fmt.Fprintf(&b, "%s resolves to %s, a %s address", e.Host, e.Addr, e.Reason)
+	} else {
+		b.WriteString(e.Reason)
+	}
+	b.WriteString(" (--callback-allow, on the gate and the coordinator, opens addresses an operator trusts)")
+	return b.String()
+}
+
+// extraRefused are ranges netip's predicates do not name that a callback
+// has no business reaching: "this network", carrier-grade NAT (cloud VPCs
+// use it), IETF protocol assignments, benchmarking, reserved and
+// broadcast, NAT64's well-known prefix (it embeds IPv4 addresses), 6to4 and
+// Teredo (they can tunnel to IPv4 ones).
+var extraRefused = []struct {
+	p      netip.Prefix
+	reason string
+}{
+	{netip.MustParsePrefix("0.0.0.0/8"), "this-network"},
+	{netip.MustParsePrefix("100.64.0.0/10"), "shared (carrier-grade NAT)"},
+	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol"},
+	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
+	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},
+	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64"},
+	{netip.MustParsePrefix("64:ff9b:1::/48"), "NAT64"},
+	{netip.MustParsePrefix("2002::/16"), "6to4"},
+	{netip.MustParsePrefix("2001::/32"), "Teredo"},
+}
+
+// refusal says why addr is not public ("" when it is).
+func refusal(addr netip.Addr) string {
+	addr = addr.Unmap()
+	switch {
+	case addr.IsLoopback():
+		return "loopback"
+	case addr.IsUnspecified():
+		return "unspecified"
+	case addr.IsLinkLocalUnicast():
+		return "link-local"
+	case addr.IsMulticast():
+		return "multicast"
+	case addr.IsPrivate():
+		return "private"
+	case addr.Is4() && addr == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		return "broadcast"
+	}
+	for _, r := range extraRefused {
+		if r.p.Contains(addr) {
+			return r.reason
+		}
+	}
+	return ""
+}
+
+// CheckAddr returns a *RefusedError when addr is neither public nor
+// allowed; host names it in the error.
+func (g *Guard) CheckAddr(host string, addr netip.Addr) error {
+	addr = addr.Unmap()
+	reason := refusal(addr)
+	if reason == "" {
+		return nil
+	}
+	for _, p := range g.prefixes {
+		if p.Contains(addr) {
+			return nil
+		}
+	}
+	return &RefusedError{Host: host, Addr: addr, Reason: reason}
+}
+
+// hostAllowed reports whether host is allowed by name.
+func (g *Guard) hostAllowed(host string) bool {
+	return g.hosts[strings.ToLower(strings.TrimSuffix(host, "."))]
+}
+
+// resolve returns host's addresses: itself when it is one.
+func (g *Guard) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
+	if ip, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
+		return []netip.Addr{ip.Unmap()}, nil
+	}
+	addrs, err := g.Resolver.LookupNetIP(ctx, "ip", host)
+	if err != nil {
+		return nil, fmt.Errorf("callback host %s: %w", host, err)
+	}
+	if len(addrs) == 0 {
+		return nil, fmt.Errorf("callback host %s has no address", host)
+	}
+	return addrs, nil
+}
+
+// CheckURL checks a callback URL: http or https, a host, and every
+// address the host resolves to public or allowed. A resolution failure is
+// an error too (not a *RefusedError).
+func (g *Guard) CheckURL(ctx context.Context, raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return &RefusedError{URL: raw, Reason: "not a URL: " + err.Error()}
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return &RefusedError{URL: raw, Reason: fmt.Sprintf("scheme %q: only http and https", u.Scheme)}
+	}
+	if u.User != nil {
+		return &RefusedError{URL: raw, Reason: "credentials in the URL are not sent"}
+	}
+	host := u.Hostname()
+	if host == "" {
+		return &RefusedError{URL: raw, Reason: "no host"}
+	}
+	if g.hostAllowed(host) {
+		return nil
+	}
+	addrs, err := g.resolve(ctx, host)
+	if err != nil {
+		return err
+	}
+	for _, a := range addrs {
+		if err := g.CheckAddr(host, a); err != nil {
+			err.(*RefusedError).URL = raw
+			return err
+		}
+	}
+	return nil
+}
+
+// DialContext returns a dial function that resolves the host once,
+// refuses it unless every address is public or allowed (as CheckURL), and
+// dials the checked address itself, so a name that resolves differently
+// on a second lookup (DNS rebinding) cannot move the connection. dial
+// opens the connection; nil: a net.Dialer.
+func (g *Guard) DialContext(dial DialFunc) DialFunc {
+	if dial == nil {
+		dial = (&net.Dialer{}).DialContext
+	}
+	return func(ctx context.Context, network, address string) (net.Conn, error) {
+		host, port, err := net.SplitHostPort(address)
+		if err != nil {
+			return nil, err
+		}
+		addrs, err := g.resolve(ctx, host)
+		if err != nil {
+			return nil, err
+		}
+		if !g.hostAllowed(host) {
+			for _, a := range addrs {
+				if err := g.CheckAddr(host, a); err != nil {
+					return nil, err
+				}
+			}
+		}
+		var errs []error
+		for _, a := range addrs {
+			c, err := dial(ctx, network, net.JoinHostPort(a.String(), port))
+			if err == nil {
+				return c, nil
+			}
+			errs = append(errs, err)
+		}
+		return nil, errors.Join(errs...)
+	}
+}
+
+// IsRefused reports whether err is the guard's refusal.
+func IsRefused(err error) bool {
+	var r *RefusedError
+	return errors.As(err, &r)
+}
