@@ -12,21 +12,30 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/callback"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/retry"
 )
 
-// newCallbackClient is the client of every callback POST. It follows no
-// redirect: a POST turned into a GET elsewhere would report success
-// without the receiver ever seeing the body, so a 3xx is a failed attempt
-// that names the Location.
-func newCallbackClient(timeout time.Duration) *http.Client {
+// newCallbackClient is the client of every callback POST. It dials only
+// what the guard lets through, the address it checked (docs/secure/callbacks.md),
+// never through an HTTP proxy from the environment (the guard would check
+// the proxy, not the receiver). It follows no redirect: a POST turned into
+// a GET elsewhere would report success without the receiver ever seeing
+// the body, and a redirect could point inside, so a 3xx is a failed
+// attempt that names the Location.
+func newCallbackClient(cfg Config, guard *callback.Guard) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.DialContext = (&net.Dialer{Timeout: min(timeout, 30*time.Second), KeepAlive: 30 * time.Second}).DialContext
+	tr.Proxy = nil
+	dial := cfg.CallbackDial
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: min(cfg.CallbackTimeout, 30*time.Second), KeepAlive: 30 * time.Second}).DialContext
+	}
+	tr.DialContext = guard.DialContext(dial)
 	tr.MaxIdleConnsPerHost = 8
 	return &http.Client{
 		Transport:     tr,
-		Timeout:       timeout,
+		Timeout:       cfg.CallbackTimeout,
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }
@@ -47,17 +56,32 @@ func attemptResult(status int) string {
 	return strconv.Itoa(status/100) + "xx"
 }
 
-// post sends one attempt of a group's callback. It returns the answer's
-// status (0 when none came) and nil for a 2xx, else an error that says what
-// went wrong, with the start of the answer's body.
-func (c *Coordinator) post(ctx context.Context, url, group string, attempt int, body Body) (int, error) {
-	var rd io.Reader = http.NoBody
-	if body.Size > 0 {
-		rd = io.NewSectionReader(body.Data, 0, body.Size)
+// answer is what one attempt of a callback got.
+type answer struct {
+	status int // 0: no answer
+	// retryAfter is the receiver's Retry-After on a 429 or 503 (0: none).
+	retryAfter time.Duration
+}
+
+// post sends one attempt of a group's callback. It returns the answer and
+// nil for a 2xx, else an error that says what went wrong, with the start
+// of the answer's body. A URL the guard refuses is a permanent error.
+func (c *Coordinator) post(ctx context.Context, url, group string, attempt int, body Body) (answer, error) {
+	if err := c.guard.CheckURL(ctx, url); err != nil {
+		if callback.IsRefused(err) {
+			return answer{}, permanentError{err}
+		}
+		return answer{}, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, rd)
+	open := func() io.Reader {
+		if body.Size == 0 {
+			return http.NoBody
+		}
+		return io.NewSectionReader(body.Data, 0, body.Size)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, open())
 	if err != nil {
-		return 0, permanentError{fmt.Errorf("callback URL: %w", err)}
+		return answer{}, permanentError{fmt.Errorf("callback URL: %w", err)}
 	}
 	req.ContentLength = body.Size
 	req.Header.Set("Content-Type", body.ContentType)
@@ -67,26 +91,67 @@ func (c *Coordinator) post(ctx context.Context, url, group string, attempt int, 
 	// leaves it to the next one to send again).
 	req.Header.Set(job.HeaderGroup, group)
 	req.Header.Set(job.HeaderAttempt, strconv.Itoa(attempt))
+	if c.cfg.CallbackSecretFile != "" {
+		// Read for every attempt, so that a rotation needs no restart.
+		secrets, err := callback.ReadSecrets(c.cfg.CallbackSecretFile)
+		if err != nil {
+			return answer{}, fmt.Errorf("signing (Config.CallbackSecretFile, --callback-secret-file): %w", err)
+		}
+		sig, err := callback.Sign(secrets, c.cfg.Now(), open)
+		if err != nil {
+			return answer{}, fmt.Errorf("signing: %w", err)
+		}
+		req.Header.Set(callback.HeaderSignature, sig)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, err
+		if callback.IsRefused(err) {
+			return answer{}, permanentError{err}
+		}
+		return answer{}, err
 	}
 	defer resp.Body.Close()
 	head, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
 	// Read a little more, so the connection can serve the next attempt.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+	a := answer{status: resp.StatusCode}
 	switch code := resp.StatusCode; {
 	case code >= 200 && code < 300:
-		return code, nil
+		return a, nil
 	case code >= 300 && code < 400:
-		return code, fmt.Errorf("HTTP %d to %s (redirects are not followed; Location %q)", code, url, resp.Header.Get("Location"))
+		return a, fmt.Errorf("HTTP %d to %s (redirects are not followed; Location %q)", code, url, resp.Header.Get("Location"))
 	default:
+		if code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable {
+			a.retryAfter = retryAfter(resp.Header.Get("Retry-After"), c.cfg.Now())
+		}
 		msg := strings.TrimSpace(string(bytes.ToValidUTF8(head, []byte("?"))))
 		if msg == "" {
-			return code, fmt.Errorf("HTTP %d from %s", code, url)
+			return a, fmt.Errorf("HTTP %d from %s", code, url)
 		}
-		return code, fmt.Errorf("HTTP %d from %s: %s", code, url, msg)
+		return a, fmt.Errorf("HTTP %d from %s: %s", code, url, msg)
 	}
+}
+
+// retryAfter reads a Retry-After value: seconds, or an HTTP date. 0 when
+// absent, past or unreadable.
+func retryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		return max(time.Duration(n)*time.Second, 0)
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0)
+	}
+	return 0
+}
+
+// nextDelay is the wait after the n-th failed attempt: the backoff, or the
+// receiver's Retry-After when longer, never beyond CallbackMaxBackoff.
+func (c *Coordinator) nextDelay(n int, a answer) time.Duration {
+	return max(c.backoff(n), min(a.retryAfter, c.cfg.CallbackMaxBackoff))
 }
 
 // backoff is the wait after the n-th failed attempt: CallbackBackoff

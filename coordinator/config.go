@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/callback"
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/queue"
 )
@@ -100,6 +101,23 @@ type Config struct {
 	// CallbackGiveUp gives up once the next attempt would start more than
 	// that long after the first one (0: no limit). Default 24h.
 	CallbackGiveUp time.Duration
+
+	// CallbackAllow opens addresses callbacks may reach besides public
+	// ones: CIDR prefixes, addresses and host names (allowed whatever they
+	// resolve to). Default none: a callback whose host is or resolves to a
+	// loopback, private, link-local, unspecified, multicast or otherwise
+	// non-public address is refused (docs/secure/callbacks.md).
+	CallbackAllow []string
+	// CallbackSecretFile holds the secrets callbacks are signed with
+	// (header Sluice-Signature), one per line, at most two during a
+	// rotation; re-read before every attempt. Default "": not signed.
+	CallbackSecretFile string
+	// CallbackResolver resolves callback hosts. No flag: set it in code
+	// (tests). Default nil: net.DefaultResolver.
+	CallbackResolver callback.Resolver
+	// CallbackDial opens a callback's connection to the address the guard
+	// checked. No flag: set it in code (tests). Default nil: a net.Dialer.
+	CallbackDial callback.DialFunc
 
 	// SpillAbove is the size above which the default reducer writes a
 	// callback body to a temporary file in SpillDir instead of holding it
@@ -211,6 +229,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.CallbackMaxBackoff, "callback-max-backoff", c.CallbackMaxBackoff, "longest wait between attempts")
 	fs.IntVar(&c.CallbackMaxAttempts, "callback-max-attempts", c.CallbackMaxAttempts, "give up after this many attempts (0: no limit)")
 	cli.DurationVar(fs, &c.CallbackGiveUp, "callback-give-up", c.CallbackGiveUp, "give up once the next attempt would start this long after the first (0: no limit)")
+	cli.StringsVar(fs, &c.CallbackAllow, "callback-allow", c.CallbackAllow, "addresses callbacks may reach besides public ones: CIDR prefixes, addresses and host names, comma-separated (default none: loopback, private, link-local and the like are refused)")
+	fs.StringVar(&c.CallbackSecretFile, "callback-secret-file", c.CallbackSecretFile, "file of the secrets callbacks are signed with (header Sluice-Signature), one per line, two during a rotation; re-read before every attempt")
 	fs.Int64Var(&c.SpillAbove, "spill-above", c.SpillAbove, "callback bodies larger than this many bytes are built in a temporary file, not in memory")
 	fs.StringVar(&c.SpillDir, "spill-dir", c.SpillDir, "directory for those files (default: the system's temporary directory)")
 	cli.DurationVar(fs, &c.ScaleEvery, "scale-every", c.ScaleEvery, "scaling cycle: every partition's ready depth (summed over the topics) and live workers are read this often (0: no scaling)")

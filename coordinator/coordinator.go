@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/admin"
+	"github.com/sluicehq/sluice/internal/callback"
 	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/periodic"
@@ -37,7 +38,8 @@ type Coordinator struct {
 	waitTurns map[*redis.Client]chan struct{}
 	waitsFull atomic.Bool // the watchers took turns (logged once)
 	consul    *consulapi.Client
-	http      *http.Client
+	guard     *callback.Guard // where callbacks may go
+	http      *http.Client    // the callbacks'
 	reg       *prometheus.Registry
 	m         *metrics
 	held      atomic.Bool
@@ -95,6 +97,12 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 			turns[cl] = make(chan struct{}, cfg.WaitConns)
 		}
 	}
+	guard, err := callback.NewGuard(cfg.CallbackAllow, cfg.CallbackResolver)
+	if err != nil {
+		pool.Close()
+		waits.Close()
+		return nil, fmt.Errorf("coordinator: Config.CallbackAllow: %w", err)
+	}
 	ccfg := consulapi.DefaultConfig()
 	ccfg.Address = cfg.ConsulAddr
 	cc, err := consulapi.NewClient(ccfg)
@@ -105,7 +113,7 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 	}
 	reg := ops.NewRegistry()
 	c := &Coordinator{
-		cfg: cfg, log: log, pool: pool, waits: waits, waitTurns: turns, consul: cc, http: newCallbackClient(cfg.CallbackTimeout),
+		cfg: cfg, log: log, pool: pool, waits: waits, waitTurns: turns, consul: cc, guard: guard, http: newCallbackClient(cfg, guard),
 		reg: reg, m: newMetrics(reg), targets: make([]atomic.Int64, cfg.Partitions),
 	}
 	p := cfg.Scaling

@@ -2,12 +2,14 @@ package coordinator_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +26,7 @@ var lease = time.Minute
 // bed is the real Redis and Consul a coordinator runs against, and a pool
 // for the test to play relay and worker with.
 type bed struct {
+	t      *testing.T
 	redis  *testenv.RedisServer
 	consul *testenv.ConsulServer
 	pool   *queue.Pool
@@ -32,7 +35,7 @@ type bed struct {
 
 func newBed(t *testing.T, partitions int) *bed {
 	t.Helper()
-	b := &bed{redis: testenv.Redis(t), consul: testenv.Consul(t), layout: queue.Layout{Stage: "test", Partitions: partitions}}
+	b := &bed{t: t, redis: testenv.Redis(t), consul: testenv.Consul(t), layout: queue.Layout{Stage: "test", Partitions: partitions}}
 	p, err := queue.NewPool(queue.PoolConfig{Layout: b.layout, Addr: b.redis.Addr()})
 	if err != nil {
 		t.Fatal(err)
@@ -236,6 +239,11 @@ func (b *bed) config(mutate func(*coordinator.Config)) coordinator.Config {
 	cfg.LockRetryWait = 50 * time.Millisecond
 	cfg.CallbackTimeout = 5 * time.Second
 	cfg.Sleep = (&delays{}).sleep
+	// The receivers listen on loopback, which callbacks may not reach by
+	// default; nothing else may be dialled, or even looked up.
+	cfg.CallbackAllow = []string{"127.0.0.0/8", "::1"}
+	cfg.CallbackResolver = loopbackNames{}
+	cfg.CallbackDial = b.loopbackDial
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -348,4 +356,28 @@ func (b *bed) finishedOf(t *testing.T, topic, group string) queue.GroupStatus {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// loopbackNames resolves localhost alone: no lookup leaves the process.
+type loopbackNames map[string][]string
+
+func (n loopbackNames) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if host == "localhost" {
+		return []netip.Addr{netip.MustParseAddr("127.0.0.1")}, nil
+	}
+	for _, a := range n[host] {
+		return []netip.Addr{netip.MustParseAddr(a)}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host (the test resolves only its own names)", Name: host, IsNotFound: true}
+}
+
+// loopbackDial is the callbacks' dialer in tests: it fails the test, and
+// opens nothing, for any address but a loopback one.
+func (b *bed) loopbackDial(ctx context.Context, network, address string) (net.Conn, error) {
+	host, _, err := net.SplitHostPort(address)
+	if ip, perr := netip.ParseAddr(host); err != nil || perr != nil || !ip.IsLoopback() {
+		b.t.Errorf("a callback dialled %s: only loopback may be dialled", address)
+		return nil, errors.New("test guard: not a loopback address")
+	}
+	return (&net.Dialer{}).DialContext(ctx, network, address)
 }

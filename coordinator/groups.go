@@ -429,7 +429,8 @@ func (w *groupWatcher) send(ctx context.Context, log *slog.Logger, name string, 
 		}) {
 			return
 		}
-		status, err := c.post(ctx, st.CallbackURL, name, attempts, body)
+		got, err := c.post(ctx, st.CallbackURL, name, attempts, body)
+		status := got.status
 		if ctx.Err() != nil {
 			// Stopped mid-POST: the attempt counts, the next holder
 			// goes on.
@@ -458,7 +459,7 @@ func (w *groupWatcher) send(ctx context.Context, log *slog.Logger, name string, 
 			w.finish(ctx, log, name, CallbackDelivered, fields)
 			return
 		}
-		delay := c.backoff(attempts)
+		delay := c.nextDelay(attempts, got)
 		next := c.cfg.Now().Add(delay)
 		if isPermanent(err) || (maxAttempts > 0 && attempts >= maxAttempts) ||
 			(c.cfg.CallbackGiveUp > 0 && next.Sub(first) > c.cfg.CallbackGiveUp) {
