@@ -63,6 +63,7 @@ func newBedOn(t *testing.T, ln net.Listener, mutate func(*gate.Config)) *bed {
 	gcfg.AllowNoAuth = true
 	gcfg.MetadataRefresh = time.Second
 	gcfg.RetryAfter = time.Second
+	gcfg.CallbackAllow = []string{"127.0.0.0/8"} // the tests' receivers
 	gcfg.Stage, gcfg.RedisAddr, gcfg.Partitions = stage, b.redis.Addr(), b.layout.Partitions
 	if mutate != nil {
 		mutate(&gcfg)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/callback"
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/queue"
@@ -45,6 +46,19 @@ type Config struct {
 	// MaxGroupItems is the most items in one bulk group; the submission is
 	// cancelled above. Default 10,000,000.
 	MaxGroupItems int
+	// CallbackAllow opens addresses a job's or a group's callback_url may
+	// reach besides public ones: CIDR prefixes, addresses and host names
+	// (allowed whatever they resolve to), as the coordinator's. Default
+	// none: a callback_url whose host is or resolves to a loopback,
+	// private, link-local, unspecified, multicast or otherwise non-public
+	// address is refused with a 400 (docs/secure/callbacks.md).
+	CallbackAllow []string
+	// CallbackResolveTimeout bounds the lookup of a callback_url's host.
+	// Default 2s.
+	CallbackResolveTimeout time.Duration
+	// CallbackResolver resolves callback_url hosts. No flag: set it in
+	// code (tests). Default nil: net.DefaultResolver.
+	CallbackResolver callback.Resolver
 	// Location is where GET and DELETE /v1/groups/{id} read and cancel
 	// groups: the relay's stage and Redis partitions. Without a RedisAddr
 	// those routes answer 501. Default: stage "dev", no RedisAddr, 8
@@ -76,18 +90,19 @@ func DefaultConfig() Config {
 	loc := queue.DefaultLocation()
 	loc.RedisAddr = "" // the group routes are optional
 	return Config{
-		Listen:          ":8080",
-		Kafka:           kafka.Config{Brokers: cli.ListFlag{"127.0.0.1:9092"}, ClientID: "sluice-gate", Version: "3.6.0", Compression: "none"},
-		MaxBodyBytes:    1 << 20,
-		MaxBatchBytes:   16 << 20,
-		MaxBatchJobs:    1000,
-		MaxGroupItems:   10_000_000,
-		Location:        loc,
-		ProduceTimeout:  5 * time.Second,
-		ProduceLinger:   time.Millisecond,
-		RetryAfter:      time.Second,
-		DrainTimeout:    15 * time.Second,
-		MetadataRefresh: 10 * time.Second,
+		Listen:                 ":8080",
+		Kafka:                  kafka.Config{Brokers: cli.ListFlag{"127.0.0.1:9092"}, ClientID: "sluice-gate", Version: "3.6.0", Compression: "none"},
+		MaxBodyBytes:           1 << 20,
+		MaxBatchBytes:          16 << 20,
+		MaxBatchJobs:           1000,
+		CallbackResolveTimeout: 2 * time.Second,
+		MaxGroupItems:          10_000_000,
+		Location:               loc,
+		ProduceTimeout:         5 * time.Second,
+		ProduceLinger:          time.Millisecond,
+		RetryAfter:             time.Second,
+		DrainTimeout:           15 * time.Second,
+		MetadataRefresh:        10 * time.Second,
 	}
 }
 
@@ -112,6 +127,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxBatchBytes, "max-batch-bytes", c.MaxBatchBytes, "largest batch request body in bytes (413 above)")
 	fs.IntVar(&c.MaxBatchJobs, "max-batch-jobs", c.MaxBatchJobs, "most jobs in one batch request (413 above)")
 	fs.IntVar(&c.MaxGroupItems, "max-group-items", c.MaxGroupItems, "most items in one bulk group (the submission is cancelled above)")
+	cli.StringsVar(fs, &c.CallbackAllow, "callback-allow", c.CallbackAllow, "addresses a callback_url may reach besides public ones: CIDR prefixes, addresses and host names, comma-separated; beyond them loopback, private, link-local and the like are refused with a 400")
+	cli.DurationVar(fs, &c.CallbackResolveTimeout, "callback-resolve-timeout", c.CallbackResolveTimeout, "time limit of the lookup of a callback_url's host")
 	c.Location.RegisterFlags(fs)
 	fs.Lookup("redis-addr").Usage = "Redis of the queue, for GET and DELETE /v1/groups/{id} (empty: those answer 501)"
 	fs.Lookup("stage").Usage = "stage name (as the relay's), for the group routes"
@@ -133,6 +150,8 @@ func (c *Config) validate() error {
 		return errors.New("gate: Config.MaxBatchBytes: must be positive")
 	case c.MaxBatchJobs <= 0:
 		return errors.New("gate: Config.MaxBatchJobs: must be positive")
+	case c.CallbackResolveTimeout <= 0:
+		return errors.New("gate: Config.CallbackResolveTimeout: must be positive")
 	}
 	if c.RedisAddr != "" {
 		if err := c.Location.Validate(); err != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/callback"
+	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
@@ -30,6 +32,7 @@ type Gate struct {
 	now      func() time.Time
 	handler  http.Handler
 	groups   *queue.Pool // nil without Config.RedisAddr
+	guard    *callback.Guard
 }
 
 // New connects to Kafka and returns a gate ready to serve. It fails when no
@@ -38,6 +41,10 @@ type Gate struct {
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	guard, err := callback.NewGuard(cfg.CallbackAllow, cfg.CallbackResolver)
+	if err != nil {
+		return nil, fmt.Errorf("gate: Config.CallbackAllow: %w", err)
 	}
 	auth, err := LoadAuth(cfg.TokensFile, cfg.Tokens)
 	if err != nil {
@@ -60,6 +67,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 		allowed:  map[string]bool{},
 		reg:      ops.NewRegistry(),
 		now:      time.Now,
+		guard:    guard,
 	}
 	for _, t := range cfg.Topics {
 		g.allowed[t] = true
@@ -154,4 +162,29 @@ func (g *Gate) close() error {
 		g.groups.Close()
 	}
 	return err
+}
+
+// checkCallback refuses a callback_url the coordinator would refuse to
+// deliver to (internal/callback): not http(s), or a host that is or
+// resolves to a non-public address not in Config.CallbackAllow. Its error
+// is a *job.FieldError, a 400.
+func (g *Gate) checkCallback(ctx context.Context, url string) error {
+	if url == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.cfg.CallbackResolveTimeout)
+	defer cancel()
+	if err := g.guard.CheckURL(ctx, url); err != nil {
+		return &job.FieldError{Field: "callback_url", Reason: err.Error()}
+	}
+	return nil
+}
+
+// validate is a job's checks at the gate: the envelope's, then where its
+// callback_url goes (a lookup, so last).
+func (g *Gate) validate(ctx context.Context, j *job.Job, topic string, now time.Time) error {
+	if err := j.Validate(topic, now); err != nil {
+		return err
+	}
+	return g.checkCallback(ctx, j.CallbackURL)
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -39,6 +40,7 @@ func startGate(t testing.TB, k *testenv.KafkaCluster, mutate func(*gate.Config))
 	cfg.Kafka.Brokers = k.Brokers()
 	cfg.AllowNoAuth = true
 	cfg.MetadataRefresh = time.Second
+	cfg.CallbackResolver = testNames
 	if mutate != nil {
 		mutate(&cfg)
 	}
@@ -647,3 +649,18 @@ func TestHealthReadyAndMetrics(t *testing.T) {
 		}
 	}
 }
+
+// names is a resolver of made-up names, so that no lookup leaves the
+// process.
+type names map[string]string
+
+func (n names) LookupNetIP(_ context.Context, _, host string) ([]netip.Addr, error) {
+	if a, ok := n[host]; ok {
+		return []netip.Addr{netip.MustParseAddr(a)}, nil
+	}
+	return nil, &net.DNSError{Err: "no such host (the test resolves only its own names)", Name: host, IsNotFound: true}
+}
+
+// testNames: cb.example and cb are public receivers (documentation
+// addresses, never dialled by the gate), inside.test a private one.
+var testNames = names{"cb.example": "203.0.113.10", "cb": "203.0.113.11", "inside.test": "10.0.0.5", "localhost": "127.0.0.1"}

@@ -89,7 +89,11 @@ func (g *Gate) serveGroup(x *exchange) {
 		return
 	}
 	if fields.CallbackURL != "" {
-		if err := (job.GroupClose{Group: fields.ID, CallbackURL: fields.CallbackURL}).Check(); err != nil {
+		err := (job.GroupClose{Group: fields.ID, CallbackURL: fields.CallbackURL}).Check()
+		if err == nil {
+			err = g.checkCallback(x.r.Context(), fields.CallbackURL)
+		}
+		if err != nil {
 			x.failDecode(err)
 			return
 		}

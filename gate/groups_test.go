@@ -138,6 +138,10 @@ func TestBulkGroupBadInput(t *testing.T) {
 		{"not an object", "application/json", `[1,2]`, "JSON object"},
 		{"no items", "application/json", `{"type":"t"}`, "items"},
 		{"bad callback", "application/json", `{"type":"t","callback_url":"ftp://x","items":[1]}`, "callback_url"},
+		{"callback to the admin API", "application/json", `{"type":"t","callback_url":"http://127.0.0.1:8083/api/v1/dlq/purge","items":[1]}`, "127.0.0.1 resolves to 127.0.0.1, a loopback address"},
+		{"callback to cloud metadata", "application/json", `{"type":"t","callback_url":"http://169.254.169.254/latest/meta-data/","items":[1]}`, "link-local"},
+		{"callback to a name inside", "application/json", `{"type":"t","callback_url":"https://inside.test/hook","items":[1]}`, "10.0.0.5, a private address"},
+		{"callback to an unknown name", "application/json", `{"type":"t","callback_url":"https://nowhere.test/hook","items":[1]}`, "no such host"},
 		{"long id", "application/json", `{"id":"` + strings.Repeat("x", 200) + `","type":"t","items":[1]}`, "id"},
 		{"bad content type", "text/plain", `{"type":"t","items":[1]}`, "Content-Type"},
 		{"ndjson empty", "application/x-ndjson", ``, "first line"},
@@ -349,5 +353,25 @@ func TestBulkGroupTimedOutChunkIsCancelled(t *testing.T) {
 	})
 	if !control[0].Cancel || control[0].Group != "slow-grp" {
 		t.Fatalf("control record %+v, want the group's cancel", control[0])
+	}
+}
+
+// TestCallbackAllowOpensWhatAnOperatorTrusts: a single job's callback_url
+// is checked as a group's is, and --callback-allow lets a private receiver
+// through.
+func TestCallbackAllowOpensWhatAnOperatorTrusts(t *testing.T) {
+	k := newKafka(t)
+	closed := startGate(t, k, nil)
+	open := startGate(t, k, func(c *gate.Config) { c.CallbackAllow = []string{"10.0.0.0/8"} })
+	body := `{"type":"t","group":"g","group_total":1,"callback_url":"https://inside.test/hook","payload":{}}`
+	if a := post(t, closed.url+"/v1/topics/jobs/jobs", body); a.status != http.StatusBadRequest || !bytes.Contains(a.body, []byte("private address")) {
+		t.Errorf("without the allow-list: %d %s", a.status, a.body)
+	}
+	if a := post(t, open.url+"/v1/topics/jobs/jobs", body); a.status != http.StatusAccepted {
+		t.Errorf("with 10.0.0.0/8 allowed: %d %s", a.status, a.body)
+	}
+	batch := `[{"type":"t","callback_url":"http://[::1]/x","payload":{}},{"type":"t","payload":{}}]`
+	if a := post(t, closed.url+"/v1/topics/jobs/jobs:batch", batch); !bytes.Contains(a.body, []byte("loopback")) {
+		t.Errorf("a batch item to loopback: %d %s", a.status, a.body)
 	}
 }

@@ -304,7 +304,7 @@ func (g *Gate) serveJob(x *exchange) {
 		return
 	}
 	now := g.now()
-	if err := j.Validate(topic, now); err != nil {
+	if err := g.validate(x.r.Context(), j, topic, now); err != nil {
 		g.metrics.jobs.with(topic, "rejected").Inc()
 		x.failDecode(err)
 		return
@@ -404,7 +404,7 @@ func (g *Gate) serveBatch(x *exchange) {
 			x.failDecode(err)
 			return
 		}
-		if err := j.Validate(topic, now); err != nil {
+		if err := g.validate(x.r.Context(), j, topic, now); err != nil {
 			results = append(results, rejectedItem(len(results), err))
 			continue
 		}

@@ -304,6 +304,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	ccfg.Scaling.Base = wcfg.Workers
 	ccfg.LockDelay = 0 // one coordinator: nobody to protect from a stale holder
 	ccfg.Periodic.GateURL = "http://" + cfg.GateAddr // the dev gate takes no token
+	ccfg.CallbackAllow = devCallbackAllow
 	// The console on the coordinator's listener, as sluice coordinator
 	// serves it (docs/admin.md): the dev Kafka for the DLQ and the relay's
 	// lag, the dev gate's counters for the funnel.
@@ -339,6 +340,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	gcfg.Listen = cfg.GateAddr
 	gcfg.Kafka.Brokers = []string{cfg.KafkaAddr}
 	gcfg.AllowNoAuth = true
+	gcfg.CallbackAllow = devCallbackAllow
 	gcfg.DrainTimeout = cfg.StopTimeout
 	gcfg.Pprof = cfg.Pprof
 	gcfg.RedisAddr, gcfg.Partitions = cfg.RedisAddr, cfg.RedisPartitions // GET/DELETE /v1/groups/{id}
@@ -586,3 +588,8 @@ func onOff(b bool) string {
 	}
 	return "off: jobs do not survive a restart"
 }
+
+// devCallbackAllow lets sluice dev's callbacks reach receivers on this
+// machine, which a deployment's gate and coordinator refuse
+// (docs/secure/callbacks.md): dev listens on loopback alone.
+var devCallbackAllow = []string{"127.0.0.0/8", "::1", "localhost"}
