@@ -117,6 +117,7 @@ func (c *Config) classify(addr string, err error) *ConnectError {
 		verify   *tls.CertificateVerificationError
 		alert    tls.AlertError
 		header   tls.RecordHeaderError
+		op       *net.OpError
 	)
 	switch {
 	case errors.Is(err, sarama.ErrSASLAuthenticationFailed):
@@ -146,9 +147,11 @@ func (c *Config) classify(addr string, err error) *ConnectError {
 		return &ConnectError{Kind: ErrTLS, Err: err,
 			Problem: fmt.Sprintf("Kafka's TLS certificate%s failed verification", at),
 			Fix:     "check the brokers' certificate against Config.Kafka.TLS.CAFile (--kafka-tls-ca-file) and Config.Kafka.TLS.ServerName (--kafka-tls-server-name)"}
-	case errors.As(err, &alert):
+	// An alert the broker sent: crypto/tls reports it to a TCP client as
+	// a "remote error" (tls.AlertError is QUIC's).
+	case errors.As(err, &alert), errors.As(err, &op) && op.Op == "remote error":
 		return &ConnectError{Kind: ErrTLS, Err: err,
-			Problem: fmt.Sprintf("the Kafka broker%s refused the TLS handshake", at),
+			Problem: fmt.Sprintf("the Kafka broker%s refused the TLS handshake (%v)", at, tlsAlert(err)),
 			Fix:     "if its listener asks for a client certificate, set Config.Kafka.TLS.CertFile and .KeyFile (--kafka-tls-cert-file, --kafka-tls-key-file) to one its CA signed"}
 	case errors.As(err, &header):
 		return &ConnectError{Kind: ErrTLS, Err: err,
@@ -179,7 +182,7 @@ func (c *Config) diagnose(sc *sarama.Config, cause error) *ConnectError {
 func (c *Config) diagnoseBroker(addr string, sc *sarama.Config, cause error) *ConnectError {
 	// 1. TCP and TLS, then a request every broker answers before a login.
 	plain := probeConfig(sc)
-	plain.Net.SASL.Enable = false
+	plain.Net.SASL.Enable, plain.Net.SASL.User, plain.Net.SASL.Password = false, "", ""
 	plain.ApiVersionsRequest = false // Open only dials; the request below is the first
 	b := sarama.NewBroker(addr)
 	if b.Open(plain) != nil {
@@ -234,4 +237,14 @@ func probeConfig(sc *sarama.Config) *sarama.Config {
 	pc.Net.DialTimeout, pc.Net.ReadTimeout, pc.Net.WriteTimeout = probeTimeout, probeTimeout, probeTimeout
 	pc.Metadata.Retry.Max = 0
 	return &pc
+}
+
+// tlsAlert is the alert a broker sent, as crypto/tls words it ("tls:
+// certificate required"), or err.
+func tlsAlert(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err
+	}
+	return err
 }

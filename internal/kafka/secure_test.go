@@ -306,3 +306,19 @@ func TestKafkaConfigPrintsNoPassword(t *testing.T) {
 		}
 	}
 }
+
+// A listener that asks for a client certificate: without one the error
+// says to set --kafka-tls-cert-file; with certs.Client() it works.
+func TestKafkaMutualTLS(t *testing.T) {
+	certs := testenv.NewCerts(t)
+	k := testenv.Kafka(t, testenv.Topic("jobs", 1), testenv.KafkaMutualTLS(certs))
+	cfg := Config{Brokers: k.Brokers(), ClientID: "test", Version: "3.6.0", Compression: "none", TLS: tlsfiles.Client{CAFile: certs.CAFile}}
+	err := produceOne(t, &cfg, "x")
+	if !errors.Is(err, ErrTLS) || !strings.Contains(err.Error(), "--kafka-tls-cert-file") {
+		t.Errorf("no client certificate for a mutual TLS listener: %v", err)
+	}
+	cfg.TLS = certs.Client()
+	if err := produceOne(t, &cfg, "x"); err != nil {
+		t.Fatalf("with the client certificate: %v", err)
+	}
+}

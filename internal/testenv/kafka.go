@@ -22,6 +22,7 @@ type kafkaOpts struct {
 	dataDir string
 	sasl    stack.KafkaSASL
 	certs   *Certs
+	mutual  bool
 }
 
 // secured reports whether the options ask for SASL or TLS.
@@ -58,6 +59,13 @@ func KafkaSASL(mechanism, user, password string) KafkaOption {
 // certificate (for 127.0.0.1 and localhost): a client trusts certs.CAFile.
 // Default: plain TCP. Process mode only.
 func KafkaTLS(certs *Certs) KafkaOption { return func(o *kafkaOpts) { o.certs = certs } }
+
+// KafkaMutualTLS is KafkaTLS whose brokers also ask every client for a
+// certificate certs' CA signed (certs.Client() holds one). Process mode
+// only.
+func KafkaMutualTLS(certs *Certs) KafkaOption {
+	return func(o *kafkaOpts) { o.certs, o.mutual = certs, true }
+}
 
 // kafkaBackend is what runs the cluster: kfake in process or a container.
 type kafkaBackend interface {
@@ -122,7 +130,7 @@ func startKafkaProcess(ctx context.Context, o kafkaOpts) (kafkaBackend, error) {
 	var tc *tls.Config
 	if o.certs != nil {
 		var err error
-		if tc, err = o.certs.Server(false).Config(nil); err != nil {
+		if tc, err = o.certs.Server(o.mutual).Config(nil); err != nil {
 			return nil, fmt.Errorf("testenv: kafka TLS: %w", err)
 		}
 	}
