@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/canary"
 	"github.com/sluicehq/sluice/internal/funnel"
+	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/periodic"
 	"github.com/sluicehq/sluice/internal/queue"
 )
@@ -191,6 +192,10 @@ func (con *Console) consulErr(err error) error {
 
 // kafkaErr is a Kafka failure: 503, with the setting.
 func (con *Console) kafkaErr(err error) error {
+	// A TLS or SASL failure names its own fix (internal/kafka Explain).
+	if ce := (*kafka.ConnectError)(nil); errors.As(err, &ce) {
+		return &admin.Error{Status: http.StatusServiceUnavailable, Message: ce.Problem + " (" + ce.Err.Error() + ")", Fix: ce.Fix}
+	}
 	return &admin.Error{Status: http.StatusServiceUnavailable, Message: "Kafka: " + err.Error(),
 		Fix: fmt.Sprintf("check that Kafka answers at %s (%v)", con.setting("Kafka.Brokers"), []string(con.cfg.Kafka.Brokers))}
 }

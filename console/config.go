@@ -61,6 +61,8 @@ type Config struct {
 	// replayed to the topic, and the relays' lag read; without brokers
 	// those answer 503. Default: no brokers, client id "sluice-console",
 	// protocol version 3.6.0, no compression.
+	// No TLS and no SASL unless the --kafka-tls* and --kafka-sasl-* flags
+	// ask (docs/secure/kafka.md). No flag: TLS.InsecureSkipVerify (tests).
 	Kafka kafka.Config
 	// ConsumerGroup is the relays' consumer group (relay
 	// Config.ConsumerGroup): their lag is read as <group>.<topic>.

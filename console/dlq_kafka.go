@@ -48,7 +48,7 @@ func (con *Console) kafkaClient() (sarama.Client, error) {
 	// seconds, not after sarama's 30 s dial and its metadata retries.
 	sc.Net.DialTimeout = 5 * time.Second
 	sc.Metadata.Retry.Max = 1
-	client, err := sarama.NewClient(cfg.Brokers, sc)
+	client, err := cfg.Connect(context.Background(), sc) // its diagnosis has its own time limits
 	if err != nil {
 		return nil, con.kafkaErr(err)
 	}

@@ -21,6 +21,8 @@ type Config struct {
 	Listen string
 	// Kafka is where jobs are written. Default: brokers 127.0.0.1:9092,
 	// client id "sluice-gate", protocol version 3.6.0, no compression.
+	// No TLS and no SASL unless the --kafka-tls* and --kafka-sasl-* flags
+	// ask (docs/secure/kafka.md). No flag: TLS.InsecureSkipVerify (tests).
 	Kafka kafka.Config
 	// Topics are the topics clients may write. Default: none, meaning every
 	// existing topic but internal ones (*.dlq, *.retry, __*).

@@ -28,6 +28,8 @@ type Config struct {
 	// Kafka is where the topics are read and dead letters and requeues
 	// written. Default: brokers 127.0.0.1:9092, client id "sluice-relay",
 	// protocol version 3.6.0, no compression.
+	// No TLS and no SASL unless the --kafka-tls* and --kafka-sasl-* flags
+	// ask (docs/secure/kafka.md). No flag: TLS.InsecureSkipVerify (tests).
 	Kafka kafka.Config
 	// ConsumerGroup is the Kafka consumer group whose committed offsets
 	// the relay keeps, one per topic: <group>.<topic>. Default

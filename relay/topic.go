@@ -47,9 +47,9 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 	if err != nil {
 		return err
 	}
-	client, err := sarama.NewClient(r.cfg.Kafka.Brokers, sc)
+	client, err := r.cfg.Kafka.Connect(lctx, sc)
 	if err != nil {
-		return fmt.Errorf("kafka: %w", err)
+		return err
 	}
 	defer client.Close()
 	parts, err := client.Partitions(topic)

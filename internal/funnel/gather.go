@@ -6,8 +6,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/sluicehq/sluice/internal/canary"
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/ops"
@@ -76,12 +74,12 @@ func Gather(ctx context.Context, pool *queue.Pool, src Sources, now time.Time) (
 		}
 	}
 	if src.Kafka != nil && len(src.Kafka.Brokers) > 0 {
-		in.KafkaLag, in.KafkaErr = lag(src, topics)
+		in.KafkaLag, in.KafkaErr = lag(ctx, src, topics)
 	}
 	return in, nil
 }
 
-func lag(src Sources, topics map[string]bool) (map[string]int64, string) {
+func lag(ctx context.Context, src Sources, topics map[string]bool) (map[string]int64, string) {
 	sc, err := src.Kafka.Sarama()
 	if err != nil {
 		return nil, err.Error()
@@ -90,9 +88,9 @@ func lag(src Sources, topics map[string]bool) (map[string]int64, string) {
 	if sc.Net.DialTimeout <= 0 {
 		sc.Net.DialTimeout = 5 * time.Second
 	}
-	client, err := sarama.NewClient(src.Kafka.Brokers, sc)
+	client, err := src.Kafka.Connect(ctx, sc)
 	if err != nil {
-		return nil, fmt.Sprintf("Kafka %v: %v", []string(src.Kafka.Brokers), err)
+		return nil, err.Error()
 	}
 	defer client.Close()
 	out := map[string]int64{}

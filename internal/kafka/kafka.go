@@ -15,14 +15,28 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // Config is what every part needs to reach Kafka.
 type Config struct {
-	Brokers     cli.ListFlag
-	ClientID    string
-	Version     string // Kafka protocol version to speak, e.g. "3.6.0"
-	Compression string // none, gzip, snappy, lz4, zstd
+	// Brokers are the bootstrap brokers, host:port. Default (Register)
+	// 127.0.0.1:9092.
+	Brokers cli.ListFlag
+	// ClientID shows in broker logs and quotas. Default (Register) the
+	// part's, as "sluice-gate".
+	ClientID string
+	// Version is the Kafka protocol version to speak, the oldest broker's.
+	// Default (Register) "3.6.0".
+	Version string
+	// Compression of produced records: none, gzip, snappy, lz4, zstd.
+	// Default (Register) "none".
+	Compression string
+	// TLS dials the brokers over TLS (--kafka-tls, --kafka-tls-ca-file,
+	// ...). Default: off, plain TCP.
+	TLS tlsfiles.Client
+	// SASL authenticates to the brokers. Default: off.
+	SASL SASL
 }
 
 // Register adds the Kafka flags to fs.
@@ -32,9 +46,15 @@ func (c *Config) Register(fs *flag.FlagSet, clientID string) {
 	fs.StringVar(&c.ClientID, "kafka-client-id", clientID, "Kafka client id (shows in broker logs and quotas)")
 	fs.StringVar(&c.Version, "kafka-version", "3.6.0", "Kafka protocol version to speak (the oldest broker's version)")
 	fs.StringVar(&c.Compression, "kafka-compression", "none", "produce compression: none, gzip, snappy, lz4, zstd")
+	c.TLS = tlsfiles.Client{}
+	c.TLS.Register(fs, "kafka", "Kafka")
+	c.SASL = SASL{}
+	c.SASL.register(fs)
 }
 
-// Sarama returns the base sarama configuration every sluice client uses.
+// Sarama returns the base sarama configuration every sluice client uses,
+// with TLS and SASL as c asks (the password file is read here, so a
+// client made later reads a rotated password).
 // Its errors name the field as a part's Config holds it (Config.Kafka.*):
 // a library error names a field, and sluice adds the flag.
 // Topics are never created as a side effect of a request: a typo in a URL
@@ -53,6 +73,16 @@ func (c *Config) Sarama() (*sarama.Config, error) {
 	sc.Metadata.AllowAutoTopicCreation = false
 	if err := sc.Producer.Compression.UnmarshalText([]byte(c.Compression)); err != nil {
 		return nil, fmt.Errorf("Config.Kafka.Compression %q: %v", c.Compression, err)
+	}
+	tc, err := c.TLS.Config()
+	if err != nil {
+		return nil, fmt.Errorf("Config.Kafka.TLS (--kafka-tls-*): %w", err)
+	}
+	if tc != nil {
+		sc.Net.TLS.Enable, sc.Net.TLS.Config = true, tc
+	}
+	if err := c.SASL.apply(sc); err != nil {
+		return nil, err
 	}
 	return sc, nil
 }

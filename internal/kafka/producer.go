@@ -94,9 +94,11 @@ func NewProducer(c *Config, opts ProducerOptions, log *slog.Logger) (*Producer, 
 	}
 	leaderCfg := *base
 	leaderCfg.Producer.RequiredAcks = sarama.WaitForLocal
-	client, err := sarama.NewClient(c.Brokers, &leaderCfg)
+	// No context to hand down yet: Explain's diagnosis is bounded by its
+	// own timeouts.
+	client, err := c.Connect(context.Background(), &leaderCfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect to Kafka %v: %w", []string(c.Brokers), err)
+		return nil, err
 	}
 	leader, err := sarama.NewAsyncProducerFromClient(client)
 	if err != nil {

@@ -2,6 +2,7 @@ package stack
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"maps"
@@ -31,6 +32,24 @@ type KafkaConfig struct {
 	// DataDir enables kfake's disk persistence; the cluster reloads its
 	// state from it on start. Restart needs it.
 	DataDir string
+	// SASL, when its Mechanism is set, makes every broker require SASL
+	// authentication, with User and Password as the one (super)user.
+	// Default: none, any client is served.
+	SASL KafkaSASL
+	// TLS, when set, makes every broker listen with TLS only (its
+	// certificate in TLS.Certificates or GetCertificate). Default nil:
+	// plain TCP.
+	TLS *tls.Config
+}
+
+// KafkaSASL is the user a SASL-enabled kfake cluster knows.
+type KafkaSASL struct {
+	// Mechanism is PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512. Default "":
+	// SASL off.
+	Mechanism string
+	// User and Password are the credentials the brokers accept.
+	// Default "": none (kfake then knows no user).
+	User, Password string
 }
 
 // Kafka is an in-process kfake cluster. Topics are never created on the fly
@@ -71,6 +90,20 @@ func (k *Kafka) start(ctx context.Context, ports []int) error {
 	}
 	if k.cfg.DataDir != "" {
 		opts = append(opts, kfake.DataDir(k.cfg.DataDir))
+	}
+	if m := k.cfg.SASL.Mechanism; m != "" {
+		switch m {
+		case "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512":
+		default:
+			return fmt.Errorf("stack: KafkaConfig.SASL.Mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", m)
+		}
+		if k.cfg.SASL.User == "" || k.cfg.SASL.Password == "" {
+			return errors.New("stack: KafkaConfig.SASL needs a User and a Password")
+		}
+		opts = append(opts, kfake.EnableSASL(), kfake.Superuser(m, k.cfg.SASL.User, k.cfg.SASL.Password))
+	}
+	if k.cfg.TLS != nil {
+		opts = append(opts, kfake.TLS(k.cfg.TLS))
 	}
 	// No kfake.SeedTopics: kfake applies it only when DataDir holds no
 	// state yet, so a topic added to the config later would be missing

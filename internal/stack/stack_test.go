@@ -339,3 +339,17 @@ func TestFreePortDoesNotHandOutAPortTwice(t *testing.T) {
 		seen[port] = true
 	}
 }
+
+// A SASL setting kfake cannot serve is refused with the field at fault,
+// instead of a cluster nobody can log in to.
+func TestKafkaSASLSettingsChecked(t *testing.T) {
+	for _, sasl := range []KafkaSASL{{Mechanism: "GSSAPI", User: "u", Password: "p"}, {Mechanism: "PLAIN", User: "u"}} {
+		k, err := StartKafka(context.Background(), KafkaConfig{SASL: sasl})
+		if err == nil {
+			k.Close()
+			t.Errorf("StartKafka with SASL %+v: no error", sasl)
+		} else if !strings.Contains(err.Error(), "KafkaConfig.SASL") {
+			t.Errorf("StartKafka with SASL %+v: %v, want it to name KafkaConfig.SASL", sasl, err)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"sync"
@@ -19,7 +20,13 @@ type kafkaOpts struct {
 	brokers int
 	topics  map[string]int32
 	dataDir string
+	sasl    stack.KafkaSASL
+	certs   *Certs
+	mutual  bool
 }
+
+// secured reports whether the options ask for SASL or TLS.
+func (o kafkaOpts) secured() bool { return o.sasl.Mechanism != "" || o.certs != nil }
 
 // Brokers sets the number of brokers, overriding the default of 1. Docker
 // mode runs a single broker and fails for more.
@@ -40,6 +47,25 @@ func Topic(name string, partitions int32) KafkaOption {
 // Restart needs. The caller owns dir. Docker mode ignores it: the container
 // keeps its own data across Restart.
 func DataDir(dir string) KafkaOption { return func(o *kafkaOpts) { o.dataDir = dir } }
+
+// KafkaSASL makes every broker require SASL authentication with mechanism
+// (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512) as user with password, the
+// cluster's one user. Default: no SASL. Process mode only.
+func KafkaSASL(mechanism, user, password string) KafkaOption {
+	return func(o *kafkaOpts) { o.sasl = stack.KafkaSASL{Mechanism: mechanism, User: user, Password: password} }
+}
+
+// KafkaTLS makes every broker listen with TLS only, with certs' server
+// certificate (for 127.0.0.1 and localhost): a client trusts certs.CAFile.
+// Default: plain TCP. Process mode only.
+func KafkaTLS(certs *Certs) KafkaOption { return func(o *kafkaOpts) { o.certs = certs } }
+
+// KafkaMutualTLS is KafkaTLS whose brokers also ask every client for a
+// certificate certs' CA signed (certs.Client() holds one). Process mode
+// only.
+func KafkaMutualTLS(certs *Certs) KafkaOption {
+	return func(o *kafkaOpts) { o.certs, o.mutual = certs, true }
+}
 
 // kafkaBackend is what runs the cluster: kfake in process or a container.
 type kafkaBackend interface {
@@ -82,7 +108,12 @@ func startKafka(tb testing.TB, opts []KafkaOption) (*KafkaCluster, error) {
 	}
 	be, err := startBackend(
 		func(ctx context.Context) (kafkaBackend, error) { return startKafkaProcess(ctx, o) },
-		func(ctx context.Context) (kafkaBackend, error) { return startKafkaDocker(ctx, o) },
+		func(ctx context.Context) (kafkaBackend, error) {
+			if o.secured() {
+				return nil, fmt.Errorf("testenv: KafkaSASL and KafkaTLS need the in-process kfake cluster, but %s=%s runs a plaintext Kafka container; run this test with the process test bed", EnvMode, modeDocker)
+			}
+			return startKafkaDocker(ctx, o)
+		},
 	)
 	if err != nil {
 		return nil, err
@@ -96,11 +127,20 @@ type kafkaProcess struct {
 }
 
 func startKafkaProcess(ctx context.Context, o kafkaOpts) (kafkaBackend, error) {
+	var tc *tls.Config
+	if o.certs != nil {
+		var err error
+		if tc, err = o.certs.Server(o.mutual).Config(nil); err != nil {
+			return nil, fmt.Errorf("testenv: kafka TLS: %w", err)
+		}
+	}
 	// kfake binds port 0 itself, so there is no free port race here.
 	k, err := stack.StartKafka(ctx, stack.KafkaConfig{
 		Brokers: o.brokers,
 		Topics:  o.topics,
 		DataDir: o.dataDir,
+		SASL:    o.sasl,
+		TLS:     tc,
 	})
 	if err != nil {
 		return nil, err
