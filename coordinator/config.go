@@ -229,7 +229,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.CallbackMaxBackoff, "callback-max-backoff", c.CallbackMaxBackoff, "longest wait between attempts")
 	fs.IntVar(&c.CallbackMaxAttempts, "callback-max-attempts", c.CallbackMaxAttempts, "give up after this many attempts (0: no limit)")
 	cli.DurationVar(fs, &c.CallbackGiveUp, "callback-give-up", c.CallbackGiveUp, "give up once the next attempt would start this long after the first (0: no limit)")
-	cli.StringsVar(fs, &c.CallbackAllow, "callback-allow", c.CallbackAllow, "addresses callbacks may reach besides public ones: CIDR prefixes, addresses and host names, comma-separated (default none: loopback, private, link-local and the like are refused)")
+	cli.StringsVar(fs, &c.CallbackAllow, "callback-allow", c.CallbackAllow, "addresses callbacks may reach besides public ones: CIDR prefixes, addresses and host names, comma-separated; beyond them loopback, private, link-local and the like are refused")
 	fs.StringVar(&c.CallbackSecretFile, "callback-secret-file", c.CallbackSecretFile, "file of the secrets callbacks are signed with (header Sluice-Signature), one per line, two during a rotation; re-read before every attempt")
 	fs.Int64Var(&c.SpillAbove, "spill-above", c.SpillAbove, "callback bodies larger than this many bytes are built in a temporary file, not in memory")
 	fs.StringVar(&c.SpillDir, "spill-dir", c.SpillDir, "directory for those files (default: the system's temporary directory)")
