@@ -1,10 +1,13 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -52,6 +55,16 @@ func (s Secret) String() string {
 	}
 	return ""
 }
+
+// LogValue hides the value from slog, whose handlers would otherwise
+// print the struct's fields.
+func (s Secret) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// MarshalJSON hides the value from a Config printed as JSON.
+func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
+
+// GoString hides the value from %#v.
+func (s Secret) GoString() string { return "cli.Secret(" + strconv.Quote(s.String()) + ")" }
 
 // SecretVar adds --<name> (inline) and --<name>-file to fs, bound to s.
 // The inline flag's help says to prefer the file or the variable.

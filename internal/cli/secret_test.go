@@ -2,7 +2,10 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
+	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -57,7 +60,10 @@ func TestSecretNeverPrints(t *testing.T) {
 	SecretVar(fs, &s, "kafka-sasl-password", "the SASL password")
 	var help bytes.Buffer
 	Usage(&help, fs, "gate")
-	for _, shown := range []string{help.String(), s.String(), fs.Lookup("kafka-sasl-password").Value.String()} {
+	var logged bytes.Buffer
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("config", "cfg", struct{ Password Secret }{s})
+	asJSON, _ := json.Marshal(struct{ Password Secret }{s})
+	for _, shown := range []string{help.String(), s.String(), fs.Lookup("kafka-sasl-password").Value.String(), logged.String(), string(asJSON), fmt.Sprintf("%#v %+v %v", s, s, s)} {
 		if strings.Contains(shown, "hunter2") {
 			t.Fatalf("the secret is shown: %q", shown)
 		}
