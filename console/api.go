@@ -86,11 +86,12 @@ func (con *Console) serve(w http.ResponseWriter, r *http.Request, h handlerFunc)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	auth := con.auth
+	auth := con.auth.Load()
 	if auth == nil {
 		auth = &admin.Auth{}
 	}
-	role, aerr := auth.Check(r)
+	caller, aerr := auth.Identify(r)
+	role := caller.Role
 	if aerr != nil {
 		// internal/admin knows no settings: the console names its own.
 		if !auth.Configured() && aerr.Status == http.StatusForbidden {
@@ -119,8 +120,11 @@ func (con *Console) serve(w http.ResponseWriter, r *http.Request, h handlerFunc)
 		return writeJSON(w, e.Status, e)
 	}
 	if r.Method != http.MethodGet {
-		// Every change is logged with who (the role) asked.
-		con.log.Info("admin change", "method", r.Method, "path", r.URL.Path, "role", role.String())
+		// Every change is logged with who asked: the token's name and
+		// role, never the token.
+		con.log.Info("admin change", "method", r.Method, "path", r.URL.Path, "token", caller.Name, "role", role.String())
+	} else {
+		con.log.Debug("admin read", "path", r.URL.Path, "token", caller.Name, "role", role.String())
 	}
 	return writeJSON(w, http.StatusOK, body)
 }
@@ -205,7 +209,8 @@ func (con *Console) notFound(r *http.Request, _ admin.Role) (any, error) {
 }
 
 func (con *Console) whoami(_ *http.Request, role admin.Role) (any, error) {
-	return admin.WhoAmI{Role: role.String(), Insecure: con.auth != nil && con.auth.Insecure()}, nil
+	a := con.auth.Load()
+	return admin.WhoAmI{Role: role.String(), Insecure: a != nil && a.Insecure()}, nil
 }
 
 // stats is the stage funnel report, as sluice stats -o json prints it.

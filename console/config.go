@@ -48,6 +48,9 @@ type Config struct {
 	// AdminTokensFile is a file of admin API tokens, one "<token> <role>"
 	// per line (role read or admin), # comments. Default "".
 	AdminTokensFile string
+	// TokensCheckEvery is how often AdminTokensFile is looked at for a
+	// change (SIGHUP reads it at once). Default 1s.
+	TokensCheckEvery time.Duration
 	// AdminInsecure, without tokens, serves the admin API to anyone as
 	// admin (sluice dev on localhost only); without it and without tokens
 	// the API answers 403. Default false.
@@ -111,12 +114,13 @@ type Coordinator interface {
 // DefaultConfig is the configuration sluice console starts from.
 func DefaultConfig() Config {
 	return Config{
-		Listen:        ":8084",
-		Location:      queue.DefaultLocation(),
-		ConsulAddr:    "127.0.0.1:8500",
-		ConsumerTTL:   15 * time.Second,
-		Kafka:         kafka.Config{ClientID: "sluice-console", Version: "3.6.0", Compression: "none"},
-		ConsumerGroup: kafka.RelayConsumerGroup,
+		Listen:           ":8084",
+		Location:         queue.DefaultLocation(),
+		ConsulAddr:       "127.0.0.1:8500",
+		ConsumerTTL:      15 * time.Second,
+		Kafka:            kafka.Config{ClientID: "sluice-console", Version: "3.6.0", Compression: "none"},
+		ConsumerGroup:    kafka.RelayConsumerGroup,
+		TokensCheckEvery: time.Second,
 	}
 }
 
@@ -139,7 +143,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.ConsulAddr, "consul-addr", c.ConsulAddr, "Consul HTTP address")
 	cli.DurationVar(fs, &c.ConsumerTTL, "consumer-ttl", c.ConsumerTTL, "a consumer's heartbeat older than this no longer counts (as the coordinator's)")
 	fs.StringVar(&c.AdminTokens, "admin-tokens", c.AdminTokens, "admin API bearer tokens with their roles: \"<token> admin;<token> read\" (kept as SHA-256 hashes); prefer --admin-tokens-file, as flags show in ps")
-	fs.StringVar(&c.AdminTokensFile, "admin-tokens-file", c.AdminTokensFile, "file of admin API tokens: one \"<token> <role>\" per line (role read or admin), # comments")
+	fs.StringVar(&c.AdminTokensFile, "admin-tokens-file", c.AdminTokensFile, "file of admin API tokens: one \"<token> <role> [<name>]\" per line (role read or admin; the name is what logs show of its uses), # comments; re-read when it changes and on SIGHUP")
+	cli.DurationVar(fs, &c.TokensCheckEvery, "tokens-check-every", c.TokensCheckEvery, "how often --admin-tokens-file is looked at for a change (SIGHUP reads it at once)")
 	fs.BoolVar(&c.AdminInsecure, "admin-insecure", c.AdminInsecure, "without tokens, serve the admin API to anyone as admin (sluice dev on localhost only); without it and without tokens the API answers 403")
 	cli.KeepValues(fs, &c.Kafka, func() { c.Kafka.Register(fs, c.Kafka.ClientID) })
 	fs.Lookup("kafka-brokers").Usage = "Kafka brokers, comma-separated host:port: the admin API reads and replays <topic>.dlq and reads the relays' lag (none: those answer 503)"

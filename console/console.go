@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	consulapi "github.com/hashicorp/consul/api"
@@ -15,13 +16,16 @@ import (
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/reload"
 )
 
 // Console serves the admin API and the dashboard.
 type Console struct {
-	cfg      Config
-	log      *slog.Logger
-	auth     *admin.Auth // nil: no tokens, every request 403
+	cfg Config
+	log *slog.Logger
+	// auth checks the tokens: swapped when AdminTokensFile changes
+	// (follow); nil: no tokens, every request 403.
+	auth     atomic.Pointer[admin.Auth]
 	pool     *queue.Pool
 	consul   *consulapi.Client
 	reg      *prometheus.Registry
@@ -58,7 +62,8 @@ func New(cfg Config, log *slog.Logger) (*Console, error) {
 	if reg == nil {
 		reg = ops.NewRegistry()
 	}
-	con := &Console{cfg: cfg, log: log, auth: auth, pool: pool, consul: cc, reg: reg}
+	con := &Console{cfg: cfg, log: log, pool: pool, consul: cc, reg: reg}
+	con.auth.Store(auth)
 	con.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		// The name the metric had when the coordinator served the API:
 		// dashboards and alerts keep working (docs/admin.md#metrics).
@@ -89,6 +94,7 @@ func (con *Console) Registry() *prometheus.Registry { return con.reg }
 // a program that serves Handler on a server of its own, which it must stop
 // before ctx ends. The console has no work of its own between requests.
 func (con *Console) Run(ctx context.Context) error {
+	go con.follow(ctx)
 	<-ctx.Done()
 	con.closeClients()
 	return nil
@@ -99,6 +105,7 @@ func (con *Console) Run(ctx context.Context) error {
 // the console. sluice console listens on Config.Listen.
 func (con *Console) Serve(ctx context.Context, ln net.Listener) error {
 	defer con.closeClients()
+	go con.follow(ctx)
 	mux := http.NewServeMux()
 	ops.Mount(mux, con.reg, con.ready)
 	mux.Handle("/", con.handler)
@@ -127,4 +134,16 @@ func (con *Console) ready(ctx context.Context) error {
 // stage's relays registered, and Config.Topics.
 func (con *Console) registered(ctx context.Context) ([]string, error) {
 	return con.pool.Topics(ctx, con.cfg.Topics...)
+}
+
+// follow re-reads AdminTokensFile when it changes or on SIGHUP until ctx
+// ends, so that a token is added or revoked without a restart; a file that
+// no longer parses keeps the tokens in force (internal/reload).
+func (con *Console) follow(ctx context.Context) {
+	if con.cfg.AdminTokensFile == "" || con.cfg.Auth != nil {
+		return
+	}
+	reload.Watch(ctx, con.cfg.AdminTokensFile, "admin tokens", reload.Options{Every: con.cfg.TokensCheckEvery, Log: con.log},
+		func(string) (*admin.Auth, error) { return con.cfg.auth() },
+		func(a *admin.Auth) { con.auth.Store(a) })
 }

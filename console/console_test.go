@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,12 +82,32 @@ type running struct {
 	addr   string
 	cancel context.CancelFunc
 	done   chan error
+	logs   *logBuffer // what it logged, beside the test's log
+}
+
+// logBuffer keeps what a console logs, for tests that look for a line.
+type logBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // start serves a console with the bed's config (mutate changes it).
 func (b *bed) start(t *testing.T, name string, mutate func(*console.Config)) *running {
 	t.Helper()
-	log := slog.New(slog.NewTextHandler(testWriter{t, name}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logs := &logBuffer{}
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t, name}, logs), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	c, err := console.New(b.config(t, mutate), log)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +117,7 @@ func (b *bed) start(t *testing.T, name string, mutate func(*console.Config)) *ru
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &running{c: c, addr: ln.Addr().String(), cancel: cancel, done: make(chan error, 1)}
+	r := &running{c: c, addr: ln.Addr().String(), cancel: cancel, done: make(chan error, 1), logs: logs}
 	go func() { r.done <- c.Serve(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()

@@ -31,8 +31,9 @@ func (s scope) Allows(topic string) bool { return s.all || s.topics[topic] }
 
 // ParseTokens reads token definitions, one per line or separated by ';':
 //
-//	<token> <topic>[,<topic>...]   # or * for every topic
+//	<token> <topic>[,<topic>...] [<name>]   # or * for every topic
 //
+// The name is what logs show of the token (default "<source>:<line>").
 // A "+canary" entry in the list lets the token send heartbeat canaries
 // (the canary monitor's token: "<token> *,+canary").
 //
@@ -58,6 +59,9 @@ func ParseTokens(r io.Reader, source string) (*Auth, error) {
 				return nil, fmt.Errorf("%s line %d: token shorter than 16 characters", source, line)
 			}
 			s := scope{name: fmt.Sprintf("%s:%d", source, line), topics: map[string]bool{}}
+			if list, name, ok := cutAny(topics, " \t"); ok && strings.TrimSpace(name) != "" {
+				topics, s.name = list, strings.TrimSpace(name)
+			}
 			for _, t := range strings.Split(topics, ",") {
 				switch t = strings.TrimSpace(t); t {
 				case "":

@@ -33,6 +33,9 @@ type Config struct {
 	// Tokens are bearer tokens inline, "<token> <topics>" separated by ';'.
 	// Default "": none.
 	Tokens string
+	// TokensCheckEvery is how often TokensFile is looked at for a change
+	// (SIGHUP reads it at once). Default 1s.
+	TokensCheckEvery time.Duration
 	// AllowNoAuth serves without bearer tokens (development only); without
 	// it and without tokens New refuses. Default false.
 	AllowNoAuth bool
@@ -98,6 +101,7 @@ func DefaultConfig() Config {
 		MaxBatchBytes:          16 << 20,
 		MaxBatchJobs:           1000,
 		CallbackResolveTimeout: 2 * time.Second,
+		TokensCheckEvery:       time.Second,
 		MaxGroupItems:          10_000_000,
 		Location:               loc,
 		ProduceTimeout:         5 * time.Second,
@@ -122,8 +126,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address to serve the enqueue API, /healthz, /readyz and /metrics on")
 	cli.KeepValues(fs, &c.Kafka, func() { c.Kafka.Register(fs, c.Kafka.ClientID) })
 	cli.StringsVar(fs, &c.Topics, "topics", c.Topics, "topics clients may write, comma-separated (empty: every existing topic but internal ones: *.dlq, *.retry, __*)")
-	fs.StringVar(&c.TokensFile, "tokens-file", c.TokensFile, "file of bearer tokens, one per line: \"<token> <topic>[,<topic>...]\" or \"<token> *\"")
+	fs.StringVar(&c.TokensFile, "tokens-file", c.TokensFile, "file of bearer tokens, one per line: \"<token> <topic>[,<topic>...] [<name>]\" or \"<token> *\"; re-read when it changes and on SIGHUP")
 	fs.StringVar(&c.Tokens, "tokens", c.Tokens, "bearer tokens inline, \"<token> <topics>\" separated by ';' (prefer the env variable or a file: flags show in ps)")
+	cli.DurationVar(fs, &c.TokensCheckEvery, "tokens-check-every", c.TokensCheckEvery, "how often --tokens-file is looked at for a change (SIGHUP reads it at once)")
 	fs.BoolVar(&c.AllowNoAuth, "allow-no-auth", c.AllowNoAuth, "serve without bearer tokens (development only)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest single-job request body in bytes (413 above)")
 	fs.Int64Var(&c.MaxBatchBytes, "max-batch-bytes", c.MaxBatchBytes, "largest batch request body in bytes (413 above)")

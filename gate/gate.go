@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -17,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/reload"
 )
 
 // Gate serves the enqueue API.
@@ -25,7 +27,7 @@ type Gate struct {
 	log      *slog.Logger
 	producer *kafka.Producer
 	catalog  *kafka.Catalog
-	auth     *Auth
+	auth     atomic.Pointer[Auth] // swapped when TokensFile changes (followTokens)
 	allowed  map[string]bool
 	metrics  *metrics
 	reg      *prometheus.Registry
@@ -63,12 +65,12 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 		cfg:      cfg,
 		log:      log,
 		producer: producer,
-		auth:     auth,
 		allowed:  map[string]bool{},
 		reg:      ops.NewRegistry(),
 		now:      time.Now,
 		guard:    guard,
 	}
+	g.auth.Store(auth)
 	for _, t := range cfg.Topics {
 		g.allowed[t] = true
 	}
@@ -129,6 +131,12 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 		defer close(refreshing)
 		g.catalog.Run(cctx)
 	}()
+	following := make(chan struct{})
+	go func() {
+		defer close(following)
+		g.followTokens(cctx)
+	}()
+	defer func() { <-following }()
 	srv := &http.Server{
 		Handler:           g.handler,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -187,4 +195,24 @@ func (g *Gate) validate(ctx context.Context, j *job.Job, topic string, now time.
 		return err
 	}
 	return g.checkCallback(ctx, j.CallbackURL)
+}
+
+// followTokens re-reads TokensFile when it changes or on SIGHUP until ctx
+// ends: a token added or revoked takes effect within TokensCheckEvery,
+// without a restart. A file that no longer parses, or that would leave a
+// gate without AllowNoAuth with no token at all, is refused and the
+// tokens in force stay (internal/reload).
+func (g *Gate) followTokens(ctx context.Context) {
+	if g.cfg.TokensFile == "" {
+		return
+	}
+	reload.Watch(ctx, g.cfg.TokensFile, "gate tokens", reload.Options{Every: g.cfg.TokensCheckEvery, Log: g.log},
+		func(path string) (*Auth, error) {
+			a, err := LoadAuth(path, g.cfg.Tokens)
+			if err == nil && !a.Enabled() && !g.cfg.AllowNoAuth {
+				err = errors.New("no token left, and the gate does not run without (Config.AllowNoAuth)")
+			}
+			return a, err
+		},
+		func(a *Auth) { g.auth.Store(a) })
 }

@@ -444,7 +444,7 @@ func (g *Gate) redisRoute(x *exchange, what string, methods ...string) (allows f
 		x.fail(http.StatusMethodNotAllowed, "method %s not allowed: use %s", x.r.Method, strings.Join(methods, " or "))
 		return nil, false
 	}
-	allows, status, reason := g.auth.Authenticate(x.r)
+	allows, status, reason := g.auth.Load().Authenticate(x.r)
 	if status != 0 {
 		x.w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 		x.fail(status, "%s", reason)

@@ -122,7 +122,8 @@ func (g *Gate) admit(x *exchange, topic string) (acks kafka.Acks, partition int3
 		x.fail(http.StatusMethodNotAllowed, "method %s not allowed: use POST", x.r.Method)
 		return
 	}
-	sc, status, reason := g.auth.Check(x.r, topic)
+	auth := g.auth.Load()
+	sc, status, reason := auth.Check(x.r, topic)
 	if status != 0 {
 		if status == http.StatusUnauthorized {
 			x.w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
@@ -130,7 +131,7 @@ func (g *Gate) admit(x *exchange, topic string) (acks kafka.Acks, partition int3
 		x.fail(status, "%s", reason)
 		return
 	}
-	x.mayCanary = sc.canary || !g.auth.Enabled()
+	x.mayCanary = sc.canary || !auth.Enabled()
 	if kafka.InternalTopic(topic) {
 		x.fail(http.StatusForbidden, "topic %q is internal (retry, dead-letter or Kafka's own) and takes no jobs from clients", topic)
 		return
@@ -179,7 +180,7 @@ func (g *Gate) serveTopic(x *exchange) {
 		x.fail(http.StatusMethodNotAllowed, "method %s not allowed: use GET", x.r.Method)
 		return
 	}
-	if _, status, reason := g.auth.Check(x.r, topic); status != 0 {
+	if _, status, reason := g.auth.Load().Check(x.r, topic); status != 0 {
 		if status == http.StatusUnauthorized {
 			x.w.Header().Set("WWW-Authenticate", `Bearer realm="sluice"`)
 		}

@@ -53,12 +53,14 @@ type Auth struct {
 type tokenHash struct {
 	sum  [sha256.Size]byte
 	role Role
+	name string // logged for each use, never the token
 }
 
-// parseTokens reads "<token> <role>" entries separated by ';' or new
-// lines; blank entries and lines starting with '#' are skipped. It
-// returns the hashes only.
-func parseTokens(s string) ([]tokenHash, error) {
+// parseTokens reads "<token> <role> [<name>]" entries separated by ';' or
+// new lines; blank entries and lines starting with '#' are skipped. It
+// returns the hashes only, each named by its name, else by source and
+// its entry number.
+func parseTokens(s, source string) ([]tokenHash, error) {
 	var out []tokenHash
 	for _, line := range strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == '\n' }) {
 		line = strings.TrimSpace(line)
@@ -66,9 +68,13 @@ func parseTokens(s string) ([]tokenHash, error) {
 			continue
 		}
 		f := strings.Fields(line)
-		if len(f) != 2 {
+		if len(f) != 2 && len(f) != 3 {
 			// The entry holds a token: never echo it in the error.
-			return nil, fmt.Errorf("token entry %d: want \"<token> <role>\" (role read or admin)", len(out)+1)
+			return nil, fmt.Errorf("token entry %d: want \"<token> <role> [<name>]\" (role read or admin)", len(out)+1)
+		}
+		name := fmt.Sprintf("%s#%d", source, len(out)+1)
+		if len(f) == 3 {
+			name = f[2]
 		}
 		role, err := ParseRole(f[1])
 		if err != nil {
@@ -77,7 +83,7 @@ func parseTokens(s string) ([]tokenHash, error) {
 		if len(f[0]) < 8 {
 			return nil, fmt.Errorf("token entry %d: the token is shorter than 8 characters", len(out)+1)
 		}
-		out = append(out, tokenHash{sum: sha256.Sum256([]byte(f[0])), role: role})
+		out = append(out, tokenHash{sum: sha256.Sum256([]byte(f[0])), role: role, name: name})
 	}
 	return out, nil
 }
@@ -89,16 +95,19 @@ type Tokens struct{ hashes []tokenHash }
 // Len is how many tokens there are.
 func (t Tokens) Len() int { return len(t.hashes) }
 
-// ParseTokens reads "<token> <role>" entries (role read or admin)
-// separated by ';' or new lines; blank entries and lines starting with '#'
-// are skipped. Its errors name the entry by its number, never the token.
+// ParseTokens reads "<token> <role> [<name>]" entries (role read or
+// admin) separated by ';' or new lines; blank entries and lines starting
+// with '#' are skipped. The name is what the logs show of the token's
+// uses (default "inline#<entry number>"). Its errors name the entry by its
+// number, never the token.
 func ParseTokens(s string) (Tokens, error) {
-	h, err := parseTokens(s)
+	h, err := parseTokens(s, "inline")
 	return Tokens{h}, err
 }
 
-// ReadTokens reads a file of tokens, one "<token> <role>" per line, as
-// ParseTokens does; "" is no file and no tokens.
+// ReadTokens reads a file of tokens, one "<token> <role> [<name>]" per
+// line, as ParseTokens does (default name "<path>#<entry number>"); "" is
+// no file and no tokens.
 func ReadTokens(path string) (Tokens, error) {
 	if path == "" {
 		return Tokens{}, nil
@@ -117,7 +126,8 @@ func ReadTokens(path string) (Tokens, error) {
 	if err := sc.Err(); err != nil {
 		return Tokens{}, fmt.Errorf("%s: %w", path, err)
 	}
-	t, err := ParseTokens(b.String())
+	h, err := parseTokens(b.String(), path)
+	t := Tokens{h}
 	if err != nil {
 		return Tokens{}, fmt.Errorf("%s: %w", path, err)
 	}
@@ -141,46 +151,60 @@ func (a *Auth) Configured() bool { return len(a.tokens) > 0 }
 // Insecure reports whether requests go in without a token.
 func (a *Auth) Insecure() bool { return !a.Configured() && a.insecure }
 
-// Check authenticates r and authorizes its method. It returns the role,
-// or the error to answer. Its fixes name no server setting: the server
-// knows how its tokens are configured, and adds that to a 403 for no
-// tokens at all (Configured false), or to an unknown token's 401.
+// Caller is who a request comes from: its token's role and name.
+type Caller struct {
+	Role Role
+	// Name is the token's name ("" without tokens): logs show it, never
+	// the token.
+	Name string
+}
+
+// Check authenticates r and authorizes its method; see Identify.
 func (a *Auth) Check(r *http.Request) (Role, *Error) {
+	c, err := a.Identify(r)
+	return c.Role, err
+}
+
+// Identify authenticates r and authorizes its method. It returns the
+// caller, or the error to answer. Its fixes name no server setting: the
+// server knows how its tokens are configured, and adds that to a 403 for
+// no tokens at all (Configured false), or to an unknown token's 401.
+func (a *Auth) Identify(r *http.Request) (Caller, *Error) {
 	if !a.Configured() {
 		if a.insecure {
-			return RoleAdmin, nil
+			return Caller{Role: RoleAdmin, Name: "insecure"}, nil
 		}
-		return RoleNone, &Error{Status: http.StatusForbidden, Message: "the admin API has no tokens configured",
+		return Caller{}, &Error{Status: http.StatusForbidden, Message: "the admin API has no tokens configured",
 			Fix: "give the server admin tokens, \"<token> admin;<token> read\" (docs/admin.md)"}
 	}
 	h := r.Header.Get("Authorization")
 	tok, ok := strings.CutPrefix(h, "Bearer ")
 	if !ok || strings.TrimSpace(tok) == "" {
-		return RoleNone, &Error{Status: http.StatusUnauthorized, Message: "no bearer token",
+		return Caller{}, &Error{Status: http.StatusUnauthorized, Message: "no bearer token",
 			Fix: "send Authorization: Bearer <token> (sluice: --admin-token, --admin-token-file or SLUICE_ADMIN_TOKEN)"}
 	}
-	role := a.lookup(strings.TrimSpace(tok))
-	if role == RoleNone {
-		return RoleNone, &Error{Status: http.StatusUnauthorized, Message: "unknown token",
+	c := a.lookup(strings.TrimSpace(tok))
+	if c.Role == RoleNone {
+		return Caller{}, &Error{Status: http.StatusUnauthorized, Message: "unknown token",
 			Fix: "use one of the server's admin tokens"}
 	}
-	if role < RoleAdmin && r.Method != http.MethodGet && r.Method != http.MethodHead {
-		return role, &Error{Status: http.StatusForbidden, Message: "this token's role is read: " + r.Method + " needs admin",
+	if c.Role < RoleAdmin && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		return c, &Error{Status: http.StatusForbidden, Message: "this token's role is read: " + r.Method + " needs admin",
 			Fix: "use a token with the admin role"}
 	}
-	return role, nil
+	return c, nil
 }
 
 // lookup compares the token's hash with every configured one in constant
 // time, all of them every time, so the answer's timing tells nothing of
 // which (or whether one) matched.
-func (a *Auth) lookup(tok string) Role {
+func (a *Auth) lookup(tok string) Caller {
 	sum := sha256.Sum256([]byte(tok))
-	role := RoleNone
+	var c Caller
 	for _, t := range a.tokens {
-		if subtle.ConstantTimeCompare(sum[:], t.sum[:]) == 1 && t.role > role {
-			role = t.role
+		if subtle.ConstantTimeCompare(sum[:], t.sum[:]) == 1 && t.role > c.Role {
+			c = Caller{Role: t.role, Name: t.name}
 		}
 	}
-	return role
+	return c
 }

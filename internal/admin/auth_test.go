@@ -91,8 +91,8 @@ func TestTokensErrorsNameNoSetting(t *testing.T) {
 }
 
 func TestParseTokensNeverEchoesATokenInErrors(t *testing.T) {
-	for _, bad := range []string{"secret-token-1", "secret-token-1 root", "secret-token-1 admin extra", "short admin"} {
-		_, err := parseTokens(bad)
+	for _, bad := range []string{"secret-token-1", "secret-token-1 root", "secret-token-1 admin name extra", "short admin"} {
+		_, err := parseTokens(bad, "test")
 		if err == nil {
 			t.Errorf("parseTokens(%q) accepted", bad)
 			continue
@@ -110,20 +110,39 @@ func FuzzParseTokens(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		hashes, err := parseTokens(s)
+		hashes, err := parseTokens(s, "fuzz")
 		if err != nil {
 			return
 		}
 		a := &Auth{tokens: hashes}
 		for _, line := range strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == '\n' }) {
 			f := strings.Fields(line)
-			if len(f) != 2 || strings.HasPrefix(strings.TrimSpace(line), "#") {
+			if (len(f) != 2 && len(f) != 3) || strings.HasPrefix(strings.TrimSpace(line), "#") {
 				continue
 			}
 			want, _ := ParseRole(f[1])
-			if got := a.lookup(f[0]); got < want {
+			if got := a.lookup(f[0]).Role; got < want {
 				t.Fatalf("token %q: role %v, want at least %v", f[0], got, want)
 			}
 		}
 	})
+}
+
+// TestEachTokenHasAName: the name a token's uses are logged by, its own
+// or its entry's.
+func TestEachTokenHasAName(t *testing.T) {
+	tok, err := ParseTokens("token-of-ops-1 admin alice;token-of-ci-12 read")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := NewAuth(false, tok)
+	for token, want := range map[string]Caller{
+		"token-of-ops-1": {RoleAdmin, "alice"},
+		"token-of-ci-12": {RoleRead, "inline#2"},
+		"someone-else-1": {},
+	} {
+		if got := a.lookup(token); got != want {
+			t.Errorf("%s: %+v, want %+v", token, got, want)
+		}
+	}
 }

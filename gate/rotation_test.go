@@ -1,0 +1,62 @@
+package gate_test
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/gate"
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// TestATokenRemovedFromItsFileIsRefusedWithoutARestart: the tokens file
+// is followed: a token taken out is refused within 5 s while the other
+// keeps working, and a new one works at once too.
+func TestATokenRemovedFromItsFileIsRefusedWithoutARestart(t *testing.T) {
+	k := newKafka(t)
+	file := filepath.Join(t.TempDir(), "tokens")
+	write := func(s string) {
+		t.Helper()
+		// As an operator's tool does: a new file renamed over the old.
+		tmp := file + ".new"
+		if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("leaked-token-0123456789 * ci\nkept-token-0123456789 jobs ops\n")
+	g := startGate(t, k, func(c *gate.Config) {
+		c.AllowNoAuth = false
+		c.TokensFile = file
+		c.TokensCheckEvery = 100 * time.Millisecond
+	})
+	status := func(token string) int {
+		return post(t, g.url+"/v1/topics/jobs/jobs", `{"type":"t","payload":{}}`, "Authorization", "Bearer "+token).status
+	}
+	if s := status("leaked-token-0123456789"); s != http.StatusAccepted {
+		t.Fatalf("before: %d", s)
+	}
+	write("kept-token-0123456789 jobs ops\nnew-token-0123456789 jobs ci-2\n")
+	removed := time.Now()
+	testenv.WaitFor(t, 5*time.Second, "the removed token to be refused", func() bool { return status("leaked-token-0123456789") == http.StatusUnauthorized })
+	t.Logf("refused %s after the file changed", time.Since(removed).Round(time.Millisecond))
+	for _, tok := range []string{"kept-token-0123456789", "new-token-0123456789"} {
+		if s := status(tok); s != http.StatusAccepted {
+			t.Errorf("%s: %d", tok, s)
+		}
+	}
+	// A file left with no token is refused (internal/reload's tests cover
+	// refused contents): the tokens in force stay.
+	write("# nobody\n")
+	syscall.Kill(os.Getpid(), syscall.SIGHUP) // a reload asked at once, as an operator may
+	write("kept-token-0123456789 jobs ops\n")
+	testenv.WaitFor(t, 5*time.Second, "the last change to be in force", func() bool { return status("new-token-0123456789") == http.StatusUnauthorized })
+	if s := status("kept-token-0123456789"); s != http.StatusAccepted {
+		t.Errorf("the token kept through it all: %d", s)
+	}
+}

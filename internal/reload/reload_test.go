@@ -1,0 +1,94 @@
+package reload
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a log written by the watcher and read by the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+func TestWatchAppliesChangesAndKeepsTheLastGood(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "conf")
+	os.WriteFile(file, []byte("one"), 0o600)
+	var logs syncBuffer
+	applied := make(chan string, 10)
+	signals := make(chan os.Signal, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		Watch(ctx, file, "test", Options{Every: 10 * time.Millisecond, Log: slog.New(slog.NewTextHandler(&logs, nil)), Signals: signals},
+			func(path string) (string, error) {
+				b, err := os.ReadFile(path)
+				if strings.HasPrefix(string(b), "bad") {
+					return "", errors.New("refused content")
+				}
+				return string(b), err
+			},
+			func(v string) { applied <- v })
+	}()
+	next := func() string {
+		select {
+		case v := <-applied:
+			return v
+		case <-time.After(5 * time.Second):
+			t.Fatal("nothing applied")
+			return ""
+		}
+	}
+	// The first look applies what the file holds then: "one", or "two"
+	// if the write below came first.
+	os.WriteFile(file, []byte("two"), 0o600)
+	if v := next(); v == "one" {
+		if v = next(); v != "two" {
+			t.Fatalf("applied %q", v)
+		}
+	} else if v != "two" {
+		t.Fatalf("applied %q", v)
+	}
+	os.WriteFile(file, []byte("bad value"), 0o600)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(logs.String(), "refused content") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the bad content was not logged: %s", logs.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if strings.Count(logs.String(), "refused content") != 1 {
+		t.Errorf("a refused content is logged once: %s", logs.String())
+	}
+	select {
+	case v := <-applied:
+		t.Fatalf("a refused content was applied: %q", v)
+	default:
+	}
+	os.WriteFile(file, []byte("three"), 0o600)
+	if v := next(); v != "three" {
+		t.Fatalf("applied %q", v)
+	}
+	signals <- os.Interrupt // a SIGHUP: read again though unchanged
+	if v := next(); v != "three" {
+		t.Fatalf("after a signal: %q", v)
+	}
+	cancel()
+	<-done
+}
