@@ -16,7 +16,6 @@ import (
 	"strings"
 	"time"
 
-
 	"github.com/sluicehq/sluice/coordinator"
 	"github.com/sluicehq/sluice/gate"
 	"github.com/sluicehq/sluice/internal/admin"
