@@ -6,7 +6,9 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
+	"syscall"
 
 	"github.com/redis/go-redis/v9"
 
@@ -180,6 +182,9 @@ func explain(server string, err error) error {
 		return fmt.Errorf("Redis %s: its TLS certificate does not verify: %w: check --redis-tls-ca-file (Config.RedisTLS.CAFile)", server, err)
 	case errors.As(err, &notTLS) || strings.Contains(msg, "first record does not look like a TLS handshake"):
 		return fmt.Errorf("Redis %s does not speak TLS on this port: %w: drop --redis-tls and the --redis-tls-* files, or point --redis-addr at its TLS port", server, err)
+	case errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET):
+		// What a TLS port answers a plain client with.
+		return fmt.Errorf("Redis %s closed the connection: %w (if it serves TLS only, set --redis-tls and --redis-tls-ca-file)", server, err)
 	}
 	return fmt.Errorf("Redis %s: %w", server, err)
 }
