@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 	"time"
-
 )
 
 // The Sentinel group replicates, and promotes the replica when the master
