@@ -37,6 +37,7 @@ type Connect struct {
 	SentinelAddrs []string
 	// SentinelMaster is the master name the Sentinels monitor (their
 	// "sentinel monitor <name> ..."). Required with SentinelAddrs.
+	// Default "".
 	SentinelMaster string
 	// SentinelUser and SentinelPassword log in to the Sentinels
 	// themselves. The password is read once, when the pool is made.
