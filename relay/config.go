@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/cli"
@@ -59,8 +61,16 @@ type Config struct {
 	// DurableAfter is how long Redis must have kept a write, without a
 	// restart, before its Kafka offset is committed (durable.go); 0
 	// commits as soon as Redis answers (for appendfsync always). Default
-	// 3s.
+	// 3s. --durable-after replicas:N sets it to 0 and DurableReplicas to N.
 	DurableAfter time.Duration
+	// DurableReplicas, when above 0, is the replication form of the hold
+	// (replicas.go): after each write the relay sends WAIT DurableReplicas
+	// to the partition's master and settles the batch, so that its offset
+	// may be committed, only once that many replicas have it; fewer, and
+	// the batch is written again (deduplicated) and waited for again.
+	// For Redis under Sentinel. Default 0 (off). No flag of its own:
+	// --durable-after replicas:N sets DurableReplicas to N.
+	DurableReplicas int
 	// LagEvery is how often the lag gauges are read from Kafka's end
 	// offsets while the relay cannot write, besides after each batch.
 	// Default 5s.
@@ -138,7 +148,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "most jobs per Redis pipeline and per rate-limit wait")
 	cli.DurationVar(fs, &c.CommitEvery, "commit-every", c.CommitEvery, "how often to commit Kafka offsets (only of jobs Redis accepted)")
 	cli.DurationVar(fs, &c.IDDedupeTTL, "id-dedupe-ttl", c.IDDedupeTTL, "how long a job id the client chose is remembered: a resend of it within this time is dropped (replays of Kafka records are deduped by their position, whatever their age)")
-	cli.DurationVar(fs, &c.DurableAfter, "durable-after", c.DurableAfter, "commit a Kafka offset only once Redis has kept the writes before it this long without restarting (its AOF fsync, every second with appendfsync everysec, has run); a Redis restart under younger writes makes the relay go on from the committed offsets. 0: commit as soon as Redis answers (appendfsync always)")
+	fs.Var(durableValue{&c.DurableAfter, &c.DurableReplicas}, "durable-after", "commit a Kafka offset only once Redis has kept the writes before it this long without restarting (its AOF fsync, every second with appendfsync everysec, has run); a Redis restart under younger writes makes the relay go on from the committed offsets. 0: commit as soon as Redis answers (appendfsync always). replicas:N (Sentinel): commit only once N replicas acknowledged the writes (WAIT); fewer, and the batch is written again")
 	cli.DurationVar(fs, &c.LagEvery, "lag-every", c.LagEvery, "how often sluice_relay_lag_messages is read from Kafka's end offsets while the relay cannot write (it is also set after each batch)")
 	fs.Float64Var(&c.HighWatermark, "memory-high", c.HighWatermark, "pause relaying above this fraction of Redis maxmemory")
 	fs.Float64Var(&c.LowWatermark, "memory-low", c.LowWatermark, "resume relaying below this fraction of Redis maxmemory")
@@ -146,6 +156,40 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxRequeues, "max-requeues", c.MaxRequeues, "times a job Redis refused for a reason of its own is produced to Kafka again before it goes to the DLQ")
 	fs.BoolVar(&c.Shadow, "shadow", c.Shadow, "read and count, write nothing to Redis and commit nothing (roll-out mode)")
 	cli.DurationVar(fs, &c.DrainTimeout, "drain-timeout", c.DrainTimeout, "deprecated, does nothing: a stopping relay commits what Redis kept and hands over at once (the next holder relays the rest, deduplicated); accepted for one release")
+}
+
+// durableValue is --durable-after: a duration (DurableAfter) or
+// replicas:N (DurableReplicas; DurableAfter 0).
+type durableValue struct {
+	after    *time.Duration
+	replicas *int
+}
+
+func (v durableValue) String() string {
+	if v.after == nil {
+		return ""
+	}
+	if *v.replicas > 0 {
+		return "replicas:" + strconv.Itoa(*v.replicas)
+	}
+	return v.after.String()
+}
+
+func (v durableValue) Set(s string) error {
+	if n, ok := strings.CutPrefix(s, "replicas:"); ok {
+		r, err := strconv.Atoi(n)
+		if err != nil || r < 1 {
+			return fmt.Errorf("%q: want replicas:N with N at least 1", s)
+		}
+		*v.after, *v.replicas = 0, r
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return fmt.Errorf("%q: want a duration (3s; 0 for none) or replicas:N", s)
+	}
+	*v.after, *v.replicas = d, 0
+	return nil
 }
 
 // validate checks the configuration; its errors name the field.
@@ -160,6 +204,8 @@ func (c *Config) validate() error {
 		return errors.New("relay: Config.BatchSize: must be at least 1")
 	case c.LagEvery <= 0:
 		return errors.New("relay: Config.LagEvery: must be positive")
+	case c.DurableReplicas < 0:
+		return fmt.Errorf("relay: Config.DurableReplicas: %d: want 0 (off) or the replicas to wait for", c.DurableReplicas)
 	case c.LowWatermark <= 0 || c.HighWatermark > 1 || c.LowWatermark >= c.HighWatermark:
 		return fmt.Errorf("relay: Config.LowWatermark %g and Config.HighWatermark %g: want 0 < low < high <= 1", c.LowWatermark, c.HighWatermark)
 	}

@@ -19,6 +19,7 @@ type metrics struct {
 	lockAcquired  *prometheus.CounterVec // topic
 	consumeErrors *prometheus.CounterVec // topic
 	rewinds       *prometheus.CounterVec // topic
+	replicaWaits  *prometheus.CounterVec // topic
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -57,6 +58,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rewinds: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_relay_rewinds_total", Help: "Times the relay went back to the committed offsets because Redis restarted under writes not yet durable (--durable-after).",
 		}, []string{"topic"}),
+		replicaWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_relay_replica_waits_failed_total", Help: "WAITs (--durable-after replicas:N) that fewer replicas answered in time, or that failed: the batch was written and waited for again, its offsets held back.",
+		}, []string{"topic"}),
 		consumeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_relay_consume_errors_total", Help: "Errors reading from Kafka.",
 		}, []string{"topic"}),
@@ -70,6 +74,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	reg.MustRegister(m.jobs, m.lag, m.rateWait, m.ratePaused, m.rateLimit, m.memPaused, m.memRatio,
-		m.lockHeld, m.lockAcquired, m.redisRetries, m.consumeErrors, m.rewinds, m.batchSize, m.enqueueTime)
+		m.lockHeld, m.lockAcquired, m.redisRetries, m.consumeErrors, m.rewinds, m.replicaWaits, m.batchSize, m.enqueueTime)
 	return m
 }

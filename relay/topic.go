@@ -440,6 +440,10 @@ func (r *Relay) cancelGroups(ctx context.Context, topic string, groups []string,
 		for {
 			n, err := r.pool.CancelGroup(ctx, topic, g, r.now())
 			if err == nil {
+				// Settled once the replicas have it, as an enqueue.
+				err = r.waitReplicas(ctx, topic, []int{r.pool.Layout().PartitionOf(g)})
+			}
+			if err == nil {
 				log.Info("bulk group cancelled: its submission failed halfway", "group", g, "removed", n)
 				r.m.jobs.WithLabelValues(topic, "group_cancelled").Inc()
 				break
@@ -517,6 +521,11 @@ func (t *topicRun) enqueue(ctx context.Context, items []queue.Item) ([]queue.Res
 			return nil, errLeaseLost
 		}
 		results, err := r.pool.Enqueue(ctx, lease.Token(), items, r.now())
+		if err == nil {
+			// --durable-after replicas:N: settled only once the
+			// replicas have it; else written again, deduplicated.
+			err = r.waitReplicas(ctx, topic, partsOf(layout, items))
+		}
 		if err == nil {
 			if failing {
 				log.Info("Redis serves again; relaying resumed")

@@ -164,6 +164,12 @@ func checkConfigFlags(t *testing.T, part string, defaults func() any, dir string
 		}
 	})
 	docs := configFieldDocs(t, dir)
+	// The fields of the embedded queue.Location are documented there.
+	for name, doc := range typeFieldDocs(t, "../../internal/queue", "Location") {
+		if _, ok := docs[name]; !ok {
+			docs[name] = doc
+		}
+	}
 	for _, field := range cli.ConfigFields(cfg) {
 		if reached[field] {
 			continue
@@ -181,6 +187,13 @@ func checkConfigFlags(t *testing.T, part string, defaults func() any, dir string
 // the package in dir, by field name (an embedded field by its type's).
 func configFieldDocs(t *testing.T, dir string) map[string]string {
 	t.Helper()
+	return typeFieldDocs(t, dir, "Config")
+}
+
+// typeFieldDocs reads the doc comments of the fields of the struct type
+// typeName in the package in dir.
+func typeFieldDocs(t *testing.T, dir, typeName string) map[string]string {
+	t.Helper()
 	pkgs, err := parser.ParseDir(token.NewFileSet(), dir, func(fi fs.FileInfo) bool {
 		return !strings.HasSuffix(fi.Name(), "_test.go")
 	}, parser.ParseComments)
@@ -192,7 +205,7 @@ func configFieldDocs(t *testing.T, dir string) map[string]string {
 		for _, f := range pkg.Files {
 			ast.Inspect(f, func(n ast.Node) bool {
 				ts, ok := n.(*ast.TypeSpec)
-				if !ok || ts.Name.Name != "Config" {
+				if !ok || ts.Name.Name != typeName {
 					return true
 				}
 				for _, field := range ts.Type.(*ast.StructType).Fields.List {
@@ -212,7 +225,7 @@ func configFieldDocs(t *testing.T, dir string) map[string]string {
 		}
 	}
 	if len(docs) == 0 {
-		t.Fatalf("no type Config in %s", dir)
+		t.Fatalf("no type %s in %s", typeName, dir)
 	}
 	return docs
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/coordinator"
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/ops"
+	"github.com/sluicehq/sluice/internal/queue"
 )
 
 // runConsole is sluice console: the admin API and the dashboard alone, on
@@ -73,7 +74,18 @@ func coordinatorConsoleConfig() console.Config {
 
 // sharedConsoleFlags are the console's flags that sluice coordinator's
 // Config defines already: one flag sets both (share).
-var sharedConsoleFlags = []string{"listen", "stage", "redis-addr", "redis-partitions", "redis-partition-addrs", "topics", "consul-addr", "consumer-ttl"}
+// Every flag of the embedded queue.Location is one (share copies it whole).
+var sharedConsoleFlags = append([]string{"listen", "topics", "consul-addr", "consumer-ttl"}, locationFlags()...)
+
+// locationFlags are the names of queue.Location's flags.
+func locationFlags() []string {
+	var loc queue.Location
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	loc.RegisterFlags(fs)
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return names
+}
 
 // register adds --console and the console's flags that fs, sluice
 // coordinator's, does not define yet (sharedConsoleFlags), bound to cc.cfg.

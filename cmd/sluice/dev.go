@@ -16,8 +16,6 @@ import (
 	"strings"
 	"time"
 
-	goredis "github.com/redis/go-redis/v9"
-
 	"github.com/sluicehq/sluice/coordinator"
 	"github.com/sluicehq/sluice/gate"
 	"github.com/sluicehq/sluice/internal/admin"
@@ -425,16 +423,16 @@ func startPart[S ops.Server](name, addr string, build func() (S, error)) (done c
 // agent was just started empty and this process runs the only relay.
 // Production Consul keeps its state, and its tokens only grow.
 func clearDevFences(ctx context.Context, cfg devConfig) error {
-	rdb := goredis.NewClient(&goredis.Options{Addr: cfg.RedisAddr})
-	defer rdb.Close()
 	layout := queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}
-	keys := make([]string, 0, cfg.RedisPartitions)
-	for p := range cfg.RedisPartitions {
-		keys = append(keys, layout.Keys(queue.Queue{Topic: cfg.Topic, Part: p}).Fence())
+	// Through the pool, as every part builds its clients.
+	pool, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: cfg.RedisAddr})
+	if err != nil {
+		return err
 	}
+	defer pool.Close()
 	// One DEL per key: a partition's keys hash to a slot of their own.
-	for _, k := range keys {
-		if err := rdb.Del(ctx, k).Err(); err != nil {
+	for p := range cfg.RedisPartitions {
+		if err := pool.Client(p).Del(ctx, layout.Keys(queue.Queue{Topic: cfg.Topic, Part: p}).Fence()).Err(); err != nil {
 			return err
 		}
 	}

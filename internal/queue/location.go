@@ -7,6 +7,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // Location is where a stage's Redis partitions live: the stage whose keys
@@ -31,6 +34,35 @@ type Location struct {
 	// partition -> host:port, "0=host:port,3=host:port" as a flag. Default:
 	// none.
 	PartitionAddrs map[int]string
+	// RedisUser is the Redis ACL user every connection logs in as.
+	// Default "": the default user (with RedisPassword alone, AUTH
+	// <password>).
+	RedisUser string
+	// RedisPassword is RedisUser's password: --redis-password, or better
+	// --redis-password-file, re-read on every new connection so a rotated
+	// file needs no restart. Default: none.
+	RedisPassword cli.Secret
+	// RedisTLS dials Redis, and the Sentinels, over TLS: --redis-tls,
+	// --redis-tls-ca-file, --redis-tls-cert-file, --redis-tls-key-file,
+	// --redis-tls-server-name. Default: plain TCP. No flag sets
+	// RedisTLS.InsecureSkipVerify (tests only).
+	RedisTLS tlsfiles.Client
+	// SentinelAddrs are Sentinels (host:port) to find each partition's
+	// master by, following it across failovers. With them RedisAddr is not
+	// used: the partitions not in PartitionAddrs are on SentinelMaster,
+	// and PartitionAddrs' values are master names. Default: none (no
+	// Sentinel).
+	SentinelAddrs []string
+	// SentinelMaster is the name the Sentinels monitor the master by
+	// ("sentinel monitor <name> ..."); required with SentinelAddrs.
+	// Default "".
+	SentinelMaster string
+	// SentinelUser is the ACL user to log in to the Sentinels as.
+	// Default "": none.
+	SentinelUser string
+	// SentinelPassword logs in to the Sentinels (read when a part starts).
+	// Default: none.
+	SentinelPassword cli.Secret
 }
 
 // DefaultLocation is the location of the dev stage's partitions: 8 of
@@ -39,14 +71,22 @@ func DefaultLocation() Location {
 	return Location{Stage: "dev", RedisAddr: "127.0.0.1:6379", Partitions: 8}
 }
 
-// RegisterFlags adds --stage, --redis-addr, --redis-partitions and
-// --redis-partition-addrs to fs, bound to l's fields, with l's values as
-// their defaults.
+// RegisterFlags adds --stage, --redis-addr, --redis-partitions,
+// --redis-partition-addrs, the login (--redis-user, --redis-password[-file]),
+// TLS (--redis-tls*) and Sentinel (--redis-sentinel-*) flags to fs, bound to
+// l's fields, with l's values as their defaults.
 func (l *Location) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&l.Stage, "stage", l.Stage, "stage name: Redis keys under sluice:{<stage>:<topic>:p<N>}: and sluice:{<stage>:p<N>}:, Consul keys under sluice/<stage>/")
 	fs.StringVar(&l.RedisAddr, "redis-addr", l.RedisAddr, "Redis address of every partition not in --redis-partition-addrs")
 	fs.IntVar(&l.Partitions, "redis-partitions", l.Partitions, "Redis partitions in the layout (queue pool size N: partition = fnv1a32(group) % N); every part of a stage must agree")
-	fs.Var(partitionAddrsValue{&l.PartitionAddrs}, "redis-partition-addrs", "partitions on Redis servers of their own: \"0=host:port,3=host:port\"")
+	fs.Var(partitionAddrsValue{&l.PartitionAddrs}, "redis-partition-addrs", "partitions on Redis servers of their own: \"0=host:port,3=host:port\" (with Sentinel: \"0=master-name,...\")")
+	fs.StringVar(&l.RedisUser, "redis-user", l.RedisUser, "Redis ACL user to log in as (default: the default user)")
+	cli.SecretVar(fs, &l.RedisPassword, "redis-password", "the Redis user's password")
+	l.RedisTLS.Register(fs, "redis", "Redis")
+	cli.StringsVar(fs, &l.SentinelAddrs, "redis-sentinel-addrs", l.SentinelAddrs, "Sentinels (host:port, comma-separated) to find each partition's master by, following failovers; --redis-addr is then not used")
+	fs.StringVar(&l.SentinelMaster, "redis-sentinel-master", l.SentinelMaster, "master name the Sentinels monitor (required with --redis-sentinel-addrs)")
+	fs.StringVar(&l.SentinelUser, "redis-sentinel-user", l.SentinelUser, "ACL user to log in to the Sentinels as")
+	cli.SecretVar(fs, &l.SentinelPassword, "redis-sentinel-password", "the Sentinels' password")
 }
 
 // Layout is the key layout of the location's partitions.
@@ -54,7 +94,10 @@ func (l Location) Layout() Layout { return Layout{Stage: l.Stage, Partitions: l.
 
 // PoolConfig is the configuration of a pool of the location's partitions.
 func (l Location) PoolConfig() PoolConfig {
-	return PoolConfig{Layout: l.Layout(), Addr: l.RedisAddr, PartitionAddrs: l.PartitionAddrs}
+	return PoolConfig{Layout: l.Layout(), Addr: l.RedisAddr, PartitionAddrs: l.PartitionAddrs, Connect: Connect{
+		User: l.RedisUser, Password: l.RedisPassword, TLS: l.RedisTLS,
+		SentinelAddrs: l.SentinelAddrs, SentinelMaster: l.SentinelMaster, SentinelUser: l.SentinelUser, SentinelPassword: l.SentinelPassword,
+	}}
 }
 
 // Validate checks the location. Its errors start with the field's name
@@ -68,6 +111,19 @@ func (l Location) Validate() error {
 		return fmt.Errorf("Partitions: %d: want 1..%d", l.Partitions, maxPartitions)
 	case l.RedisAddr == "":
 		return errors.New("RedisAddr: empty: want host:port")
+	case len(l.SentinelAddrs) > 0 && l.SentinelMaster == "":
+		return errors.New("SentinelMaster: empty: name the master the Sentinels monitor (their \"sentinel monitor <name> ...\")")
+	case l.SentinelMaster != "" && len(l.SentinelAddrs) == 0:
+		return fmt.Errorf("SentinelAddrs: empty, but SentinelMaster is %q: list the Sentinels", l.SentinelMaster)
+	}
+	if _, err := l.RedisTLS.Config(); err != nil {
+		return fmt.Errorf("RedisTLS: %w", err)
+	}
+	if _, err := l.RedisPassword.Read(); err != nil {
+		return fmt.Errorf("RedisPassword: %w", err)
+	}
+	if _, err := l.SentinelPassword.Read(); err != nil {
+		return fmt.Errorf("SentinelPassword: %w", err)
 	}
 	for p, addr := range l.PartitionAddrs {
 		if p < 0 || p >= l.Partitions {

@@ -36,6 +36,9 @@ type PoolConfig struct {
 	// PartitionAddrs moves partitions to Redis servers of their own
 	// (physical partitioning); see ParsePartitionAddrs.
 	PartitionAddrs map[int]string
+	// Connect is how the clients log in (ACL user, password), whether they
+	// use TLS, and Sentinel (connect.go). Default: plain TCP, no login.
+	Connect Connect
 	// Options, if set, adjusts each client's options (timeouts, pool size).
 	Options func(*redis.Options)
 	// IDDedupeTTL is how long a client-chosen job id is remembered, so
@@ -70,29 +73,19 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if o := ownerName(cfg.Owner); o != "" {
 		p.batchPrefix = o + ownerSep + p.batchPrefix
 	}
+	tc, sentinelPassword, err := cfg.Connect.settings()
+	if err != nil {
+		return nil, err
+	}
 	clients := map[string]*redis.Client{}
 	for part := range p.byPart {
-		addr := cfg.Addr
-		if a, ok := cfg.PartitionAddrs[part]; ok {
-			addr = a
-		}
-		c, ok := clients[addr]
+		server := cfg.server(part)
+		c, ok := clients[server]
 		if !ok {
-			opts := &redis.Options{
-				Addr: addr,
-				// Retries are the caller's: a script retried by the
-				// client behind our back could run twice. (Ours are
-				// idempotent, but the caller must also see the
-				// failure to back off and log it.)
-				MaxRetries: -1,
-			}
-			if cfg.Options != nil {
-				cfg.Options(opts)
-			}
-			c = redis.NewClient(opts)
-			clients[addr] = c
+			c = cfg.newClient(server, tc, sentinelPassword)
+			clients[server] = c
 			p.distinct = append(p.distinct, c)
-			p.addrs = append(p.addrs, addr)
+			p.addrs = append(p.addrs, cfg.serverLabel(server))
 		}
 		p.byPart[part] = c
 	}
@@ -121,7 +114,7 @@ func (p *Pool) Close() error {
 func (p *Pool) Ping(ctx context.Context) error {
 	for i, c := range p.distinct {
 		if err := c.Ping(ctx).Err(); err != nil {
-			return fmt.Errorf("Redis %s: %v", p.addrs[i], err)
+			return explain(p.addrs[i], err)
 		}
 	}
 	return nil
@@ -134,7 +127,7 @@ func (p *Pool) LoadScripts(ctx context.Context) error {
 	for i, c := range p.distinct {
 		for _, s := range scripts {
 			if err := s.Load(ctx, c).Err(); err != nil {
-				return fmt.Errorf("loading scripts into Redis %s: %w", p.addrs[i], err)
+				return fmt.Errorf("loading scripts: %w", explain(p.addrs[i], err))
 			}
 		}
 	}

@@ -3,6 +3,8 @@ package stack
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -34,6 +36,21 @@ type RedisConfig struct {
 	MaxMemory string
 	// Stdout receives the server's log, overriding Dir/redis.log.
 	Stdout io.Writer
+	// TLS, if set, serves TLS alone, on Addr's port (--port 0
+	// --tls-port), with its files; clients may but need not present a
+	// certificate (--tls-auth-clients optional). Default: plain TCP.
+	TLS *RedisTLS
+	// ConfigFile, if set, is read first (redis-server <file> ...), as a
+	// Sentinel needs: it rewrites the file with what it learns.
+	ConfigFile string
+	// Args are more redis-server arguments, after the ones above: a later
+	// one wins ("--replicaof", "--user", "--sentinel"). Default: none.
+	Args []string
+}
+
+// RedisTLS are the PEM files a TLS redis-server serves with.
+type RedisTLS struct {
+	CertFile, KeyFile, CAFile string
 }
 
 // Redis is a running (or stopped) redis-server child process.
@@ -74,7 +91,11 @@ func StartRedis(ctx context.Context, cfg RedisConfig) (*Redis, error) {
 
 func (r *Redis) args() []string {
 	host, port, _ := net.SplitHostPort(r.cfg.Addr)
-	args := []string{
+	var args []string
+	if r.cfg.ConfigFile != "" {
+		args = append(args, r.cfg.ConfigFile)
+	}
+	args = append(args,
 		"--bind", host,
 		"--port", port,
 		"--dir", r.cfg.Dir,
@@ -83,6 +104,10 @@ func (r *Redis) args() []string {
 		"--protected-mode", "no",
 		"--save", "", // no RDB snapshots: persistence is AOF or nothing
 		"--maxmemory-policy", "noeviction",
+	)
+	if t := r.cfg.TLS; t != nil {
+		args = append(args, "--port", "0", "--tls-port", port, "--tls-cert-file", t.CertFile, "--tls-key-file", t.KeyFile,
+			"--tls-ca-cert-file", t.CAFile, "--tls-auth-clients", "optional")
 	}
 	if r.cfg.AOF {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "everysec")
@@ -92,7 +117,7 @@ func (r *Redis) args() []string {
 	if r.cfg.MaxMemory != "" {
 		args = append(args, "--maxmemory", r.cfg.MaxMemory)
 	}
-	return args
+	return append(args, r.cfg.Args...)
 }
 
 // start runs the child and waits for PING; r.mu must not be held by others
@@ -116,7 +141,20 @@ func (r *Redis) start(ctx context.Context) error {
 // answers -LOADING, which counts as not ready.
 func (r *Redis) ping(ctx context.Context) error {
 	d := net.Dialer{Timeout: 200 * time.Millisecond}
-	conn, err := d.DialContext(ctx, "tcp", r.cfg.Addr)
+	var (
+		conn net.Conn
+		err  error
+	)
+	if t := r.cfg.TLS; t != nil {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if pem, rerr := os.ReadFile(t.CAFile); rerr == nil {
+			tc.RootCAs = x509.NewCertPool()
+			tc.RootCAs.AppendCertsFromPEM(pem)
+		}
+		conn, err = (&tls.Dialer{NetDialer: &d, Config: tc}).DialContext(ctx, "tcp", r.cfg.Addr)
+	} else {
+		conn, err = d.DialContext(ctx, "tcp", r.cfg.Addr)
+	}
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,45 @@
+package relay
+
+import (
+	"context"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/queue"
+)
+
+// replicaWait is WAIT's timeout under --durable-after replicas:N: how long
+// one wait gives the replicas before the batch is written and waited for
+// again. Under go-redis's read timeout (3s), which WAIT's reply must beat.
+const replicaWait = time.Second
+
+// waitReplicas is the replication form of the durable hold
+// (Config.DurableReplicas): it returns nil once DurableReplicas replicas of
+// the Redis of each of parts have every write made so far, at once when
+// the form is off. Its error means the writes may not survive a failover:
+// the caller writes the batch again (deduplicated by Kafka position, so a
+// write the master kept is a no-op and one a failover lost is made again)
+// and waits again, and nothing of the batch is committed meanwhile.
+func (r *Relay) waitReplicas(ctx context.Context, topic string, parts []int) error {
+	if r.cfg.DurableReplicas <= 0 || len(parts) == 0 {
+		return nil
+	}
+	err := r.pool.WaitReplicas(ctx, parts, r.cfg.DurableReplicas, replicaWait)
+	if err != nil {
+		r.m.replicaWaits.WithLabelValues(topic).Inc()
+	}
+	return err
+}
+
+// partsOf are the Redis partitions items go to, each once.
+func partsOf(layout queue.Layout, items []queue.Item) []int {
+	seen := map[int]bool{}
+	var parts []int
+	for i := range items {
+		p := layout.QueueOf(items[i].Topic, items[i].Group, items[i].ID).Part
+		if !seen[p] {
+			seen[p] = true
+			parts = append(parts, p)
+		}
+	}
+	return parts
+}
