@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -82,31 +81,15 @@ type running struct {
 	addr   string
 	cancel context.CancelFunc
 	done   chan error
-	logs   *logBuffer // what it logged, beside the test's log
+	logs   *testenv.LogBuffer // what it logged, beside the test's log
 }
 
-// logBuffer keeps what a console logs, for tests that look for a line.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
 
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // start serves a console with the bed's config (mutate changes it).
 func (b *bed) start(t *testing.T, name string, mutate func(*console.Config)) *running {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t, name}, logs), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	c, err := console.New(b.config(t, mutate), log)
 	if err != nil {

@@ -99,6 +99,11 @@ func (con *Console) readPeriodic(r *http.Request, name string) (key string, pair
 	return key, pair, states[name], nil
 }
 
+// noSchedule is the 404 of a schedule that does not exist.
+func noSchedule(name string) error {
+	return &admin.Error{Status: http.StatusNotFound, Message: "no periodic schedule " + strconv.Quote(name), Fix: "sluice periodic ls lists them; sluice periodic set creates one"}
+}
+
 func (con *Console) periodicGet(r *http.Request, _ admin.Role) (any, error) {
 	name := r.PathValue("name")
 	_, pair, state, err := con.readPeriodic(r, name)
@@ -106,7 +111,7 @@ func (con *Console) periodicGet(r *http.Request, _ admin.Role) (any, error) {
 		return nil, err
 	}
 	if pair == nil {
-		return nil, &admin.Error{Status: http.StatusNotFound, Message: "no periodic schedule " + strconv.Quote(name), Fix: "sluice periodic ls lists them; sluice periodic set creates one"}
+		return nil, noSchedule(name)
 	}
 	return con.periodicView(r, name, pair.Value, state), nil
 }
@@ -158,7 +163,7 @@ func (con *Console) periodicDelete(r *http.Request, _ admin.Role) (any, error) {
 		return nil, err
 	}
 	if pair == nil {
-		return nil, &admin.Error{Status: http.StatusNotFound, Message: "no periodic schedule " + strconv.Quote(name)}
+		return nil, noSchedule(name)
 	}
 	wo := (&consulapi.WriteOptions{}).WithContext(r.Context())
 	ok, _, err := con.kv().DeleteCAS(&consulapi.KVPair{Key: key, ModifyIndex: pair.ModifyIndex}, wo)
@@ -186,7 +191,7 @@ func (con *Console) periodicChange(change func(*periodic.Schedule)) handlerFunc 
 			return nil, err
 		}
 		if pair == nil {
-			return nil, &admin.Error{Status: http.StatusNotFound, Message: "no periodic schedule " + strconv.Quote(name)}
+			return nil, noSchedule(name)
 		}
 		p, err := periodic.Parse(name, pair.Value)
 		if err != nil {

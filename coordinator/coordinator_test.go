@@ -255,32 +255,16 @@ type running struct {
 	addr   string
 	cancel context.CancelFunc
 	done   chan error
-	logs   *logBuffer // what it logged, beside the test's log
+	logs   *testenv.LogBuffer // what it logged, beside the test's log
 }
 
-// logBuffer keeps what a coordinator logs, for tests that look for a line.
-type logBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
 
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 func (b *bed) start(t *testing.T, name string, mutate func(*coordinator.Config)) *running {
 	t.Helper()
 	cfg := b.config(mutate)
 	cfg.Holder = name
-	logs := &logBuffer{}
+	logs := &testenv.LogBuffer{}
 	log := slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t, name}, logs), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	c, err := coordinator.New(cfg, log)
 	if err != nil {

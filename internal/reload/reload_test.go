@@ -1,35 +1,21 @@
 package reload
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
 
-// syncBuffer is a log written by the watcher and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 func TestWatchAppliesChangesAndKeepsTheLastGood(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "conf")
 	os.WriteFile(file, []byte("one"), 0o600)
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	applied := make(chan string, 10)
 	signals := make(chan os.Signal, 1)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -20,4 +22,24 @@ func WaitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(wait)
 	}
+}
+
+// LogBuffer keeps what a part logs, safe to write from its goroutines
+// while a test reads it: for tests that look for a line.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String is everything written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
