@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"io"
 	"log/slog"
@@ -107,6 +108,9 @@ func (cc *coordinatorConsole) share(cfg coordinator.Config) {
 type coordinatorProcess struct {
 	co  *coordinator.Coordinator
 	con *console.Console // nil: --console=false
+	// tls serves the whole listener over HTTPS: the console's
+	// Config.TLS. nil: plain HTTP.
+	tls *tls.Config
 }
 
 // newCoordinatorProcess builds the coordinator of cfg and, when ccfg is
@@ -137,13 +141,16 @@ func newCoordinatorProcess(cfg coordinator.Config, ccfg *console.Config, log *sl
 		return nil, err
 	}
 	routes.Handle("/", con.Handler())
-	return &coordinatorProcess{co: co, con: con}, nil
+	return &coordinatorProcess{co: co, con: con, tls: con.TLSConfig()}, nil
 }
 
-// Serve serves the coordinator (and the console) on ln until ctx ends. The
-// console's clients close once the coordinator's server has drained its
-// requests.
+// Serve serves the coordinator (and the console) on ln until ctx ends,
+// over HTTPS when the console's Config.TLS asks for it. The console's
+// clients close once the coordinator's server has drained its requests.
 func (p *coordinatorProcess) Serve(ctx context.Context, ln net.Listener) error {
+	if p.tls != nil {
+		ln = tls.NewListener(ln, p.tls)
+	}
 	if p.con == nil {
 		return p.co.Serve(ctx, ln)
 	}

@@ -50,9 +50,7 @@ func (f *statsFlags) register(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &f.timeout, "timeout", 10*time.Second, "time limit of the whole read")
 	fs.BoolVar(&f.api, "api", false, "ask the admin API (--admin-url: the console's), the default unless --redis-addr is given")
 	fs.BoolVar(&f.direct, "direct", false, "read Redis, Kafka and the gates directly (works while the coordinator is down), the default when --redis-addr is given")
-	fs.StringVar(&f.admin.url, "admin-url", admin.DefaultURL, "the admin API (sluice coordinator's or sluice console's --listen), for the API mode (SLUICE_ADMIN_URL)")
-	fs.StringVar(&f.admin.token, "admin-token", "", "bearer token for the admin API")
-	fs.StringVar(&f.admin.tokenFile, "admin-token-file", "", "file whose first line is the admin API token")
+	f.admin.registerConn(fs, "the admin API (sluice coordinator's or sluice console's --listen, https:// when it serves HTTPS), for the API mode (SLUICE_ADMIN_URL)")
 }
 
 func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
