@@ -83,6 +83,11 @@ type Config struct {
 	// GateMetrics are the gates' /metrics URLs, for the gate's counts in
 	// GET /api/v1/stats. Default: none.
 	GateMetrics []string
+	// GateMetricsTLS is the TLS of GateMetrics URLs that are https://:
+	// the CA that signs the gates' certificates, a client certificate for
+	// gates that ask for one. Default: no files, the system's roots.
+	// No flag sets GateMetricsTLS.InsecureSkipVerify (tests only).
+	GateMetricsTLS tlsfiles.Client
 
 	// Coordinator is a coordinator that runs in the same process, for
 	// what only its memory knows (Coordinator's methods). No flag: sluice
@@ -161,6 +166,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Lookup("kafka-brokers").Usage = "Kafka brokers, comma-separated host:port: the admin API reads and replays <topic>.dlq and reads the relays' lag (none: those answer 503)"
 	fs.StringVar(&c.ConsumerGroup, "consumer-group", c.ConsumerGroup, "the relays' --consumer-group, for their lag in /api/v1/stats")
 	cli.StringsVar(fs, &c.GateMetrics, "gate-metrics", c.GateMetrics, "the gates' /metrics URLs, comma-separated, for the gate's counts in /api/v1/stats")
+	c.GateMetricsTLS.Register(fs, "gate-metrics", "the gates (their /metrics)")
 }
 
 // check validates the configuration; its errors name the field.

@@ -34,7 +34,8 @@ type Console struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec // route, code
 	handler  http.Handler
-	tls      *tls.Config // nil without Config.TLS: plain HTTP
+	tls      *tls.Config  // nil without Config.TLS: plain HTTP
+	gateHTTP *http.Client // reads Config.GateMetrics, with GateMetricsTLS
 	close    sync.Once
 }
 
@@ -51,6 +52,14 @@ func New(cfg Config, log *slog.Logger) (*Console, error) {
 	tc, err := serverTLS(cfg.TLS, log)
 	if err != nil {
 		return nil, err
+	}
+	gateHTTP := &http.Client{Timeout: 10 * time.Second}
+	if gtc, err := cfg.GateMetricsTLS.Config(); err != nil {
+		return nil, fmt.Errorf("console: Config.GateMetricsTLS.CAFile, Config.GateMetricsTLS.CertFile, Config.GateMetricsTLS.KeyFile: %w", err)
+	} else if gtc != nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = gtc
+		gateHTTP.Transport = t
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -70,7 +79,7 @@ func New(cfg Config, log *slog.Logger) (*Console, error) {
 	if reg == nil {
 		reg = ops.NewRegistry()
 	}
-	con := &Console{cfg: cfg, log: log, pool: pool, consul: cc, reg: reg, tls: tc}
+	con := &Console{cfg: cfg, log: log, pool: pool, consul: cc, reg: reg, tls: tc, gateHTTP: gateHTTP}
 	con.auth.Store(auth)
 	con.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		// The name the metric had when the coordinator served the API:

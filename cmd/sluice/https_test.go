@@ -20,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/gate"
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/funnel"
 	"github.com/sluicehq/sluice/internal/limits"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -199,6 +200,7 @@ func TestServersNameTheTLSFlagOfAFileTheyCannotLoad(t *testing.T) {
 // --canary-gate-tls-ca-file with the token of --canary-token-file, read
 // again each call: a wrong token is refused, and once the file holds the
 // right one canaries flow without a restart. No log line holds either.
+// Then sluice stats reads the same gate's /metrics over HTTPS.
 func TestCanaryTokenFromAFileThroughAnHTTPSGate(t *testing.T) {
 	certs := testenv.NewCerts(t)
 	k := testenv.Kafka(t, testenv.Topic("jobs", 2))
@@ -271,5 +273,26 @@ func TestCanaryTokenFromAFileThroughAnHTTPSGate(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "unknown bearer token") {
 		t.Errorf("the refusal of the wrong token is not logged:\n%s", logs.String())
+	}
+
+	// sluice stats reads the HTTPS gate's /metrics with
+	// --gate-metrics-tls-ca-file, and names that flag without it.
+	direct := []string{"stats", "-o", "json", "--redis-addr", redis.Addr(), "--stage", "test", "--redis-partitions", "2",
+		"--gate-metrics", "https://" + ln.Addr().String() + "/metrics"}
+	code, out, errOut := cliRun(append(direct, "--gate-metrics-tls-ca-file", certs.CAFile)...)
+	var report funnel.Report
+	if code > 1 || json.Unmarshal([]byte(out), &report) != nil {
+		t.Fatalf("sluice stats reading an HTTPS gate: exit %d\n%s\n%s", code, out, errOut)
+	}
+	counted := false
+	for _, tp := range report.Topics {
+		counted = counted || tp.Topic == "jobs" && tp.Gate != nil
+	}
+	if !counted {
+		t.Errorf("sluice stats shows no gate counts of topic jobs: %s", out)
+	}
+	code, _, errOut = cliRun(direct...)
+	if code != 1 || !strings.Contains(errOut, "--gate-metrics-tls-ca-file") {
+		t.Errorf("sluice stats not trusting the gate's CA: exit %d: %s", code, errOut)
 	}
 }
