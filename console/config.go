@@ -166,7 +166,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Lookup("kafka-brokers").Usage = "Kafka brokers, comma-separated host:port: the admin API reads and replays <topic>.dlq and reads the relays' lag (none: those answer 503)"
 	fs.StringVar(&c.ConsumerGroup, "consumer-group", c.ConsumerGroup, "the relays' --consumer-group, for their lag in /api/v1/stats")
 	cli.StringsVar(fs, &c.GateMetrics, "gate-metrics", c.GateMetrics, "the gates' /metrics URLs, comma-separated, for the gate's counts in /api/v1/stats")
-	c.GateMetricsTLS.Register(fs, "gate-metrics", "the gates (their /metrics)")
+	c.GateMetricsTLS.Register(fs, "gate-metrics", "the gate")
 }
 
 // check validates the configuration; its errors name the field.

@@ -253,7 +253,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 func (c *CanaryConfig) RegisterFlags(fs *flag.FlagSet) {
 	cli.StringsVar(fs, &c.Topics, "canary-topics", c.Topics, "topics to send heartbeat canaries through, comma-separated (none: no canaries)")
 	fs.StringVar(&c.GateURL, "canary-gate", c.GateURL, "the gate canaries go through (https://host:port for a gate serving HTTPS)")
-	c.GateTLS.Register(fs, "canary-gate", "the gate (canaries)")
+	c.GateTLS.Register(fs, "canary-gate", "the gate")
 	cli.SecretVar(fs, &c.Token, "canary-token", "the gate's bearer token for canaries: its scope needs the topics and +canary (e.g. \"<token> *,+canary\")")
 	cli.DurationVar(fs, &c.Interval, "canary-interval", c.Interval, "time between canaries along each path (at least 1s)")
 	cli.DurationVar(fs, &c.Grace, "canary-grace", c.Grace, "a path alerts when its newest completed canary is older than 2 intervals plus this (0: half an interval)")

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 
 	"github.com/sluicehq/sluice/console"
 	"github.com/sluicehq/sluice/coordinator"
@@ -87,6 +88,12 @@ func (cc *coordinatorConsole) register(fs *flag.FlagSet) {
 			fs.Var(f.Value, f.Name, f.Usage)
 		}
 	})
+	// One listener, one TLS: the console's flags serve all of it.
+	for _, name := range []string{"tls-cert-file", "tls-key-file", "tls-client-ca-file"} {
+		f := fs.Lookup(name)
+		f.Usage = strings.Replace(f.Usage, "the console (the admin API, the dashboard, /healthz, /readyz and /metrics)",
+			"sluice coordinator's --listen (the console, /healthz, /readyz and /metrics; with --console=false too)", 1)
+	}
 	cc.enabled = true
 	fs.BoolVar(&cc.enabled, "console", cc.enabled, "serve the console on --listen too, as sluice console does: the admin API under /api/v1/ and the dashboard at / (docs/admin.md); --console=false leaves them to a sluice console of their own")
 }

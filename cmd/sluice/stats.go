@@ -49,7 +49,7 @@ func (f *statsFlags) register(fs *flag.FlagSet) {
 	f.kafka.Register(fs, "sluice-stats")
 	fs.StringVar(&f.consumerGroup, "consumer-group", kafka.RelayConsumerGroup, "the relays' --consumer-group (the lag of <group>.<topic> is read); needs --kafka-brokers")
 	fs.Var(&f.gateMetrics, "gate-metrics", "the gates' /metrics URLs, comma-separated: every gate, for the accepted and produced counts")
-	f.gateTLS.Register(fs, "gate-metrics", "the gates (their /metrics)")
+	f.gateTLS.Register(fs, "gate-metrics", "the gate")
 	fs.StringVar(&f.output, "o", "text", "output: text (or table) or json")
 	cli.DurationVar(fs, &f.timeout, "timeout", 10*time.Second, "time limit of the whole read")
 	fs.BoolVar(&f.api, "api", false, "ask the admin API (--admin-url: the console's), the default unless --redis-addr is given")
