@@ -81,7 +81,7 @@ func TestClientOverHTTPSTrustsTheCAItIsGiven(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = c.Enqueue(ctx, topic, "email", nil)
-	var he *tlsfiles.HandshakeError
+	var he *client.TLSError
 	if !errors.As(err, &he) || !strings.Contains(err.Error(), "client.Config.CAFile") || !strings.Contains(err.Error(), "not signed by a CA this client trusts") {
 		t.Fatalf("Enqueue trusting another CA: %v\nwant a HandshakeError naming client.Config.CAFile", err)
 	}
