@@ -43,7 +43,9 @@ func (f *adminFlags) register(fs *flag.FlagSet) {
 func (f *adminFlags) registerConn(fs *flag.FlagSet, urlUsage string) {
 	fs.StringVar(&f.url, "admin-url", admin.DefaultURL, urlUsage)
 	cli.SecretVar(fs, &f.token, "admin-token", "the admin API's bearer token")
-	fs.Lookup("admin-token-file").Usage += "; sluice dev writes <its --dir>/admin-token"
+	// An --admin-token given beside SLUICE_ADMIN_TOKEN_FILE (sluice dev's
+	// banner exports it) is the one meant: the inline form wins here.
+	fs.Lookup("admin-token-file").Usage = "file holding the admin API's bearer token (read by each command; --admin-token wins over it); sluice dev writes <its --dir>/admin-token"
 	f.tls.Register(fs, "admin", "the admin API")
 }
 
@@ -55,17 +57,20 @@ var adminTLSSettings = tlsfiles.ClientSettings{
 	ServerName: "--admin-tls-server-name",
 }
 
-// client resolves the token (--admin-token-file's content, else
-// --admin-token; cli reads them from SLUICE_ADMIN_TOKEN_FILE and
-// SLUICE_ADMIN_TOKEN: the API's token is one across commands) and the
-// TLS, and checks the output.
+// client resolves the token (--admin-token, else --admin-token-file's
+// content, as before the file form was a cli.Secret; cli reads them from
+// SLUICE_ADMIN_TOKEN and SLUICE_ADMIN_TOKEN_FILE: the API's token is one
+// across commands) and the TLS, and checks the output.
 func (f *adminFlags) client() (*admin.Client, error) {
 	if f.output != "table" && f.output != "json" {
 		return nil, fmt.Errorf("-o %q: want table or json", f.output)
 	}
-	tok, err := f.token.Read()
-	if err != nil {
-		return nil, fmt.Errorf("--admin-token-file: %w (sluice dev writes the token to <its --dir>/admin-token)", err)
+	tok := f.token.Value
+	if tok == "" {
+		var err error
+		if tok, err = f.token.Read(); err != nil {
+			return nil, fmt.Errorf("--admin-token-file: %w (sluice dev writes the token to <its --dir>/admin-token)", err)
+		}
 	}
 	hc := &http.Client{Timeout: f.timeout}
 	tc, err := f.tls.Config()
