@@ -151,8 +151,9 @@ type Config struct {
 	// DefaultCanaryConfig(), without topics.
 	Canary CanaryConfig
 	// Periodic configures the periodic scheduler (periodic.go). No flag
-	// sets Periodic.Clock. Default DefaultPeriodicConfig(): on, posting to
-	// the gate on localhost.
+	// sets Periodic.Clock or Periodic.GateTLS.InsecureSkipVerify (tests
+	// only). Default DefaultPeriodicConfig(): on, posting to the gate on
+	// localhost.
 	Periodic PeriodicConfig
 
 	// Reducer makes the reducer of each group. No flag: set it in code.
