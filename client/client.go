@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/retry"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // Config configures a Client. Only URL is required; every other field's
@@ -27,9 +29,23 @@ type Config struct {
 	// Token is the bearer token sent as "Authorization: Bearer <Token>".
 	// Default: none (a gate started with --allow-no-auth, as sluice dev's).
 	Token string
-	// HTTPClient sends the requests. Default: http.DefaultClient. Each
-	// call is bounded by its context; a Timeout set here bounds each send.
+	// HTTPClient sends the requests. Default: http.DefaultClient, or, with
+	// TLS or a file below, a client of its own with that TLS. Each call is
+	// bounded by its context; a Timeout set here bounds each send. Set
+	// either HTTPClient or the TLS settings below, not both (New refuses).
 	HTTPClient *http.Client
+	// TLS is the TLS of an https:// URL: the CAs trusted for the gate's
+	// certificate (RootCAs), a client certificate for a gate that asks
+	// for one (mutual TLS). The files below are added to a clone of it.
+	// Default nil: the system's roots, no client certificate.
+	TLS *tls.Config
+	// CAFile is a PEM bundle of the CAs that sign the gate's certificate:
+	// a private CA's. Default "": TLS.RootCAs, else the system's roots.
+	CAFile string
+	// CertFile and KeyFile are a PEM client certificate and its key, for
+	// a gate started with --tls-client-ca-file. Both or neither. Default
+	// "": none.
+	CertFile, KeyFile string
 	// Retry bounds the retries of 503s, 504s and connection errors.
 	// Default: DefaultRetryPolicy().
 	Retry RetryPolicy
@@ -79,6 +95,13 @@ type Client struct {
 	retry RetryPolicy
 }
 
+// tlsSettings name, in a handshake error's fix, the settings that mend it.
+var tlsSettings = tlsfiles.ClientSettings{
+	CAFile:     "client.Config.CAFile (or Config.TLS.RootCAs)",
+	CertFile:   "client.Config.CertFile and Config.KeyFile (or Config.TLS.Certificates)",
+	ServerName: "client.Config.TLS.ServerName",
+}
+
 // New checks cfg and returns a Client. It sends nothing.
 func New(cfg Config) (*Client, error) {
 	u, err := url.Parse(cfg.URL)
@@ -86,10 +109,46 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("client: Config.URL %q: want the gate's base URL, like http://127.0.0.1:8080", cfg.URL)
 	}
 	c := &Client{base: strings.TrimRight(cfg.URL, "/"), token: cfg.Token, http: cfg.HTTPClient, retry: cfg.Retry.withDefaults()}
-	if c.http == nil {
+	tc, err := cfg.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	switch {
+	case tc != nil && c.http != nil:
+		return nil, errors.New("client: Config.HTTPClient and Config.TLS (or CAFile, CertFile, KeyFile): set the TLS on HTTPClient's Transport, or leave HTTPClient nil")
+	case tc != nil:
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = tc
+		c.http = &http.Client{Transport: t}
+	case c.http == nil:
 		c.http = http.DefaultClient
 	}
 	return c, nil
+}
+
+// tlsConfig is Config.TLS with the files added; nil when none is set. Its
+// errors name the field.
+func (cfg Config) tlsConfig() (*tls.Config, error) {
+	files := tlsfiles.Client{CAFile: cfg.CAFile, CertFile: cfg.CertFile, KeyFile: cfg.KeyFile}
+	if cfg.TLS == nil && !files.Enabled() {
+		return nil, nil
+	}
+	tc := &tls.Config{MinVersion: tls.VersionTLS12}
+	if cfg.TLS != nil {
+		tc = cfg.TLS.Clone()
+	}
+	if !files.Enabled() {
+		return tc, nil
+	}
+	ft, err := files.Config()
+	if err != nil {
+		return nil, fmt.Errorf("client: Config.CAFile, Config.CertFile, Config.KeyFile: %w", err)
+	}
+	if ft.RootCAs != nil {
+		tc.RootCAs = ft.RootCAs
+	}
+	tc.Certificates = append(tc.Certificates, ft.Certificates...)
+	return tc, nil
 }
 
 // exchange is one request as sent, possibly several times.
@@ -172,13 +231,17 @@ func (c *Client) do(ctx context.Context, x *exchange) (answer, error) {
 		retry := false
 		switch {
 		case err != nil:
-			retry = x.retryTransport || isDialError(err)
+			retry = (x.retryTransport || isDialError(err)) && !isHandshakeError(err)
 		case a.status >= 300:
 			eb = &errorBody{}
 			_ = json.Unmarshal(a.body, eb) // not JSON: a proxy's page, say; the message falls back to the body
 			retry = x.retryable(a.status, eb)
 		default:
 			retry = x.retryable(a.status, nil)
+		}
+		if err != nil && !retry {
+			// A certificate no resend will mend: say which setting does.
+			err = tlsSettings.Explain(err)
 		}
 		if !retry || attempt >= bound {
 			if err != nil {
@@ -210,6 +273,13 @@ func sleep(ctx context.Context, d time.Duration) error { return retry.Sleep(ctx,
 func isDialError(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// isHandshakeError reports a TLS failure that sending again will not
+// mend (tlsfiles.ClientSettings.Explain knows them).
+func isHandshakeError(err error) bool {
+	var he *tlsfiles.HandshakeError
+	return errors.As(tlsSettings.Explain(err), &he)
 }
 
 // retryableStatus is the policy of a request whose resend is safe: every

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // Error is a gate's error answer that the client returns rather than
@@ -60,3 +62,11 @@ func (e *BatchError) Error() string {
 	first := e.Rejected[0]
 	return fmt.Sprintf("sluice gate: %d of %d jobs not accepted; job %d: %v", len(e.Rejected), e.Total, first.Index, first.Err)
 }
+
+// TLSError is a TLS failure with the gate that resending will not mend:
+// its certificate is not signed by a CA the client trusts (set
+// Config.CAFile or Config.TLS.RootCAs), is for another name, or the gate
+// asks for a client certificate (set Config.CertFile and Config.KeyFile).
+// Its Fix names the setting; the client returns it after one send. Get it
+// with errors.As.
+type TLSError = tlsfiles.HandshakeError

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/periodic"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // The admin API (docs/admin.md), under /api/v1/. Reads and writes go to
@@ -221,15 +222,29 @@ func (con *Console) stats(r *http.Request, _ admin.Role) (any, error) {
 		if errors.As(err, &re) {
 			return nil, con.redisErr(re.Err)
 		}
-		return nil, &admin.Error{Status: http.StatusServiceUnavailable, Message: "a gate's metrics: " + err.Error(),
-			Fix: "check the URLs of " + con.setting("GateMetrics")}
+		fix := "check the URLs of " + con.setting("GateMetrics")
+		var he *tlsfiles.HandshakeError
+		if errors.As(con.gateTLSSettings().Explain(err), &he) {
+			fix = he.Fix
+		}
+		return nil, &admin.Error{Status: http.StatusServiceUnavailable, Message: "a gate's metrics: " + err.Error(), Fix: fix}
 	}
 	return funnel.Build(in), nil
 }
 
+// gateTLSSettings name the settings that mend a TLS failure reading the
+// gates' /metrics.
+func (con *Console) gateTLSSettings() tlsfiles.ClientSettings {
+	return tlsfiles.ClientSettings{
+		CAFile:     con.setting("GateMetricsTLS.CAFile"),
+		CertFile:   con.setting("GateMetricsTLS.CertFile") + " and " + con.setting("GateMetricsTLS.KeyFile"),
+		ServerName: con.setting("GateMetricsTLS.ServerName"),
+	}
+}
+
 func (con *Console) sources() funnel.Sources {
 	cfg := con.cfg
-	src := funnel.Sources{ConsumerGroup: cfg.ConsumerGroup, GateMetrics: cfg.GateMetrics, Topics: con.cfg.Topics}
+	src := funnel.Sources{ConsumerGroup: cfg.ConsumerGroup, GateMetrics: cfg.GateMetrics, GateHTTP: con.gateHTTP, Topics: con.cfg.Topics}
 	if len(cfg.Kafka.Brokers) > 0 {
 		k := cfg.Kafka
 		src.Kafka = &k

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/scaling"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // Config configures a console. Start from DefaultConfig: its values are
@@ -26,6 +27,14 @@ type Config struct {
 	// dashboard, /healthz, /readyz and /metrics on (Serve); a program that
 	// embeds the console serves Handler itself. Default ":8084".
 	Listen string
+	// TLS, with a certificate and key, makes Serve answer HTTPS only on
+	// its listener (the admin API, the dashboard, /healthz, /readyz and
+	// /metrics alike), with a renewed certificate picked up from the same
+	// files without a restart; with ClientCAFile, every client (browser,
+	// CLI) must show a certificate that CA signed (mutual TLS). New fails
+	// on a file it cannot load. sluice coordinator serves its whole
+	// listener with it. Default: no files, plain HTTP.
+	TLS tlsfiles.Server
 	// Location is where the Redis partitions live (Stage, RedisAddr,
 	// Partitions, PartitionAddrs, as the other parts'); Stage also names
 	// the Consul keys (sluice/<stage>/). Default: stage "dev", 8
@@ -74,6 +83,11 @@ type Config struct {
 	// GateMetrics are the gates' /metrics URLs, for the gate's counts in
 	// GET /api/v1/stats. Default: none.
 	GateMetrics []string
+	// GateMetricsTLS is the TLS of GateMetrics URLs that are https://:
+	// the CA that signs the gates' certificates, a client certificate for
+	// gates that ask for one. Default: no files, the system's roots.
+	// No flag sets GateMetricsTLS.InsecureSkipVerify (tests only).
+	GateMetricsTLS tlsfiles.Client
 
 	// Coordinator is a coordinator that runs in the same process, for
 	// what only its memory knows (Coordinator's methods). No flag: sluice
@@ -129,7 +143,8 @@ func init() {
 		"--admin-tokens-file, roles read and admin; docs/admin.md), which the sluice admin commands (stats, dlq, rate, limits,\n"+
 		"groups, scale, canary status) call, and the web dashboard at / (docs/dashboard.md). It reads and writes Redis, Consul\n"+
 		"and Kafka directly. sluice coordinator serves one on its own listener too, unless --console=false. Ops: /healthz,\n"+
-		"/readyz, /metrics.")
+		"/readyz, /metrics. With --tls-cert-file and --tls-key-file it serves HTTPS only (a renewed certificate is read\n"+
+		"without a restart); --tls-client-ca-file asks every client for a certificate (docs/secure/https.md).")
 }
 
 // RegisterFlags adds the console's flags to fs, bound to c's fields, with
@@ -137,12 +152,13 @@ func init() {
 // fallbacks.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address to serve the admin API, the dashboard, /healthz, /readyz and /metrics on")
+	c.TLS.Register(fs, "", "the console (the admin API, the dashboard, /healthz, /readyz and /metrics)")
 	c.Location.RegisterFlags(fs)
 	fs.Lookup("redis-partitions").Usage = "Redis partitions in the layout (as the other parts')"
 	cli.StringsVar(fs, &c.Topics, "topics", c.Topics, "topics whose queues are read besides those the relays registered (their relays have not started yet), comma-separated; default none")
 	fs.StringVar(&c.ConsulAddr, "consul-addr", c.ConsulAddr, "Consul HTTP address")
 	cli.DurationVar(fs, &c.ConsumerTTL, "consumer-ttl", c.ConsumerTTL, "a consumer's heartbeat older than this no longer counts (as the coordinator's)")
-	fs.StringVar(&c.AdminTokens, "admin-tokens", c.AdminTokens, "admin API bearer tokens with their roles: \"<token> admin;<token> read\" (kept as SHA-256 hashes); prefer --admin-tokens-file, as flags show in ps")
+	fs.StringVar(&c.AdminTokens, "admin-tokens", c.AdminTokens, "admin API bearer tokens with their roles: \"<token> admin;<token> read\" (kept as SHA-256 hashes); prefer --admin-tokens-file, or the environment: flags show in ps")
 	fs.StringVar(&c.AdminTokensFile, "admin-tokens-file", c.AdminTokensFile, "file of admin API tokens: one \"<token> <role> [<name>]\" per line (role read or admin; the name is what logs show of its uses), # comments; re-read when it changes and on SIGHUP")
 	cli.DurationVar(fs, &c.TokensCheckEvery, "tokens-check-every", c.TokensCheckEvery, "how often --admin-tokens-file is looked at for a change (SIGHUP reads it at once)")
 	fs.BoolVar(&c.AdminInsecure, "admin-insecure", c.AdminInsecure, "without tokens, serve the admin API to anyone as admin (sluice dev on localhost only); without it and without tokens the API answers 403")
@@ -150,6 +166,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Lookup("kafka-brokers").Usage = "Kafka brokers, comma-separated host:port: the admin API reads and replays <topic>.dlq and reads the relays' lag (none: those answer 503)"
 	fs.StringVar(&c.ConsumerGroup, "consumer-group", c.ConsumerGroup, "the relays' --consumer-group, for their lag in /api/v1/stats")
 	cli.StringsVar(fs, &c.GateMetrics, "gate-metrics", c.GateMetrics, "the gates' /metrics URLs, comma-separated, for the gate's counts in /api/v1/stats")
+	c.GateMetricsTLS.Register(fs, "gate-metrics", "the gate")
 }
 
 // check validates the configuration; its errors name the field.

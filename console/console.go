@@ -2,6 +2,8 @@ package console
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/reload"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // Console serves the admin API and the dashboard.
@@ -31,6 +34,8 @@ type Console struct {
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec // route, code
 	handler  http.Handler
+	tls      *tls.Config  // nil without Config.TLS: plain HTTP
+	gateHTTP *http.Client // reads Config.GateMetrics, with GateMetricsTLS
 	close    sync.Once
 }
 
@@ -43,6 +48,18 @@ func New(cfg Config, log *slog.Logger) (*Console, error) {
 	auth, err := cfg.auth()
 	if err != nil {
 		return nil, err
+	}
+	tc, err := serverTLS(cfg.TLS, log)
+	if err != nil {
+		return nil, err
+	}
+	gateHTTP := &http.Client{Timeout: 10 * time.Second}
+	if gtc, err := cfg.GateMetricsTLS.Config(); err != nil {
+		return nil, fmt.Errorf("console: Config.GateMetricsTLS.CAFile, Config.GateMetricsTLS.CertFile, Config.GateMetricsTLS.KeyFile: %w", err)
+	} else if gtc != nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = gtc
+		gateHTTP.Transport = t
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -62,7 +79,7 @@ func New(cfg Config, log *slog.Logger) (*Console, error) {
 	if reg == nil {
 		reg = ops.NewRegistry()
 	}
-	con := &Console{cfg: cfg, log: log, pool: pool, consul: cc, reg: reg}
+	con := &Console{cfg: cfg, log: log, pool: pool, consul: cc, reg: reg, tls: tc, gateHTTP: gateHTTP}
 	con.auth.Store(auth)
 	con.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		// The name the metric had when the coordinator served the API:
@@ -87,6 +104,12 @@ func New(cfg Config, log *slog.Logger) (*Console, error) {
 // coordinator's).
 func (con *Console) Handler() http.Handler { return con.handler }
 
+// TLSConfig is the server TLS of Config.TLS, which Serve serves with: nil
+// without it. It re-reads a renewed certificate. A program that serves
+// Handler on a listener of its own serves it with this (sluice
+// coordinator does).
+func (con *Console) TLSConfig() *tls.Config { return con.tls }
+
 // Registry holds the console's metrics: Config.Registry when set.
 func (con *Console) Registry() *prometheus.Registry { return con.reg }
 
@@ -102,15 +125,21 @@ func (con *Console) Run(ctx context.Context) error {
 
 // Serve serves Handler, /healthz, /readyz and /metrics on ln until ctx
 // ends, then drains the requests in flight for up to a second and closes
-// the console. sluice console listens on Config.Listen.
+// the console. With Config.TLS it serves HTTPS (only) on ln. sluice
+// console listens on Config.Listen.
 func (con *Console) Serve(ctx context.Context, ln net.Listener) error {
 	defer con.closeClients()
 	go con.follow(ctx)
+	if con.tls != nil {
+		ln = tls.NewListener(ln, con.tls)
+	}
 	mux := http.NewServeMux()
 	ops.Mount(mux, con.reg, con.ready)
 	mux.Handle("/", con.handler)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	con.log.Info("console serving", "addr", ln.Addr().String(), "stage", con.cfg.Stage, "partitions", con.cfg.Partitions)
+	// ErrorLog: refused handshakes (an untrusted client, plain HTTP to
+	// HTTPS) go to the console's log, not the process's stderr.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(con.log.Handler(), slog.LevelWarn)}
+	con.log.Info("console serving", "addr", ln.Addr().String(), "https", con.tls != nil, "client_certs", con.tls != nil && con.tls.ClientCAs != nil, "stage", con.cfg.Stage, "partitions", con.cfg.Partitions)
 	err := ops.Serve(ctx, con.log, srv, ln, time.Second)
 	con.log.Info("console stopped")
 	return err
@@ -146,4 +175,25 @@ func (con *Console) follow(ctx context.Context) {
 	reload.Watch(ctx, con.cfg.AdminTokensFile, "admin tokens", reload.Options{Every: con.cfg.TokensCheckEvery, Log: con.log},
 		func(string) (*admin.Auth, error) { return con.cfg.auth() },
 		func(a *admin.Auth) { con.auth.Store(a) })
+}
+
+// serverTLS loads the server TLS of s (nil when s serves plain HTTP); its
+// errors name the Config field at fault. A renewed certificate that fails
+// to load is logged, and the last good one served on.
+func serverTLS(s tlsfiles.Server, log *slog.Logger) (*tls.Config, error) {
+	if s.ClientCAFile != "" {
+		if !s.Enabled() {
+			return nil, errors.New("console: Config.TLS.ClientCAFile asks clients for certificates, which needs HTTPS: set Config.TLS.CertFile and Config.TLS.KeyFile too")
+		}
+		if _, err := tlsfiles.LoadCAs(s.ClientCAFile); err != nil {
+			return nil, fmt.Errorf("console: Config.TLS.ClientCAFile: %w", err)
+		}
+	}
+	tc, err := s.Config(func(err error) {
+		log.Error("the renewed TLS certificate does not load: serving the last good one", "err", err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("console: Config.TLS.CertFile, Config.TLS.KeyFile: %w", err)
+	}
+	return tc, nil
 }

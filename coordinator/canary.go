@@ -19,18 +19,28 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/canary"
+	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // CanaryConfig configures the heartbeat canaries. No topics: none are
 // sent. DefaultCanaryConfig sets the defaults each field names.
 type CanaryConfig struct {
-	// GateURL is the gate the canaries go through, "http://host:port".
-	// Default "http://127.0.0.1:8080".
+	// GateURL is the gate the canaries go through, "http://host:port",
+	// or "https://host:port" for a gate serving HTTPS. Default
+	// "http://127.0.0.1:8080".
 	GateURL string
+	// GateTLS is the TLS of an https:// GateURL: the CA that signs the
+	// gate's certificate (a private CA's), a client certificate for a
+	// gate that asks for one (mutual TLS). The webhook does not use it.
+	// Default: no files, the system's roots.
+	GateTLS tlsfiles.Client
 	// Token is the gate's bearer token for the monitor: its scope needs
-	// the topics and +canary. Default "": the gate runs without auth.
-	Token string
+	// the topics and +canary. Token.File is read again before each call
+	// to the gate, so a rotated token needs no restart. Default: none
+	// (the gate runs without auth).
+	Token cli.Secret
 	// Topics are the topics served; each gets a canary per route every
 	// Interval (internal/canary.Plan). Default: none.
 	Topics []string
@@ -96,13 +106,15 @@ func (c *CanaryConfig) check() error {
 // paths the same way. One monitor per stage: the coordinator's (under its
 // lock) or `sluice canary`.
 type CanaryMonitor struct {
-	cfg    CanaryConfig
-	pool   *queue.Pool
-	log    *slog.Logger
-	http   *http.Client
-	now    func() time.Time
-	holder string
-	m      canaryMetrics
+	cfg  CanaryConfig
+	pool *queue.Pool
+	log  *slog.Logger
+	http *http.Client // the webhook's
+	// gateHTTP calls the gate, with CanaryConfig.GateTLS.
+	gateHTTP *http.Client
+	now      func() time.Time
+	holder   string
+	m        canaryMetrics
 
 	mu     sync.Mutex
 	alerts []string // the diagnosis in force; empty: all well
@@ -124,6 +136,23 @@ type canaryMetrics struct {
 func NewCanaryMonitor(cfg CanaryConfig, pool *queue.Pool, reg prometheus.Registerer, holder string, log *slog.Logger) (*CanaryMonitor, error) {
 	if err := cfg.check(); err != nil {
 		return nil, fmt.Errorf("canary: CanaryConfig.%w", err)
+	}
+	gateTLS, err := cfg.GateTLS.Config()
+	if err != nil {
+		return nil, fmt.Errorf("canary: CanaryConfig.GateTLS.CAFile, CanaryConfig.GateTLS.CertFile, CanaryConfig.GateTLS.KeyFile: %w", err)
+	}
+	if cfg.Token.File != "" {
+		// A missing file is the operator's to fix now, not at the first
+		// round.
+		if _, err := cfg.Token.Read(); err != nil {
+			return nil, fmt.Errorf("canary: CanaryConfig.Token.File: %w", err)
+		}
+	}
+	gateHTTP := &http.Client{Timeout: cfg.Timeout}
+	if gateTLS != nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = gateTLS
+		gateHTTP.Transport = t
 	}
 	path := []string{"topic", "kafka_partition", "redis_partition"}
 	m := canaryMetrics{
@@ -154,7 +183,7 @@ func NewCanaryMonitor(cfg CanaryConfig, pool *queue.Pool, reg prometheus.Registe
 		m.sendErrors.WithLabelValues(t)
 	}
 	return &CanaryMonitor{
-		cfg: cfg, pool: pool, log: log.With("part", "canary"), http: &http.Client{Timeout: cfg.Timeout},
+		cfg: cfg, pool: pool, log: log.With("part", "canary"), http: &http.Client{Timeout: cfg.Timeout}, gateHTTP: gateHTTP,
 		now: time.Now, holder: holder, m: m, stale: map[canary.Path]bool{},
 	}, nil
 }
@@ -263,14 +292,27 @@ func (cm *CanaryMonitor) partitions(ctx context.Context, topic string) (int32, e
 	return info.Partitions, nil
 }
 
-// do runs req with the monitor's token and returns a 2xx answer's body.
+// gateTLSSettings name, in a handshake error's fix, the settings that
+// mend it: the flags sluice coordinator and sluice canary have.
+var gateTLSSettings = tlsfiles.ClientSettings{
+	CAFile:     "CanaryConfig.GateTLS.CAFile (--canary-gate-tls-ca-file)",
+	CertFile:   "CanaryConfig.GateTLS.CertFile and .KeyFile (--canary-gate-tls-cert-file, --canary-gate-tls-key-file)",
+	ServerName: "CanaryConfig.GateTLS.ServerName (--canary-gate-tls-server-name)",
+}
+
+// do runs req to the gate with the monitor's token and returns a 2xx
+// answer's body. Its errors never hold the token.
 func (cm *CanaryMonitor) do(req *http.Request) ([]byte, error) {
-	if cm.cfg.Token != "" {
-		req.Header.Set("Authorization", "Bearer "+cm.cfg.Token)
-	}
-	resp, err := cm.http.Do(req)
+	tok, err := cm.cfg.Token.Read()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("the gate's token: CanaryConfig.Token.File (--canary-token-file): %w", err)
+	}
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := cm.gateHTTP.Do(req)
+	if err != nil {
+		return nil, gateTLSSettings.Explain(err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

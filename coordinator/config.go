@@ -146,12 +146,14 @@ type Config struct {
 	// never. Default 5s.
 	StatsEvery time.Duration
 	// Canary configures the heartbeat canaries (canary.go); no topics:
-	// none are sent. No flag sets Canary.Replan. Default
+	// none are sent. No flag sets Canary.Replan or
+	// Canary.GateTLS.InsecureSkipVerify (tests only). Default
 	// DefaultCanaryConfig(), without topics.
 	Canary CanaryConfig
 	// Periodic configures the periodic scheduler (periodic.go). No flag
-	// sets Periodic.Clock. Default DefaultPeriodicConfig(): on, posting to
-	// the gate on localhost.
+	// sets Periodic.Clock or Periodic.GateTLS.InsecureSkipVerify (tests
+	// only). Default DefaultPeriodicConfig(): on, posting to the gate on
+	// localhost.
 	Periodic PeriodicConfig
 
 	// Reducer makes the reducer of each group. No flag: set it in code.
@@ -251,8 +253,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // sluice canary's.
 func (c *CanaryConfig) RegisterFlags(fs *flag.FlagSet) {
 	cli.StringsVar(fs, &c.Topics, "canary-topics", c.Topics, "topics to send heartbeat canaries through, comma-separated (none: no canaries)")
-	fs.StringVar(&c.GateURL, "canary-gate", c.GateURL, "the gate canaries go through")
-	fs.StringVar(&c.Token, "canary-token", c.Token, "the gate's bearer token for canaries: its scope needs the topics and +canary (e.g. \"<token> *,+canary\")")
+	fs.StringVar(&c.GateURL, "canary-gate", c.GateURL, "the gate canaries go through (https://host:port for a gate serving HTTPS)")
+	c.GateTLS.Register(fs, "canary-gate", "the gate")
+	cli.SecretVar(fs, &c.Token, "canary-token", "the gate's bearer token for canaries: its scope needs the topics and +canary (e.g. \"<token> *,+canary\")")
 	cli.DurationVar(fs, &c.Interval, "canary-interval", c.Interval, "time between canaries along each path (at least 1s)")
 	cli.DurationVar(fs, &c.Grace, "canary-grace", c.Grace, "a path alerts when its newest completed canary is older than 2 intervals plus this (0: half an interval)")
 	fs.StringVar(&c.Webhook, "canary-webhook", c.Webhook, "URL that gets a JSON POST when canary alerts fire and when they clear")

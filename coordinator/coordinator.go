@@ -226,7 +226,9 @@ func (c *Coordinator) Serve(ctx context.Context, ln net.Listener) error {
 	if c.cfg.Handler != nil {
 		mux.Handle("/", c.cfg.Handler) // sluice coordinator: the console
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	// ErrorLog: refused TLS handshakes (sluice coordinator serves ln over
+	// HTTPS with the console's --tls-*) go to the coordinator's log.
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(c.log.Handler(), slog.LevelWarn)}
 	opsDone := make(chan error, 1)
 	go func() { opsDone <- ops.Serve(ctx, c.log, srv, ln, time.Second) }()
 	err := c.Run(ctx)

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/periodic"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // PeriodicConfig configures the periodic scheduler (docs/periodic.md):
@@ -27,6 +28,11 @@ type PeriodicConfig struct {
 	// GateURL is the gate the jobs are posted to, "http(s)://host:port".
 	// Default "http://127.0.0.1:8080".
 	GateURL string
+	// GateTLS is the TLS of an https:// GateURL: the CA that signs the
+	// gate's certificate (a private CA's), a client certificate for a
+	// gate that asks for one (mutual TLS). Default: no files, the
+	// system's roots.
+	GateTLS tlsfiles.Client
 	// Token is the gate's bearer token for the schedules' topics. Default
 	// none: a gate without auth.
 	Token cli.Secret
@@ -45,7 +51,8 @@ func DefaultPeriodicConfig() PeriodicConfig {
 // RegisterFlags adds the --periodic* flags to fs, bound to c's fields.
 func (c *PeriodicConfig) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.Enable, "periodic", c.Enable, "fire the periodic schedules of Consul KV sluice/<stage>/periodic/ while holding the lock (docs/periodic.md)")
-	fs.StringVar(&c.GateURL, "periodic-gate", c.GateURL, "the gate periodic jobs are posted to")
+	fs.StringVar(&c.GateURL, "periodic-gate", c.GateURL, "the gate periodic jobs are posted to (https://host:port for a gate serving HTTPS)")
+	c.GateTLS.Register(fs, "periodic-gate", "the gate")
 	cli.SecretVar(fs, &c.Token, "periodic-token", "the gate's bearer token for the schedules' topics")
 	cli.DurationVar(fs, &c.Timeout, "periodic-timeout", c.Timeout, "time limit of each post of a periodic job")
 }
@@ -61,7 +68,30 @@ func (c *PeriodicConfig) check() error {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("GateURL: %q, want http(s)://host:port", c.GateURL)
 	}
+	if _, err := c.GateTLS.Config(); err != nil {
+		return fmt.Errorf("GateTLS.CAFile, Config.Periodic.GateTLS.CertFile, Config.Periodic.GateTLS.KeyFile: %w", err)
+	}
 	return nil
+}
+
+// periodicTLSSettings name, in a handshake error's fix, the settings that
+// mend it.
+var periodicTLSSettings = tlsfiles.ClientSettings{
+	CAFile:     "Config.Periodic.GateTLS.CAFile (--periodic-gate-tls-ca-file)",
+	CertFile:   "Config.Periodic.GateTLS.CertFile and .KeyFile (--periodic-gate-tls-cert-file, --periodic-gate-tls-key-file)",
+	ServerName: "Config.Periodic.GateTLS.ServerName (--periodic-gate-tls-server-name)",
+}
+
+// gateHTTP is the client that posts to the gate, with GateTLS (checked
+// by check).
+func (c PeriodicConfig) gateHTTP() *http.Client {
+	tc, _ := c.GateTLS.Config()
+	if tc == nil {
+		return &http.Client{}
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = tc
+	return &http.Client{Transport: t}
 }
 
 // gatePoster posts periodic jobs to the gate.
@@ -90,7 +120,7 @@ func (g gatePoster) Post(ctx context.Context, topic string, j job.Job) error {
 	}
 	resp, err := g.http.Do(req)
 	if err != nil {
-		return err
+		return periodicTLSSettings.Explain(err)
 	}
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
@@ -104,7 +134,7 @@ func (g gatePoster) Post(ctx context.Context, topic string, j job.Job) error {
 // Consul until ctx ends, so that a standby knows them when it takes over.
 func (c *Coordinator) newScheduler() *periodic.Scheduler {
 	return periodic.NewScheduler(periodic.SchedulerConfig{
-		Poster:  gatePoster{cfg: c.cfg.Periodic, http: &http.Client{}},
+		Poster:  gatePoster{cfg: c.cfg.Periodic, http: c.cfg.Periodic.gateHTTP()},
 		Store:   periodic.PoolStore{Pool: c.pool},
 		Clock:   c.cfg.Periodic.Clock,
 		Log:     c.log,

@@ -28,24 +28,27 @@ type periodicGate struct {
 
 func newPeriodicGate(t *testing.T) *periodicGate {
 	g := &periodicGate{}
-	g.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		topic, ok := strings.CutSuffix(strings.TrimPrefix(r.URL.Path, "/v1/topics/"), "/jobs")
-		body, _ := io.ReadAll(r.Body)
-		var j struct {
-			ID   string `json:"id"`
-			Type string `json:"type"`
-		}
-		if !ok || r.Method != http.MethodPost || json.Unmarshal(body, &j) != nil || j.ID == "" || r.Header.Get("Authorization") != "Bearer periodic-secret" {
-			http.Error(w, `{"error":"not a periodic post"}`, http.StatusBadRequest)
-			return
-		}
-		g.mu.Lock()
-		g.posts = append(g.posts, topic+" "+j.ID)
-		g.mu.Unlock()
-		w.WriteHeader(http.StatusAccepted)
-	}))
+	g.srv = httptest.NewServer(http.HandlerFunc(g.serve))
 	t.Cleanup(g.srv.Close)
 	return g
+}
+
+// serve records a periodic post, or answers 400.
+func (g *periodicGate) serve(w http.ResponseWriter, r *http.Request) {
+	topic, ok := strings.CutSuffix(strings.TrimPrefix(r.URL.Path, "/v1/topics/"), "/jobs")
+	body, _ := io.ReadAll(r.Body)
+	var j struct {
+		ID   string `json:"id"`
+		Type string `json:"type"`
+	}
+	if !ok || r.Method != http.MethodPost || json.Unmarshal(body, &j) != nil || j.ID == "" || r.Header.Get("Authorization") != "Bearer periodic-secret" {
+		http.Error(w, `{"error":"not a periodic post"}`, http.StatusBadRequest)
+		return
+	}
+	g.mu.Lock()
+	g.posts = append(g.posts, topic+" "+j.ID)
+	g.mu.Unlock()
+	w.WriteHeader(http.StatusAccepted)
 }
 
 // since returns the posts after the first n.

@@ -10,6 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // Config configures a gate. Start from DefaultConfig: its values are the
@@ -19,6 +20,13 @@ type Config struct {
 	// and /metrics on (Serve); a program that embeds the gate listens
 	// itself. Default ":8080".
 	Listen string
+	// TLS, with a certificate and key, makes Serve answer HTTPS only on
+	// its listener (the API, /healthz, /readyz and /metrics alike), with
+	// a renewed certificate picked up from the same files without a
+	// restart; with ClientCAFile, every client must show a certificate
+	// that CA signed (mutual TLS). New fails on a file it cannot load.
+	// Default: no files, plain HTTP.
+	TLS tlsfiles.Server
 	// Kafka is where jobs are written. Default: brokers 127.0.0.1:9092,
 	// client id "sluice-gate", protocol version 3.6.0, no compression.
 	// No TLS and no SASL unless the --kafka-tls* and --kafka-sasl-* flags
@@ -116,7 +124,9 @@ func init() {
 	cli.Describe("gate", "The HTTP gate: validates job envelopes and writes them to Kafka, answering 202 once Kafka acknowledged.\n"+
 		"API: POST /v1/topics/{topic}/jobs, POST /v1/topics/{topic}/jobs:batch, POST /v1/topics/{topic}/groups,\n"+
 		"GET and DELETE /v1/topics/{topic}/groups/{id}, GET /v1/topics/{topic}/jobs/{id} (with --redis-addr); ops: /healthz, /readyz, /metrics.\n"+
-		"Without --tokens or --tokens-file it refuses to start unless --allow-no-auth is given.")
+		"Without --tokens or --tokens-file it refuses to start unless --allow-no-auth is given.\n"+
+		"With --tls-cert-file and --tls-key-file it serves HTTPS only (a renewed certificate is read without a restart);\n"+
+		"--tls-client-ca-file asks every client for a certificate (docs/secure/https.md).")
 }
 
 // RegisterFlags adds the gate's flags to fs, bound to c's fields, with c's
@@ -124,10 +134,11 @@ func init() {
 // fallbacks.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address to serve the enqueue API, /healthz, /readyz and /metrics on")
+	c.TLS.Register(fs, "", "the gate (its API, /healthz, /readyz and /metrics)")
 	cli.KeepValues(fs, &c.Kafka, func() { c.Kafka.Register(fs, c.Kafka.ClientID) })
 	cli.StringsVar(fs, &c.Topics, "topics", c.Topics, "topics clients may write, comma-separated (empty: every existing topic but internal ones: *.dlq, *.retry, __*)")
 	fs.StringVar(&c.TokensFile, "tokens-file", c.TokensFile, "file of bearer tokens, one per line: \"<token> <topic>[,<topic>...] [<name>]\" or \"<token> *\"; re-read when it changes and on SIGHUP")
-	fs.StringVar(&c.Tokens, "tokens", c.Tokens, "bearer tokens inline, \"<token> <topics>\" separated by ';' (prefer the env variable or a file: flags show in ps)")
+	fs.StringVar(&c.Tokens, "tokens", c.Tokens, "bearer tokens inline, \"<token> <topics>\" separated by ';' (prefer --tokens-file, or the environment: flags show in ps)")
 	cli.DurationVar(fs, &c.TokensCheckEvery, "tokens-check-every", c.TokensCheckEvery, "how often --tokens-file is looked at for a change (SIGHUP reads it at once)")
 	fs.BoolVar(&c.AllowNoAuth, "allow-no-auth", c.AllowNoAuth, "serve without bearer tokens (development only)")
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest single-job request body in bytes (413 above)")

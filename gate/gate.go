@@ -2,6 +2,7 @@ package gate
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/reload"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // Gate serves the enqueue API.
@@ -35,11 +37,12 @@ type Gate struct {
 	handler  http.Handler
 	groups   *queue.Pool // nil without Config.RedisAddr
 	guard    *callback.Guard
+	tls      *tls.Config // nil without Config.TLS: plain HTTP
 }
 
 // New connects to Kafka and returns a gate ready to serve. It fails when no
-// broker answers, or when the token configuration is invalid or missing
-// without AllowNoAuth.
+// broker answers, when the token configuration is invalid or missing
+// without AllowNoAuth, or when Config.TLS names a file it cannot load.
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -47,6 +50,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 	guard, err := callback.NewGuard(cfg.CallbackAllow, cfg.CallbackResolver)
 	if err != nil {
 		return nil, fmt.Errorf("gate: Config.CallbackAllow: %w", err)
+	}
+	// Before Kafka: a bad certificate is the operator's to fix at once.
+	tc, err := serverTLS(cfg.TLS, log)
+	if err != nil {
+		return nil, err
 	}
 	auth, err := LoadAuth(cfg.TokensFile, cfg.Tokens)
 	if err != nil {
@@ -69,6 +77,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 		reg:      ops.NewRegistry(),
 		now:      time.Now,
 		guard:    guard,
+		tls:      tc,
 	}
 	g.auth.Store(auth)
 	for _, t := range cfg.Topics {
@@ -105,6 +114,11 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 // /metrics.
 func (g *Gate) Handler() http.Handler { return g.handler }
 
+// TLSConfig is the server TLS of Config.TLS, which Serve serves with: nil
+// without it. It re-reads a renewed certificate. A program that serves
+// Handler on a server of its own may serve it with this.
+func (g *Gate) TLSConfig() *tls.Config { return g.tls }
+
 // Registry holds the gate's metrics.
 func (g *Gate) Registry() *prometheus.Registry { return g.reg }
 
@@ -119,8 +133,12 @@ func (g *Gate) Run(ctx context.Context) error {
 
 // Serve serves Handler on ln until ctx ends, then drains in-flight
 // requests for up to Config.DrainTimeout and closes the gate as Run does.
-// sluice gate listens on Config.Listen.
+// With Config.TLS it serves HTTPS (only) on ln. sluice gate listens on
+// Config.Listen.
 func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
+	if g.tls != nil {
+		ln = tls.NewListener(ln, g.tls)
+	}
 	// The topic list's refresh ends before the producer (whose client it
 	// reads) closes, and before Serve returns: nothing of the gate runs,
 	// or logs, after it.
@@ -145,7 +163,7 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
-	g.log.Info("gate serving", "addr", ln.Addr().String(), "brokers", strings.Join(g.cfg.Kafka.Brokers, ","))
+	g.log.Info("gate serving", "addr", ln.Addr().String(), "https", g.tls != nil, "client_certs", g.tls != nil && g.tls.ClientCAs != nil, "brokers", strings.Join(g.cfg.Kafka.Brokers, ","))
 	err := ops.Serve(ctx, g.log, srv, ln, g.cfg.DrainTimeout)
 	cancel()
 	// A refresh under way while Kafka is away may take its client's
@@ -215,4 +233,25 @@ func (g *Gate) followTokens(ctx context.Context) {
 			return a, err
 		},
 		func(a *Auth) { g.auth.Store(a) })
+}
+
+// serverTLS loads the server TLS of s (nil when s serves plain HTTP); its
+// errors name the Config field at fault. A renewed certificate that fails
+// to load is logged, and the last good one served on.
+func serverTLS(s tlsfiles.Server, log *slog.Logger) (*tls.Config, error) {
+	if s.ClientCAFile != "" {
+		if !s.Enabled() {
+			return nil, errors.New("gate: Config.TLS.ClientCAFile asks clients for certificates, which needs HTTPS: set Config.TLS.CertFile and Config.TLS.KeyFile too")
+		}
+		if _, err := tlsfiles.LoadCAs(s.ClientCAFile); err != nil {
+			return nil, fmt.Errorf("gate: Config.TLS.ClientCAFile: %w", err)
+		}
+	}
+	tc, err := s.Config(func(err error) {
+		log.Error("the renewed TLS certificate does not load: serving the last good one", "err", err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gate: Config.TLS.CertFile, Config.TLS.KeyFile: %w", err)
+	}
+	return tc, nil
 }

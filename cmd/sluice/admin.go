@@ -8,13 +8,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // The admin commands (docs/admin.md): thin clients of the console's admin
@@ -23,39 +23,66 @@ import (
 
 // adminFlags are every admin command's flags.
 type adminFlags struct {
-	url       string
-	token     string
-	tokenFile string
-	output    string
-	timeout   time.Duration
+	url     string
+	token   cli.Secret
+	tls     tlsfiles.Client
+	output  string
+	timeout time.Duration
 }
 
 func (f *adminFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.url, "admin-url", admin.DefaultURL, "the admin API: the --listen address of sluice coordinator (its console) or sluice console (SLUICE_ADMIN_URL)")
-	fs.StringVar(&f.token, "admin-token", "", "bearer token for the admin API")
-	fs.StringVar(&f.tokenFile, "admin-token-file", "", "file whose first line is the admin API token (sluice dev writes .sluice/admin-token)")
+	f.registerConn(fs, "the admin API: the --listen address of sluice coordinator (its console) or sluice console, https:// when it serves HTTPS (SLUICE_ADMIN_URL)")
 	fs.StringVar(&f.output, "o", "table", "output: table, or json (the API's answer)")
 	cli.DurationVar(fs, &f.timeout, "timeout", 10*time.Second, "time limit of the request")
 }
 
-// client resolves the token (--admin-token, else the first line of
-// --admin-token-file; cli reads both from SLUICE_ADMIN_TOKEN and
-// SLUICE_ADMIN_TOKEN_FILE: the API's token is one across commands) and
-// checks the output.
+// registerConn adds the flags that reach the admin API: its URL, its
+// token, its TLS. They are named admin-*, so that cli's shared fallbacks
+// are SLUICE_ADMIN_* across commands, apart from any part's own (a
+// SLUICE_TLS_CERT_FILE meant for a server is never a client's).
+func (f *adminFlags) registerConn(fs *flag.FlagSet, urlUsage string) {
+	fs.StringVar(&f.url, "admin-url", admin.DefaultURL, urlUsage)
+	cli.SecretVar(fs, &f.token, "admin-token", "the admin API's bearer token")
+	// An --admin-token given beside SLUICE_ADMIN_TOKEN_FILE (sluice dev's
+	// banner exports it) is the one meant: the inline form wins here.
+	fs.Lookup("admin-token-file").Usage = "file holding the admin API's bearer token (read by each command; --admin-token wins over it); sluice dev writes <its --dir>/admin-token"
+	f.tls.Register(fs, "admin", "the admin API")
+}
+
+// adminTLSSettings name the flags that mend a TLS failure with the admin
+// API.
+var adminTLSSettings = tlsfiles.ClientSettings{
+	CAFile:     "--admin-tls-ca-file (SLUICE_ADMIN_TLS_CA_FILE)",
+	CertFile:   "--admin-tls-cert-file and --admin-tls-key-file (SLUICE_ADMIN_TLS_CERT_FILE, SLUICE_ADMIN_TLS_KEY_FILE)",
+	ServerName: "--admin-tls-server-name",
+}
+
+// client resolves the token (--admin-token, else --admin-token-file's
+// content, as before the file form was a cli.Secret; cli reads them from
+// SLUICE_ADMIN_TOKEN and SLUICE_ADMIN_TOKEN_FILE: the API's token is one
+// across commands) and the TLS, and checks the output.
 func (f *adminFlags) client() (*admin.Client, error) {
 	if f.output != "table" && f.output != "json" {
 		return nil, fmt.Errorf("-o %q: want table or json", f.output)
 	}
-	tok := f.token
-	if tok == "" && f.tokenFile != "" {
-		b, err := os.ReadFile(f.tokenFile)
-		if err != nil {
+	tok := f.token.Value
+	if tok == "" {
+		var err error
+		if tok, err = f.token.Read(); err != nil {
 			return nil, fmt.Errorf("--admin-token-file: %w (sluice dev writes the token to <its --dir>/admin-token)", err)
 		}
-		tok, _, _ = strings.Cut(strings.TrimSpace(string(b)), "\n")
-		tok = strings.TrimSpace(tok)
 	}
-	return &admin.Client{BaseURL: f.url, Token: tok, HTTP: &http.Client{Timeout: f.timeout}}, nil
+	hc := &http.Client{Timeout: f.timeout}
+	tc, err := f.tls.Config()
+	if err != nil {
+		return nil, fmt.Errorf("--admin-tls-ca-file, --admin-tls-cert-file, --admin-tls-key-file: %w", err)
+	}
+	if tc != nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = tc
+		hc.Transport = t
+	}
+	return &admin.Client{BaseURL: f.url, Token: tok, HTTP: hc}, nil
 }
 
 // parseArgs parses a command's flags wherever they are among its
@@ -138,8 +165,18 @@ func subNames(subs []adminCmd) string {
 	return strings.Join(n, ", ")
 }
 
-// explain adds what to check to an API error.
+// explain adds what to check to an API error, or to a TLS failure on
+// the way to the API.
 func explain(err error) error {
+	var un *admin.UnreachableError
+	if errors.As(err, &un) {
+		var he *tlsfiles.HandshakeError
+		if errors.As(adminTLSSettings.Explain(un.Err), &he) {
+			// The console answered the dial: it is there, and the
+			// certificates are what to fix.
+			return fmt.Errorf("the admin API at %s: %w", un.URL, he)
+		}
+	}
 	var e *admin.Error
 	if !errors.As(err, &e) {
 		return err
@@ -149,6 +186,10 @@ func explain(err error) error {
 		msg += "\n  fix: " + e.Fix
 	}
 	switch e.Status {
+	case http.StatusBadRequest:
+		if strings.Contains(e.Message, "HTTP request to an HTTPS server") {
+			msg += "\n  the console serves HTTPS: give --admin-url as https://..., with --admin-tls-ca-file for a private CA"
+		}
 	case http.StatusUnauthorized:
 		msg += "\n  give the admin API's token: --admin-token, --admin-token-file, SLUICE_ADMIN_TOKEN or SLUICE_ADMIN_TOKEN_FILE (sluice dev: .sluice/admin-token)"
 	case http.StatusForbidden:

@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 
 	"github.com/sluicehq/sluice/console"
 	"github.com/sluicehq/sluice/coordinator"
@@ -98,6 +100,12 @@ func (cc *coordinatorConsole) register(fs *flag.FlagSet) {
 			fs.Var(f.Value, f.Name, f.Usage)
 		}
 	})
+	// One listener, one TLS: the console's flags serve all of it.
+	for _, name := range []string{"tls-cert-file", "tls-key-file", "tls-client-ca-file"} {
+		f := fs.Lookup(name)
+		f.Usage = strings.Replace(f.Usage, "the console (the admin API, the dashboard, /healthz, /readyz and /metrics)",
+			"sluice coordinator's --listen (the console, /healthz, /readyz and /metrics; with --console=false too)", 1)
+	}
 	cc.enabled = true
 	fs.BoolVar(&cc.enabled, "console", cc.enabled, "serve the console on --listen too, as sluice console does: the admin API under /api/v1/ and the dashboard at / (docs/admin.md); --console=false leaves them to a sluice console of their own")
 }
@@ -119,6 +127,9 @@ func (cc *coordinatorConsole) share(cfg coordinator.Config) {
 type coordinatorProcess struct {
 	co  *coordinator.Coordinator
 	con *console.Console // nil: --console=false
+	// tls serves the whole listener over HTTPS: the console's
+	// Config.TLS. nil: plain HTTP.
+	tls *tls.Config
 }
 
 // newCoordinatorProcess builds the coordinator of cfg and, when ccfg is
@@ -149,13 +160,16 @@ func newCoordinatorProcess(cfg coordinator.Config, ccfg *console.Config, log *sl
 		return nil, err
 	}
 	routes.Handle("/", con.Handler())
-	return &coordinatorProcess{co: co, con: con}, nil
+	return &coordinatorProcess{co: co, con: con, tls: con.TLSConfig()}, nil
 }
 
-// Serve serves the coordinator (and the console) on ln until ctx ends. The
-// console's clients close once the coordinator's server has drained its
-// requests.
+// Serve serves the coordinator (and the console) on ln until ctx ends,
+// over HTTPS when the console's Config.TLS asks for it. The console's
+// clients close once the coordinator's server has drained its requests.
 func (p *coordinatorProcess) Serve(ctx context.Context, ln net.Listener) error {
+	if p.tls != nil {
+		ln = tls.NewListener(ln, p.tls)
+	}
 	if p.con == nil {
 		return p.co.Serve(ctx, ln)
 	}

@@ -48,6 +48,16 @@ func newConsoleBed(t *testing.T) *consoleBed {
 // answers.
 func (b *consoleBed) start(t *testing.T, part string, args ...string) string {
 	t.Helper()
+	return b.startProbed(t, part, func(addr string) int {
+		code, _ := httpGet(t, "http://"+addr+"/healthz", "")
+		return code
+	}, args...)
+}
+
+// startProbed is start with the /healthz probe given: healthz GETs the
+// part's /healthz at addr (over HTTPS, say) and returns the status.
+func (b *consoleBed) startProbed(t *testing.T, part string, healthz func(addr string) int, args ...string) string {
+	t.Helper()
 	port, err := stack.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -77,8 +87,7 @@ func (b *consoleBed) start(t *testing.T, part string, args ...string) string {
 			t.Fatalf("sluice %s exited %d: %s", part, code, errOut.String())
 		default:
 		}
-		code, _ := httpGet(t, "http://"+addr+"/healthz", "")
-		return code == http.StatusOK
+		return healthz(addr) == http.StatusOK
 	})
 	return addr
 }

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/sluicehq/sluice/internal/funnel"
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 func init() {
@@ -34,6 +36,7 @@ type statsFlags struct {
 	kafka         kafka.Config
 	consumerGroup string
 	gateMetrics   cli.ListFlag
+	gateTLS       tlsfiles.Client
 	output        string
 	timeout       time.Duration
 	api, direct   bool
@@ -46,13 +49,12 @@ func (f *statsFlags) register(fs *flag.FlagSet) {
 	f.kafka.Register(fs, "sluice-stats")
 	fs.StringVar(&f.consumerGroup, "consumer-group", kafka.RelayConsumerGroup, "the relays' --consumer-group (the lag of <group>.<topic> is read); needs --kafka-brokers")
 	fs.Var(&f.gateMetrics, "gate-metrics", "the gates' /metrics URLs, comma-separated: every gate, for the accepted and produced counts")
+	f.gateTLS.Register(fs, "gate-metrics", "the gate")
 	fs.StringVar(&f.output, "o", "text", "output: text (or table) or json")
 	cli.DurationVar(fs, &f.timeout, "timeout", 10*time.Second, "time limit of the whole read")
 	fs.BoolVar(&f.api, "api", false, "ask the admin API (--admin-url: the console's), the default unless --redis-addr is given")
 	fs.BoolVar(&f.direct, "direct", false, "read Redis, Kafka and the gates directly (works while the coordinator is down), the default when --redis-addr is given")
-	fs.StringVar(&f.admin.url, "admin-url", admin.DefaultURL, "the admin API (sluice coordinator's or sluice console's --listen), for the API mode (SLUICE_ADMIN_URL)")
-	fs.StringVar(&f.admin.token, "admin-token", "", "bearer token for the admin API")
-	fs.StringVar(&f.admin.tokenFile, "admin-token-file", "", "file whose first line is the admin API token")
+	f.admin.registerConn(fs, "the admin API (sluice coordinator's or sluice console's --listen, https:// when it serves HTTPS), for the API mode (SLUICE_ADMIN_URL)")
 }
 
 func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -98,6 +100,10 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			switch fl.Name {
 			case "stage", "redis-partitions", "kafka-brokers", "consumer-group", "gate-metrics":
 				ignored = append(ignored, "--"+fl.Name)
+			default:
+				if strings.HasPrefix(fl.Name, "gate-metrics-tls") {
+					ignored = append(ignored, "--"+fl.Name)
+				}
 			}
 		})
 		if len(ignored) > 0 {
@@ -132,6 +138,14 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
+// gateMetricsTLSSettings name the flags that mend a TLS failure reading
+// the gates' /metrics.
+var gateMetricsTLSSettings = tlsfiles.ClientSettings{
+	CAFile:     "--gate-metrics-tls-ca-file",
+	CertFile:   "--gate-metrics-tls-cert-file and --gate-metrics-tls-key-file",
+	ServerName: "--gate-metrics-tls-server-name",
+}
+
 // gather reads the report's inputs directly; Kafka and the gates are
 // optional, and a failure to read them is reported in the output, not
 // fatal. Redis is the report's backbone: without it there is nothing to
@@ -143,6 +157,15 @@ func (f *statsFlags) gather(ctx context.Context) (funnel.Input, error) {
 	}
 	defer pool.Close()
 	src := funnel.Sources{ConsumerGroup: f.consumerGroup, GateMetrics: f.gateMetrics, KafkaTimeout: f.timeout / 2}
+	tc, err := f.gateTLS.Config()
+	if err != nil {
+		return funnel.Input{}, fmt.Errorf("--gate-metrics-tls-ca-file, --gate-metrics-tls-cert-file, --gate-metrics-tls-key-file: %w", err)
+	}
+	if tc != nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.TLSClientConfig = tc
+		src.GateHTTP = &http.Client{Transport: t}
+	}
 	if len(f.kafka.Brokers) > 0 {
 		src.Kafka = &f.kafka
 	}
@@ -152,7 +175,7 @@ func (f *statsFlags) gather(ctx context.Context) (funnel.Input, error) {
 		return in, fmt.Errorf("%w (check --redis-addr, --redis-partitions and --stage)", err)
 	}
 	if err != nil {
-		return in, fmt.Errorf("--gate-metrics %w", err)
+		return in, fmt.Errorf("--gate-metrics %w", gateMetricsTLSSettings.Explain(err))
 	}
 	return in, nil
 }

@@ -20,6 +20,9 @@ type Sources struct {
 	ConsumerGroup string
 	// GateMetrics are the gates' /metrics URLs.
 	GateMetrics []string
+	// GateHTTP reads GateMetrics: the TLS of gates serving HTTPS. nil:
+	// http.DefaultClient.
+	GateHTTP *http.Client
 	// KafkaTimeout bounds the dial to Kafka; 0: 5 s.
 	KafkaTimeout time.Duration
 	// Topics are read besides those the relays registered (see
@@ -65,7 +68,7 @@ func Gather(ctx context.Context, pool *queue.Pool, src Sources, now time.Time) (
 	if len(src.GateMetrics) > 0 {
 		in.Gate = map[string]map[string]float64{}
 		for _, u := range src.GateMetrics {
-			if err := scrapeGateJobs(ctx, u, in.Gate); err != nil {
+			if err := scrapeGateJobs(ctx, src.GateHTTP, u, in.Gate); err != nil {
 				return in, fmt.Errorf("%s: %w", u, err)
 			}
 		}
@@ -106,8 +109,11 @@ func lag(ctx context.Context, src Sources, topics map[string]bool) (map[string]i
 
 // scrapeGateJobs adds a gate's sluice_gate_jobs_total to into, by topic and
 // outcome.
-func scrapeGateJobs(ctx context.Context, url string, into map[string]map[string]float64) error {
-	fs, err := ops.Scrape(ctx, http.DefaultClient, url)
+func scrapeGateJobs(ctx context.Context, hc *http.Client, url string, into map[string]map[string]float64) error {
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	fs, err := ops.Scrape(ctx, hc, url)
 	if err != nil {
 		return err
 	}
