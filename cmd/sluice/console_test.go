@@ -161,7 +161,7 @@ func TestConsoleAloneServesTheAdminAPI(t *testing.T) {
 	}
 
 	code, _, errOut = cliRun("console", "--listen", "127.0.0.1:0", "--admin-tokens", "too-short-token")
-	if want := "Config.AdminTokens: token entry 1: want \"<token> <role>\" (role read or admin) (set by --admin-tokens / SLUICE_CONSOLE_ADMIN_TOKENS)"; code != 1 || !strings.Contains(errOut, want) || strings.Contains(errOut, "too-short-token") {
+	if want := "Config.AdminTokens: token entry 1: want \"<token> <role> [<name>]\" (role read or admin) (set by --admin-tokens / SLUICE_CONSOLE_ADMIN_TOKENS)"; code != 1 || !strings.Contains(errOut, want) || strings.Contains(errOut, "too-short-token") {
 		t.Errorf("a bad token entry: exit %d, %q; want %q", code, errOut, want)
 	}
 }
