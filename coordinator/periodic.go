@@ -142,11 +142,19 @@ func (c *Coordinator) newScheduler() *periodic.Scheduler {
 	})
 }
 
+// scheduleWatchWait bounds how long the schedules' watch blocks per query.
+const scheduleWatchWait = 10 * time.Second
+
 // watchSchedules hands the scheduler every change of the schedules.
 func (c *Coordinator) watchSchedules(ctx context.Context) {
 	prefix, err := periodic.SchedulesPrefix(c.cfg.Stage)
 	if err == nil {
-		err = consul.WatchPrefix(ctx, c.consul, prefix, consul.WatchOptions{Log: c.log.With("watch", "periodic")}, c.scheduler.Update)
+		// A short wait: after a Consul that came back empty, an HTTP
+		// client's silent retry of the blocking query can wait on an index
+		// the new agent has not reached, up to WaitTime, before the
+		// schedules written again are seen.
+		opts := consul.WatchOptions{WaitTime: scheduleWatchWait, Log: c.log.With("watch", "periodic")}
+		err = consul.WatchPrefix(ctx, c.consul, prefix, opts, c.scheduler.Update)
 	}
 	if err != nil {
 		c.log.Error("periodic: cannot watch the schedules", "err", err)

@@ -230,6 +230,16 @@ func TestSchedulerFiresSlotsTakesLiveChangesAndKeepsTheLastGoodSchedule(t *testi
 	if st := rec.states["tick"]; !st.LastSlot.Equal(t0.Add(40*time.Second)) || st.RunNow != "n1" {
 		t.Fatalf("saved state: %+v", st)
 	}
+
+	// The lock lost, the value turns bad, the lock taken again: the last
+	// good schedule is still in force.
+	s.Update(map[string][]byte{"tick": []byte(`{"every":"0s","topic":"other","type":"t"}`)})
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	go func() { done <- s.Run(ctx) }()
+	step(t, clock, 20*time.Second) // 12:01:00
+	waitPosted(t, rec, "jobs/"+JobID("tick", t0.Add(10*time.Second)), "jobs/"+JobID("tick", t0.Add(20*time.Second)), "jobs/"+JobID("tick", t0.Add(30*time.Second)),
+		"other/"+RunNowID("tick", "n1"), "other/"+JobID("tick", t0.Add(40*time.Second)), "other/"+JobID("tick", t0.Add(60*time.Second)))
 }
 
 func TestAFailedPostIsRetriedWithinGraceAndANewLeaderCarriesOn(t *testing.T) {

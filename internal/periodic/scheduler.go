@@ -57,7 +57,12 @@ type SchedulerConfig struct {
 type Scheduler struct {
 	cfg     SchedulerConfig
 	updates chan map[string][]byte
-	current map[string][]byte // the last values given, for the next Run
+	// The schedules in force and the refused values, kept from one Run
+	// to the next (Runs never overlap): a leader that loses its lock and
+	// takes it again keeps the last good schedule of a name whose value
+	// turned bad meanwhile.
+	schedules map[string]*Parsed
+	bad       map[string]string // name -> the refused value, logged once
 }
 
 // NewScheduler builds a Scheduler; call Update with the schedules' values.
@@ -71,7 +76,7 @@ func NewScheduler(cfg SchedulerConfig) *Scheduler {
 	if cfg.RetryAfter <= 0 {
 		cfg.RetryAfter = time.Second
 	}
-	return &Scheduler{cfg: cfg, updates: make(chan map[string][]byte, 1)}
+	return &Scheduler{cfg: cfg, updates: make(chan map[string][]byte, 1), schedules: map[string]*Parsed{}, bad: map[string]string{}}
 }
 
 // Update hands the scheduler every schedule's raw value by name (as the
@@ -94,17 +99,15 @@ func (s *Scheduler) Update(values map[string][]byte) {
 // run is one Run's state.
 type run struct {
 	*Scheduler
-	schedules map[string]*Parsed
-	bad       map[string]string // name -> the refused value, logged once
-	states    map[string]State
-	dirty     map[string]bool // states not yet saved
+	states map[string]State
+	dirty  map[string]bool // states not yet saved
 }
 
 // Run fires due slots until ctx ends. It loads the states first (retrying
 // while the store fails), so a new leader carries on where the last one
 // stopped.
 func (s *Scheduler) Run(ctx context.Context) error {
-	r := &run{Scheduler: s, schedules: map[string]*Parsed{}, bad: map[string]string{}, dirty: map[string]bool{}}
+	r := &run{Scheduler: s, dirty: map[string]bool{}}
 	for {
 		states, err := s.cfg.Store.Load(ctx)
 		if err == nil {
@@ -121,7 +124,6 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	if r.states == nil {
 		r.states = map[string]State{}
 	}
-	r.apply(s.current)
 	for {
 		wake := r.round(ctx)
 		var timer <-chan time.Time
@@ -138,7 +140,6 @@ func (s *Scheduler) Run(ctx context.Context) error {
 			}
 			return ctx.Err()
 		case values := <-s.updates:
-			s.current = values
 			r.apply(values)
 		case <-timer:
 		}
