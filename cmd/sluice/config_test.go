@@ -176,7 +176,13 @@ func checkConfigFlags(t *testing.T, part string, defaults func() any, dir string
 		}
 		top, _, _ := strings.Cut(field, ".")
 		leaf := field[strings.LastIndex(field, ".")+1:]
-		if doc := docs[top]; !strings.Contains(doc, "No flag") || !strings.Contains(doc, leaf) {
+		doc := docs[top]
+		if sf, ok := reflect.TypeOf(cfg).Elem().FieldByName(top); ok && len(sf.Index) > 1 {
+			// Promoted from an embedded struct of another package
+			// (consul.Config): the embedding field's doc speaks for it.
+			doc = docs[reflect.TypeOf(cfg).Elem().Field(sf.Index[0]).Name]
+		}
+		if !strings.Contains(doc, "No flag") || !strings.Contains(doc, leaf) {
 			t.Errorf("Config.%s has no flag, and the doc of Config.%s does not say so (\"No flag\" naming %s): %q", field, top, leaf, doc)
 		}
 	}
