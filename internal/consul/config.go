@@ -188,10 +188,10 @@ func (t *transport) send(req *http.Request, token string) (*http.Response, error
 			return nil, fmt.Errorf("%s: Consul at %s serves HTTPS: set --consul-tls and --consul-tls-ca-file", t.part, req.URL.Host)
 		}
 		resp.Body = io.NopCloser(strings.NewReader(body))
-	case req.Method == http.MethodGet && resp.StatusCode == http.StatusOK &&
-		resp.Header.Get("X-Consul-Results-Filtered-By-ACLs") == "true":
-		// A list the token may read only in part: a missing key would
-		// read as "no limit", so it is a refusal, not an answer.
+	case req.Method == http.MethodGet && resp.Header.Get("X-Consul-Results-Filtered-By-ACLs") == "true":
+		// A list the token may read only in part (or not at all: then
+		// a 404, as for no keys): a missing key would read as "no
+		// limit", so it is a refusal, not an answer.
 		readBody(resp)
 		return nil, t.denied(req, token != "", "keys left out of the answer: the token may not read them")
 	}
