@@ -12,8 +12,8 @@ import (
 
 	"github.com/sluicehq/sluice/console/dashboard"
 	"github.com/sluicehq/sluice/internal/admin"
-	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/canary"
+	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/funnel"
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/periodic"
