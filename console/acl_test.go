@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/consul"
+	"github.com/sluicehq/sluice/internal/periodic"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -58,6 +59,11 @@ func TestConsoleUnderItsLeastACLPolicy(t *testing.T) {
 		t.Errorf("scale %+v", scale)
 	}
 	c.must(t, "PUT", "/api/v1/scale/0", admin.ScaleSet{Auto: true}, &sp)
+	var ps admin.PeriodicState
+	c.must(t, "PUT", "/api/v1/periodic/nightly", periodic.Schedule{Cron: "0 0 3 * * *", Topic: "jobs", Type: "report"}, &ps)
+	c.must(t, "POST", "/api/v1/periodic/nightly/pause", nil, &ps)
+	c.must(t, "GET", "/api/v1/periodic", nil, nil)
+	c.must(t, "DELETE", "/api/v1/periodic/nightly", nil, nil)
 
 	code, body := c.call(t, "PUT", "/api/v1/rates/mail", adminToken, admin.RateSet{Rate: 5})
 	if code != http.StatusServiceUnavailable {

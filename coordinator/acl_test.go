@@ -34,8 +34,8 @@ func coordinatorPolicy(t *testing.T) string {
 
 // TestCoordinatorUnderItsLeastACLPolicy: with Consul denying by default
 // and a token of exactly `sluice consul-policy coordinator`, the
-// coordinator takes its lock and follows the scaling parameters and the
-// pins.
+// coordinator takes its lock and follows the scaling parameters, the pins
+// and the periodic schedules.
 func TestCoordinatorUnderItsLeastACLPolicy(t *testing.T) {
 	b := aclBed(t)
 	kv := b.consul.Client().KV()
@@ -44,6 +44,10 @@ func TestCoordinatorUnderItsLeastACLPolicy(t *testing.T) {
 	}
 	pin, _ := json.Marshal(admin.Pin{Workers: 4, At: time.Now().UTC(), By: "test"})
 	if _, err := kv.Put(&consulapi.KVPair{Key: "sluice/test/scaling/pins/1", Value: pin}, nil); err != nil {
+		t.Fatal(err)
+	}
+	schedule := `{"cron": "0 0 3 * * *", "topic": "jobs", "type": "report"}`
+	if _, err := kv.Put(&consulapi.KVPair{Key: "sluice/test/periodic/nightly", Value: []byte(schedule)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	token := b.consul.ACLToken("coordinator", coordinatorPolicy(t))
@@ -55,6 +59,9 @@ func TestCoordinatorUnderItsLeastACLPolicy(t *testing.T) {
 	testenv.WaitFor(t, 10*time.Second, "the parameters and the pin from Consul", func() bool {
 		p, ok := r.c.Pin(1)
 		return r.c.Params().Base == 3 && ok && p.Workers == 4
+	})
+	testenv.WaitFor(t, 10*time.Second, "the schedule from Consul", func() bool {
+		return testenv.Metric(t, r.c.Registry(), "sluice_coordinator_periodic_next_fire_timestamp_seconds", "schedule", "nightly") > 0
 	})
 }
 

@@ -64,6 +64,7 @@ func PolicyFor(p Policy) (string, error) {
 	case "coordinator":
 		key("key", root+"coordinator/lock", "write", "the coordinator's lock")
 		key("key_prefix", root+"scaling", "read", "the scaling parameters (scaling) and the operators' pins (scaling/pins/), watched")
+		key("key_prefix", root+"periodic/", "read", "the periodic schedules, watched (their state is in Redis)")
 		session()
 	case "console":
 		if len(p.Topics) == 0 {
@@ -77,6 +78,7 @@ func PolicyFor(p Policy) (string, error) {
 		key("key_prefix", root+"limits/", "write", "the execution rate limits, listed, set and lifted")
 		key("key", root+"scaling", "read", "the scaling parameters, shown by a console without a coordinator in its process")
 		key("key_prefix", root+"scaling/pins/", "write", "the scale pins, listed, set and lifted")
+		key("key_prefix", root+"periodic/", "write", "the periodic schedules, listed, created, changed, paused and deleted")
 	default:
 		return "", fmt.Errorf("consul: no policy for part %q: the parts that use Consul are %s", p.Part, strings.Join(Parts, ", "))
 	}
