@@ -51,7 +51,6 @@ type Config struct {
 	// again when Consul refuses it) and ConsulTLS (--consul-tls*); `sluice
 	// consul-policy console` prints the least ACL policy it needs
 	// (docs/secure/consul.md). Default: "127.0.0.1:8500", no token, plain HTTP.
-	// No flag sets ConsulTLS.InsecureSkipVerify (tests only).
 	consul.Config
 	// ConsumerTTL is how old a worker consumer's heartbeat may be and
 	// still count as live, as the coordinator's. Default 15s.

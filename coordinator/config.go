@@ -49,7 +49,6 @@ type Config struct {
 	// again when Consul refuses it) and ConsulTLS (--consul-tls*); `sluice
 	// consul-policy coordinator` prints the least ACL policy it needs
 	// (docs/secure/consul.md). Default: "127.0.0.1:8500", no token, plain HTTP.
-	// No flag sets ConsulTLS.InsecureSkipVerify (tests only).
 	consul.Config
 	// LockTTL is the Consul session's TTL (Consul's minimum is 10s).
 	// Default 10s.

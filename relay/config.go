@@ -44,7 +44,6 @@ type Config struct {
 	// again when Consul refuses it) and ConsulTLS (--consul-tls*); `sluice
 	// consul-policy relay` prints the least ACL policy it needs
 	// (docs/secure/consul.md). Default: "127.0.0.1:8500", no token, plain HTTP.
-	// No flag sets ConsulTLS.InsecureSkipVerify (tests only).
 	consul.Config
 	// LockTTL is the TTL of the relay's Consul session (Consul's minimum
 	// is 10s): a dead holder is replaced after TTL (up to 2x: Consul's

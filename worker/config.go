@@ -95,7 +95,6 @@ type Config struct {
 	// again when Consul refuses it) and ConsulTLS (--consul-tls*); `sluice
 	// consul-policy worker` prints the least ACL policy it needs
 	// (docs/secure/consul.md). Default: ConsulAddr "" (no limits), no token, plain HTTP.
-	// No flag sets ConsulTLS.InsecureSkipVerify (tests only).
 	consul.Config
 	// RateLimitLead is how long before its slot a throttled job comes back
 	// from delayed, to wait the rest in process (holding a slot): enough

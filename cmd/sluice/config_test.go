@@ -164,10 +164,13 @@ func checkConfigFlags(t *testing.T, part string, defaults func() any, dir string
 		}
 	})
 	docs := configFieldDocs(t, dir)
-	// The fields of the embedded queue.Location are documented there.
-	for name, doc := range typeFieldDocs(t, "../../internal/queue", "Location") {
-		if _, ok := docs[name]; !ok {
-			docs[name] = doc
+	// The fields of the embedded queue.Location and consul.Config are
+	// documented there.
+	for _, embedded := range [][2]string{{"../../internal/queue", "Location"}, {"../../internal/consul", "Config"}} {
+		for name, doc := range typeFieldDocs(t, embedded[0], embedded[1]) {
+			if _, ok := docs[name]; !ok {
+				docs[name] = doc
+			}
 		}
 	}
 	for _, field := range cli.ConfigFields(cfg) {
@@ -176,13 +179,7 @@ func checkConfigFlags(t *testing.T, part string, defaults func() any, dir string
 		}
 		top, _, _ := strings.Cut(field, ".")
 		leaf := field[strings.LastIndex(field, ".")+1:]
-		doc := docs[top]
-		if sf, ok := reflect.TypeOf(cfg).Elem().FieldByName(top); ok && len(sf.Index) > 1 {
-			// Promoted from an embedded struct of another package
-			// (consul.Config): the embedding field's doc speaks for it.
-			doc = docs[reflect.TypeOf(cfg).Elem().Field(sf.Index[0]).Name]
-		}
-		if !strings.Contains(doc, "No flag") || !strings.Contains(doc, leaf) {
+		if doc := docs[top]; !strings.Contains(doc, "No flag") || !strings.Contains(doc, leaf) {
 			t.Errorf("Config.%s has no flag, and the doc of Config.%s does not say so (\"No flag\" naming %s): %q", field, top, leaf, doc)
 		}
 	}
