@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/console/dashboard"
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/canary"
+	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/funnel"
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/periodic"
@@ -191,6 +192,11 @@ func (con *Console) redisErr(err error) error {
 
 // consulErr is a Consul failure: 503, with the setting.
 func (con *Console) consulErr(err error) error {
+	if consul.IsDenied(err) {
+		// The error names the rule, the part and the token's flags.
+		return &admin.Error{Status: http.StatusServiceUnavailable, Message: "Consul: " + err.Error(),
+			Fix: "give the console a Consul token whose policy allows it: " + con.setting("ConsulToken.File") + " (`sluice consul-policy console` prints the policy)"}
+	}
 	return &admin.Error{Status: http.StatusServiceUnavailable, Message: "Consul: " + err.Error(),
 		Fix: "check that the Consul agent answers at " + con.setting("ConsulAddr") + " (" + con.cfg.ConsulAddr + ")"}
 }

@@ -44,9 +44,14 @@ type Config struct {
 	// (queue.Pool.Topics), as the coordinator's Config.Topics: for a topic
 	// whose relay has not started yet. Default: none.
 	Topics []string
-	// ConsulAddr is the Consul agent's HTTP address: rates, limits, scale
-	// pins. Default "127.0.0.1:8500".
-	ConsulAddr string
+	// Consul holds the rates, limits and scale pins the console reads
+	// and writes.
+	// Config is how it reaches Consul: ConsulAddr (--consul-addr), the
+	// ACL token ConsulToken (--consul-token, --consul-token-file: read
+	// again when Consul refuses it) and ConsulTLS (--consul-tls*); `sluice
+	// consul-policy console` prints the least ACL policy it needs
+	// (docs/secure/consul.md). Default: "127.0.0.1:8500", no token, plain HTTP.
+	consul.Config
 	// ConsumerTTL is how old a worker consumer's heartbeat may be and
 	// still count as live, as the coordinator's. Default 15s.
 	ConsumerTTL time.Duration
@@ -130,7 +135,7 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:           ":8084",
 		Location:         queue.DefaultLocation(),
-		ConsulAddr:       "127.0.0.1:8500",
+		Config:           consul.DefaultConfig(),
 		ConsumerTTL:      15 * time.Second,
 		Kafka:            kafka.Config{ClientID: "sluice-console", Version: "3.6.0", Compression: "none"},
 		ConsumerGroup:    kafka.RelayConsumerGroup,
@@ -156,7 +161,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Location.RegisterFlags(fs)
 	fs.Lookup("redis-partitions").Usage = "Redis partitions in the layout (as the other parts')"
 	cli.StringsVar(fs, &c.Topics, "topics", c.Topics, "topics whose queues are read besides those the relays registered (their relays have not started yet), comma-separated; default none")
-	fs.StringVar(&c.ConsulAddr, "consul-addr", c.ConsulAddr, "Consul HTTP address")
+	c.Config.RegisterFlags(fs)
 	cli.DurationVar(fs, &c.ConsumerTTL, "consumer-ttl", c.ConsumerTTL, "a consumer's heartbeat older than this no longer counts (as the coordinator's)")
 	fs.StringVar(&c.AdminTokens, "admin-tokens", c.AdminTokens, "admin API bearer tokens with their roles: \"<token> admin;<token> read\" (kept as SHA-256 hashes); prefer --admin-tokens-file, or the environment: flags show in ps")
 	fs.StringVar(&c.AdminTokensFile, "admin-tokens-file", c.AdminTokensFile, "file of admin API tokens: one \"<token> <role> [<name>]\" per line (role read or admin; the name is what logs show of its uses), # comments; re-read when it changes and on SIGHUP")

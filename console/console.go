@@ -68,12 +68,10 @@ func New(cfg Config, log *slog.Logger) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	ccfg := consulapi.DefaultConfig()
-	ccfg.Address = cfg.ConsulAddr
-	cc, err := consulapi.NewClient(ccfg)
+	cc, err := cfg.Config.Client("console")
 	if err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("console: Config.ConsulAddr: %w", err)
+		return nil, err
 	}
 	reg := cfg.Registry
 	if reg == nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/callback"
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
@@ -41,9 +42,14 @@ type Config struct {
 	// stats cycle, so a topic a relay registers later is picked up
 	// without a restart. Default: none (only the registered topics).
 	Topics []string
-	// ConsulAddr is the Consul agent's HTTP address. Default
-	// "127.0.0.1:8500".
-	ConsulAddr string
+	// Consul holds the coordinator's lock, the scaling parameters and
+	// the pins.
+	// Config is how it reaches Consul: ConsulAddr (--consul-addr), the
+	// ACL token ConsulToken (--consul-token, --consul-token-file: read
+	// again when Consul refuses it) and ConsulTLS (--consul-tls*); `sluice
+	// consul-policy coordinator` prints the least ACL policy it needs
+	// (docs/secure/consul.md). Default: "127.0.0.1:8500", no token, plain HTTP.
+	consul.Config
 	// LockTTL is the Consul session's TTL (Consul's minimum is 10s).
 	// Default 10s.
 	LockTTL time.Duration
@@ -173,7 +179,7 @@ func DefaultConfig() Config {
 	return Config{
 		Listen:              ":8083",
 		Location:            queue.DefaultLocation(),
-		ConsulAddr:          "127.0.0.1:8500",
+		Config:              consul.DefaultConfig(),
 		LockTTL:             10 * time.Second,
 		LockDelay:           5 * time.Second,
 		GroupWait:           time.Second,
@@ -217,7 +223,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Location.RegisterFlags(fs)
 	fs.Lookup("redis-partitions").Usage = "Redis partitions in the layout (as the relay's and the workers')"
 	cli.StringsVar(fs, &c.Topics, "topics", c.Topics, "topics whose queues are read besides those the relays registered (their relays have not started yet), comma-separated; default none")
-	fs.StringVar(&c.ConsulAddr, "consul-addr", c.ConsulAddr, "Consul HTTP address")
+	c.Config.RegisterFlags(fs)
 	cli.DurationVar(fs, &c.LockTTL, "lock-ttl", c.LockTTL, "TTL of the coordinator's Consul session (Consul's minimum is 10s)")
 	cli.DurationVar(fs, &c.LockDelay, "lock-delay", c.LockDelay, "Consul lock-delay after a holder's session expires; 0 for none")
 	cli.DurationVar(fs, &c.GroupWait, "group-wait", c.GroupWait, "how long a queue partition's watcher blocks for a completed group (whole seconds); also bounds how long stopping takes, and is how often the registered topics are read for new ones to watch")

@@ -103,13 +103,11 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 		waits.Close()
 		return nil, fmt.Errorf("coordinator: Config.CallbackAllow: %w", err)
 	}
-	ccfg := consulapi.DefaultConfig()
-	ccfg.Address = cfg.ConsulAddr
-	cc, err := consulapi.NewClient(ccfg)
+	cc, err := cfg.Config.Client("coordinator")
 	if err != nil {
 		pool.Close()
 		waits.Close()
-		return nil, fmt.Errorf("consul: %w", err)
+		return nil, err
 	}
 	reg := ops.NewRegistry()
 	c := &Coordinator{

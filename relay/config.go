@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/queue"
 )
@@ -37,9 +38,13 @@ type Config struct {
 	// the relay keeps, one per topic: <group>.<topic>. Default
 	// "sluice-relay".
 	ConsumerGroup string
-	// ConsulAddr is the Consul agent's HTTP address (locks, rates).
-	// Default "127.0.0.1:8500".
-	ConsulAddr string
+	// Consul holds the relay's locks and rates.
+	// Config is how it reaches Consul: ConsulAddr (--consul-addr), the
+	// ACL token ConsulToken (--consul-token, --consul-token-file: read
+	// again when Consul refuses it) and ConsulTLS (--consul-tls*); `sluice
+	// consul-policy relay` prints the least ACL policy it needs
+	// (docs/secure/consul.md). Default: "127.0.0.1:8500", no token, plain HTTP.
+	consul.Config
 	// LockTTL is the TTL of the relay's Consul session (Consul's minimum
 	// is 10s): a dead holder is replaced after TTL (up to 2x: Consul's
 	// timer) + LockDelay. Default 10s.
@@ -111,7 +116,7 @@ func DefaultConfig() Config {
 		Topics:        []string{"jobs"},
 		Kafka:         kafka.Config{Brokers: cli.ListFlag{"127.0.0.1:9092"}, ClientID: "sluice-relay", Version: "3.6.0", Compression: "none"},
 		ConsumerGroup: kafka.RelayConsumerGroup,
-		ConsulAddr:    "127.0.0.1:8500",
+		Config:        consul.DefaultConfig(),
 		LockTTL:       10 * time.Second,
 		LockDelay:     5 * time.Second,
 		BatchSize:     1024,
@@ -142,7 +147,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	cli.StringsVar(fs, &c.Topics, "topics", c.Topics, "topics to relay, comma-separated; each needs its <topic>.dlq")
 	cli.KeepValues(fs, &c.Kafka, func() { c.Kafka.Register(fs, c.Kafka.ClientID) })
 	fs.StringVar(&c.ConsumerGroup, "consumer-group", c.ConsumerGroup, "Kafka consumer group whose committed offsets the relay keeps (one per topic: <group>.<topic>)")
-	fs.StringVar(&c.ConsulAddr, "consul-addr", c.ConsulAddr, "Consul HTTP address")
+	c.Config.RegisterFlags(fs)
 	cli.DurationVar(fs, &c.LockTTL, "lock-ttl", c.LockTTL, "TTL of the relay's Consul session (Consul's minimum is 10s): a dead holder is replaced after TTL (up to 2x: Consul's timer) + lock-delay")
 	cli.DurationVar(fs, &c.LockDelay, "lock-delay", c.LockDelay, "Consul lock-delay after a holder's session expires; 0 for none")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "most jobs per Redis pipeline and per rate-limit wait")

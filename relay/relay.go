@@ -65,10 +65,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Relay, error) {
 			return fail(err)
 		}
 	}
-	ccfg := consulapi.DefaultConfig()
-	ccfg.Address = cfg.ConsulAddr
-	if r.consul, err = consulapi.NewClient(ccfg); err != nil {
-		return fail(fmt.Errorf("consul: %w", err))
+	if r.consul, err = cfg.Config.Client("relay"); err != nil {
+		return fail(err)
 	}
 	if r.producer, err = kafka.NewProducer(&cfg.Kafka, kafka.ProducerOptions{}, log); err != nil {
 		return fail(err)

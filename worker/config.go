@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
@@ -86,9 +87,15 @@ type Config struct {
 	// Maintain is how often expired leases are reaped and due delayed jobs
 	// promoted. Default 500ms.
 	Maintain time.Duration
-	// ConsulAddr is the Consul agent whose KV holds the execution rate
-	// limits (sluice/<stage>/limits/<resource>). Default "": no limits.
-	ConsulAddr string
+	// Consul's KV holds the execution rate limits
+	// (sluice/<stage>/limits/<resource>); an empty ConsulAddr means no
+	// limits.
+	// Config is how it reaches Consul: ConsulAddr (--consul-addr), the
+	// ACL token ConsulToken (--consul-token, --consul-token-file: read
+	// again when Consul refuses it) and ConsulTLS (--consul-tls*); `sluice
+	// consul-policy worker` prints the least ACL policy it needs
+	// (docs/secure/consul.md). Default: ConsulAddr "" (no limits), no token, plain HTTP.
+	consul.Config
 	// RateLimitLead is how long before its slot a throttled job comes back
 	// from delayed, to wait the rest in process (holding a slot): enough
 	// to absorb the promotion and the claim. Default 25ms.
@@ -145,7 +152,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.DeadTTL, "dead-ttl", c.DeadTTL, "how long a dead job is kept")
 	cli.DurationVar(fs, &c.Drain, "drain-timeout", c.Drain, "on SIGTERM, how long running jobs may take; the rest go back to ready")
 	cli.DurationVar(fs, &c.Maintain, "maintain-every", c.Maintain, "how often expired leases are reaped and due retries promoted")
-	fs.StringVar(&c.ConsulAddr, "consul-addr", c.ConsulAddr, "Consul HTTP address whose KV holds the execution rate limits, sluice/<stage>/limits/<resource>; empty: no limits")
+	c.Config.RegisterFlags(fs)
+	fs.Lookup("consul-addr").Usage = "Consul HTTP address whose KV holds the execution rate limits, sluice/<stage>/limits/<resource>; empty: no limits"
 	cli.DurationVar(fs, &c.RateLimitLead, "rate-limit-lead", c.RateLimitLead, "how long before its slot a throttled job comes back from delayed, to wait the rest in process")
 	cli.DurationVar(fs, &c.RateLimitMargin, "rate-limit-margin", c.RateLimitMargin, "slack per second in a limit's slot spacing (costs margin/1s of the rate): lets a schedule delayed by late starts catch up")
 }

@@ -73,10 +73,8 @@ func newLimiter(w *Worker, poolCfg queue.PoolConfig) (*limiter, error) {
 		return nil, fmt.Errorf("worker: rate limits: %w", err)
 	}
 	l.prefix = prefix + "/"
-	cfg := consulapi.DefaultConfig()
-	cfg.Address = w.cfg.ConsulAddr
-	if l.consul, err = consulapi.NewClient(cfg); err != nil {
-		return nil, fmt.Errorf("worker: consul: %w", err)
+	if l.consul, err = w.cfg.Config.Client("worker"); err != nil {
+		return nil, err
 	}
 	if l.pool, err = queue.NewPool(poolCfg); err != nil {
 		return nil, err

@@ -164,10 +164,13 @@ func checkConfigFlags(t *testing.T, part string, defaults func() any, dir string
 		}
 	})
 	docs := configFieldDocs(t, dir)
-	// The fields of the embedded queue.Location are documented there.
-	for name, doc := range typeFieldDocs(t, "../../internal/queue", "Location") {
-		if _, ok := docs[name]; !ok {
-			docs[name] = doc
+	// The fields of the embedded queue.Location and consul.Config are
+	// documented there.
+	for _, embedded := range [][2]string{{"../../internal/queue", "Location"}, {"../../internal/consul", "Config"}} {
+		for name, doc := range typeFieldDocs(t, embedded[0], embedded[1]) {
+			if _, ok := docs[name]; !ok {
+				docs[name] = doc
+			}
 		}
 	}
 	for _, field := range cli.ConfigFields(cfg) {

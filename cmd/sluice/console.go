@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice/console"
 	"github.com/sluicehq/sluice/coordinator"
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 )
@@ -77,13 +78,24 @@ func coordinatorConsoleConfig() console.Config {
 // sharedConsoleFlags are the console's flags that sluice coordinator's
 // Config defines already: one flag sets both (share).
 // Every flag of the embedded queue.Location is one (share copies it whole).
-var sharedConsoleFlags = append([]string{"listen", "topics", "consul-addr", "consumer-ttl"}, locationFlags()...)
+// So is every flag of the embedded consul.Config (share copies it whole).
+var sharedConsoleFlags = append(append([]string{"listen", "topics", "consumer-ttl"}, locationFlags()...), consulFlags()...)
 
 // locationFlags are the names of queue.Location's flags.
 func locationFlags() []string {
 	var loc queue.Location
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
 	loc.RegisterFlags(fs)
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return names
+}
+
+// consulFlags are the names of consul.Config's flags.
+func consulFlags() []string {
+	var c consul.Config
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	c.RegisterFlags(fs)
 	var names []string
 	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
 	return names
@@ -116,7 +128,7 @@ func (cc *coordinatorConsole) share(cfg coordinator.Config) {
 	cc.cfg.Listen = cfg.Listen
 	cc.cfg.Location = cfg.Location
 	cc.cfg.Topics = cfg.Topics
-	cc.cfg.ConsulAddr = cfg.ConsulAddr
+	cc.cfg.Config = cfg.Config // Consul: address, token, TLS
 	cc.cfg.ConsumerTTL = cfg.ConsumerTTL
 }
 

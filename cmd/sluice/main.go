@@ -41,6 +41,7 @@ func commands() []command {
 		{"jobs", "jobs: ls a partition's running and delayed jobs, show where a job is (admin API)", runJobs},
 		{"periodic", "periodic jobs: ls, show, set, delete, pause, resume, run-now (admin API)", runPeriodic},
 		{"scale", "workers per partition: show, set <partition> <n|auto> (admin API)", runScale},
+		{"consul-policy", "print the least Consul ACL policy of a part (relay, worker, coordinator, console): docs/secure/consul.md", runConsulPolicy},
 		{"loadtest", "load generators for benchmarks: gate, body, bare-server", runLoadtest},
 		{"version", "print the version", runVersion},
 	}

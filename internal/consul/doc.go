@@ -12,6 +12,11 @@
 // it saw while Consul is unreachable: a rate limit that vanishes with its
 // agent would otherwise read as "unlimited".
 //
+// Config is how every part reaches Consul (address, ACL token, TLS): its
+// Client turns a refusal into a DeniedError that names the part, the rule
+// missing and the flag, and reads a token file again when Consul refuses
+// it. PolicyFor is each part's least ACL policy (docs/secure/consul.md).
+//
 // Every call that waits takes a context. Durations that decide anything are
 // fields with documented defaults, never constants buried in a loop.
 package consul

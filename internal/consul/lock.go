@@ -423,7 +423,11 @@ func (l *Lease) renew() {
 		case err != nil:
 			if !failing {
 				failing = true
-				l.cfg.Log.Warn("consul: session renew failing; the lease lapses unless one succeeds in time",
+				level := slog.LevelWarn
+				if IsDenied(err) {
+					level = slog.LevelError
+				}
+				l.cfg.Log.Log(l.ctx, level, "consul: session renew failing; the lease lapses unless one succeeds in time",
 					"session", l.session, "window", l.cfg.window(), "err", err)
 			}
 			t.Reset(min(every, l.cfg.RetryWait))
@@ -489,7 +493,14 @@ func acquire(ctx context.Context, cfg LockConfig) (*Lease, error) {
 		}
 		if !failing {
 			failing = true
-			cfg.Log.Warn("consul: cannot contend for the lock; retrying", "every", cfg.RetryWait, "err", err)
+			if IsDenied(err) {
+				// The token's to fix: said loudly, retried all the same,
+				// so that a policy mended in Consul heals without a
+				// restart.
+				cfg.Log.Error("consul: ACL denied contending for the lock; retrying", "every", cfg.RetryWait, "err", err)
+			} else {
+				cfg.Log.Warn("consul: cannot contend for the lock; retrying", "every", cfg.RetryWait, "err", err)
+			}
 		}
 		if err := retry.Sleep(ctx, cfg.RetryWait); err != nil {
 			return nil, err

@@ -162,7 +162,11 @@ func (w *watchLoop) run(ctx context.Context, query func(*api.QueryOptions) (*api
 		}
 		if err != nil {
 			if w.fails == 0 {
-				w.log.Warn("consul: watch query failing; keeping the last value", "err", err)
+				if IsDenied(err) {
+					w.log.Error("consul: ACL denied the watch; keeping the last value and retrying", "err", err)
+				} else {
+					w.log.Warn("consul: watch query failing; keeping the last value", "err", err)
+				}
 			}
 			w.fails++
 			// The next answer may come from a restarted agent whose

@@ -5,7 +5,10 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -95,6 +98,19 @@ type ConsulConfig struct {
 	Dir string
 	// Stdout receives the agent's log, overriding Dir/consul.log.
 	Stdout io.Writer
+	// ManagementToken, when set, turns ACLs on with default_policy
+	// "deny" and makes it the initial management token (and the agent's
+	// own): every request then needs a token. Default "": ACLs off.
+	ManagementToken string
+	// TLS, when set, serves the HTTP API over HTTPS only, on HTTPAddr's
+	// port, with these PEM files; clients need no certificate. Default
+	// nil: plain HTTP.
+	TLS *ConsulTLS
+}
+
+// ConsulTLS are the agent's PEM files for HTTPS.
+type ConsulTLS struct {
+	CAFile, CertFile, KeyFile string
 }
 
 // Consul is a running (or stopped) `consul agent -dev` child process: a single
@@ -136,6 +152,22 @@ func StartConsul(ctx context.Context, cfg ConsulConfig) (*Consul, error) {
 		return nil, fmt.Errorf("creating consul dir: %w", err)
 	}
 	c := &Consul{cfg: cfg, bin: bin, http: &http.Client{Timeout: 2 * time.Second}}
+	if cfg.TLS != nil {
+		pem, err := os.ReadFile(cfg.TLS.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("stack: consul CA: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("stack: consul CA %s holds no certificate", cfg.TLS.CAFile)
+		}
+		c.http.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}}
+	}
+	if cfg.ManagementToken != "" || cfg.TLS != nil {
+		if err := writeConsulConfig(cfg); err != nil {
+			return nil, err
+		}
+	}
 	if err := c.start(ctx); err != nil {
 		return nil, err
 	}
@@ -174,7 +206,6 @@ func (c *Consul) startOnce(ctx context.Context) error {
 		"-node", fmt.Sprintf("sluice-%d-%s", os.Getpid(), hex.EncodeToString(id[:])),
 		"-bind", host,
 		"-client", host,
-		"-http-port", httpPort,
 		"-serf-lan-port", strconv.Itoa(serfLAN),
 		"-server-port", strconv.Itoa(server),
 		"-serf-wan-port", "-1",
@@ -182,6 +213,14 @@ func (c *Consul) startOnce(ctx context.Context) error {
 		"-grpc-port", "-1",
 		"-grpc-tls-port", "-1",
 		"-log-level", "info", // dev mode defaults to debug
+	}
+	if c.cfg.TLS == nil {
+		args = append(args, "-http-port", httpPort)
+	} else {
+		args = append(args, "-http-port", "-1", "-https-port", httpPort)
+	}
+	if c.cfg.ManagementToken != "" || c.cfg.TLS != nil {
+		args = append(args, "-config-file", filepath.Join(c.cfg.Dir, consulConfigFile))
 	}
 	p, err := startProc("consul agent", c.bin, args, c.cfg.Dir, "consul.log", c.cfg.Stdout)
 	if err != nil {
@@ -205,7 +244,7 @@ func (c *Consul) startOnce(ctx context.Context) error {
 // ready checks that there is a leader and that a KV write is accepted: the
 // leader is known a moment before the KV store takes writes.
 func (c *Consul) ready(ctx context.Context) error {
-	base := "http://" + c.cfg.HTTPAddr
+	base := c.URL()
 	body, err := c.do(ctx, http.MethodGet, base+"/v1/status/leader", nil)
 	if err != nil {
 		return err
@@ -231,6 +270,9 @@ func (c *Consul) do(ctx context.Context, method, url string, body []byte) ([]byt
 	if err != nil {
 		return nil, err
 	}
+	if c.cfg.ManagementToken != "" {
+		req.Header.Set("X-Consul-Token", c.cfg.ManagementToken)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, err
@@ -244,6 +286,47 @@ func (c *Consul) do(ctx context.Context, method, url string, body []byte) ([]byt
 		return nil, fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, bytes.TrimSpace(b))
 	}
 	return b, nil
+}
+
+// consulConfigFile holds the ACL and TLS settings, in Dir.
+const consulConfigFile = "consul.json"
+
+// writeConsulConfig writes the settings no flag of the agent takes: ACLs
+// (default deny, the management token) and the HTTPS files.
+func writeConsulConfig(cfg ConsulConfig) error {
+	conf := map[string]any{}
+	if cfg.ManagementToken != "" {
+		conf["acl"] = map[string]any{
+			"enabled":        true,
+			"default_policy": "deny",
+			"down_policy":    "extend-cache",
+			"tokens": map[string]any{
+				"initial_management": cfg.ManagementToken,
+				// The agent registers its own node with it.
+				"agent": cfg.ManagementToken,
+			},
+		}
+	}
+	if t := cfg.TLS; t != nil {
+		conf["tls"] = map[string]any{"defaults": map[string]any{
+			"ca_file": t.CAFile, "cert_file": t.CertFile, "key_file": t.KeyFile,
+			"verify_incoming": false, "verify_outgoing": false,
+		}}
+	}
+	b, err := json.MarshalIndent(conf, "", "  ")
+	if err != nil {
+		return err
+	}
+	// The file holds the management token: the user's alone.
+	return os.WriteFile(filepath.Join(cfg.Dir, consulConfigFile), b, 0o600)
+}
+
+// URL is the base URL of the HTTP API: https:// when TLS is on.
+func (c *Consul) URL() string {
+	if c.cfg.TLS != nil {
+		return "https://" + c.cfg.HTTPAddr
+	}
+	return "http://" + c.cfg.HTTPAddr
 }
 
 // HTTPAddr returns the address of the HTTP API.
