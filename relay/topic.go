@@ -506,7 +506,7 @@ func (t *topicRun) enqueue(ctx context.Context, items []queue.Item) ([]queue.Res
 	failures := 0
 	failing := false
 	// Reserve each Redis's share of the batch with its memory guard, once.
-	bytes := map[*redis.Client]uint64{}
+	bytes := map[redis.UniversalClient]uint64{}
 	layout := r.pool.Layout()
 	for i := range items {
 		bytes[r.pool.Client(layout.PartitionOfJob(items[i].Group, items[i].ID))] += uint64(len(items[i].Envelope) + jobFootprint)

@@ -32,15 +32,21 @@ func (e *ReplicasBehindError) Error() string {
 // INCR of the partition's key sluice:{<stage>:p<N>}:wait: Redis
 // replicates in order, so a replica that has it has every write before it.
 func (p *Pool) WaitReplicas(ctx context.Context, parts []int, n int, timeout time.Duration) error {
-	done := map[*redis.Client]bool{}
+	done := map[redis.UniversalClient]bool{}
 	for _, part := range parts {
-		c := p.byPart[part]
+		// On a cluster, the master of the key's slot itself: WAIT must
+		// follow the INCR on its connection.
+		key := p.layout.PartKeys(part).Prefix() + "wait"
+		c, err := p.MasterOf(ctx, part, key)
+		if err != nil {
+			return fmt.Errorf("waiting for replicas: %w", err)
+		}
 		if done[c] {
 			continue
 		}
 		done[c] = true
 		pipe := c.Pipeline()
-		pipe.Incr(ctx, p.layout.PartKeys(part).Prefix()+"wait")
+		pipe.Incr(ctx, key)
 		// Not pipe.Wait (no such method): WAIT by hand. Keep timeout
 		// under the client's read timeout (3s by default).
 		wait := pipe.Do(ctx, "WAIT", n, timeout.Milliseconds())
@@ -55,12 +61,16 @@ func (p *Pool) WaitReplicas(ctx context.Context, parts []int, n int, timeout tim
 	return nil
 }
 
-// serverOf names c's server, as Servers does.
-func (p *Pool) serverOf(c *redis.Client) string {
+// serverOf names c's server, as Servers does; a cluster's master as
+// "cluster master <host:port>".
+func (p *Pool) serverOf(c redis.UniversalClient) string {
 	for i, d := range p.distinct {
 		if d == c {
 			return p.addrs[i]
 		}
+	}
+	if m, ok := c.(*redis.Client); ok && p.cluster != nil {
+		return "cluster master " + m.Options().Addr
 	}
 	return "?"
 }
