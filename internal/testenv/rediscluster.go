@@ -23,7 +23,8 @@ import (
 // RedisCluster is a Redis Cluster of masters only (no replicas) for tests:
 // redis-server child processes with --cluster-enabled yes on free loopback
 // ports, each with its data and nodes.conf in a temporary directory, the
-// 16384 slots split evenly between them. It runs as processes whatever
+// 16384 slots split evenly between them. DEBUG is enabled for loopback
+// clients (DEBUG SLEEP stalls a master). It runs as processes whatever
 // SLUICE_TESTENV says.
 type RedisCluster struct {
 	t     testing.TB
@@ -93,7 +94,7 @@ func startClusterNode(bin string, i int) (*clusterNode, error) {
 			"--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--cluster-port", strconv.Itoa(bus),
 			"--cluster-enabled", "yes", "--cluster-config-file", filepath.Join(dir, "nodes.conf"),
 			"--cluster-node-timeout", "5000", "--dir", dir, "--daemonize", "no", "--logfile", "",
-			"--protected-mode", "no", "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction")
+			"--protected-mode", "no", "--enable-debug-command", "local", "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction")
 		cmd.Dir, cmd.Stdout, cmd.Stderr = dir, log, log
 		// The servers die with the test binary, even when it is killed.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
