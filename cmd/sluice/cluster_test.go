@@ -22,7 +22,8 @@ import (
 // A relay and a worker on a 3-master Redis Cluster (--redis-cluster): while
 // jobs flow from Kafka through the relay to the worker, the slot of the
 // busiest queue partition moves to another master, its keys MIGRATEd ten
-// at a time between batches of new jobs. Every job runs, once: the relay
+// at a time between batches of new jobs; then the slot of that partition's
+// shared keys, while a coordinator command waits on its list. Every job runs, once: the relay
 // applied no Kafka record twice (a second entry would run again, with
 // attempt 1) and no claim or ack went twice. The ledger counts each call
 // of the handler, as the chaos suite's does.
@@ -149,32 +150,59 @@ func TestRelayAndWorkerOnAClusterWhileASlotMoves(t *testing.T) {
 	for sent < total/4 {
 		produce()
 	}
+	// The first move: partition 0's queue of the topic, while new jobs
+	// arrive for it.
 	slot := cluster.Slot(layout.Keys(queue.Queue{Topic: topic, Part: 0}).Lanes())
 	from := cluster.Owner(slot)
 	testenv.WaitFor(t, 20*time.Second, "jobs to flow through partition 0", func() bool {
 		n, _ := cluster.Node(from).ClusterCountKeysInSlot(ctx, slot).Result()
 		return ran() > 0 && n > 0
 	})
-	to := cluster.Addrs()[0]
-	if to == from {
-		to = cluster.Addrs()[1]
-	}
+	to := other(cluster, from)
 	m := cluster.StartMigration(slot, to)
-	for m.Step(10) > 0 || sent < total*3/4 {
-		if sent < total*3/4 {
+	for m.Step(10) > 0 || sent < total/2 {
+		if sent < total/2 {
 			produce() // new jobs while the slot is split between two masters
 		}
 	}
 	m.Finish(10)
+
+	// The second: partition 0's shared keys (the workers' heartbeats and
+	// checkpoint, the coordinator's command list, which idle consumers
+	// poll), with a coordinator command pushed as it starts.
+	pool, err := queue.NewPool(loc.PoolConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	shared := cluster.Slot(layout.PartKeys(0).Cmd())
+	sharedTo := other(cluster, cluster.Owner(shared))
+	m2 := cluster.StartMigration(shared, sharedTo)
+	if err := pool.PushCommand(ctx, queue.Command{Type: queue.ScaleUp, Partition: 0, TargetWorkers: 11, Reason: "test"}); err != nil {
+		t.Fatal(err)
+	}
+	for m2.Step(1) > 0 || sent < total*3/4 {
+		if sent < total*3/4 {
+			produce()
+		}
+	}
+	m2.Finish(1)
 	for sent < total {
 		produce()
 	}
 	testenv.WaitFor(t, 30*time.Second, fmt.Sprintf("all %d jobs to run", total), func() bool { return ran() >= total })
+	testenv.WaitFor(t, 10*time.Second, "the worker to apply the command", func() bool {
+		n, _ := pool.Client(0).Get(ctx, layout.PartKeys(0).WorkerCount()).Int()
+		return n == 11
+	})
 	if got := cluster.Owner(slot); got != to {
 		t.Fatalf("slot %d on %s after the move, want %s", slot, got, to)
 	}
-	if m.Moved == 0 {
-		t.Fatal("the migration moved no key")
+	if got := cluster.Owner(shared); got != sharedTo {
+		t.Fatalf("slot %d on %s after the move, want %s", shared, got, sharedTo)
+	}
+	if m.Moved == 0 || m2.Moved == 0 {
+		t.Fatalf("the migrations moved %d and %d keys", m.Moved, m2.Moved)
 	}
 
 	mu.Lock()
@@ -205,7 +233,15 @@ func TestRelayAndWorkerOnAClusterWhileASlotMoves(t *testing.T) {
 		t.Fatalf("lost %d %.10v; applied twice by the relay (two first attempts) %d %.10v; run again %d %.10v",
 			len(lost), lost, len(twiceApplied), twiceApplied, len(reran), reran)
 	}
-	t.Logf("%d jobs ran once each; %d keys of slot %d moved from %s to %s mid-flow", total, m.Moved, slot, from, to)
+	t.Logf("%d jobs ran once each; %d keys of slot %d moved from %s to %s mid-flow, then %d of slot %d", total, m.Moved, slot, from, to, m2.Moved, shared)
+}
+
+// other is a master of c other than addr.
+func other(c *testenv.RedisCluster, addr string) string {
+	if a := c.Addrs()[0]; a != addr {
+		return a
+	}
+	return c.Addrs()[1]
 }
 
 // testLog writes a part's log lines to the test's log.
