@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -382,5 +383,25 @@ func TestLocationClusterFlag(t *testing.T) {
 	l.PartitionAddrs = map[int]string{1: "c:3"}
 	if err := l.Validate(); err == nil || !strings.HasPrefix(err.Error(), "PartitionAddrs: ") {
 		t.Fatalf("Validate() = %v, want PartitionAddrs refused with RedisCluster", err)
+	}
+}
+
+// On a cluster, WaitReplicas WAITs on the master of each queue partition's
+// slot, after an INCR in that slot: the writes it vouches for went there.
+func TestClusterWaitReplicasAsksEachQueuesMaster(t *testing.T) {
+	c := testenv.NewRedisCluster(t, 3)
+	p := clusterPool(t, c, 4)
+	ctx := context.Background()
+	err := p.WaitReplicas(ctx, []Queue{jq(2)}, 1, 50*time.Millisecond)
+	var behind *ReplicasBehindError
+	want := "cluster master " + c.Owner(c.Slot(p.Layout().Keys(jq(2)).Lanes()))
+	if !errors.As(err, &behind) || behind.Server != want || behind.Acked != 0 {
+		t.Fatalf("WaitReplicas with no replica = %v, want a ReplicasBehindError from %s", err, want)
+	}
+	if n, _ := p.Client(2).Get(ctx, p.Layout().Keys(jq(2)).Prefix()+"wait").Int(); n != 1 {
+		t.Fatalf("the wait key in the queue's slot is %d, want 1", n)
+	}
+	if err := p.WaitReplicas(ctx, []Queue{jq(0), jq(1), jq(2), jq(3)}, 0, 50*time.Millisecond); err != nil {
+		t.Fatalf("WaitReplicas for 0 replicas = %v", err)
 	}
 }

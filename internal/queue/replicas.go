@@ -21,7 +21,7 @@ func (e *ReplicasBehindError) Error() string {
 }
 
 // WaitReplicas returns once at least n replicas of the Redis of each of
-// parts have every write that Redis had executed when it was called, or
+// queues have every write that Redis had executed when it was called, or
 // fails: a *ReplicasBehindError when fewer acknowledged within timeout, or
 // the error of reaching Redis (a failover in progress).
 //
@@ -31,13 +31,17 @@ func (e *ReplicasBehindError) Error() string {
 // nothing). So WAIT follows a write of its own on the same connection, an
 // INCR of the partition's key sluice:{<stage>:p<N>}:wait: Redis
 // replicates in order, so a replica that has it has every write before it.
-func (p *Pool) WaitReplicas(ctx context.Context, parts []int, n int, timeout time.Duration) error {
+// On a Redis Cluster the key is the queue partition's,
+// sluice:{<stage>:<topic>:p<N>}:wait, in the slot the writes went to, and
+// the INCR and WAIT go to that slot's master.
+func (p *Pool) WaitReplicas(ctx context.Context, queues []Queue, n int, timeout time.Duration) error {
 	done := map[redis.UniversalClient]bool{}
-	for _, part := range parts {
-		// On a cluster, the master of the key's slot itself: WAIT must
-		// follow the INCR on its connection.
-		key := p.layout.PartKeys(part).Prefix() + "wait"
-		c, err := p.MasterOf(ctx, part, key)
+	for _, q := range queues {
+		key := p.layout.PartKeys(q.Part).Prefix() + "wait"
+		if p.cluster != nil {
+			key = p.layout.Keys(q).Prefix() + "wait"
+		}
+		c, err := p.MasterOf(ctx, q.Part, key)
 		if err != nil {
 			return fmt.Errorf("waiting for replicas: %w", err)
 		}
