@@ -405,3 +405,48 @@ func TestClusterWaitReplicasAsksEachQueuesMaster(t *testing.T) {
 		t.Fatalf("WaitReplicas for 0 replicas = %v", err)
 	}
 }
+
+// The login (--redis-user, --redis-password) applies to every node of a
+// cluster, its discovery included; a wrong password is named as such.
+func TestClusterLogsInAsTheACLUserOnEveryNode(t *testing.T) {
+	c := testenv.NewRedisCluster(t, 3)
+	ctx := context.Background()
+	for _, addr := range c.Addrs() {
+		if err := c.Node(addr).Do(ctx, "ACL", "SETUSER", "sluice", "on", ">s3cret", "~sluice:*", "&*", "+@all").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	loc := Location{Stage: "test", Partitions: 4, RedisAddr: c.Seeds(), RedisCluster: true, RedisUser: "sluice"}
+	loc.RedisPassword.Value = "wr0ng"
+	bad, err := NewPool(loc.PoolConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	if err := bad.Ping(ctx); err == nil || !Misconfigured(err) || !strings.Contains(err.Error(), "--redis-password") || strings.Contains(err.Error(), "wr0ng") {
+		t.Fatalf("a wrong password: %v, want a login error that names the flag, not the password", err)
+	}
+	loc.RedisPassword.Value = "s3cret"
+	p, err := NewPool(loc.PoolConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.LoadScripts(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var items []Item
+	for i := range 40 {
+		items = append(items, item(fmt.Sprintf("j%d", i), fmt.Sprintf("g%d", i)))
+	}
+	enqueueOK(t, p, 1, positioned(0, 0, items...), now)
+	for _, addr := range c.Addrs() {
+		list, err := c.Node(addr).ClientList(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(list, "user=sluice") {
+			t.Fatalf("no connection of user sluice on %s:\n%s", addr, list)
+		}
+	}
+}
