@@ -155,13 +155,15 @@ func (p *Pool) Ping(ctx context.Context) error {
 // errors should give: each distinct client, and each master of a cluster.
 func (p *Pool) eachServer(ctx context.Context, fn func(ctx context.Context, m *redis.Client, name string) error) error {
 	if p.cluster != nil {
-		var failed bool
+		var failed atomic.Bool // fn runs on each master at once
 		err := p.cluster.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 			err := fn(ctx, m, "cluster master "+m.Options().Addr)
-			failed = failed || err != nil
+			if err != nil {
+				failed.Store(true)
+			}
 			return err
 		})
-		if err != nil && !failed { // the cluster's slots could not be read
+		if err != nil && !failed.Load() { // the cluster's slots could not be read
 			return explain(p.addrs[0], err)
 		}
 		return err
