@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -166,6 +167,35 @@ func TestClusterEndsAsOneRedisDoes(t *testing.T) {
 	}
 	if !maps.Equal(got, want) {
 		t.Fatalf("the cluster differs from one Redis:\n%s", diffDumps(want, got))
+	}
+
+	// A SCAN for a queue partition's keys (the console's listing of bulk
+	// groups) asks the master of its slot and finds them all there.
+	scanned := 0
+	for part := range parts {
+		prefix := p.Layout().Keys(jq(part)).Group("")
+		m, err := p.MasterOf(ctx, part, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		it := m.Scan(ctx, 0, prefix+"*", 100).Iterator()
+		for it.Next(ctx) {
+			got = append(got, it.Val())
+		}
+		want, err := r.Client().Keys(ctx, prefix+"*").Result()
+		if err != nil || it.Err() != nil {
+			t.Fatal(err, it.Err())
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("partition %d's groups: SCAN of its master found %v, one Redis holds %v", part, got, want)
+		}
+		scanned += len(got)
+	}
+	if scanned == 0 {
+		t.Fatal("no group to scan for")
 	}
 
 	// What reads a partition's shared keys by the server's clock.
