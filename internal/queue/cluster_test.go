@@ -58,7 +58,8 @@ func flushScripts(t *testing.T, c *testenv.RedisCluster) {
 // keys with the same contents: relayed records of every kind (groups,
 // shared lanes, delayed, client-chosen ids, a bulk group and its close),
 // claims, acks, retries, deaths, promotes, reaps, a replay of every record
-// (all duplicates), idempotency keys and rate-limit schedules. The
+// (all duplicates), idempotency keys, rate-limit schedules and a finished
+// group's transaction. The
 // partitions' slots are spread over the masters, so pipelines span nodes,
 // and the script caches are flushed midway (NOSCRIPT: reloaded).
 func TestClusterEndsAsOneRedisDoes(t *testing.T) {
@@ -156,6 +157,10 @@ func TestClusterEndsAsOneRedisDoes(t *testing.T) {
 			if _, err := pool.Reserve(ctx, Reservation{Resource: fmt.Sprintf("res-%d", i), Job: "j", Limit: "10/s", Interval: 100 * time.Millisecond, Burst: 1, Hold: time.Second}, now); err != nil {
 				t.Fatal(err)
 			}
+		}
+		// The coordinator's one MULTI/EXEC, on the bulk group's slot.
+		if err := pool.FinishCompleted(ctx, "jobs", "bulk", map[string]any{"callback": "delivered"}, time.Hour); err != nil {
+			t.Fatal(err)
 		}
 		if err := pool.RegisterTopics(ctx, []string{"jobs"}, now); err != nil {
 			t.Fatal(err)
