@@ -68,8 +68,7 @@ type Location struct {
 	// cluster client serves every partition, each in the slot of its hash
 	// tag (docs/secure/redis-cluster.md). Not with PartitionAddrs or
 	// SentinelAddrs; RedisUser, RedisPassword and RedisTLS apply to every
-	// node. Default
-	// false: RedisAddr is one Redis server.
+	// node. Default false: RedisAddr is one Redis server.
 	RedisCluster bool
 }
 

@@ -91,10 +91,10 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	}
 	if cfg.Cluster {
 		if len(cfg.PartitionAddrs) > 0 {
-			return nil, errors.New("queue: partition addresses with a Redis Cluster: the cluster's slots place the partitions")
+			return nil, errors.New("queue: PartitionAddrs (--redis-partition-addrs) with Cluster (--redis-cluster): the cluster's slots place the partitions; drop one of them")
 		}
 		if cfg.Connect.Sentinel() {
-			return nil, errors.New("queue: Sentinel with a Redis Cluster: a cluster fails over by itself")
+			return nil, errors.New("queue: Sentinel (--redis-sentinel-addrs) with Cluster (--redis-cluster): a cluster fails over by itself; drop one of them")
 		}
 		c := newClusterClient(cfg, tc)
 		p.cluster = c
