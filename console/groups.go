@@ -76,8 +76,14 @@ func (con *Console) groupList(r *http.Request, _ admin.Role) (any, error) {
 				return out, nil
 			}
 			q := queue.Queue{Topic: topic, Part: part}
-			k, c := layout.Keys(q), con.pool.Client(part)
+			k := layout.Keys(q)
 			prefix := k.Group("")
+			// SCAN answers for one server: on a cluster, the master of
+			// the queue partition's slot.
+			c, err := con.pool.MasterOf(ctx, part, prefix)
+			if err != nil {
+				return nil, con.redisErr(err)
+			}
 			it := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
 			for len(out.Bulk) < limit && it.Next(ctx) {
 				name := it.Val()[len(prefix):]

@@ -35,7 +35,7 @@ type Coordinator struct {
 	// per WaitConns (see Config.WaitConns); waitTurns bounds the waits per
 	// Redis server to its pool size.
 	waits     *queue.Pool
-	waitTurns map[*redis.Client]chan struct{}
+	waitTurns map[redis.UniversalClient]chan struct{}
 	waitsFull atomic.Bool // the watchers took turns (logged once)
 	consul    *consulapi.Client
 	guard     *callback.Guard // where callbacks may go
@@ -91,7 +91,7 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 		pool.Close()
 		return nil, err
 	}
-	turns := map[*redis.Client]chan struct{}{}
+	turns := map[redis.UniversalClient]chan struct{}{}
 	for part := range cfg.Partitions {
 		if cl := waits.Client(part); turns[cl] == nil {
 			turns[cl] = make(chan struct{}, cfg.WaitConns)

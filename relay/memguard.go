@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/queue"
 )
 
 // memGuard keeps a Redis below its maxmemory. Redis at maxmemory refuses
@@ -24,7 +26,7 @@ import (
 // that would take the last sample plus what was written since over the high
 // watermark waits for the next sample.
 type memGuard struct {
-	client    *redis.Client
+	client    redis.UniversalClient // a cluster client: its fullest master
 	addr      string
 	high, low float64
 	period    time.Duration
@@ -40,7 +42,7 @@ type memGuard struct {
 	sampled chan struct{} // closed at the next sample
 }
 
-func newMemGuard(client *redis.Client, addr string, high, low float64, period time.Duration, log *slog.Logger, onChange func(string, bool, float64)) *memGuard {
+func newMemGuard(client redis.UniversalClient, addr string, high, low float64, period time.Duration, log *slog.Logger, onChange func(string, bool, float64)) *memGuard {
 	return &memGuard{client: client, addr: addr, high: high, low: low, period: period, log: log, onChange: onChange, sampled: make(chan struct{})}
 }
 
@@ -134,8 +136,49 @@ func (g *memGuard) apply(used, limit uint64) {
 	}
 }
 
-// readMemory returns used_memory and maxmemory from INFO memory.
-func readMemory(ctx context.Context, c *redis.Client) (used, limit uint64, err error) {
+// readMemory returns used_memory and maxmemory from INFO memory; on a
+// cluster those of the master nearest its maxmemory (a master without one
+// only when none has one): a partition's writes all go to one master, and
+// the guard cannot tell which, so the fullest one pauses the relay.
+func readMemory(ctx context.Context, c redis.UniversalClient) (used, limit uint64, err error) {
+	var mu sync.Mutex
+	found := false
+	err = queue.ForEachMaster(ctx, c, func(ctx context.Context, m *redis.Client) error {
+		u, l, err := readServerMemory(ctx, m)
+		if _, cluster := c.(*redis.ClusterClient); err != nil && cluster {
+			return fmt.Errorf("Redis %s: %w", m.Options().Addr, err)
+		}
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !found || fuller(u, l, used, limit) {
+			used, limit, found = u, l, true
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	return used, limit, nil
+}
+
+// fuller reports whether used u of limit l is nearer its limit than used of
+// limit; no limit (0) is the emptiest.
+func fuller(u, l, used, limit uint64) bool {
+	switch {
+	case l == 0:
+		return false
+	case limit == 0:
+		return true
+	}
+	return float64(u)/float64(l) > float64(used)/float64(limit)
+}
+
+// readServerMemory returns one server's used_memory and maxmemory from INFO
+// memory.
+func readServerMemory(ctx context.Context, c *redis.Client) (used, limit uint64, err error) {
 	info, err := c.Info(ctx, "memory").Result()
 	if err != nil {
 		return 0, 0, err

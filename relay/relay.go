@@ -33,7 +33,7 @@ type Relay struct {
 	producer *kafka.Producer // dead letters and requeues
 	reg      *prometheus.Registry
 	m        *metrics
-	guards   map[*redis.Client]*memGuard
+	guards   map[redis.UniversalClient]*memGuard
 	holder   string
 	now      func() time.Time
 
@@ -82,7 +82,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Relay, error) {
 	host, _ := os.Hostname()
 	r.holder = fmt.Sprintf("%s/%d", host, os.Getpid())
 	servers, addrs := pool.Servers()
-	r.guards = map[*redis.Client]*memGuard{}
+	r.guards = map[redis.UniversalClient]*memGuard{}
 	for i, c := range servers {
 		r.guards[c] = newMemGuard(c, addrs[i], cfg.HighWatermark, cfg.LowWatermark, cfg.MemorySample, log,
 			func(addr string, paused bool, ratio float64) {

@@ -14,32 +14,32 @@ const replicaWait = time.Second
 
 // waitReplicas is the replication form of the durable hold
 // (Config.DurableReplicas): it returns nil once DurableReplicas replicas of
-// the Redis of each of parts have every write made so far, at once when
+// the Redis of each of queues have every write made so far, at once when
 // the form is off. Its error means the writes may not survive a failover:
 // the caller writes the batch again (deduplicated by Kafka position, so a
 // write the master kept is a no-op and one a failover lost is made again)
 // and waits again, and nothing of the batch is committed meanwhile.
-func (r *Relay) waitReplicas(ctx context.Context, topic string, parts []int) error {
-	if r.cfg.DurableReplicas <= 0 || len(parts) == 0 {
+func (r *Relay) waitReplicas(ctx context.Context, topic string, queues []queue.Queue) error {
+	if r.cfg.DurableReplicas <= 0 || len(queues) == 0 {
 		return nil
 	}
-	err := r.pool.WaitReplicas(ctx, parts, r.cfg.DurableReplicas, replicaWait)
+	err := r.pool.WaitReplicas(ctx, queues, r.cfg.DurableReplicas, replicaWait)
 	if err != nil {
 		r.m.replicaWaits.WithLabelValues(topic).Inc()
 	}
 	return err
 }
 
-// partsOf are the Redis partitions items go to, each once.
-func partsOf(layout queue.Layout, items []queue.Item) []int {
-	seen := map[int]bool{}
-	var parts []int
+// queuesOf are the queue partitions items go to, each once.
+func queuesOf(layout queue.Layout, items []queue.Item) []queue.Queue {
+	seen := map[queue.Queue]bool{}
+	var queues []queue.Queue
 	for i := range items {
-		p := layout.QueueOf(items[i].Topic, items[i].Group, items[i].ID).Part
-		if !seen[p] {
-			seen[p] = true
-			parts = append(parts, p)
+		q := layout.QueueOf(items[i].Topic, items[i].Group, items[i].ID)
+		if !seen[q] {
+			seen[q] = true
+			queues = append(queues, q)
 		}
 	}
-	return parts
+	return queues
 }

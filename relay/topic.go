@@ -441,7 +441,7 @@ func (r *Relay) cancelGroups(ctx context.Context, topic string, groups []string,
 			n, err := r.pool.CancelGroup(ctx, topic, g, r.now())
 			if err == nil {
 				// Settled once the replicas have it, as an enqueue.
-				err = r.waitReplicas(ctx, topic, []int{r.pool.Layout().PartitionOf(g)})
+				err = r.waitReplicas(ctx, topic, []queue.Queue{r.pool.Layout().QueueOf(topic, g, "")})
 			}
 			if err == nil {
 				log.Info("bulk group cancelled: its submission failed halfway", "group", g, "removed", n)
@@ -506,7 +506,7 @@ func (t *topicRun) enqueue(ctx context.Context, items []queue.Item) ([]queue.Res
 	failures := 0
 	failing := false
 	// Reserve each Redis's share of the batch with its memory guard, once.
-	bytes := map[*redis.Client]uint64{}
+	bytes := map[redis.UniversalClient]uint64{}
 	layout := r.pool.Layout()
 	for i := range items {
 		bytes[r.pool.Client(layout.PartitionOfJob(items[i].Group, items[i].ID))] += uint64(len(items[i].Envelope) + jobFootprint)
@@ -524,7 +524,7 @@ func (t *topicRun) enqueue(ctx context.Context, items []queue.Item) ([]queue.Res
 		if err == nil {
 			// --durable-after replicas:N: settled only once the
 			// replicas have it; else written again, deduplicated.
-			err = r.waitReplicas(ctx, topic, partsOf(layout, items))
+			err = r.waitReplicas(ctx, topic, queuesOf(layout, items))
 		}
 		if err == nil {
 			if failing {

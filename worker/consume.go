@@ -180,7 +180,8 @@ func (c *consumer) run(ctx context.Context) {
 // released jobs push a wake token onto their queue's list, the coordinator
 // pushes commands. A command is applied here; a token marks its topic as
 // having work again; a wait that ran out marks every topic so (claims look
-// again, should a token have been lost).
+// again, should a token have been lost). On a Redis Cluster it polls
+// instead (pollForWork).
 func (c *consumer) waitForWork(ctx context.Context, max time.Duration) {
 	w := c.w
 	layout := w.pool.Layout()
@@ -189,6 +190,10 @@ func (c *consumer) waitForWork(ctx context.Context, max time.Duration) {
 	keys = append(keys, cmd)
 	for _, t := range c.topics.queues {
 		keys = append(keys, layout.Keys(t.q).Wake())
+	}
+	if w.pool.Cluster() {
+		c.pollForWork(ctx, max, cmd, keys)
+		return
 	}
 	kv, err := w.pool.Client(c.part).BLPop(ctx, max, keys...).Result()
 	switch {
@@ -210,6 +215,67 @@ func (c *consumer) waitForWork(ctx context.Context, max time.Duration) {
 		case <-t.C:
 		case <-ctx.Done():
 		}
+	}
+}
+
+// clusterPoll is how often an idle consumer on a Redis Cluster looks at
+// its wake lists and command list.
+const clusterPoll = 50 * time.Millisecond
+
+// pollForWork is waitForWork on a Redis Cluster, where one BLPOP cannot
+// name keys of several slots (the partition's command list and each topic
+// queue's wake list are each in a slot of their own): it pops all of them
+// in one pipeline (go-redis splits it by node) every clusterPoll, for up
+// to max.
+func (c *consumer) pollForWork(ctx context.Context, max time.Duration, cmd string, keys []string) {
+	w := c.w
+	layout := w.pool.Layout()
+	deadline := time.Now().Add(max)
+	t := time.NewTimer(0)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return
+		}
+		pipe := w.pool.Client(c.part).Pipeline()
+		pops := make([]*redis.StringCmd, len(keys))
+		for i, k := range keys {
+			pops[i] = pipe.LPop(ctx, k)
+		}
+		_, _ = pipe.Exec(ctx) // each pop carries its own error
+		got, failed := false, false
+		for i, p := range pops {
+			v, err := p.Result()
+			switch {
+			case err == nil && keys[i] == cmd:
+				w.apply(ctx, c.part, v)
+				got = true
+			case err == nil:
+				c.topics.woken(layout.Keys, keys[i])
+				got = true
+			case !errors.Is(err, redis.Nil):
+				failed = true
+			}
+		}
+		left := time.Until(deadline)
+		switch {
+		case got:
+			return
+		case left <= 0:
+			c.topics.woken(layout.Keys, "")
+			return
+		case failed:
+			// Redis unreachable: do not spin.
+			t.Reset(left)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+			}
+			return
+		}
+		t.Reset(min(clusterPoll, left))
 	}
 }
 

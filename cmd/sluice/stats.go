@@ -78,7 +78,7 @@ func runStats(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	direct := f.direct
 	if !f.api && !direct {
 		fs.Visit(func(fl *flag.Flag) {
-			if fl.Name == "redis-addr" || fl.Name == "redis-partition-addrs" {
+			if fl.Name == "redis-addr" || fl.Name == "redis-partition-addrs" || fl.Name == "redis-cluster" {
 				direct = true
 			}
 		})

@@ -371,7 +371,7 @@ const ClaimQuantum = 8
 const MaxBatch = 1000
 
 // runScript runs a script with EVALSHA, loading it first if Redis lost it.
-func runScript(ctx context.Context, c *redis.Client, s *redis.Script, keys []string, args ...any) (any, error) {
+func runScript(ctx context.Context, c redis.UniversalClient, s *redis.Script, keys []string, args ...any) (any, error) {
 	res, err := s.EvalSha(ctx, c, keys, args...).Result()
 	if isNoScript(err) {
 		res, err = s.Eval(ctx, c, keys, args...).Result()

@@ -84,18 +84,7 @@ func (cfg PoolConfig) newClient(server string, tc *tls.Config, sentinelPassword 
 		MaxRetries: -1,
 		TLSConfig:  tc,
 	}
-	if cn.User != "" || cn.Password.Set() {
-		user, secret := cn.User, cn.Password
-		// Read on every dial: a rotated password file needs no restart.
-		// Its error names the file, never the content.
-		opts.CredentialsProviderContext = func(context.Context) (string, string, error) {
-			pw, err := secret.Read()
-			if err != nil {
-				return "", "", fmt.Errorf("Redis password (--redis-password-file): %w", err)
-			}
-			return user, pw, nil
-		}
-	}
+	opts.CredentialsProviderContext = cn.credentials()
 	if cfg.Options != nil {
 		cfg.Options(opts)
 	}
@@ -130,6 +119,23 @@ func (cfg PoolConfig) newClient(server string, tc *tls.Config, sentinelPassword 
 		ConnMaxIdleTime:    opts.ConnMaxIdleTime,
 		ConnMaxLifetime:    opts.ConnMaxLifetime,
 	})
+}
+
+// credentials is the login of every new connection, nil for none.
+func (cn Connect) credentials() func(context.Context) (string, string, error) {
+	if cn.User == "" && !cn.Password.Set() {
+		return nil
+	}
+	user, secret := cn.User, cn.Password
+	// Read on every dial: a rotated password file needs no restart.
+	// Its error names the file, never the content.
+	return func(context.Context) (string, string, error) {
+		pw, err := secret.Read()
+		if err != nil {
+			return "", "", fmt.Errorf("Redis password (--redis-password-file): %w", err)
+		}
+		return user, pw, nil
+	}
 }
 
 // settings checks cn and loads what a pool's clients share: the

@@ -199,12 +199,12 @@ func TestWaitReplicas(t *testing.T) {
 	r := testenv.Redis(t)
 	p := newPool(t, 2, r.Addr(), nil)
 	ctx := context.Background()
-	err := p.WaitReplicas(ctx, []int{0, 1}, 1, 50*time.Millisecond)
+	err := p.WaitReplicas(ctx, []Queue{jq(0), jq(1)}, 1, 50*time.Millisecond)
 	var behind *ReplicasBehindError
 	if !errors.As(err, &behind) || behind.Acked != 0 || behind.Want != 1 {
 		t.Fatalf("WaitReplicas with no replica = %v, want a ReplicasBehindError 0 of 1", err)
 	}
-	if err := p.WaitReplicas(ctx, []int{0}, 0, 50*time.Millisecond); err != nil {
+	if err := p.WaitReplicas(ctx, []Queue{jq(0)}, 0, 50*time.Millisecond); err != nil {
 		t.Fatalf("WaitReplicas for 0 replicas = %v", err)
 	}
 }

@@ -390,7 +390,7 @@ const maxScriptBatch = 256
 // refused for a reason of its own is Failed with the reason.
 func (p *Pool) Enqueue(ctx context.Context, token uint64, items []Item, now time.Time) ([]Result, error) {
 	results := make([]Result, len(items))
-	byClient := map[*redis.Client][]int{}
+	byClient := map[redis.UniversalClient][]int{}
 	valid := "" // the last topic checked: a batch is mostly one topic's
 	for i := range items {
 		if t := items[i].Topic; t != valid {
@@ -432,7 +432,7 @@ type call struct {
 	items []int // indexes into the caller's items
 }
 
-func (p *Pool) enqueueOn(ctx context.Context, c *redis.Client, token uint64, items []Item, idx []int, results []Result, now time.Time) error {
+func (p *Pool) enqueueOn(ctx context.Context, c redis.UniversalClient, token uint64, items []Item, idx []int, results []Result, now time.Time) error {
 	tok := strconv.FormatUint(token, 10)
 	var calls []call
 	byQueue := map[Queue][]int{}
@@ -470,7 +470,7 @@ func (p *Pool) enqueueOn(ctx context.Context, c *redis.Client, token uint64, ite
 				again = append(again, cl)
 				continue
 			case Transient(err):
-				return fmt.Errorf("enqueue on %s: %w", c.Options().Addr, err)
+				return fmt.Errorf("enqueue on %s: %w", p.serverOf(c), err)
 			case err != nil:
 				for _, i := range cl.items {
 					results[i] = Result{Outcome: Failed, Err: err}
@@ -515,10 +515,10 @@ func (p *Pool) enqueueOn(ctx context.Context, c *redis.Client, token uint64, ite
 		// run the calls that missed it again.
 		calls = again
 		if attempt > 0 {
-			return fmt.Errorf("enqueue on %s: script still missing after loading it", c.Options().Addr)
+			return fmt.Errorf("enqueue on %s: script still missing after loading it", p.serverOf(c))
 		}
 		if err := enqueueScript.Load(ctx, c).Err(); err != nil {
-			return fmt.Errorf("enqueue on %s: reloading the script: %w", c.Options().Addr, err)
+			return fmt.Errorf("enqueue on %s: reloading the script: %w", p.serverOf(c), err)
 		}
 	}
 	return nil

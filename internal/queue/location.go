@@ -24,7 +24,8 @@ type Location struct {
 	// keys under sluice/<stage>/. Default "dev".
 	Stage string
 	// RedisAddr is the Redis server (host:port) of every partition not in
-	// PartitionAddrs. Default "127.0.0.1:6379".
+	// PartitionAddrs; with RedisCluster, a comma-separated list of cluster
+	// nodes to discover the cluster from. Default "127.0.0.1:6379".
 	RedisAddr string
 	// Partitions is how many Redis partitions the layout has (the queue
 	// pool size N: a group's partition is fnv1a32(group) % N); every part
@@ -63,6 +64,12 @@ type Location struct {
 	// SentinelPassword logs in to the Sentinels (read when a part starts).
 	// Default: none.
 	SentinelPassword cli.Secret
+	// RedisCluster says RedisAddr names nodes of a Redis Cluster: one
+	// cluster client serves every partition, each in the slot of its hash
+	// tag (docs/secure/redis-cluster.md). Not with PartitionAddrs or
+	// SentinelAddrs; RedisUser, RedisPassword and RedisTLS apply to every
+	// node. Default false: RedisAddr is one Redis server.
+	RedisCluster bool
 }
 
 // DefaultLocation is the location of the dev stage's partitions: 8 of
@@ -72,14 +79,16 @@ func DefaultLocation() Location {
 }
 
 // RegisterFlags adds --stage, --redis-addr, --redis-partitions,
-// --redis-partition-addrs, the login (--redis-user, --redis-password[-file]),
-// TLS (--redis-tls*) and Sentinel (--redis-sentinel-*) flags to fs, bound to
-// l's fields, with l's values as their defaults.
+// --redis-partition-addrs, --redis-cluster, the login (--redis-user,
+// --redis-password[-file]), TLS (--redis-tls*) and Sentinel
+// (--redis-sentinel-*) flags to fs, bound to l's fields, with l's values as
+// their defaults.
 func (l *Location) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&l.Stage, "stage", l.Stage, "stage name: Redis keys under sluice:{<stage>:<topic>:p<N>}: and sluice:{<stage>:p<N>}:, Consul keys under sluice/<stage>/")
 	fs.StringVar(&l.RedisAddr, "redis-addr", l.RedisAddr, "Redis address of every partition not in --redis-partition-addrs")
 	fs.IntVar(&l.Partitions, "redis-partitions", l.Partitions, "Redis partitions in the layout (queue pool size N: partition = fnv1a32(group) % N); every part of a stage must agree")
 	fs.Var(partitionAddrsValue{&l.PartitionAddrs}, "redis-partition-addrs", "partitions on Redis servers of their own: \"0=host:port,3=host:port\" (with Sentinel: \"0=master-name,...\")")
+	fs.BoolVar(&l.RedisCluster, "redis-cluster", l.RedisCluster, "--redis-addr names nodes of a Redis Cluster (\"host:port,host:port\", any of them): every partition in the slot of its hash tag; not with --redis-partition-addrs or Sentinel")
 	fs.StringVar(&l.RedisUser, "redis-user", l.RedisUser, "Redis ACL user to log in as (default: the default user)")
 	cli.SecretVar(fs, &l.RedisPassword, "redis-password", "the Redis user's password")
 	l.RedisTLS.Register(fs, "redis", "Redis")
@@ -94,7 +103,7 @@ func (l Location) Layout() Layout { return Layout{Stage: l.Stage, Partitions: l.
 
 // PoolConfig is the configuration of a pool of the location's partitions.
 func (l Location) PoolConfig() PoolConfig {
-	return PoolConfig{Layout: l.Layout(), Addr: l.RedisAddr, PartitionAddrs: l.PartitionAddrs, Connect: Connect{
+	return PoolConfig{Layout: l.Layout(), Addr: l.RedisAddr, PartitionAddrs: l.PartitionAddrs, Cluster: l.RedisCluster, Connect: Connect{
 		User: l.RedisUser, Password: l.RedisPassword, TLS: l.RedisTLS,
 		SentinelAddrs: l.SentinelAddrs, SentinelMaster: l.SentinelMaster, SentinelUser: l.SentinelUser, SentinelPassword: l.SentinelPassword,
 	}}
@@ -113,6 +122,10 @@ func (l Location) Validate() error {
 		return errors.New("RedisAddr: empty: want host:port")
 	case len(l.SentinelAddrs) > 0 && l.SentinelMaster == "":
 		return errors.New("SentinelMaster: empty: name the master the Sentinels monitor (their \"sentinel monitor <name> ...\")")
+	case l.RedisCluster && len(l.PartitionAddrs) > 0:
+		return errors.New("PartitionAddrs: set with RedisCluster: the cluster's slots place the partitions; drop one of them")
+	case l.RedisCluster && len(l.SentinelAddrs) > 0:
+		return errors.New("SentinelAddrs: set with RedisCluster: a cluster fails over by itself, without Sentinel; drop one of them")
 	case l.SentinelMaster != "" && len(l.SentinelAddrs) == 0:
 		return fmt.Errorf("SentinelAddrs: empty, but SentinelMaster is %q: list the Sentinels", l.SentinelMaster)
 	}

@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,7 +17,8 @@ import (
 )
 
 // Pool holds the Redis clients of a layout's partitions: one per distinct
-// address, so partitions on the same Redis share connections and pipelines.
+// address, so partitions on the same Redis share connections and pipelines;
+// on a Redis Cluster (PoolConfig.Cluster) one cluster client serves them all.
 type Pool struct {
 	cfg         PoolConfig // as given, for Fresh
 	layout      Layout
@@ -23,23 +26,32 @@ type Pool struct {
 	batchPrefix string
 	batchSeq    atomic.Uint64
 	candidates  candidateCache // Claim's, per partition
-	byPart      []*redis.Client
-	distinct    []*redis.Client
-	addrs       []string // of distinct
+	byPart      []redis.UniversalClient
+	distinct    []redis.UniversalClient
+	addrs       []string             // of distinct
+	cluster     *redis.ClusterClient // when PoolConfig.Cluster: distinct's only client
 }
 
 // PoolConfig configures NewPool.
 type PoolConfig struct {
 	Layout Layout
-	// Addr is the Redis of every partition not in PartitionAddrs.
+	// Addr is the Redis of every partition not in PartitionAddrs; with
+	// Cluster, a comma-separated list of cluster nodes to discover the
+	// cluster from. Required.
 	Addr string
 	// PartitionAddrs moves partitions to Redis servers of their own
-	// (physical partitioning); see ParsePartitionAddrs.
+	// (physical partitioning); see ParsePartitionAddrs. Default: none.
+	// Not with Cluster: the cluster's slots place the partitions.
 	PartitionAddrs map[int]string
 	// Connect is how the clients log in (ACL user, password), whether they
 	// use TLS, and Sentinel (connect.go). Default: plain TCP, no login.
 	Connect Connect
-	// Options, if set, adjusts each client's options (timeouts, pool size).
+	// Cluster makes Addr a Redis Cluster's seed nodes: one cluster client
+	// serves every partition, each partition's keys in the slot of its
+	// hash tag (see cluster.go). Default false: Addr is one Redis server.
+	Cluster bool
+	// Options, if set, adjusts each client's options (timeouts, pool
+	// size); on a cluster, each node's client's. Default: go-redis's.
 	Options func(*redis.Options)
 	// IDDedupeTTL is how long a client-chosen job id is remembered, so
 	// that the client's resends of it are dropped. Default: 24h.
@@ -63,7 +75,7 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if cfg.Addr == "" {
 		return nil, errors.New("queue: no Redis address")
 	}
-	p := &Pool{cfg: cfg, layout: cfg.Layout, byPart: make([]*redis.Client, cfg.Layout.Partitions), idDedupeTTL: cfg.IDDedupeTTL}
+	p := &Pool{cfg: cfg, layout: cfg.Layout, byPart: make([]redis.UniversalClient, cfg.Layout.Partitions), idDedupeTTL: cfg.IDDedupeTTL}
 	if p.idDedupeTTL <= 0 {
 		p.idDedupeTTL = 24 * time.Hour
 	}
@@ -77,7 +89,22 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	clients := map[string]*redis.Client{}
+	if cfg.Cluster {
+		if len(cfg.PartitionAddrs) > 0 {
+			return nil, errors.New("queue: PartitionAddrs (--redis-partition-addrs) with Cluster (--redis-cluster): the cluster's slots place the partitions; drop one of them")
+		}
+		if cfg.Connect.Sentinel() {
+			return nil, errors.New("queue: Sentinel (--redis-sentinel-addrs) with Cluster (--redis-cluster): a cluster fails over by itself; drop one of them")
+		}
+		c := newClusterClient(cfg, tc)
+		p.cluster = c
+		p.distinct, p.addrs = []redis.UniversalClient{c}, []string{"cluster " + cfg.Addr}
+		for part := range p.byPart {
+			p.byPart[part] = c
+		}
+		return p, nil
+	}
+	clients := map[string]redis.UniversalClient{}
 	for part := range p.byPart {
 		server := cfg.server(part)
 		c, ok := clients[server]
@@ -95,11 +122,17 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 // Layout is the pool's layout.
 func (p *Pool) Layout() Layout { return p.layout }
 
-// Client is the client of partition part.
-func (p *Pool) Client(part int) *redis.Client { return p.byPart[part] }
+// Client is the client of partition part: a *redis.Client, or on a
+// cluster the pool's one *redis.ClusterClient.
+func (p *Pool) Client(part int) redis.UniversalClient { return p.byPart[part] }
 
-// Servers are the distinct clients and their addresses.
-func (p *Pool) Servers() ([]*redis.Client, []string) { return p.distinct, p.addrs }
+// Servers are the distinct clients and their addresses. On a cluster it
+// is the one cluster client, named "cluster <seeds>"; ForEachMaster
+// reaches each of its masters.
+func (p *Pool) Servers() ([]redis.UniversalClient, []string) { return p.distinct, p.addrs }
+
+// Cluster reports whether the pool serves a Redis Cluster.
+func (p *Pool) Cluster() bool { return p.cluster != nil }
 
 // Close closes every client.
 func (p *Pool) Close() error {
@@ -110,11 +143,34 @@ func (p *Pool) Close() error {
 	return errors.Join(errs...)
 }
 
-// Ping checks that every Redis server of the pool answers, for /readyz.
+// Ping checks that every Redis server of the pool answers, for /readyz;
+// on a cluster, every master.
 func (p *Pool) Ping(ctx context.Context) error {
+	return p.eachServer(ctx, func(ctx context.Context, m *redis.Client, name string) error {
+		return explain(name, m.Ping(ctx).Err())
+	})
+}
+
+// eachServer calls fn with each Redis server of the pool and the name its
+// errors should give: each distinct client, and each master of a cluster.
+func (p *Pool) eachServer(ctx context.Context, fn func(ctx context.Context, m *redis.Client, name string) error) error {
+	if p.cluster != nil {
+		var failed atomic.Bool // fn runs on each master at once
+		err := p.cluster.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+			err := fn(ctx, m, "cluster master "+m.Options().Addr)
+			if err != nil {
+				failed.Store(true)
+			}
+			return err
+		})
+		if err != nil && !failed.Load() { // the cluster's slots could not be read
+			return explain(p.addrs[0], err)
+		}
+		return err
+	}
 	for i, c := range p.distinct {
-		if err := c.Ping(ctx).Err(); err != nil {
-			return explain(p.addrs[i], err)
+		if err := fn(ctx, c.(*redis.Client), p.addrs[i]); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -122,7 +178,9 @@ func (p *Pool) Ping(ctx context.Context) error {
 
 // LoadScripts loads the scripts into every Redis, so pipelines can use
 // EVALSHA (inside a pipeline go-redis cannot fall back to EVAL by itself).
-// Callers also reload on NOSCRIPT: a restarted Redis has an empty cache.
+// On a cluster go-redis's SCRIPT LOAD goes to every master and replica.
+// Callers also reload on NOSCRIPT: a restarted Redis has an empty cache,
+// and so has a master a resharding moved a partition to.
 func (p *Pool) LoadScripts(ctx context.Context) error {
 	for i, c := range p.distinct {
 		for _, s := range scripts {
@@ -170,22 +228,38 @@ func Transient(err error) bool {
 // same epoch a while later, was not lost to a crash in between; under
 // another epoch it may have been (AOF with appendfsync everysec loses up to
 // a second or two when the host fails). The relay commits Kafka offsets by
-// it (relay/durable.go).
+// it (relay/durable.go). On a cluster it names every master's life: a
+// failover or a restart of any of them changes it (a master added or
+// removed does too), a resharding alone does not.
 func (p *Pool) Epoch(ctx context.Context) (string, error) {
-	ids := make([]string, len(p.distinct))
-	for i, c := range p.distinct {
-		info, err := c.Info(ctx, "server").Result()
+	var (
+		mu  sync.Mutex
+		ids []string
+	)
+	err := p.eachServer(ctx, func(ctx context.Context, m *redis.Client, name string) error {
+		info, err := m.Info(ctx, "server").Result()
 		if err != nil {
-			return "", fmt.Errorf("Redis %s: %w", p.addrs[i], err)
+			return fmt.Errorf("Redis %s: %w", name, err)
 		}
+		id := ""
 		for _, line := range strings.Split(info, "\n") {
 			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
-				ids[i] = v
+				id = v
 			}
 		}
-		if ids[i] == "" {
-			return "", fmt.Errorf("Redis %s: INFO server has no run_id", p.addrs[i])
+		if id == "" {
+			return fmt.Errorf("Redis %s: INFO server has no run_id", name)
 		}
+		mu.Lock()
+		ids = append(ids, id)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	if p.cluster != nil {
+		sort.Strings(ids) // the order ForEachMaster calls in is not fixed
 	}
 	return strings.Join(ids, ","), nil
 }

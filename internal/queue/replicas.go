@@ -21,7 +21,7 @@ func (e *ReplicasBehindError) Error() string {
 }
 
 // WaitReplicas returns once at least n replicas of the Redis of each of
-// parts have every write that Redis had executed when it was called, or
+// queues have every write that Redis had executed when it was called, or
 // fails: a *ReplicasBehindError when fewer acknowledged within timeout, or
 // the error of reaching Redis (a failover in progress).
 //
@@ -31,16 +31,26 @@ func (e *ReplicasBehindError) Error() string {
 // nothing). So WAIT follows a write of its own on the same connection, an
 // INCR of the partition's key sluice:{<stage>:p<N>}:wait: Redis
 // replicates in order, so a replica that has it has every write before it.
-func (p *Pool) WaitReplicas(ctx context.Context, parts []int, n int, timeout time.Duration) error {
-	done := map[*redis.Client]bool{}
-	for _, part := range parts {
-		c := p.byPart[part]
+// On a Redis Cluster the key is the queue partition's,
+// sluice:{<stage>:<topic>:p<N>}:wait, in the slot the writes went to, and
+// the INCR and WAIT go to that slot's master.
+func (p *Pool) WaitReplicas(ctx context.Context, queues []Queue, n int, timeout time.Duration) error {
+	done := map[redis.UniversalClient]bool{}
+	for _, q := range queues {
+		key := p.layout.PartKeys(q.Part).Prefix() + "wait"
+		if p.cluster != nil {
+			key = p.layout.Keys(q).Prefix() + "wait"
+		}
+		c, err := p.MasterOf(ctx, q.Part, key)
+		if err != nil {
+			return fmt.Errorf("waiting for replicas: %w", err)
+		}
 		if done[c] {
 			continue
 		}
 		done[c] = true
 		pipe := c.Pipeline()
-		pipe.Incr(ctx, p.layout.PartKeys(part).Prefix()+"wait")
+		pipe.Incr(ctx, key)
 		// Not pipe.Wait (no such method): WAIT by hand. Keep timeout
 		// under the client's read timeout (3s by default).
 		wait := pipe.Do(ctx, "WAIT", n, timeout.Milliseconds())
@@ -55,12 +65,16 @@ func (p *Pool) WaitReplicas(ctx context.Context, parts []int, n int, timeout tim
 	return nil
 }
 
-// serverOf names c's server, as Servers does.
-func (p *Pool) serverOf(c *redis.Client) string {
+// serverOf names c's server, as Servers does; a cluster's master as
+// "cluster master <host:port>".
+func (p *Pool) serverOf(c redis.UniversalClient) string {
 	for i, d := range p.distinct {
 		if d == c {
 			return p.addrs[i]
 		}
+	}
+	if m, ok := c.(*redis.Client); ok && p.cluster != nil {
+		return "cluster master " + m.Options().Addr
 	}
 	return "?"
 }

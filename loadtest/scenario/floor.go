@@ -255,7 +255,7 @@ func listRound(ctx context.Context, rdb *redis.Client, env func(int) []byte, con
 }
 
 // redisCPU is Redis's CPU time so far, user and system, in seconds.
-func redisCPU(ctx context.Context, rdb *redis.Client) (float64, error) {
+func redisCPU(ctx context.Context, rdb redis.UniversalClient) (float64, error) {
 	info, err := rdb.Info(ctx, "cpu").Result()
 	if err != nil {
 		return 0, err

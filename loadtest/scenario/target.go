@@ -50,7 +50,7 @@ type target struct {
 	ep     Endpoints
 	layout queue.Layout
 	pool   *queue.Pool
-	rdb    *redis.Client // partition 0's server, for INFO
+	rdb    redis.UniversalClient // partition 0's server, for INFO
 	consul *consulapi.Client
 	http   *http.Client
 	// procs are the stack's processes on this machine, when known (the
