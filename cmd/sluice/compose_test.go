@@ -270,9 +270,20 @@ func composeStrictYAML(b []byte, v any) error {
 	return dec.Decode(v)
 }
 
-func loadCompose(t *testing.T) *composeFile {
+// loadCompose reads compose.yaml, then each overlay given (as `docker compose
+// -f compose.yaml -f <overlay>` would), merged by composeMerge.
+func loadCompose(t *testing.T, overlays ...string) *composeFile {
 	t.Helper()
-	path := filepath.Join(composeDir, "compose.yaml")
+	f := loadComposeFile(t, "compose.yaml")
+	for _, o := range overlays {
+		composeMerge(f, loadComposeFile(t, o))
+	}
+	return f
+}
+
+func loadComposeFile(t *testing.T, name string) *composeFile {
+	t.Helper()
+	path := filepath.Join(composeDir, name)
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -287,13 +298,150 @@ func loadCompose(t *testing.T) *composeFile {
 	}
 	for k := range f.Other {
 		if !strings.HasPrefix(k, "x-") {
-			t.Errorf("compose.yaml: unknown top-level key %q (extensions start with x-)", k)
+			t.Errorf("%s: unknown top-level key %q (extensions start with x-)", name, k)
 		}
 	}
 	if len(f.Services) == 0 {
-		t.Fatalf("compose.yaml: no services")
+		t.Fatalf("%s: no services", name)
 	}
 	return &f
+}
+
+// composeMerge applies an overlay file to base with Compose's merge rules
+// (the compose specification's "Merge and override"): a service new in the
+// overlay is added; for one in both, scalars the overlay sets replace,
+// command, entrypoint and healthcheck.test are replaced whole, environment
+// and depends_on are merged key by key, ports are added, volumes are added
+// with one on the same container path replacing the base's; top-level
+// volumes, secrets, configs and networks are merged by name.
+func composeMerge(base, over *composeFile) {
+	if over.Name != "" {
+		base.Name = over.Name
+	}
+	mergeMap := func(dst *map[string]any, src map[string]any) {
+		if *dst == nil && len(src) > 0 {
+			*dst = map[string]any{}
+		}
+		maps.Copy(*dst, src)
+	}
+	mergeMap(&base.Volumes, over.Volumes)
+	mergeMap(&base.Secrets, over.Secrets)
+	mergeMap(&base.Configs, over.Configs)
+	mergeMap(&base.Networks, over.Networks)
+	mergeMap(&base.Other, over.Other)
+	for name, o := range over.Services {
+		b, ok := base.Services[name]
+		if !ok {
+			base.Services[name] = o
+			continue
+		}
+		str := func(dst *string, src string) {
+			if src != "" {
+				*dst = src
+			}
+		}
+		str(&b.Image, o.Image)
+		str(&b.Hostname, o.Hostname)
+		str(&b.ContainerName, o.ContainerName)
+		str(&b.Restart, o.Restart)
+		str(&b.StopGracePeriod, o.StopGracePeriod)
+		str(&b.StopSignal, o.StopSignal)
+		str(&b.User, o.User)
+		str(&b.MemLimit, o.MemLimit)
+		if o.Build != nil {
+			b.Build = o.Build
+		}
+		if o.Entrypoint.shell != "" || o.Entrypoint.args != nil {
+			b.Entrypoint = o.Entrypoint
+		}
+		if o.Command.shell != "" || o.Command.args != nil {
+			b.Command = o.Command
+		}
+		if len(o.Environment) > 0 {
+			env := composeEnv{}
+			maps.Copy(env, b.Environment)
+			maps.Copy(env, o.Environment)
+			b.Environment = env
+		}
+		if len(o.DependsOn) > 0 {
+			deps := composeDepends{}
+			maps.Copy(deps, b.DependsOn)
+			maps.Copy(deps, o.DependsOn)
+			b.DependsOn = deps
+		}
+		for _, p := range o.Ports {
+			if !slices.Contains(b.Ports, p) {
+				b.Ports = append(b.Ports, p)
+			}
+		}
+		vols := slices.Clone(b.Volumes)
+		for _, v := range o.Volumes {
+			target := composeMounts(composeService{Volumes: []string{v}})[0].target
+			i := slices.IndexFunc(vols, func(bv string) bool {
+				return composeMounts(composeService{Volumes: []string{bv}})[0].target == target
+			})
+			if i >= 0 {
+				vols[i] = v
+			} else {
+				vols = append(vols, v)
+			}
+		}
+		b.Volumes = vols
+		if o.Healthcheck != nil {
+			h := composeHealth{}
+			if b.Healthcheck != nil {
+				h = *b.Healthcheck
+			}
+			oh := o.Healthcheck
+			if oh.Test.shell != "" || oh.Test.args != nil {
+				h.Test = oh.Test
+			}
+			str(&h.Interval, oh.Interval)
+			str(&h.Timeout, oh.Timeout)
+			str(&h.StartPeriod, oh.StartPeriod)
+			str(&h.StartInterval, oh.StartInterval)
+			if oh.Retries != 0 {
+				h.Retries = oh.Retries
+			}
+			h.Disable = h.Disable || oh.Disable
+			b.Healthcheck = &h
+		}
+		// secrets and configs are sequences: added to the base's.
+		for _, v := range []struct {
+			dst *any
+			src any
+		}{{&b.Secrets, o.Secrets}, {&b.Configs, o.Configs}} {
+			bl, ok1 := (*v.dst).([]any)
+			ol, ok2 := v.src.([]any)
+			if ok1 && ok2 {
+				*v.dst = append(slices.Clone(bl), ol...)
+			} else if v.src != nil {
+				*v.dst = v.src
+			}
+		}
+		for _, v := range []struct {
+			dst *any
+			src any
+		}{
+			{&b.Networks, o.Networks}, {&b.Networks, o.Networks},
+			{&b.Labels, o.Labels}, {&b.Deploy, o.Deploy}, {&b.Tmpfs, o.Tmpfs}, {&b.Logging, o.Logging},
+			{&b.Ulimits, o.Ulimits}, {&b.EnvFile, o.EnvFile},
+		} {
+			if v.src != nil {
+				*v.dst = v.src // replaced whole: the stack sets none of them in both files
+			}
+		}
+		if o.Init != nil {
+			b.Init = o.Init
+		}
+		b.ReadOnly = b.ReadOnly || o.ReadOnly
+		b.Expose = append(b.Expose, o.Expose...)
+		b.Profiles = append(b.Profiles, o.Profiles...)
+		b.CapAdd = append(b.CapAdd, o.CapAdd...)
+		b.CapDrop = append(b.CapDrop, o.CapDrop...)
+		b.SecurityOpt = append(b.SecurityOpt, o.SecurityOpt...)
+		base.Services[name] = b
+	}
 }
 
 // ---- the binary's flags -----------------------------------------------------
@@ -549,7 +697,14 @@ func composeServicePorts(t *testing.T, f *composeFile, parts map[string]*compose
 	image, _, _ := strings.Cut(svc.Image, ":")
 	switch image {
 	case "redis", "valkey/valkey":
-		return []string{arg("--port", "6379")}
+		var ports []string
+		if p := arg("--port", "6379"); p != "0" {
+			ports = append(ports, p)
+		}
+		if p := arg("--tls-port", "0"); p != "0" {
+			ports = append(ports, p)
+		}
+		return ports
 	case "hashicorp/consul":
 		return []string{arg("-http-port", "8500")}
 	case "prom/prometheus":
@@ -671,6 +826,35 @@ func composeHostPath(svc composeService, containerPath string) string {
 	return ""
 }
 
+// composeMountOf is the mount (bind or named volume) that holds a container
+// path in svc, the deepest when several do (nil when none does).
+func composeMountOf(svc composeService, containerPath string) *composeMount {
+	var best *composeMount
+	for _, m := range composeMounts(svc) {
+		if m.source == "" {
+			continue // an anonymous volume holds nothing made before the start
+		}
+		if containerPath == m.target || strings.HasPrefix(containerPath, strings.TrimSuffix(m.target, "/")+"/") {
+			if best == nil || len(m.target) > len(best.target) {
+				best = &m
+			}
+		}
+	}
+	return best
+}
+
+// servesTLS reports whether a part serves its --listen over HTTPS.
+func (p *composePart) servesTLS() bool {
+	return p.has("tls-cert-file") && p.value("tls-cert-file") != ""
+}
+
+func (p *composePart) scheme() string {
+	if p.servesTLS() {
+		return "https"
+	}
+	return "http"
+}
+
 func composeSameFile(a, b string) bool {
 	aa, err1 := filepath.Abs(a)
 	bb, err2 := filepath.Abs(b)
@@ -680,9 +864,15 @@ func composeSameFile(a, b string) bool {
 // ---- the tests --------------------------------------------------------------
 
 // TestComposeServices checks the compose stack's services against the
-// binary and against each other.
+// binary and against each other: compose.yaml alone, and merged with the
+// secured overlay compose.secure.yaml (TestComposeSecure checks what only
+// the overlay promises).
 func TestComposeServices(t *testing.T) {
-	f := loadCompose(t)
+	t.Run("compose.yaml", func(t *testing.T) { composeCheckServices(t, loadCompose(t)) })
+	t.Run("compose.secure.yaml", func(t *testing.T) { composeCheckServices(t, loadCompose(t, "compose.secure.yaml")) })
+}
+
+func composeCheckServices(t *testing.T, f *composeFile) {
 	parts := composeResolve(t, f)
 	if t.Failed() {
 		t.FailNow() // the checks below read flags the ones above rejected
@@ -779,17 +969,36 @@ func TestComposeServices(t *testing.T) {
 			}
 		}
 
-		// Healthcheck: the probe GETs the part's own /readyz.
+		// Healthcheck: the probe GETs the part's own /readyz, over https
+		// trusting the stack's CA when the part serves TLS.
+		scheme, probeWant := "http", `["CMD", "/probe", "http://127.0.0.1:%s/readyz"]`
+		if p.servesTLS() {
+			scheme, probeWant = "https", `["CMD", "/probe", "--ca-file=<CA>", "https://127.0.0.1:%s/readyz"]`
+		}
 		h := svc.Healthcheck
+		var probeArgs []string
+		if h != nil && len(h.Test.args) >= 3 {
+			probeArgs = h.Test.args[2:]
+		}
+		caFile := ""
+		if len(probeArgs) == 2 {
+			caFile, _ = strings.CutPrefix(probeArgs[0], "--ca-file=")
+		}
 		switch {
 		case h == nil || h.Disable:
-			t.Errorf("service %s: no healthcheck (want [\"CMD\", \"/probe\", \"http://127.0.0.1:%s/readyz\"])", name, port)
-		case len(h.Test.args) != 3 || h.Test.args[0] != "CMD" || h.Test.args[1] != "/probe":
-			t.Errorf("service %s: healthcheck %q: the image has no shell; want [\"CMD\", \"/probe\", \"http://127.0.0.1:%s/readyz\"]", name, h.Test, port)
+			t.Errorf("service %s: no healthcheck (want "+probeWant+")", name, port)
+		case h.Test.args[0] != "CMD" || h.Test.args[1] != "/probe" || len(probeArgs) != 1 && caFile == "":
+			t.Errorf("service %s: healthcheck %q: the image has no shell; want "+probeWant, name, h.Test, port)
 		default:
-			u, err := url.Parse(h.Test.args[2])
-			if err != nil || u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost" || u.Port() != port || u.Path != "/readyz" {
-				t.Errorf("service %s: healthcheck GETs %s, want http://127.0.0.1:%s/readyz (%s is %q)", name, h.Test.args[2], port, p.where("listen"), p.value("listen"))
+			u, err := url.Parse(probeArgs[len(probeArgs)-1])
+			if err != nil || u.Scheme != scheme || u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost" || u.Port() != port || u.Path != "/readyz" {
+				t.Errorf("service %s: healthcheck GETs %s, want %s://127.0.0.1:%s/readyz (%s is %q)", name, probeArgs[len(probeArgs)-1], scheme, port, p.where("listen"), p.value("listen"))
+			}
+			if scheme == "https" && caFile == "" {
+				t.Errorf("service %s: healthcheck %q: the part's certificate is from the stack's CA; want --ca-file=<the CA> before the URL", name, h.Test)
+			}
+			if caFile != "" && composeMountOf(svc, caFile) == nil {
+				t.Errorf("service %s: healthcheck --ca-file=%s: nothing is mounted there", name, caFile)
 			}
 			for what, d := range map[string]string{"interval": h.Interval, "timeout": h.Timeout, "start_period": h.StartPeriod} {
 				if d == "" {
@@ -839,7 +1048,7 @@ func TestComposeServices(t *testing.T) {
 			for _, raw := range composeSplit(p.value("gate-metrics")) {
 				u, err := url.Parse(raw)
 				if err != nil || u.Host == "" || u.Path != "/metrics" {
-					t.Errorf("%s: %q: want http://<gate service>:<port>/metrics", p.where("gate-metrics"), raw)
+					t.Errorf("%s: %q: want http(s)://<gate service>:<port>/metrics", p.where("gate-metrics"), raw)
 					continue
 				}
 				if g, ok := parts[u.Hostname()]; !ok || g.cmd != "gate" {
@@ -924,7 +1133,7 @@ func composeCheckAgreement(t *testing.T, parts map[string]*composePart, byCmd ma
 			continue
 		}
 		for _, g := range byCmd["gate"] {
-			want := "http://" + net.JoinHostPort(g.service, g.listenPort(t)) + "/metrics"
+			want := g.scheme() + "://" + net.JoinHostPort(g.service, g.listenPort(t)) + "/metrics"
 			if !slices.Contains(composeSplit(c.value("gate-metrics")), want) {
 				t.Errorf("%s: %q lacks %s: the admin API's funnel would miss that gate's counts", c.where("gate-metrics"), c.value("gate-metrics"), want)
 			}
@@ -1111,7 +1320,7 @@ func composeCheckStores(t *testing.T, f *composeFile) {
 				t.Errorf("service %s: no --maxmemory: the relay's memory guard cannot work", name)
 			}
 		case "apache/kafka", "apache/kafka-native":
-			if len(svc.Entrypoint.args) > 0 || svc.Entrypoint.shell != "" {
+			if svc.Environment["KAFKA_PROCESS_ROLES"] == nil && (len(svc.Entrypoint.args) > 0 || svc.Entrypoint.shell != "") {
 				continue // the image run as a tool (kafka-init), not a broker
 			}
 			env := func(k string) string {
@@ -1175,8 +1384,13 @@ func composeCheckPrometheus(t *testing.T, f *composeFile, parts map[string]*comp
 		RuleFiles     []string       `yaml:"rule_files"`
 		Alerting      map[string]any `yaml:"alerting"`
 		ScrapeConfigs []struct {
-			JobName       string `yaml:"job_name"`
-			MetricsPath   string `yaml:"metrics_path"`
+			JobName     string `yaml:"job_name"`
+			MetricsPath string `yaml:"metrics_path"`
+			Scheme      string `yaml:"scheme"`
+			TLSConfig   struct {
+				CAFile     string `yaml:"ca_file"`
+				ServerName string `yaml:"server_name"`
+			} `yaml:"tls_config"`
 			StaticConfigs []struct {
 				Targets []string          `yaml:"targets"`
 				Labels  map[string]string `yaml:"labels"`
@@ -1226,6 +1440,18 @@ func composeCheckPrometheus(t *testing.T, f *composeFile, parts map[string]*comp
 				}
 				if ports := composeServicePorts(t, f, parts, host); !slices.Contains(ports, port) {
 					t.Errorf("%s: job %s: target %s, but service %s listens on %v", hostConfig, sc.JobName, tg, host, ports)
+				}
+				// A part serving HTTPS is scraped over https, trusting
+				// the CA file mounted in Prometheus.
+				if p, ok := parts[host]; ok && p.servesTLS() {
+					if sc.Scheme != "https" {
+						t.Errorf("%s: job %s: target %s serves HTTPS (%s): want scheme: https", hostConfig, sc.JobName, tg, p.where("tls-cert-file"))
+					}
+					if sc.TLSConfig.CAFile == "" || composeMountOf(svc, sc.TLSConfig.CAFile) == nil {
+						t.Errorf("%s: job %s: tls_config.ca_file %q: want the stack's CA, mounted in service %s", hostConfig, sc.JobName, sc.TLSConfig.CAFile, name)
+					}
+				} else if ok && sc.Scheme == "https" {
+					t.Errorf("%s: job %s: scheme https, but %s serves plain HTTP", hostConfig, sc.JobName, tg)
 				}
 			}
 		}
