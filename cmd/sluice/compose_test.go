@@ -109,6 +109,9 @@ type composeBuild struct {
 	Context    string         `yaml:"context"`
 	Dockerfile string         `yaml:"dockerfile"`
 	Target     string         `yaml:"target"`
+	// DockerfileInline is a Dockerfile written in the compose file (the
+	// secured overlay's certs image: alpine with openssl).
+	DockerfileInline string `yaml:"dockerfile_inline"`
 	Args       map[string]any `yaml:"args"`
 }
 
@@ -540,9 +543,15 @@ func (p *composePart) where(flag string) string {
 }
 
 // composeIsSluice reports whether a service runs the sluice image: it is built
-// from the repository, or is the image those builds are tagged with.
+// from the repository (its Dockerfile, not one written inline), or is the
+// image those builds are tagged with.
 func composeIsSluice(svc composeService, sluiceImage string) bool {
-	return svc.Build != nil || (sluiceImage != "" && svc.Image == sluiceImage)
+	return composeBuildsSluice(svc) || (sluiceImage != "" && svc.Image == sluiceImage)
+}
+
+// composeBuildsSluice: the service builds an image from the repository root.
+func composeBuildsSluice(svc composeService) bool {
+	return svc.Build != nil && svc.Build.DockerfileInline == "" && composeSameFile(filepath.Join(composeDir, svc.Build.Context), composeRoot)
 }
 
 // composeResolve checks each sluice service's command and environment against
@@ -557,7 +566,7 @@ func composeResolve(t *testing.T, f *composeFile) map[string]*composePart {
 
 	sluiceImage := ""
 	for _, svc := range f.Services {
-		if svc.Build != nil && svc.Image != "" {
+		if composeBuildsSluice(svc) && svc.Image != "" {
 			sluiceImage = svc.Image
 		}
 	}
@@ -907,11 +916,22 @@ func composeCheckServices(t *testing.T, f *composeFile) {
 				t.Errorf("service %s: depends_on %s: condition %q is not a compose condition", name, dep, cond)
 			}
 		}
-		if svc.Build == nil {
-			// Pinned: a floating tag changes the stack under its users.
-			_, tag, ok := strings.Cut(svc.Image, ":")
+		// Pinned: a floating tag changes the stack under its users. An
+		// image built inline is as pinned as its FROM.
+		pinned := func(what, image string) {
+			_, tag, ok := strings.Cut(image, ":")
 			if !ok || tag == "latest" || !composeDigitRE.MatchString(tag) {
-				t.Errorf("service %s: image %q is not pinned to a version", name, svc.Image)
+				t.Errorf("service %s: %s %q is not pinned to a version", name, what, image)
+			}
+		}
+		switch {
+		case svc.Build == nil:
+			pinned("image", svc.Image)
+		case svc.Build.DockerfileInline != "":
+			for _, line := range strings.Split(svc.Build.DockerfileInline, "\n") {
+				if fields := strings.Fields(line); len(fields) >= 2 && strings.EqualFold(fields[0], "FROM") {
+					pinned("dockerfile_inline FROM", fields[1])
+				}
 			}
 		}
 		for _, m := range composeMounts(svc) {

@@ -19,7 +19,6 @@
 # console pick a renewed one up without a restart); a new CA makes every
 # certificate again. Delete the secure-pki volume to start over.
 set -eu
-apk add --no-cache openssl >/dev/null # alpine has no openssl command by default
 
 PKI=/pki
 umask 077
