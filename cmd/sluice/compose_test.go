@@ -1935,6 +1935,10 @@ func TestComposeSecure(t *testing.T) {
 	if r := f.Services[certs].Restart; r != "no" {
 		t.Errorf("service %s: restart %q: it runs once, others wait for it to complete", certs, r)
 	}
+	// alpine has no openssl command: the image must add it.
+	if b := f.Services[certs].Build; b == nil || !regexp.MustCompile(`apk add[^\n]*\bopenssl\b`).MatchString(b.DockerfileInline) {
+		t.Errorf("service %s: its image does not apk add openssl (build.dockerfile_inline), which certs.sh runs", certs)
+	}
 	for _, name := range slices.Sorted(maps.Keys(f.Services)) {
 		if name == certs {
 			continue
