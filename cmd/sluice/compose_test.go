@@ -106,13 +106,13 @@ type composeService struct {
 }
 
 type composeBuild struct {
-	Context    string         `yaml:"context"`
-	Dockerfile string         `yaml:"dockerfile"`
-	Target     string         `yaml:"target"`
+	Context    string `yaml:"context"`
+	Dockerfile string `yaml:"dockerfile"`
+	Target     string `yaml:"target"`
 	// DockerfileInline is a Dockerfile written in the compose file (the
 	// secured overlay's certs image: alpine with openssl).
-	DockerfileInline string `yaml:"dockerfile_inline"`
-	Args       map[string]any `yaml:"args"`
+	DockerfileInline string         `yaml:"dockerfile_inline"`
+	Args             map[string]any `yaml:"args"`
 }
 
 // UnmarshalYAML takes build's short form too: `build: ../..`.
