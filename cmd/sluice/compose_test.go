@@ -24,6 +24,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/consul"
 )
 
 // There is no Docker engine where the tests run, so deploy/compose cannot be
@@ -105,10 +106,13 @@ type composeService struct {
 }
 
 type composeBuild struct {
-	Context    string         `yaml:"context"`
-	Dockerfile string         `yaml:"dockerfile"`
-	Target     string         `yaml:"target"`
-	Args       map[string]any `yaml:"args"`
+	Context    string `yaml:"context"`
+	Dockerfile string `yaml:"dockerfile"`
+	Target     string `yaml:"target"`
+	// DockerfileInline is a Dockerfile written in the compose file (the
+	// secured overlay's certs image: alpine with openssl).
+	DockerfileInline string         `yaml:"dockerfile_inline"`
+	Args             map[string]any `yaml:"args"`
 }
 
 // UnmarshalYAML takes build's short form too: `build: ../..`.
@@ -270,9 +274,20 @@ func composeStrictYAML(b []byte, v any) error {
 	return dec.Decode(v)
 }
 
-func loadCompose(t *testing.T) *composeFile {
+// loadCompose reads compose.yaml, then each overlay given (as `docker compose
+// -f compose.yaml -f <overlay>` would), merged by composeMerge.
+func loadCompose(t *testing.T, overlays ...string) *composeFile {
 	t.Helper()
-	path := filepath.Join(composeDir, "compose.yaml")
+	f := loadComposeFile(t, "compose.yaml")
+	for _, o := range overlays {
+		composeMerge(f, loadComposeFile(t, o))
+	}
+	return f
+}
+
+func loadComposeFile(t *testing.T, name string) *composeFile {
+	t.Helper()
+	path := filepath.Join(composeDir, name)
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -287,13 +302,150 @@ func loadCompose(t *testing.T) *composeFile {
 	}
 	for k := range f.Other {
 		if !strings.HasPrefix(k, "x-") {
-			t.Errorf("compose.yaml: unknown top-level key %q (extensions start with x-)", k)
+			t.Errorf("%s: unknown top-level key %q (extensions start with x-)", name, k)
 		}
 	}
 	if len(f.Services) == 0 {
-		t.Fatalf("compose.yaml: no services")
+		t.Fatalf("%s: no services", name)
 	}
 	return &f
+}
+
+// composeMerge applies an overlay file to base with Compose's merge rules
+// (the compose specification's "Merge and override"): a service new in the
+// overlay is added; for one in both, scalars the overlay sets replace,
+// command, entrypoint and healthcheck.test are replaced whole, environment
+// and depends_on are merged key by key, ports are added, volumes are added
+// with one on the same container path replacing the base's; top-level
+// volumes, secrets, configs and networks are merged by name.
+func composeMerge(base, over *composeFile) {
+	if over.Name != "" {
+		base.Name = over.Name
+	}
+	mergeMap := func(dst *map[string]any, src map[string]any) {
+		if *dst == nil && len(src) > 0 {
+			*dst = map[string]any{}
+		}
+		maps.Copy(*dst, src)
+	}
+	mergeMap(&base.Volumes, over.Volumes)
+	mergeMap(&base.Secrets, over.Secrets)
+	mergeMap(&base.Configs, over.Configs)
+	mergeMap(&base.Networks, over.Networks)
+	mergeMap(&base.Other, over.Other)
+	for name, o := range over.Services {
+		b, ok := base.Services[name]
+		if !ok {
+			base.Services[name] = o
+			continue
+		}
+		str := func(dst *string, src string) {
+			if src != "" {
+				*dst = src
+			}
+		}
+		str(&b.Image, o.Image)
+		str(&b.Hostname, o.Hostname)
+		str(&b.ContainerName, o.ContainerName)
+		str(&b.Restart, o.Restart)
+		str(&b.StopGracePeriod, o.StopGracePeriod)
+		str(&b.StopSignal, o.StopSignal)
+		str(&b.User, o.User)
+		str(&b.MemLimit, o.MemLimit)
+		if o.Build != nil {
+			b.Build = o.Build
+		}
+		if o.Entrypoint.shell != "" || o.Entrypoint.args != nil {
+			b.Entrypoint = o.Entrypoint
+		}
+		if o.Command.shell != "" || o.Command.args != nil {
+			b.Command = o.Command
+		}
+		if len(o.Environment) > 0 {
+			env := composeEnv{}
+			maps.Copy(env, b.Environment)
+			maps.Copy(env, o.Environment)
+			b.Environment = env
+		}
+		if len(o.DependsOn) > 0 {
+			deps := composeDepends{}
+			maps.Copy(deps, b.DependsOn)
+			maps.Copy(deps, o.DependsOn)
+			b.DependsOn = deps
+		}
+		for _, p := range o.Ports {
+			if !slices.Contains(b.Ports, p) {
+				b.Ports = append(b.Ports, p)
+			}
+		}
+		vols := slices.Clone(b.Volumes)
+		for _, v := range o.Volumes {
+			target := composeMounts(composeService{Volumes: []string{v}})[0].target
+			i := slices.IndexFunc(vols, func(bv string) bool {
+				return composeMounts(composeService{Volumes: []string{bv}})[0].target == target
+			})
+			if i >= 0 {
+				vols[i] = v
+			} else {
+				vols = append(vols, v)
+			}
+		}
+		b.Volumes = vols
+		if o.Healthcheck != nil {
+			h := composeHealth{}
+			if b.Healthcheck != nil {
+				h = *b.Healthcheck
+			}
+			oh := o.Healthcheck
+			if oh.Test.shell != "" || oh.Test.args != nil {
+				h.Test = oh.Test
+			}
+			str(&h.Interval, oh.Interval)
+			str(&h.Timeout, oh.Timeout)
+			str(&h.StartPeriod, oh.StartPeriod)
+			str(&h.StartInterval, oh.StartInterval)
+			if oh.Retries != 0 {
+				h.Retries = oh.Retries
+			}
+			h.Disable = h.Disable || oh.Disable
+			b.Healthcheck = &h
+		}
+		// secrets and configs are sequences: added to the base's.
+		for _, v := range []struct {
+			dst *any
+			src any
+		}{{&b.Secrets, o.Secrets}, {&b.Configs, o.Configs}} {
+			bl, ok1 := (*v.dst).([]any)
+			ol, ok2 := v.src.([]any)
+			if ok1 && ok2 {
+				*v.dst = append(slices.Clone(bl), ol...)
+			} else if v.src != nil {
+				*v.dst = v.src
+			}
+		}
+		for _, v := range []struct {
+			dst *any
+			src any
+		}{
+			{&b.Networks, o.Networks}, {&b.Networks, o.Networks},
+			{&b.Labels, o.Labels}, {&b.Deploy, o.Deploy}, {&b.Tmpfs, o.Tmpfs}, {&b.Logging, o.Logging},
+			{&b.Ulimits, o.Ulimits}, {&b.EnvFile, o.EnvFile},
+		} {
+			if v.src != nil {
+				*v.dst = v.src // replaced whole: the stack sets none of them in both files
+			}
+		}
+		if o.Init != nil {
+			b.Init = o.Init
+		}
+		b.ReadOnly = b.ReadOnly || o.ReadOnly
+		b.Expose = append(b.Expose, o.Expose...)
+		b.Profiles = append(b.Profiles, o.Profiles...)
+		b.CapAdd = append(b.CapAdd, o.CapAdd...)
+		b.CapDrop = append(b.CapDrop, o.CapDrop...)
+		b.SecurityOpt = append(b.SecurityOpt, o.SecurityOpt...)
+		base.Services[name] = b
+	}
 }
 
 // ---- the binary's flags -----------------------------------------------------
@@ -391,9 +543,15 @@ func (p *composePart) where(flag string) string {
 }
 
 // composeIsSluice reports whether a service runs the sluice image: it is built
-// from the repository, or is the image those builds are tagged with.
+// from the repository (its Dockerfile, not one written inline), or is the
+// image those builds are tagged with.
 func composeIsSluice(svc composeService, sluiceImage string) bool {
-	return svc.Build != nil || (sluiceImage != "" && svc.Image == sluiceImage)
+	return composeBuildsSluice(svc) || (sluiceImage != "" && svc.Image == sluiceImage)
+}
+
+// composeBuildsSluice: the service builds an image from the repository root.
+func composeBuildsSluice(svc composeService) bool {
+	return svc.Build != nil && svc.Build.DockerfileInline == "" && composeSameFile(filepath.Join(composeDir, svc.Build.Context), composeRoot)
 }
 
 // composeResolve checks each sluice service's command and environment against
@@ -408,7 +566,7 @@ func composeResolve(t *testing.T, f *composeFile) map[string]*composePart {
 
 	sluiceImage := ""
 	for _, svc := range f.Services {
-		if svc.Build != nil && svc.Image != "" {
+		if composeBuildsSluice(svc) && svc.Image != "" {
 			sluiceImage = svc.Image
 		}
 	}
@@ -549,7 +707,14 @@ func composeServicePorts(t *testing.T, f *composeFile, parts map[string]*compose
 	image, _, _ := strings.Cut(svc.Image, ":")
 	switch image {
 	case "redis", "valkey/valkey":
-		return []string{arg("--port", "6379")}
+		var ports []string
+		if p := arg("--port", "6379"); p != "0" {
+			ports = append(ports, p)
+		}
+		if p := arg("--tls-port", "0"); p != "0" {
+			ports = append(ports, p)
+		}
+		return ports
 	case "hashicorp/consul":
 		return []string{arg("-http-port", "8500")}
 	case "prom/prometheus":
@@ -671,6 +836,35 @@ func composeHostPath(svc composeService, containerPath string) string {
 	return ""
 }
 
+// composeMountOf is the mount (bind or named volume) that holds a container
+// path in svc, the deepest when several do (nil when none does).
+func composeMountOf(svc composeService, containerPath string) *composeMount {
+	var best *composeMount
+	for _, m := range composeMounts(svc) {
+		if m.source == "" {
+			continue // an anonymous volume holds nothing made before the start
+		}
+		if containerPath == m.target || strings.HasPrefix(containerPath, strings.TrimSuffix(m.target, "/")+"/") {
+			if best == nil || len(m.target) > len(best.target) {
+				best = &m
+			}
+		}
+	}
+	return best
+}
+
+// servesTLS reports whether a part serves its --listen over HTTPS.
+func (p *composePart) servesTLS() bool {
+	return p.has("tls-cert-file") && p.value("tls-cert-file") != ""
+}
+
+func (p *composePart) scheme() string {
+	if p.servesTLS() {
+		return "https"
+	}
+	return "http"
+}
+
 func composeSameFile(a, b string) bool {
 	aa, err1 := filepath.Abs(a)
 	bb, err2 := filepath.Abs(b)
@@ -680,9 +874,15 @@ func composeSameFile(a, b string) bool {
 // ---- the tests --------------------------------------------------------------
 
 // TestComposeServices checks the compose stack's services against the
-// binary and against each other.
+// binary and against each other: compose.yaml alone, and merged with the
+// secured overlay compose.secure.yaml (TestComposeSecure checks what only
+// the overlay promises).
 func TestComposeServices(t *testing.T) {
-	f := loadCompose(t)
+	t.Run("compose.yaml", func(t *testing.T) { composeCheckServices(t, loadCompose(t)) })
+	t.Run("compose.secure.yaml", func(t *testing.T) { composeCheckServices(t, loadCompose(t, "compose.secure.yaml")) })
+}
+
+func composeCheckServices(t *testing.T, f *composeFile) {
 	parts := composeResolve(t, f)
 	if t.Failed() {
 		t.FailNow() // the checks below read flags the ones above rejected
@@ -716,11 +916,22 @@ func TestComposeServices(t *testing.T) {
 				t.Errorf("service %s: depends_on %s: condition %q is not a compose condition", name, dep, cond)
 			}
 		}
-		if svc.Build == nil {
-			// Pinned: a floating tag changes the stack under its users.
-			_, tag, ok := strings.Cut(svc.Image, ":")
+		// Pinned: a floating tag changes the stack under its users. An
+		// image built inline is as pinned as its FROM.
+		pinned := func(what, image string) {
+			_, tag, ok := strings.Cut(image, ":")
 			if !ok || tag == "latest" || !composeDigitRE.MatchString(tag) {
-				t.Errorf("service %s: image %q is not pinned to a version", name, svc.Image)
+				t.Errorf("service %s: %s %q is not pinned to a version", name, what, image)
+			}
+		}
+		switch {
+		case svc.Build == nil:
+			pinned("image", svc.Image)
+		case svc.Build.DockerfileInline != "":
+			for _, line := range strings.Split(svc.Build.DockerfileInline, "\n") {
+				if fields := strings.Fields(line); len(fields) >= 2 && strings.EqualFold(fields[0], "FROM") {
+					pinned("dockerfile_inline FROM", fields[1])
+				}
 			}
 		}
 		for _, m := range composeMounts(svc) {
@@ -779,17 +990,36 @@ func TestComposeServices(t *testing.T) {
 			}
 		}
 
-		// Healthcheck: the probe GETs the part's own /readyz.
+		// Healthcheck: the probe GETs the part's own /readyz, over https
+		// trusting the stack's CA when the part serves TLS.
+		scheme, probeWant := "http", `["CMD", "/probe", "http://127.0.0.1:%s/readyz"]`
+		if p.servesTLS() {
+			scheme, probeWant = "https", `["CMD", "/probe", "--ca-file=<CA>", "https://127.0.0.1:%s/readyz"]`
+		}
 		h := svc.Healthcheck
+		var probeArgs []string
+		if h != nil && len(h.Test.args) >= 3 {
+			probeArgs = h.Test.args[2:]
+		}
+		caFile := ""
+		if len(probeArgs) == 2 {
+			caFile, _ = strings.CutPrefix(probeArgs[0], "--ca-file=")
+		}
 		switch {
 		case h == nil || h.Disable:
-			t.Errorf("service %s: no healthcheck (want [\"CMD\", \"/probe\", \"http://127.0.0.1:%s/readyz\"])", name, port)
-		case len(h.Test.args) != 3 || h.Test.args[0] != "CMD" || h.Test.args[1] != "/probe":
-			t.Errorf("service %s: healthcheck %q: the image has no shell; want [\"CMD\", \"/probe\", \"http://127.0.0.1:%s/readyz\"]", name, h.Test, port)
+			t.Errorf("service %s: no healthcheck (want "+probeWant+")", name, port)
+		case h.Test.args[0] != "CMD" || h.Test.args[1] != "/probe" || len(probeArgs) != 1 && caFile == "":
+			t.Errorf("service %s: healthcheck %q: the image has no shell; want "+probeWant, name, h.Test, port)
 		default:
-			u, err := url.Parse(h.Test.args[2])
-			if err != nil || u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost" || u.Port() != port || u.Path != "/readyz" {
-				t.Errorf("service %s: healthcheck GETs %s, want http://127.0.0.1:%s/readyz (%s is %q)", name, h.Test.args[2], port, p.where("listen"), p.value("listen"))
+			u, err := url.Parse(probeArgs[len(probeArgs)-1])
+			if err != nil || u.Scheme != scheme || u.Hostname() != "127.0.0.1" && u.Hostname() != "localhost" || u.Port() != port || u.Path != "/readyz" {
+				t.Errorf("service %s: healthcheck GETs %s, want %s://127.0.0.1:%s/readyz (%s is %q)", name, probeArgs[len(probeArgs)-1], scheme, port, p.where("listen"), p.value("listen"))
+			}
+			if scheme == "https" && caFile == "" {
+				t.Errorf("service %s: healthcheck %q: the part's certificate is from the stack's CA; want --ca-file=<the CA> before the URL", name, h.Test)
+			}
+			if caFile != "" && composeMountOf(svc, caFile) == nil {
+				t.Errorf("service %s: healthcheck --ca-file=%s: nothing is mounted there", name, caFile)
 			}
 			for what, d := range map[string]string{"interval": h.Interval, "timeout": h.Timeout, "start_period": h.StartPeriod} {
 				if d == "" {
@@ -839,7 +1069,7 @@ func TestComposeServices(t *testing.T) {
 			for _, raw := range composeSplit(p.value("gate-metrics")) {
 				u, err := url.Parse(raw)
 				if err != nil || u.Host == "" || u.Path != "/metrics" {
-					t.Errorf("%s: %q: want http://<gate service>:<port>/metrics", p.where("gate-metrics"), raw)
+					t.Errorf("%s: %q: want http(s)://<gate service>:<port>/metrics", p.where("gate-metrics"), raw)
 					continue
 				}
 				if g, ok := parts[u.Hostname()]; !ok || g.cmd != "gate" {
@@ -924,7 +1154,7 @@ func composeCheckAgreement(t *testing.T, parts map[string]*composePart, byCmd ma
 			continue
 		}
 		for _, g := range byCmd["gate"] {
-			want := "http://" + net.JoinHostPort(g.service, g.listenPort(t)) + "/metrics"
+			want := g.scheme() + "://" + net.JoinHostPort(g.service, g.listenPort(t)) + "/metrics"
 			if !slices.Contains(composeSplit(c.value("gate-metrics")), want) {
 				t.Errorf("%s: %q lacks %s: the admin API's funnel would miss that gate's counts", c.where("gate-metrics"), c.value("gate-metrics"), want)
 			}
@@ -1111,7 +1341,7 @@ func composeCheckStores(t *testing.T, f *composeFile) {
 				t.Errorf("service %s: no --maxmemory: the relay's memory guard cannot work", name)
 			}
 		case "apache/kafka", "apache/kafka-native":
-			if len(svc.Entrypoint.args) > 0 || svc.Entrypoint.shell != "" {
+			if svc.Environment["KAFKA_PROCESS_ROLES"] == nil && (len(svc.Entrypoint.args) > 0 || svc.Entrypoint.shell != "") {
 				continue // the image run as a tool (kafka-init), not a broker
 			}
 			env := func(k string) string {
@@ -1175,8 +1405,13 @@ func composeCheckPrometheus(t *testing.T, f *composeFile, parts map[string]*comp
 		RuleFiles     []string       `yaml:"rule_files"`
 		Alerting      map[string]any `yaml:"alerting"`
 		ScrapeConfigs []struct {
-			JobName       string `yaml:"job_name"`
-			MetricsPath   string `yaml:"metrics_path"`
+			JobName     string `yaml:"job_name"`
+			MetricsPath string `yaml:"metrics_path"`
+			Scheme      string `yaml:"scheme"`
+			TLSConfig   struct {
+				CAFile     string `yaml:"ca_file"`
+				ServerName string `yaml:"server_name"`
+			} `yaml:"tls_config"`
 			StaticConfigs []struct {
 				Targets []string          `yaml:"targets"`
 				Labels  map[string]string `yaml:"labels"`
@@ -1226,6 +1461,18 @@ func composeCheckPrometheus(t *testing.T, f *composeFile, parts map[string]*comp
 				}
 				if ports := composeServicePorts(t, f, parts, host); !slices.Contains(ports, port) {
 					t.Errorf("%s: job %s: target %s, but service %s listens on %v", hostConfig, sc.JobName, tg, host, ports)
+				}
+				// A part serving HTTPS is scraped over https, trusting
+				// the CA file mounted in Prometheus.
+				if p, ok := parts[host]; ok && p.servesTLS() {
+					if sc.Scheme != "https" {
+						t.Errorf("%s: job %s: target %s serves HTTPS (%s): want scheme: https", hostConfig, sc.JobName, tg, p.where("tls-cert-file"))
+					}
+					if sc.TLSConfig.CAFile == "" || composeMountOf(svc, sc.TLSConfig.CAFile) == nil {
+						t.Errorf("%s: job %s: tls_config.ca_file %q: want the stack's CA, mounted in service %s", hostConfig, sc.JobName, sc.TLSConfig.CAFile, name)
+					}
+				} else if ok && sc.Scheme == "https" {
+					t.Errorf("%s: job %s: scheme https, but %s serves plain HTTP", hostConfig, sc.JobName, tg)
 				}
 			}
 		}
@@ -1570,6 +1817,449 @@ func TestComposeDockerfile(t *testing.T) {
 	for _, file := range needed {
 		if excluded, _ := pm.MatchesOrParentMatches(file); excluded {
 			t.Errorf(".dockerignore excludes %s, which the image's go build reads", file)
+		}
+	}
+}
+
+// ---- the secured overlay ------------------------------------------------------
+
+// composeSecretFlags are the flags that carry a secret inline; the secured
+// stack gives each through its --*-file form only (docs/security.md).
+var composeSecretFlags = []string{"tokens", "admin-tokens", "admin-token", "canary-token", "periodic-token",
+	"redis-password", "redis-sentinel-password", "kafka-sasl-password", "consul-token"}
+
+// composeInfraTLS is what a service of the stack serves on one port: TLS,
+// and the login it asks for ("scram", "acl", "token" or "").
+type composeInfraTLS struct {
+	tls   bool
+	login string
+	why   string // for messages
+}
+
+// composeServesOn reads how service name serves port from its own settings:
+// a part's --tls-cert-file, Redis's --port/--tls-port and ACL file, Kafka's
+// advertised listener and its security protocol, Consul's config files
+// (bind-mounted HCL: ports.https, ports.http = -1, acl default_policy).
+func composeServesOn(t *testing.T, f *composeFile, parts map[string]*composePart, name, port string) composeInfraTLS {
+	if p, ok := parts[name]; ok {
+		return composeInfraTLS{tls: p.servesTLS(), why: p.where("tls-cert-file")}
+	}
+	svc := f.Services[name]
+	arg := func(flag string) string {
+		for i, a := range svc.Command.args {
+			if a == flag && i+1 < len(svc.Command.args) {
+				return svc.Command.args[i+1]
+			}
+		}
+		return ""
+	}
+	image, _, _ := strings.Cut(svc.Image, ":")
+	switch image {
+	case "redis", "valkey/valkey":
+		s := composeInfraTLS{tls: arg("--tls-port") == port, why: fmt.Sprintf("service %s: --tls-port %s", name, arg("--tls-port"))}
+		if arg("--aclfile") != "" || arg("--requirepass") != "" {
+			s.login = "acl"
+		}
+		return s
+	case "apache/kafka", "apache/kafka-native":
+		protocols := map[string]string{}
+		if v := svc.Environment["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"]; v != nil {
+			for _, kv := range strings.Split(*v, ",") {
+				k, v, _ := strings.Cut(strings.TrimSpace(kv), ":")
+				protocols[k] = v
+			}
+		}
+		if v := svc.Environment["KAFKA_ADVERTISED_LISTENERS"]; v != nil {
+			for _, l := range strings.Split(*v, ",") {
+				listener, hp, _ := strings.Cut(strings.TrimSpace(l), "://")
+				if h, p, _ := net.SplitHostPort(hp); h == name && p == port {
+					proto := cmp.Or(protocols[listener], listener)
+					s := composeInfraTLS{tls: strings.HasSuffix(proto, "SSL"), why: fmt.Sprintf("service %s: listener %s is %s", name, listener, proto)}
+					if strings.HasPrefix(proto, "SASL_") {
+						s.login = "scram"
+					}
+					return s
+				}
+			}
+		}
+	case "hashicorp/consul":
+		var hcl strings.Builder
+		for _, a := range svc.Command.args {
+			if file, ok := strings.CutPrefix(a, "-config-file="); ok {
+				if host := composeHostPath(svc, file); host != "" {
+					b, err := os.ReadFile(host)
+					if err != nil {
+						t.Errorf("service %s: %v", name, err)
+					}
+					hcl.Write(b)
+				}
+			}
+		}
+		conf := hcl.String()
+		s := composeInfraTLS{why: fmt.Sprintf("service %s: its -config-file", name)}
+		if m := regexp.MustCompile(`\bhttps\s*=\s*(\d+)`).FindStringSubmatch(conf); m != nil && m[1] == port {
+			s.tls = true
+		}
+		if regexp.MustCompile(`default_policy\s*=\s*"deny"`).MatchString(conf) {
+			s.login = "token"
+		}
+		return s
+	}
+	return composeInfraTLS{}
+}
+
+// TestComposeSecure checks what compose.secure.yaml promises on top of
+// TestComposeServices' checks of the merged stack: nothing in the network
+// is served in clear but the relays' and workers' ops ports; every part
+// that dials a TLS port trusts a CA and logs in with the store's login;
+// secrets reach the parts only as files, each mounted in the service and
+// made by the certs or consul-acl service; every service waits for certs;
+// and the Consul policies consul-acl creates are consul.PolicyFor's.
+func TestComposeSecure(t *testing.T) {
+	f := loadCompose(t, "compose.secure.yaml")
+	parts := composeResolve(t, f)
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// The certs service: a pinned one-shot that all others wait for.
+	certs := ""
+	for _, name := range slices.Sorted(maps.Keys(f.Services)) {
+		if strings.Contains(f.Services[name].Entrypoint.String(), "certs.sh") {
+			certs = name
+		}
+	}
+	if certs == "" {
+		t.Fatalf("compose.secure.yaml: no service runs secure/certs.sh")
+	}
+	if r := f.Services[certs].Restart; r != "no" {
+		t.Errorf("service %s: restart %q: it runs once, others wait for it to complete", certs, r)
+	}
+	// alpine has no openssl command: the image must add it.
+	if b := f.Services[certs].Build; b == nil || !regexp.MustCompile(`apk add[^\n]*\bopenssl\b`).MatchString(b.DockerfileInline) {
+		t.Errorf("service %s: its image does not apk add openssl (build.dockerfile_inline), which certs.sh runs", certs)
+	}
+	for _, name := range slices.Sorted(maps.Keys(f.Services)) {
+		if name == certs {
+			continue
+		}
+		if !composeDependsClosure(f, name)[certs] {
+			t.Errorf("service %s: does not wait for %s (depends_on, condition service_completed_successfully): it may start without its certificates", name, certs)
+		}
+		if c, ok := f.Services[name].DependsOn[certs]; ok && c != "service_completed_successfully" {
+			t.Errorf("service %s: depends on %s with %s, want service_completed_successfully", name, certs, c)
+		}
+	}
+	// The scripts that write the files the parts read.
+	script := func(svc composeService) string {
+		for _, a := range svc.Entrypoint.args {
+			if strings.HasSuffix(a, ".sh") {
+				if host := composeHostPath(svc, a); host != "" {
+					b, err := os.ReadFile(host)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return string(b)
+				}
+			}
+		}
+		return ""
+	}
+	type writer struct{ service, target, script string }
+	writers := map[string][]writer{} // volume -> who writes it, where
+	for _, name := range slices.Sorted(maps.Keys(f.Services)) {
+		svc := f.Services[name]
+		text := script(svc)
+		if text == "" {
+			continue
+		}
+		for _, v := range svc.Volumes {
+			m := composeMounts(composeService{Volumes: []string{v}})[0]
+			if !m.bind() && m.source != "" && !strings.HasSuffix(v, ":ro") {
+				writers[m.source] = append(writers[m.source], writer{name, m.target, text})
+			}
+		}
+	}
+	tokenLineRE := regexp.MustCompile(`(?m)^token (\S+)((?: \S+)+)\s*$`)
+
+	for _, pn := range slices.Sorted(maps.Keys(parts)) {
+		p := parts[pn]
+		svc := p.svc
+		// Secrets only from files.
+		for _, flag := range composeSecretFlags {
+			if p.has(flag) && p.value(flag) != "" {
+				t.Errorf("%s: a secret inline; give it with --%s-file (\"\" blanks compose.yaml's)", p.where(flag), flag)
+			}
+		}
+		// Every file a flag names is mounted, and made by the service that
+		// writes that volume.
+		for _, flag := range slices.Sorted(maps.Keys(p.flags)) {
+			path := p.value(flag)
+			if !strings.HasSuffix(flag, "-file") || path == "" {
+				continue
+			}
+			m := composeMountOf(svc, path)
+			if m == nil {
+				t.Errorf("%s %s: nothing is mounted there in service %s", p.where(flag), path, pn)
+				continue
+			}
+			if m.bind() {
+				if _, err := os.Stat(composeHostPath(svc, path)); err != nil {
+					t.Errorf("%s %s: %v", p.where(flag), path, err)
+				}
+				continue
+			}
+			ws, ok := writers[m.source]
+			if !ok {
+				t.Errorf("%s %s: no service writes volume %s", p.where(flag), path, m.source)
+				continue
+			}
+			rel := strings.TrimPrefix(path, strings.TrimSuffix(m.target, "/")+"/")
+			made := false
+			var names []string
+			for _, w := range ws {
+				names = append(names, w.service)
+				made = made || strings.Contains(w.script, strings.TrimSuffix(w.target, "/")+"/"+rel)
+				if dir, file, _ := strings.Cut(rel, "/"); !made && strings.HasSuffix(file, ".token") {
+					// consul-acl's token NAME ... writes <dir>/NAME.token.
+					for _, tm := range tokenLineRE.FindAllStringSubmatch(w.script, -1) {
+						made = made || tm[1]+".token" == file && strings.Contains(w.script, "/"+dir+"/$1.token")
+					}
+				}
+			}
+			if !made {
+				t.Errorf("%s %s: none of the services that write volume %s (%v) writes %s", p.where(flag), path, m.source, names, rel)
+			}
+		}
+		if svc.Healthcheck != nil {
+			for _, a := range svc.Healthcheck.Test.args {
+				if ca, ok := strings.CutPrefix(a, "--ca-file="); ok && composeMountOf(svc, ca) == nil {
+					t.Errorf("service %s: healthcheck --ca-file=%s: not mounted", pn, ca)
+				}
+			}
+		}
+
+		// The parts that serve HTTP to clients serve HTTPS.
+		if (p.cmd == "gate" || p.cmd == "coordinator" || p.cmd == "console") && !p.servesTLS() {
+			t.Errorf("service %s: serves plain HTTP; want --tls-cert-file and --tls-key-file", pn)
+		}
+
+		// Every dial of a TLS port trusts the CA; every store asking for a
+		// login gets one.
+		dial := func(flag, hostport string, need ...string) {
+			host, port, err := net.SplitHostPort(hostport)
+			if err != nil || f.Services[host].Image == "" && f.Services[host].Build == nil {
+				return // TestComposeServices names it
+			}
+			s := composeServesOn(t, f, parts, host, port)
+			if !s.tls {
+				t.Errorf("%s %s: %s serves it in clear (%s): the secured stack wants TLS", p.where(flag), hostport, host, s.why)
+				return
+			}
+			for _, n := range need {
+				if p.value(n) == "" {
+					t.Errorf("%s %s: %s serves TLS (%s) with the stack's CA: want --%s", p.where(flag), hostport, host, s.why, n)
+				}
+			}
+			var login []string
+			switch s.login {
+			case "acl":
+				login = []string{"redis-user", "redis-password-file"}
+			case "scram":
+				login = []string{"kafka-sasl-mechanism", "kafka-sasl-user", "kafka-sasl-password-file"}
+				if m := p.value("kafka-sasl-mechanism"); m != "" && !strings.HasPrefix(strings.ToUpper(m), "SCRAM-") {
+					t.Errorf("%s %q: the broker enables SCRAM", p.where("kafka-sasl-mechanism"), m)
+				}
+			case "token":
+				login = []string{"consul-token-file"}
+			}
+			for _, n := range login {
+				if p.value(n) == "" {
+					t.Errorf("%s %s: %s asks for a login: want --%s", p.where(flag), hostport, host, n)
+				}
+			}
+		}
+		if p.has("redis-addr") && p.value("redis-addr") != "" {
+			dial("redis-addr", p.value("redis-addr"), "redis-tls-ca-file")
+		}
+		if p.has("kafka-brokers") {
+			for _, b := range composeSplit(p.value("kafka-brokers")) {
+				dial("kafka-brokers", b, "kafka-tls-ca-file")
+			}
+		}
+		if p.has("consul-addr") && p.value("consul-addr") != "" {
+			dial("consul-addr", p.value("consul-addr"), "consul-tls-ca-file")
+		}
+		// The URLs of a gate: https to a gate serving TLS, with the CA.
+		for _, u := range []struct{ flag, ca string }{
+			{"canary-gate", "canary-gate-tls-ca-file"},
+			{"periodic-gate", "periodic-gate-tls-ca-file"},
+			{"gate-metrics", "gate-metrics-tls-ca-file"},
+		} {
+			if !p.has(u.flag) || (u.flag == "canary-gate" && p.value("canary-topics") == "") || (u.flag == "periodic-gate" && p.value("periodic") == "false") {
+				continue
+			}
+			for _, raw := range composeSplit(p.value(u.flag)) {
+				pu, err := url.Parse(raw)
+				if err != nil {
+					continue
+				}
+				g, ok := parts[pu.Hostname()]
+				if !ok {
+					t.Errorf("%s %q: %s is no sluice service of the stack", p.where(u.flag), raw, pu.Hostname())
+					continue
+				}
+				if pu.Scheme != g.scheme() {
+					t.Errorf("%s %q: service %s serves %s (%s)", p.where(u.flag), raw, g.service, g.scheme(), g.where("tls-cert-file"))
+				}
+				if pu.Scheme == "https" && p.value(u.ca) == "" {
+					t.Errorf("%s %q: want --%s: the gate's certificate is from the stack's CA", p.where(u.flag), raw, u.ca)
+				}
+			}
+		}
+		if p.cmd == "coordinator" && p.value("callback-secret-file") == "" {
+			t.Errorf("service %s: callbacks unsigned; want --callback-secret-file", pn)
+		}
+	}
+
+	// The infrastructure serves nothing in clear to the network.
+	for _, name := range slices.Sorted(maps.Keys(f.Services)) {
+		svc := f.Services[name]
+		image, _, _ := strings.Cut(svc.Image, ":")
+		switch image {
+		case "redis":
+			for _, port := range composeServicePorts(t, f, parts, name) {
+				if s := composeServesOn(t, f, parts, name, port); !s.tls || s.login != "acl" {
+					t.Errorf("service %s: port %s: want TLS only (--port 0 --tls-port) and an --aclfile", name, port)
+				}
+			}
+		case "apache/kafka":
+			if svc.Environment["KAFKA_PROCESS_ROLES"] == nil {
+				continue
+			}
+			for _, port := range composeServicePorts(t, f, parts, name) {
+				if s := composeServesOn(t, f, parts, name, port); !s.tls || s.login != "scram" {
+					t.Errorf("service %s: advertised port %s: want SASL_SSL (%s)", name, port, s.why)
+				}
+			}
+			if v := svc.Environment["KAFKA_SSL_KEYSTORE_LOCATION"]; v == nil || composeMountOf(svc, *v) == nil {
+				t.Errorf("service %s: KAFKA_SSL_KEYSTORE_LOCATION is not a mounted file", name)
+			}
+		case "hashicorp/consul":
+			if len(svc.Entrypoint.args) > 0 {
+				continue // consul-acl: the image as a client
+			}
+			for _, port := range composeServicePorts(t, f, parts, name) {
+				if s := composeServesOn(t, f, parts, name, port); !s.tls || s.login != "token" {
+					t.Errorf("service %s: port %s: want HTTPS (ports.https) and ACLs with default_policy \"deny\"", name, port)
+				}
+			}
+		}
+	}
+
+	composeCheckConsulPolicies(t, f, parts)
+}
+
+// composeCheckConsulPolicies: the service that runs consul-acl.sh creates
+// a policy per `policy PART` line from /policies/PART.hcl, which must be
+// consul.PolicyFor of that part for the stack's stage and the relays'
+// topics, and a token per `token NAME PART...` line; each part's
+// --consul-token-file is such a token, with its own part's policy (the
+// coordinator's also the console's, which it serves in process).
+func composeCheckConsulPolicies(t *testing.T, f *composeFile, parts map[string]*composePart) {
+	var name string
+	for _, n := range slices.Sorted(maps.Keys(f.Services)) {
+		if strings.Contains(f.Services[n].Entrypoint.String(), "consul-acl.sh") {
+			name = n
+		}
+	}
+	if name == "" {
+		t.Errorf("compose.secure.yaml: no service runs secure/consul-acl.sh")
+		return
+	}
+	svc := f.Services[name]
+	var text string
+	for _, a := range svc.Entrypoint.args {
+		if strings.HasSuffix(a, "consul-acl.sh") {
+			b, err := os.ReadFile(composeHostPath(svc, a))
+			if err != nil {
+				t.Fatalf("service %s: %v", name, err)
+			}
+			text = string(b)
+		}
+	}
+	stageM := regexp.MustCompile(`(?m)^STAGE=(\S+)$`).FindStringSubmatch(text)
+	if stageM == nil {
+		t.Fatalf("service %s: consul-acl.sh sets no STAGE=", name)
+	}
+	stage := stageM[1]
+	var relayTopics []string
+	for _, pn := range slices.Sorted(maps.Keys(parts)) {
+		p := parts[pn]
+		if p.has("stage") && p.value("stage") != stage {
+			t.Errorf("%s is %q, but consul-acl.sh's policies are for stage %q", p.where("stage"), p.value("stage"), stage)
+		}
+		if p.cmd == "relay" {
+			relayTopics = composeSplit(p.value("topics"))
+		}
+	}
+	if !strings.Contains(text, `@/policies/$1.hcl`) {
+		t.Errorf("service %s: consul-acl.sh does not create policy PART from /policies/PART.hcl", name)
+	}
+	policyDir := composeHostPath(svc, "/policies/x.hcl")
+	if policyDir == "" {
+		t.Fatalf("service %s: nothing is bind-mounted at /policies", name)
+	}
+	policyDir = filepath.Dir(policyDir)
+	created := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^policy (\S+)\s*$`).FindAllStringSubmatch(text, -1) {
+		part := m[1]
+		created[part] = true
+		want, err := consul.PolicyFor(consul.Policy{Part: part, Stage: stage, Topics: relayTopics})
+		if err != nil {
+			t.Errorf("consul-acl.sh: policy %s: %v", part, err)
+			continue
+		}
+		file := filepath.Join(policyDir, part+".hcl")
+		got, err := os.ReadFile(file)
+		if err != nil {
+			t.Errorf("consul-acl.sh: policy %s: %v", part, err)
+			continue
+		}
+		if string(got) != want {
+			t.Errorf("%s is not consul.PolicyFor(%s, stage %s, topics %v); regenerate it with\n  sluice consul-policy --stage %s --topics %s %s > %s\ngot:\n%s\nwant:\n%s",
+				file, part, stage, relayTopics, stage, strings.Join(relayTopics, ","), part, file, got, want)
+		}
+	}
+	tokens := map[string][]string{}
+	for _, m := range regexp.MustCompile(`(?m)^token (\S+)((?: \S+)+)\s*$`).FindAllStringSubmatch(text, -1) {
+		tokens[m[1]] = strings.Fields(m[2])
+		for _, part := range tokens[m[1]] {
+			if !created[part] {
+				t.Errorf("consul-acl.sh: token %s has policy %s, which it does not create", m[1], part)
+			}
+		}
+	}
+	for _, pn := range slices.Sorted(maps.Keys(parts)) {
+		p := parts[pn]
+		if !p.has("consul-addr") || p.value("consul-addr") == "" {
+			continue
+		}
+		file := p.value("consul-token-file")
+		tokenName := strings.TrimSuffix(filepath.Base(file), ".token")
+		has, ok := tokens[tokenName]
+		if !ok || !strings.HasSuffix(file, ".token") {
+			t.Errorf("%s %q: not a token consul-acl.sh makes (token NAME ... writes NAME.token)", p.where("consul-token-file"), file)
+			continue
+		}
+		need := []string{p.cmd}
+		if p.cmd == "coordinator" && p.value("console") != "false" {
+			need = append(need, "console")
+		}
+		for _, n := range need {
+			if !slices.Contains(has, n) {
+				t.Errorf("%s: token %s has policies %v, without %s's: Consul (default deny) refuses what %s does", p.where("consul-token-file"), tokenName, has, n, n)
+			}
 		}
 	}
 }
