@@ -162,6 +162,12 @@ func (w *Worker) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
+		if queue.Misconfigured(err) {
+			// A wrong password, a missing ACL permission, an untrusted
+			// certificate: waiting mends none of them. The error names
+			// the flag to fix.
+			return err
+		}
 		if attempt == 1 {
 			w.log.Warn("Redis does not answer yet; waiting for it before consuming", "err", err)
 		}
