@@ -65,7 +65,7 @@ type JaegerConfig struct {
 
 // jaegerYAML is the whole configuration: no metrics, health or sampling
 // ports, so the process listens only where the caller said (and on one
-// free port for the query's gRPC API).
+// free port for the query's gRPC API), and sends nothing anywhere.
 const jaegerYAML = `service:
   extensions: [jaeger_storage, jaeger_query]
   pipelines:
@@ -80,6 +80,9 @@ const jaegerYAML = `service:
       level: warn
 extensions:
   jaeger_query:
+    # Jaeger's own tracing would export to localhost:4317 and hold its
+    # exit for 10 s when nothing listens there.
+    enable_tracing: false
     storage:
       traces: memstore
     http:

@@ -16,8 +16,19 @@ import (
 // JaegerServer is a Jaeger v2 process for tests: an OTLP receiver and the
 // query API, traces in memory.
 type JaegerServer struct {
-	*stack.Jaeger
+	j     *stack.Jaeger // nil for JaegerAt's
+	query string
 }
+
+// JaegerAt is a query client of a Jaeger that runs already (sluice dev's),
+// its query API at queryURL ("http://127.0.0.1:16686").
+func JaegerAt(queryURL string) *JaegerServer { return &JaegerServer{query: queryURL} }
+
+// QueryURL is the base URL of the query API and the UI.
+func (j *JaegerServer) QueryURL() string { return j.query }
+
+// OTLPEndpoint is the value for OTEL_EXPORTER_OTLP_ENDPOINT.
+func (j *JaegerServer) OTLPEndpoint() string { return j.j.OTLPEndpoint() }
 
 // Jaeger starts Jaeger v2 (bin/jaeger, built by `make deps`) for the test, its
 // OTLP receiver and query API on free loopback ports. t.Cleanup stops it. A
@@ -46,7 +57,7 @@ func Jaeger(t testing.TB) *JaegerServer {
 			t.Logf("testenv: stopping jaeger: %v", err)
 		}
 	})
-	return &JaegerServer{j}
+	return &JaegerServer{j: j, query: j.QueryURL()}
 }
 
 // JaegerTrace is one trace as the query API returns it.
