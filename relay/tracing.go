@@ -31,8 +31,8 @@ type tracedRecord struct {
 
 func (b *batchTrace) add(j *job.Job, m *sarama.ConsumerMessage) {
 	sc, ok := tracing.Parse(j.Traceparent)
-	if !ok {
-		return
+	if !ok || !sc.IsSampled() {
+		return // the gate's head decision stands: no spans for its trace
 	}
 	if b.jobs == nil {
 		b.jobs = map[string]tracedRecord{}

@@ -429,9 +429,11 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		return // dropped by the lease keeper as this job started
 	}
 	var span trace.Span
-	if h.trace.IsValid() {
+	if h.trace.IsSampled() {
 		jctx, span = c.startAttempt(jctx, h, j, maxAttempts, start)
 		ctx = trace.ContextWithSpan(ctx, span) // log lines about the attempt carry its ids
+	} else if h.trace.IsValid() {
+		jctx = trace.ContextWithRemoteSpanContext(jctx, h.trace) // the handler's own spans follow the gate's decision
 	}
 	w.m.inflight.Inc()
 	result, herr := call(jctx, handler, &Job{
@@ -459,7 +461,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	c.mu.Lock()
 	lost, draining := h.lost, c.draining
 	c.mu.Unlock()
-	if span != nil {
+	if h.trace.IsValid() {
 		c.endAttempt(ctx, span, h, maxAttempts, herr, lost, start, end)
 	}
 	if lost {
@@ -548,7 +550,7 @@ func (c *consumer) settle(ctx context.Context, h *heldJob, result []byte, herr e
 		c.log.Warn("recording a failure failed; the lease will expire and the job run again", "job", cl.ID, "err", err)
 	case res == queue.FailRetrying:
 		w.count("retried", h.jobType, 1)
-		if h.trace.IsValid() {
+		if h.trace.IsSampled() {
 			c.traceWait(ctx, h, "retry_backoff", now, next)
 		}
 	case res == queue.FailDead:

@@ -230,7 +230,7 @@ func (c *consumer) admit(ctx context.Context, h *heldJob, j *job.Job, handler Ha
 			}
 			if c.deferJob(ctx, h, j, due) {
 				l.promoter.at(h.q, due, id)
-				if h.trace.IsValid() {
+				if h.trace.IsSampled() {
 					c.traceWait(ctx, h, "throttled", now, due)
 				}
 			}

@@ -16,10 +16,13 @@ import (
 // envelope's traceparent. Nothing here runs unless tracing is on and the
 // envelope carries a trace context.
 
-// traceJob returns ctx with the job's trace context as its remote parent, and
-// records the wait in Redis before a first attempt's claim: from when the job
-// was due (run_at, else enqueued_at: the gate's clock; that wait includes
-// the hops before Redis, which have spans of their own) to now.
+// traceJob returns ctx with the job's trace context as its remote parent (so
+// log lines about it carry its trace id), and, when the gate's head decision
+// sampled the trace, records the wait in Redis before a first attempt's
+// claim: from when the job was due (run_at, else enqueued_at: the gate's
+// clock; that wait includes the hops before Redis, which have spans of their
+// own) to now. An unsampled trace gets no spans here: parsing its context is
+// all it costs, unless an attempt fails (endAttempt).
 func (c *consumer) traceJob(ctx context.Context, h *heldJob, j *job.Job) context.Context {
 	sc, ok := tracing.Parse(j.Traceparent)
 	if !ok {
@@ -27,7 +30,7 @@ func (c *consumer) traceJob(ctx context.Context, h *heldJob, j *job.Job) context
 	}
 	h.trace = sc
 	ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
-	if h.claimed.Attempt == 1 {
+	if h.claimed.Attempt == 1 && sc.IsSampled() {
 		since := j.EnqueuedAt
 		if j.RunAt.After(since) {
 			since = j.RunAt
@@ -44,7 +47,7 @@ func (c *consumer) traceJob(ctx context.Context, h *heldJob, j *job.Job) context
 // "retry_backoff" (in delayed until its next try). A span may end in the
 // future: the time the job is due.
 func (c *consumer) traceWait(ctx context.Context, h *heldJob, reason string, start, end time.Time) {
-	if !h.trace.IsValid() {
+	if !h.trace.IsSampled() {
 		return
 	}
 	ctx = trace.ContextWithRemoteSpanContext(ctx, h.trace)
@@ -78,10 +81,14 @@ func (c *consumer) startAttempt(ctx context.Context, h *heldJob, j *job.Job, max
 }
 
 // endAttempt records the attempt's outcome: succeeded, retry, dead or lost.
-// A failed attempt of a trace the head sampler dropped is recorded all the
-// same, as a root span of its own linked to the job's trace
-// (sluice.keep=true), so no failure goes unseen (docs/tracing.md, Sampling).
+// span is nil for a trace the head sampler dropped: a failed attempt of one
+// is recorded all the same, as a root span of its own linked to the job's
+// trace (sluice.keep=true), so no failure goes unseen (docs/tracing.md,
+// Sampling).
 func (c *consumer) endAttempt(ctx context.Context, span trace.Span, h *heldJob, maxAttempts int, herr error, lost bool, start, end time.Time) {
+	if span == nil && herr == nil {
+		return
+	}
 	outcome := "succeeded"
 	switch {
 	case lost:
@@ -91,11 +98,13 @@ func (c *consumer) endAttempt(ctx context.Context, span trace.Span, h *heldJob, 
 	case herr != nil:
 		outcome = "retry"
 	}
-	span.SetAttributes(tracing.AttrOutcome.String(outcome))
-	tracing.RecordError(span, herr)
-	span.End(trace.WithTimestamp(end))
-	if herr == nil || span.SpanContext().IsSampled() {
-		return
+	if span != nil {
+		span.SetAttributes(tracing.AttrOutcome.String(outcome))
+		tracing.RecordError(span, herr)
+		span.End(trace.WithTimestamp(end))
+		if herr == nil || span.SpanContext().IsSampled() {
+			return
+		}
 	}
 	attrs := append(c.jobAttrs(h), tracing.AttrMaxAttempts.Int(maxAttempts), tracing.AttrOutcome.String(outcome), tracing.AttrKeep.Bool(true))
 	_, kept := tracing.Tracer().Start(context.WithoutCancel(ctx), tracing.SpanWorkerAttempt, trace.WithNewRoot(),
