@@ -367,12 +367,12 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		return
 	}
 	h.jobType = j.Type // read by settle and the acker, after this
-	if j.Traceparent != "" && tracing.Enabled() {
-		ctx = c.traceJob(ctx, h, j)
-	}
 	if canary.IsCanary(cl.Group) {
 		c.completeCanary(ctx, h, j)
 		return
+	}
+	if j.Traceparent != "" && tracing.Enabled() {
+		ctx = c.traceJob(ctx, h, j)
 	}
 	// The envelope's own limits win, then the type's defaults (Handle's
 	// options), then the Config's.
