@@ -80,11 +80,13 @@ func printTracing(w io.Writer, cfg devConfig) {
 		return
 	}
 	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "http://"+cfg.OTLPAddr {
-		fmt.Fprintf(w, `Tracing (--tracing, docs/tracing.md): every part exports its spans to Jaeger (in memory: gone on restart).
-  traces   http://%s/search?service=sluice-dev   (Jaeger UI; a job's trace: POST with -H 'traceparent: 00-<32 hex>-<16 hex>-01',
-           then http://%s/trace/<32 hex>)
+		fmt.Fprintf(w, `Tracing (--tracing, docs/tracing.md): every part exports its spans to Jaeger v2 (in memory: gone on restart).
+  traces   http://%[1]s/api/traces?service=sluice-dev&limit=20   (Jaeger's query API, JSON)
+           one job: POST it with -H 'traceparent: 00-<32 hex>-<16 hex>-01', then http://%[1]s/api/traces/<32 hex>
+           UI: http://%[1]s/search?service=sluice-dev (bin/jaeger built by go carries no UI assets: Jaeger's release
+           build, pointed at OTEL_EXPORTER_OTLP_ENDPOINT, shows the same traces in full)
 
-`, cfg.JaegerAddr, cfg.JaegerAddr)
+`, cfg.JaegerAddr)
 		return
 	}
 	fmt.Fprintf(w, "Tracing (--tracing, docs/tracing.md): spans export to your collector, OTEL_EXPORTER_OTLP_ENDPOINT / _TRACES_ENDPOINT.\n\n")

@@ -47,7 +47,7 @@ func TestDevTracingShowsEveryHopOfAJobInJaeger(t *testing.T) {
 		*addr = "127.0.0.1:" + strconv.Itoa(port)
 	}
 	dev := startDev(t, &cfg)
-	if !strings.Contains(dev.out.String(), "http://"+cfg.JaegerAddr+"/search?service=sluice-dev") {
+	if !strings.Contains(dev.out.String(), "http://"+cfg.JaegerAddr+"/api/traces?service=sluice-dev") {
 		t.Fatalf("the banner does not say where to look at traces:\n%s", dev.out.String())
 	}
 

@@ -14,6 +14,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -130,10 +131,15 @@ func Use(tp trace.TracerProvider) (restore func()) {
 	return func() { on.Store(false); otel.SetTracerProvider(prev) }
 }
 
+// endpoint is where spans go, for the start's log line: a password in
+// the URL is redacted.
 func endpoint() string {
 	for _, k := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
 		if v := os.Getenv(k); v != "" {
-			return v
+			if u, err := url.Parse(v); err == nil {
+				return u.Redacted()
+			}
+			return "(unparsable " + k + ")"
 		}
 	}
 	return "http://localhost:4318"
