@@ -71,3 +71,43 @@ func TestTracedGateCarriesTheProduceSpanInTheEnvelope(t *testing.T) {
 		t.Errorf("the produce span's attributes: %v", attrs)
 	}
 }
+
+// A bulk group's items are traces of their own, each linked to the group's
+// produce span, not one giant trace.
+func TestTracedBulkGroupItemsLinkToTheGroupsSpan(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	defer tracing.Use(sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec)))()
+	k := newKafka(t)
+	g := startGate(t, k, nil)
+	a := post(t, g.url+"/v1/topics/jobs/groups", `{"id":"traced-group","type":"email","items":[{"n":1},{"n":2},{"n":3}]}`, "Content-Type", "application/json")
+	if a.status != http.StatusAccepted {
+		t.Fatalf("%d %s", a.status, a.body)
+	}
+	items, _ := groupRecords(t, k, "traced-group", 4)
+	var groupSpan sdktrace.ReadOnlySpan
+	itemSpans := map[string]sdktrace.ReadOnlySpan{} // by traceparent
+	for _, s := range rec.Ended() {
+		if len(s.Links()) == 0 {
+			groupSpan = s
+			continue
+		}
+		itemSpans[tracing.Traceparent(s.SpanContext())] = s
+	}
+	if groupSpan == nil {
+		t.Fatal("no span for the group")
+	}
+	traces := map[string]bool{}
+	for _, j := range items {
+		s, ok := itemSpans[j.Traceparent]
+		if !ok {
+			t.Fatalf("item %s's traceparent %q is no item span's", j.ID, j.Traceparent)
+		}
+		if s.Parent().IsValid() || s.Links()[0].SpanContext.SpanID() != groupSpan.SpanContext().SpanID() {
+			t.Errorf("item %s's span is not a root linked to the group's", j.ID)
+		}
+		traces[s.SpanContext().TraceID().String()] = true
+	}
+	if len(items) != 3 || len(traces) != 3 || traces[groupSpan.SpanContext().TraceID().String()] {
+		t.Errorf("%d items in %d traces (the group's among them: %v), want 3 traces of their own", len(items), len(traces), traces[groupSpan.SpanContext().TraceID().String()])
+	}
+}
