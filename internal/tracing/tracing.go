@@ -20,6 +20,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/go-logr/logr"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
@@ -107,9 +108,13 @@ func Setup(ctx context.Context, service string, log *slog.Logger) (shutdown func
 		sdktrace.WithSampler(sampler),
 		sdktrace.WithResource(res),
 	)
+	// The SDK's own messages: errors (an export that failed) through the
+	// error handler, its diagnostics through its logr logger, both into
+	// the part's slog logger.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
 		log.Warn("opentelemetry", "err", err)
 	}))
+	otel.SetLogger(logr.FromSlogHandler(log.With("from", "opentelemetry").Handler()))
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	on.Store(true)
