@@ -93,14 +93,18 @@ func TestAttemptSpansAndKeptFailures(t *testing.T) {
 		}
 		return n == 2
 	})
-	ok := find(func(s sdktrace.ReadOnlySpan) bool { return attr(s, "messaging.message.id") == "ok" && s.Name() == tracing.SpanWorkerAttempt })
+	ok := find(func(s sdktrace.ReadOnlySpan) bool {
+		return attr(s, "messaging.message.id") == "ok" && s.Name() == tracing.SpanWorkerAttempt
+	})
 	if ok.SpanContext().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || ok.Parent().SpanID().String() != "00f067aa0ba902b7" || attr(ok, "sluice.outcome") != "succeeded" {
 		t.Errorf("the sampled job's attempt: trace %s parent %s outcome %q", ok.SpanContext().TraceID(), ok.Parent().SpanID(), attr(ok, "sluice.outcome"))
 	}
 	if got := <-handlerSpan; got.SpanID() != ok.SpanContext().SpanID() {
 		t.Errorf("the handler's ctx carries span %s, want the attempt's %s", got.SpanID(), ok.SpanContext().SpanID())
 	}
-	if find(func(s sdktrace.ReadOnlySpan) bool { return attr(s, "messaging.message.id") == "ok" && s.Name() == tracing.SpanRedisWait }) == nil {
+	if find(func(s sdktrace.ReadOnlySpan) bool {
+		return attr(s, "messaging.message.id") == "ok" && s.Name() == tracing.SpanRedisWait
+	}) == nil {
 		t.Error("the sampled job has no wait span")
 	}
 	kept := find(func(s sdktrace.ReadOnlySpan) bool { return attr(s, "messaging.message.id") == "fails" })
