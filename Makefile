@@ -10,7 +10,7 @@ GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.slu
 TEST_P  ?= 2
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build run test deps redis chromium consul modules fuzz bench bench-gate bench-relay bench-asynq bench-asynq-e2e bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
+.PHONY: all build run test deps redis chromium consul jaeger modules fuzz bench bench-gate bench-relay bench-asynq bench-asynq-e2e bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
 
 all: build
 
@@ -20,7 +20,7 @@ bin/sluice: $(GOFILES) go.mod go.sum
 	$(GO) build -o $@ ./cmd/sluice
 
 ## deps: everything the tests and `sluice dev` need besides Go.
-deps: redis chromium consul modules
+deps: redis chromium consul jaeger modules
 
 # redis-server from Debian's package, when missing.
 redis:
@@ -49,6 +49,18 @@ bin/consul: tools/go.mod tools/go.sum
 	@echo "building the Consul agent (pinned in tools/go.mod) into bin/consul; the first build takes a few minutes"
 	cd tools && $(GO) build -o ../bin/consul github.com/hashicorp/consul
 	@./bin/consul version | head -1
+
+# Jaeger v2, the trace backend of the tracing tests and `sluice dev --tracing`,
+# built from its Go module at the version pinned in tools/jaeger/go.mod
+# (v1.76.0, Apache-2.0) into bin/jaeger: a module of its own, as its
+# dependency tree is the OpenTelemetry Collector's. The first build takes
+# about 5 minutes on 2 cores and 2.3 GB of memory (docs/tracing.md).
+jaeger: bin/jaeger
+
+bin/jaeger: tools/jaeger/go.mod tools/jaeger/go.sum
+	@echo "building Jaeger v2 (pinned in tools/jaeger/go.mod) into bin/jaeger; the first build takes a few minutes"
+	cd tools/jaeger && $(GO) build -o ../../bin/jaeger github.com/jaegertracing/jaeger/cmd/jaeger
+	@./bin/jaeger version 2>/dev/null | head -1 || true
 
 modules:
 	$(GO) mod download

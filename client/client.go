@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/retry"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
@@ -196,6 +198,12 @@ func (c *Client) once(ctx context.Context, x *exchange) (answer, error) {
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	// The caller's span, if ctx carries one, as the W3C traceparent (and
+	// tracestate) header: the gate makes the job's trace a child of it
+	// (docs/tracing.md). Nothing is sent for a ctx without a span.
+	if req.Header.Get("Traceparent") == "" {
+		propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

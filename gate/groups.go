@@ -15,11 +15,13 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/internal/groups"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/tracing"
 )
 
 // groupFields are a bulk group's fields: every item's job gets them
@@ -99,14 +101,19 @@ func (g *Gate) serveGroup(x *exchange) {
 		}
 	}
 	tmpl.Defaults(topic, now)
+	var n int64
 	tmpl.IDGiven = idGiven // Defaults saw the item id the gate derived
+	// Traced, the group has a span of its own, and each item a trace of its
+	// own linked to it: a million items under one trace would be unreadable.
+	var groupSpan trace.Span
+	if tracing.Enabled() {
+		_, groupSpan = startProduce(x.r, topic, tracing.AttrGroup.String(fields.ID), tracing.AttrJobType.String(fields.Type))
+		defer func() { groupSpan.SetAttributes(tracing.AttrBatchJobs.Int64(n)); groupSpan.End() }()
+	}
 	// A big group takes longer than the server's per-request deadlines:
 	// extend them as the body keeps coming.
 	rc := http.NewResponseController(x.w)
-	var (
-		n     int64
-		batch = make([]kafka.Message, 0, groupChunk)
-	)
+	batch := make([]kafka.Message, 0, groupChunk)
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
@@ -143,6 +150,9 @@ func (g *Gate) serveGroup(x *exchange) {
 		}
 		j := tmpl
 		j.ID, j.Payload = job.BulkID(fields.ID, n), payload
+		if groupSpan != nil {
+			j.Traceparent = itemTrace(x.r.Context(), groupSpan, topic, &j)
+		}
 		batch = append(batch, kafka.Message{Topic: topic, Key: []byte(fields.ID), Value: j.AppendJSON(make([]byte, 0, len(payload)+256)), Partition: partition})
 		n++
 		if len(batch) == groupChunk {

@@ -12,9 +12,12 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/sluicehq/sluice/internal/canary"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/tracing"
 )
 
 // statusClientGone is recorded (never sent) when the client hung up before
@@ -316,10 +319,24 @@ func (g *Gate) serveJob(x *exchange) {
 		x.fail(http.StatusForbidden, "%v", err)
 		return
 	}
+	var span trace.Span
+	if tracing.Enabled() {
+		// The envelope carries the produce span's context to the relay
+		// and the worker (docs/tracing.md).
+		_, span = startProduce(x.r, topic, jobAttrs(j)...)
+		j.Traceparent = tracing.Traceparent(span.SpanContext())
+	}
 	// Keyed by the group, else the id; ?partition= overrides the key's
 	// partition (the key is still sent).
 	msg := kafka.Message{Topic: topic, Key: []byte(j.KafkaKey()), Value: j.AppendJSON(make([]byte, 0, len(body)+192)), Partition: partition}
 	results, err := g.produce(x, acks, []kafka.Message{msg})
+	if span != nil {
+		var res kafka.Result
+		if err == nil {
+			res = results[0]
+		}
+		endProduce(span, res, err)
+	}
 	if err != nil {
 		g.metrics.jobs.with(topic, "failed").Inc()
 		g.answerCtxErr(x, err, []string{j.ID})
@@ -386,6 +403,13 @@ func (g *Gate) serveBatch(x *exchange) {
 		ids      []string
 		canaries []int // the results of canaries
 	)
+	var span trace.Span
+	traceparent := ""
+	if tracing.Enabled() {
+		// One span for the batch: its jobs share the request's trace.
+		_, span = startProduce(x.r, topic)
+		traceparent = tracing.Traceparent(span.SpanContext())
+	}
 	stream := job.NewStream(body)
 	for {
 		j, err := stream.Next()
@@ -410,6 +434,7 @@ func (g *Gate) serveBatch(x *exchange) {
 			continue
 		}
 		j.Defaults(topic, now)
+		j.Traceparent = traceparent
 		if err := x.reserved(j.KafkaKey(), j.Type); err != nil {
 			results = append(results, rejectedItem(len(results), err))
 			continue
@@ -427,8 +452,15 @@ func (g *Gate) serveBatch(x *exchange) {
 		return
 	}
 	g.metrics.batchSize.Observe(float64(len(results)))
+	if span != nil {
+		span.SetAttributes(tracing.AttrBatchJobs.Int(len(msgs)))
+		defer span.End()
+	}
 	if len(msgs) > 0 {
 		produced, err := g.produce(x, acks, msgs)
+		if span != nil && err != nil {
+			tracing.RecordError(span, err)
+		}
 		if err != nil {
 			g.metrics.jobs.with(topic, "failed").Add(float64(len(msgs)))
 			g.answerCtxErr(x, err, ids)

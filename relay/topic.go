@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/retry"
+	"github.com/sluicehq/sluice/internal/tracing"
 )
 
 const (
@@ -349,8 +350,12 @@ func (t *topicRun) relayBatch(ctx context.Context, batch []*sarama.ConsumerMessa
 	from := make([]*sarama.ConsumerMessage, 0, len(batch))
 	var poison []kafka.Message
 	var cancels []string
+	var traced *batchTrace // the jobs whose envelopes carry a trace context
+	if tracing.Enabled() {
+		traced = &batchTrace{received: waitStart}
+	}
 	for _, m := range batch {
-		it, reason := r.item(topic, m, now)
+		it, reason := r.item(topic, m, now, traced)
 		switch {
 		case reason != "":
 			poison = append(poison, deadLetter(topic, m, reason))
@@ -380,6 +385,9 @@ func (t *topicRun) relayBatch(ctx context.Context, batch []*sarama.ConsumerMessa
 		return r.cancelGroups(ctx, topic, cancels, log)
 	}
 	results, err := t.co.Enqueue(ctx, items) // merged with the other partitions' waiting batches
+	if traced != nil {
+		traced.end(topic, r.pool.Layout(), items, results, err)
+	}
 	if err != nil {
 		return err
 	}
@@ -463,7 +471,7 @@ func (r *Relay) cancelGroups(ctx context.Context, topic string, groups []string,
 // item turns a Kafka message into a queue item, or says why it is poison. A
 // bulk group's close is an item with Close set; its cancel, one with
 // neither an id nor Close.
-func (r *Relay) item(topic string, m *sarama.ConsumerMessage, now time.Time) (queue.Item, string) {
+func (r *Relay) item(topic string, m *sarama.ConsumerMessage, now time.Time, traced *batchTrace) (queue.Item, string) {
 	for _, h := range m.Headers {
 		if h == nil || string(h.Key) != job.ControlHeader {
 			continue
@@ -489,6 +497,9 @@ func (r *Relay) item(topic string, m *sarama.ConsumerMessage, now time.Time) (qu
 	}
 	if err := j.Validate(topic, now); err != nil {
 		return queue.Item{}, "invalid job envelope: " + err.Error()
+	}
+	if traced != nil && j.Traceparent != "" {
+		traced.add(j, m)
 	}
 	return queue.Item{
 		ID: j.ID, Group: j.Group, Tenant: j.Tenant, Topic: topic, Weight: j.Priority + 1, IDGiven: j.IDGiven,

@@ -11,11 +11,13 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/internal/canary"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/retry"
+	"github.com/sluicehq/sluice/internal/tracing"
 )
 
 // consumer runs one partition's jobs, from the queue partitions {topic,
@@ -84,7 +86,10 @@ type heldJob struct {
 	lost    bool               // the lease is gone (reaped); under consumer.mu
 	acking  bool               // handed to the acker, which forgets it; under consumer.mu
 	jobType string             // once its envelope is read
-	retain  time.Duration      // once its envelope is read
+	// trace is the job's trace context from its envelope; invalid
+	// unless tracing is on and the envelope carries one (tracing.go).
+	trace  trace.SpanContext
+	retain time.Duration // once its envelope is read
 }
 
 func (w *Worker) newConsumer(part int) *consumer {
@@ -366,6 +371,9 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		c.completeCanary(ctx, h, j)
 		return
 	}
+	if j.Traceparent != "" && tracing.Enabled() {
+		ctx = c.traceJob(ctx, h, j)
+	}
 	// The envelope's own limits win, then the type's defaults (Handle's
 	// options), then the Config's.
 	handler, defaults := w.handler(j.Type)
@@ -420,6 +428,13 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	if lostEarly {
 		return // dropped by the lease keeper as this job started
 	}
+	var span trace.Span
+	if h.trace.IsSampled() {
+		jctx, span = c.startAttempt(jctx, h, j, maxAttempts, start)
+		ctx = trace.ContextWithSpan(ctx, span) // log lines about the attempt carry its ids
+	} else if h.trace.IsValid() {
+		jctx = trace.ContextWithRemoteSpanContext(jctx, h.trace) // the handler's own spans follow the gate's decision
+	}
 	w.m.inflight.Inc()
 	result, herr := call(jctx, handler, &Job{
 		ID: j.ID, Type: j.Type, Group: cl.Group, Tenant: j.Tenant, Resource: j.Resource, Topic: h.q.Topic,
@@ -446,11 +461,14 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	c.mu.Lock()
 	lost, draining := h.lost, c.draining
 	c.mu.Unlock()
+	if h.trace.IsValid() {
+		c.endAttempt(ctx, span, h, maxAttempts, herr, lost, start, end)
+	}
 	if lost {
 		// The reaper took the job back (we were too slow to extend): its
 		// next holder settles it.
 		w.count("lost", j.Type, 1)
-		c.log.Warn("lease lost while running; the job will run again", "job", cl.ID)
+		c.log.WarnContext(ctx, "lease lost while running; the job will run again", "job", cl.ID)
 		return
 	}
 	if herr != nil && ctx.Err() != nil && draining {
@@ -532,9 +550,12 @@ func (c *consumer) settle(ctx context.Context, h *heldJob, result []byte, herr e
 		c.log.Warn("recording a failure failed; the lease will expire and the job run again", "job", cl.ID, "err", err)
 	case res == queue.FailRetrying:
 		w.count("retried", h.jobType, 1)
+		if h.trace.IsSampled() {
+			c.traceWait(ctx, h, "retry_backoff", now, next)
+		}
 	case res == queue.FailDead:
 		w.count("dead", h.jobType, 1)
-		c.log.Warn("job dead", "job", cl.ID, "attempts", cl.Attempt, "err", herr)
+		c.log.WarnContext(ctx, "job dead", "job", cl.ID, "attempts", cl.Attempt, "err", herr)
 	}
 }
 

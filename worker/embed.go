@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/internal/cli"
 )
@@ -42,8 +43,21 @@ func (c *Config) ParseFlags(fs *flag.FlagSet, args []string) (*slog.Logger, erro
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	return logging.Logger(os.Stderr)
+	log, err := logging.Logger(os.Stderr)
+	if err != nil {
+		return nil, err
+	}
+	// --tracing: on until ListenAndServe returns, which flushes the spans.
+	stop, err := logging.StartTracing(context.Background(), "worker", log)
+	if err != nil {
+		return nil, err
+	}
+	stopTracing.Store(&stop)
+	return log, nil
 }
+
+// stopTracing flushes the tracing ParseFlags started, when it did.
+var stopTracing atomic.Pointer[func()]
 
 // ListenAndServe runs the worker as sluice worker does, for a program's
 // main. It listens on Config.Listen for /healthz, /readyz and /metrics
@@ -56,6 +70,11 @@ func (c *Config) ParseFlags(fs *flag.FlagSet, args []string) (*slog.Logger, erro
 func (w *Worker) ListenAndServe(ctx context.Context) error {
 	ctx, stop := cli.SignalContext(ctx, w.log)
 	defer stop()
+	defer func() {
+		if f := stopTracing.Swap(nil); f != nil {
+			(*f)()
+		}
+	}()
 	if w.cfg.Listen == "" {
 		return w.Run(ctx)
 	}

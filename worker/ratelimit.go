@@ -230,6 +230,9 @@ func (c *consumer) admit(ctx context.Context, h *heldJob, j *job.Job, handler Ha
 			}
 			if c.deferJob(ctx, h, j, due) {
 				l.promoter.at(h.q, due, id)
+				if h.trace.IsSampled() {
+					c.traceWait(ctx, h, "throttled", now, due)
+				}
 			}
 			return nil, false
 		}

@@ -42,12 +42,12 @@ type configPart struct {
 }
 
 var configParts = []configPart{
-	{"gate", func() any { c := gate.DefaultConfig(); return &c }, []string{"log-level", "log-format"}, "../../gate", nil, nil},
-	{"relay", func() any { c := relay.DefaultConfig(); return &c }, []string{"log-level", "log-format"}, "../../relay", nil, nil},
-	{"worker", func() any { c := worker.DefaultConfig(); return &c }, []string{"log-level", "log-format", "handle", "http", "handle-other"}, "../../worker", nil, nil},
-	{"coordinator", func() any { c := coordinator.DefaultConfig(); return &c }, []string{"log-level", "log-format", "console"}, "../../coordinator",
+	{"gate", func() any { c := gate.DefaultConfig(); return &c }, []string{"log-level", "log-format", "tracing"}, "../../gate", nil, nil},
+	{"relay", func() any { c := relay.DefaultConfig(); return &c }, []string{"log-level", "log-format", "tracing"}, "../../relay", nil, nil},
+	{"worker", func() any { c := worker.DefaultConfig(); return &c }, []string{"log-level", "log-format", "tracing", "handle", "http", "handle-other"}, "../../worker", nil, nil},
+	{"coordinator", func() any { c := coordinator.DefaultConfig(); return &c }, []string{"log-level", "log-format", "tracing", "console"}, "../../coordinator",
 		&configPart{"console", func() any { c := coordinatorConsoleConfig(); return &c }, nil, "../../console", nil, nil}, sharedConsoleFlags},
-	{"console", func() any { c := console.DefaultConfig(); return &c }, []string{"log-level", "log-format"}, "../../console", nil, nil},
+	{"console", func() any { c := console.DefaultConfig(); return &c }, []string{"log-level", "log-format", "tracing"}, "../../console", nil, nil},
 }
 
 // helpLineRE is one flag of --help: the flag, its variable, the rest.

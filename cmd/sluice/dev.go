@@ -63,6 +63,10 @@ type devConfig struct {
 	AdminTokens   string
 	AdminInsecure bool
 	Logging       cli.Logging
+	// JaegerAddr and OTLPAddr are where --tracing's Jaeger serves its
+	// UI and query API, and its OTLP/HTTP receiver (dev_tracing.go).
+	JaegerAddr string
+	OTLPAddr   string
 	// SplitProcesses runs Kafka and each part as a child process of its
 	// own, `sluice dev <the same flags> --only-part <part>` (OnlyPart), so
 	// that each one's CPU can be measured apart (the loadtest does).
@@ -96,6 +100,7 @@ func (c *devConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.SplitProcesses, "split-processes", false, "run Kafka (kfake) and each part (relay, worker, coordinator, gate) in a process of its own, so that each one's CPU and memory can be measured apart (the loadtest's per-part CPU); default: all in this process")
 	fs.StringVar(&c.OnlyPart, "only-part", "", "run only this part (kafka, relay, worker, coordinator or gate) of a stack whose Redis and Consul run already: how --split-processes starts its children")
 	c.Logging.Register(fs)
+	c.registerTracing(fs)
 	fs.Lookup("log-format").DefValue = "text"
 	c.Logging.Format = "text"
 }
@@ -245,6 +250,13 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 		consulExited = consul.Exited()
 		log.Info("consul up", "addr", cfg.ConsulAddr)
 	}
+	if cfg.Logging.Tracing {
+		stop, err := devTracing(startCtx, cfg, dir, log)
+		if err != nil {
+			return err
+		}
+		stops = append(stops, stop)
+	}
 
 	// The relay, in process: it holds the topic's lock in the dev Consul
 	// and moves jobs into the dev Redis.
@@ -300,7 +312,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	ccfg.Listen = cfg.CoordinatorAddr
 	ccfg.RedisAddr, ccfg.Partitions, ccfg.ConsulAddr = cfg.RedisAddr, cfg.RedisPartitions, cfg.ConsulAddr
 	ccfg.Scaling.Base = wcfg.Workers
-	ccfg.LockDelay = 0 // one coordinator: nobody to protect from a stale holder
+	ccfg.LockDelay = 0                               // one coordinator: nobody to protect from a stale holder
 	ccfg.Periodic.GateURL = "http://" + cfg.GateAddr // the dev gate takes no token
 	ccfg.CallbackAllow = devCallbackAllow
 	// The console on the coordinator's listener, as sluice coordinator
@@ -356,6 +368,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 		childReady(stdout, cfg.OnlyPart) // the parent waits for this line
 	} else {
 		printBanner(stdout, cfg, dir, adminToken)
+		printTracing(stdout, cfg)
 		if len(children.pids) > 0 {
 			fmt.Fprintf(stdout, "Each part runs in a process of its own (--split-processes): %s.\n", strings.Join(children.pids, ", "))
 		}

@@ -130,8 +130,14 @@ func start(ctx context.Context, fs *flag.FlagSet, part string, logging *cli.Logg
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	ctx, stop = cli.SignalContext(ctx, log)
-	return ctx, log, stop, nil
+	stopTracing := func() {}
+	if part != "dev" { // sluice dev starts tracing once its Jaeger runs (dev_tracing.go)
+		if stopTracing, err = logging.StartTracing(ctx, part, log); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	ctx, stopSignals := cli.SignalContext(ctx, log)
+	return ctx, log, func() { stopSignals(); stopTracing() }, nil
 }
 
 func runGate(ctx context.Context, args []string, stdout, stderr io.Writer) error {

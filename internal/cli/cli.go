@@ -17,6 +17,9 @@ import (
 	"strings"
 	"syscall"
 	"text/tabwriter"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/tracing"
 )
 
 // EnvName is the environment variable that backs flag name of a part:
@@ -117,16 +120,41 @@ func Describe(part, doc string) { partDocs[part] = doc }
 // IsHelp reports whether err is the flag package's answer to -h / --help.
 func IsHelp(err error) bool { return errors.Is(err, flag.ErrHelp) }
 
-// Logging holds the log flags every part has.
+// Logging holds the log and trace flags every part has.
 type Logging struct {
 	Level  string
 	Format string
+	// Tracing turns on OpenTelemetry tracing, configured by the standard
+	// OTEL_* variables (docs/tracing.md). Default off.
+	Tracing bool
 }
 
-// Register adds --log-level and --log-format to fs.
+// Register adds --log-level, --log-format and --tracing to fs.
 func (l *Logging) Register(fs *flag.FlagSet) {
 	fs.StringVar(&l.Level, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&l.Format, "log-format", "json", "log format: json or text")
+	fs.BoolVar(&l.Tracing, "tracing", false, "export OpenTelemetry traces over OTLP/HTTP, configured by the OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_SAMPLER...; docs/tracing.md)")
+}
+
+// StartTracing turns tracing on for the process when --tracing is set (a
+// no-op otherwise), the service named sluice-<part> unless
+// OTEL_SERVICE_NAME says otherwise. Call stop before exiting: it flushes
+// the spans still buffered.
+func (l *Logging) StartTracing(ctx context.Context, part string, log *slog.Logger) (stop func(), err error) {
+	if !l.Tracing {
+		return func() {}, nil
+	}
+	shutdown, err := tracing.Setup(ctx, "sluice-"+part, log)
+	if err != nil {
+		return nil, fmt.Errorf("--tracing: %w", err)
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := shutdown(ctx); err != nil {
+			log.Warn("flushing the last spans failed", "err", err)
+		}
+	}, nil
 }
 
 // Logger builds the slog.Logger the flags describe, writing to w.
@@ -136,11 +164,13 @@ func (l *Logging) Logger(w io.Writer) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", l.Level)
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	// Records logged with a context that carries a span get its trace_id
+	// and span_id (a job's lines, in the worker).
 	switch l.Format {
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(tracing.LogHandler(slog.NewJSONHandler(w, opts))), nil
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(tracing.LogHandler(slog.NewTextHandler(w, opts))), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want json or text", l.Format)
 }

@@ -72,6 +72,7 @@ func (j *Job) AppendJSON(dst []byte) []byte {
 	tm("enqueued_at", j.EnqueuedAt)
 	num("group_total", j.GroupTotal)
 	str("callback_url", j.CallbackURL)
+	str("traceparent", j.Traceparent)
 	return append(dst, '}')
 }
 

@@ -60,6 +60,11 @@ type Job struct {
 	// submissions only).
 	GroupTotal  int64  `json:"group_total,omitempty"`
 	CallbackURL string `json:"callback_url,omitempty"`
+	// Traceparent is the W3C trace context of the gate's produce span
+	// (docs/tracing.md). Like IDGiven it belongs to the gate: Defaults
+	// clears what a client sent, and the gate writes it only when tracing
+	// is on. The client's own context comes in its traceparent header.
+	Traceparent string `json:"traceparent,omitempty"`
 }
 
 // Limits on envelope fields. They keep Redis keys and Kafka messages bounded.
@@ -85,6 +90,7 @@ func NewID() string { return ulid.Make().String() }
 // first.
 func (j *Job) Defaults(topic string, now time.Time) {
 	j.IDGiven = j.ID != ""
+	j.Traceparent = ""
 	if j.ID == "" {
 		j.ID = NewID()
 	}

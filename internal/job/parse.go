@@ -180,6 +180,8 @@ func (p *parser) field(j *Job, key string, keyStart int) (bad, syn *DecodeError)
 		return p.stringField(&j.IdempotencyKey, key)
 	case "callback_url":
 		return p.stringField(&j.CallbackURL, key)
+	case "traceparent":
+		return p.stringField(&j.Traceparent, key)
 	case "priority":
 		return p.intField(key, func(v int64) { j.Priority = int(v) })
 	case "max_attempts":
