@@ -104,14 +104,20 @@ func noSchedule(name string) error {
 	return &admin.Error{Status: http.StatusNotFound, Message: "no periodic schedule " + strconv.Quote(name), Fix: "sluice periodic ls lists them; sluice periodic set creates one"}
 }
 
+// readExisting is readPeriodic for a schedule that must exist (404 else).
+func (con *Console) readExisting(r *http.Request, name string) (key string, pair *consulapi.KVPair, state string, err error) {
+	key, pair, state, err = con.readPeriodic(r, name)
+	if err == nil && pair == nil {
+		err = noSchedule(name)
+	}
+	return key, pair, state, err
+}
+
 func (con *Console) periodicGet(r *http.Request, _ admin.Role) (any, error) {
 	name := r.PathValue("name")
-	_, pair, state, err := con.readPeriodic(r, name)
+	_, pair, state, err := con.readExisting(r, name)
 	if err != nil {
 		return nil, err
-	}
-	if pair == nil {
-		return nil, noSchedule(name)
 	}
 	return con.periodicView(r, name, pair.Value, state), nil
 }
@@ -158,12 +164,9 @@ func (con *Console) periodicSet(r *http.Request, role admin.Role) (any, error) {
 
 func (con *Console) periodicDelete(r *http.Request, _ admin.Role) (any, error) {
 	name := r.PathValue("name")
-	key, pair, _, err := con.readPeriodic(r, name)
+	key, pair, _, err := con.readExisting(r, name)
 	if err != nil {
 		return nil, err
-	}
-	if pair == nil {
-		return nil, noSchedule(name)
 	}
 	wo := (&consulapi.WriteOptions{}).WithContext(r.Context())
 	ok, _, err := con.kv().DeleteCAS(&consulapi.KVPair{Key: key, ModifyIndex: pair.ModifyIndex}, wo)
@@ -186,12 +189,9 @@ func (con *Console) periodicDelete(r *http.Request, _ admin.Role) (any, error) {
 func (con *Console) periodicChange(change func(*periodic.Schedule)) handlerFunc {
 	return func(r *http.Request, role admin.Role) (any, error) {
 		name := r.PathValue("name")
-		key, pair, _, err := con.readPeriodic(r, name)
+		key, pair, _, err := con.readExisting(r, name)
 		if err != nil {
 			return nil, err
-		}
-		if pair == nil {
-			return nil, noSchedule(name)
 		}
 		p, err := periodic.Parse(name, pair.Value)
 		if err != nil {
