@@ -10,7 +10,7 @@ GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.slu
 TEST_P  ?= 2
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build run test deps redis chromium consul jaeger modules fuzz bench bench-gate bench-relay bench-asynq bench-asynq-e2e bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
+.PHONY: all build run test deps run-deps jaeger redis chromium consul modules fuzz bench bench-gate bench-relay bench-asynq bench-asynq-e2e bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
 
 all: build
 
@@ -19,8 +19,11 @@ build: bin/sluice
 bin/sluice: $(GOFILES) go.mod go.sum
 	$(GO) build -o $@ ./cmd/sluice
 
-## deps: everything the tests and `sluice dev` need besides Go.
-deps: redis chromium consul jaeger modules
+## deps: everything the tests need besides Go; run-deps: what `sluice dev`
+## needs (not chromium, which only the dashboard's test drives, nor Jaeger,
+## which only `sluice dev --tracing` and its test start: `make jaeger`).
+deps: run-deps chromium jaeger
+run-deps: redis consul modules
 
 # redis-server from Debian's package, when missing.
 redis:
@@ -66,7 +69,7 @@ modules:
 	$(GO) mod download
 
 ## run: the whole pipeline on embedded defaults (sluice dev).
-run: deps build
+run: run-deps build
 	./bin/sluice dev
 
 ## test: vet, then every test, with the race detector, against real Redis,

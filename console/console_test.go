@@ -84,8 +84,6 @@ type running struct {
 	logs   *testenv.LogBuffer // what it logged, beside the test's log
 }
 
-
-
 // start serves a console with the bed's config (mutate changes it).
 func (b *bed) start(t *testing.T, name string, mutate func(*console.Config)) *running {
 	t.Helper()

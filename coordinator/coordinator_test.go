@@ -258,8 +258,6 @@ type running struct {
 	logs   *testenv.LogBuffer // what it logged, beside the test's log
 }
 
-
-
 func (b *bed) start(t *testing.T, name string, mutate func(*coordinator.Config)) *running {
 	t.Helper()
 	cfg := b.config(mutate)

@@ -32,6 +32,7 @@ type testGate struct {
 	kafka *testenv.KafkaCluster
 	stop  context.CancelFunc
 	done  chan error
+	logs  *testenv.LogBuffer // what it logged, beside the test's log
 }
 
 func startGate(t testing.TB, k *testenv.KafkaCluster, mutate func(*gate.Config)) *testGate {
@@ -44,7 +45,8 @@ func startGate(t testing.TB, k *testenv.KafkaCluster, mutate func(*gate.Config))
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	log := slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logs := &testenv.LogBuffer{}
+	log := slog.New(slog.NewTextHandler(io.MultiWriter(testWriter{t}, logs), &slog.HandlerOptions{Level: slog.LevelInfo}))
 	g, err := gate.New(context.Background(), cfg, log)
 	if err != nil {
 		t.Fatalf("gate.New: %v", err)
@@ -54,7 +56,7 @@ func startGate(t testing.TB, k *testenv.KafkaCluster, mutate func(*gate.Config))
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	tg := &testGate{url: "http://" + ln.Addr().String(), gate: g, kafka: k, stop: cancel, done: make(chan error, 1)}
+	tg := &testGate{url: "http://" + ln.Addr().String(), gate: g, kafka: k, stop: cancel, done: make(chan error, 1), logs: logs}
 	go func() { tg.done <- g.Serve(ctx, ln) }()
 	t.Cleanup(func() {
 		cancel()

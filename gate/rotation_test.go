@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -50,12 +51,16 @@ func TestATokenRemovedFromItsFileIsRefusedWithoutARestart(t *testing.T) {
 			t.Errorf("%s: %d", tok, s)
 		}
 	}
-	// A file left with no token is refused (internal/reload's tests cover
-	// refused contents): the tokens in force stay.
+	// A file left with no token is refused: logged, and the tokens in
+	// force stay (a gate without --allow-no-auth must not open up).
 	write("# nobody\n")
 	syscall.Kill(os.Getpid(), syscall.SIGHUP) // a reload asked at once, as an operator may
-	write("kept-token-0123456789 jobs ops\n")
-	testenv.WaitFor(t, 5*time.Second, "the last change to be in force", func() bool { return status("new-token-0123456789") == http.StatusUnauthorized })
+	testenv.WaitFor(t, 5*time.Second, "the empty file to be refused", func() bool {
+		return strings.Contains(g.logs.String(), "no token left")
+	})
+	if s := status("someone-else-0123456789"); s != http.StatusUnauthorized {
+		t.Errorf("an unknown token after the empty file: %d", s)
+	}
 	if s := status("kept-token-0123456789"); s != http.StatusAccepted {
 		t.Errorf("the token kept through it all: %d", s)
 	}

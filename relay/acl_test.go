@@ -1,13 +1,11 @@
 package relay_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -70,7 +68,7 @@ func TestRelayWithoutSessionRuleSaysWhatIsDenied(t *testing.T) {
 	b, file := aclBed(t, rules)
 	b.produce(t, 0, 10)
 	cfg := b.config(func(c *relay.Config) { c.ConsulToken = cli.Secret{File: file} })
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	r, err := relay.New(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatalf("relay.New: %v", err)
@@ -90,22 +88,4 @@ func TestRelayWithoutSessionRuleSaysWhatIsDenied(t *testing.T) {
 	if r.Holds(topic) {
 		t.Error("the relay holds the lock without a session")
 	}
-}
-
-// syncBuffer is a log sink the test reads while the part writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -1,11 +1,9 @@
 package worker_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -56,7 +54,7 @@ func TestWorkerWithoutLimitsReadSaysWhatIsDenied(t *testing.T) {
 	b := newBed(t)
 	srv := testenv.Consul(t, testenv.WithConsulACL())
 	putLimit(t, srv.Client(), "api", `{"rate": 20}`)
-	var logs lockedBuffer
+	var logs testenv.LogBuffer
 	cfg := b.config(func(c *worker.Config) {
 		c.ConsulAddr, c.ConsulToken = srv.Addr(), cli.Secret{Value: srv.ACLToken("other-stage", workerPolicy(t, "other"))}
 	})
@@ -82,22 +80,4 @@ func TestWorkerWithoutLimitsReadSaysWhatIsDenied(t *testing.T) {
 			t.Errorf("the log does not name %s:\n%s", want, logs.String())
 		}
 	}
-}
-
-// lockedBuffer is a log sink the test reads while the worker writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

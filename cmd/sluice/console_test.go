@@ -1,14 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -58,17 +56,24 @@ func (b *consoleBed) start(t *testing.T, part string, args ...string) string {
 // part's /healthz at addr (over HTTPS, say) and returns the status.
 func (b *consoleBed) startProbed(t *testing.T, part string, healthz func(addr string) int, args ...string) string {
 	t.Helper()
+	return runPartProbed(t, part, healthz, append([]string{"--stage", "test", "--redis-addr", b.redis.Addr(), "--redis-partitions", "2",
+		"--consul-addr", b.consul.Addr(), "--log-format", "text"}, args...)...)
+}
+
+// runPartProbed runs `sluice <part> --listen <free port> args...` in
+// process until the test ends, and returns its address once healthz (a
+// GET of its /healthz) answers 200.
+func runPartProbed(t *testing.T, part string, healthz func(addr string) int, args ...string) string {
+	t.Helper()
 	port, err := stack.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := "127.0.0.1:" + strconv.Itoa(port)
-	args = append([]string{part, "--listen", addr, "--stage", "test", "--redis-addr", b.redis.Addr(), "--redis-partitions", "2",
-		"--consul-addr", b.consul.Addr(), "--log-format", "text"}, args...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	var out, errOut syncBuffer
-	go func() { done <- run(ctx, args, &out, &errOut) }()
+	var out, errOut testenv.LogBuffer
+	go func() { done <- run(ctx, append([]string{part, "--listen", addr}, args...), &out, &errOut) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -208,23 +213,4 @@ func TestCoordinatorServesTheConsoleUnlessTold(t *testing.T) {
 	if _, metrics := httpGet(t, "http://"+bare+"/metrics", ""); !strings.Contains(metrics, "sluice_coordinator_lock_held 0") || strings.Contains(metrics, "sluice_coordinator_admin_requests_total") {
 		t.Errorf("/metrics with --console=false:\n%.2000s", metrics)
 	}
-}
-
-// syncBuffer is a bytes.Buffer a part's goroutines may write while the
-// test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -207,7 +207,7 @@ func TestCanaryTokenFromAFileThroughAnHTTPSGate(t *testing.T) {
 	redis := testenv.Redis(t)
 	dir := t.TempDir()
 	const right, wrong = "the-canary-token-0123456789", "a-wrong-token-0123456789"
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 
 	gcfg := gate.DefaultConfig()

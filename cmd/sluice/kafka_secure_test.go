@@ -6,13 +6,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/queue"
-	"github.com/sluicehq/sluice/internal/stack"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -106,37 +104,10 @@ func TestKafkaSASLAndTLSEndToEnd(t *testing.T) {
 // until the test ends, and returns its address once /healthz answers.
 func runPartForTest(t *testing.T, part string, args ...string) string {
 	t.Helper()
-	port, err := stack.FreePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := "127.0.0.1:" + strconv.Itoa(port)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan int, 1)
-	var out, errOut syncBuffer
-	go func() { done <- run(ctx, append([]string{part, "--listen", addr}, args...), &out, &errOut) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case code := <-done:
-			if code != 0 {
-				t.Errorf("sluice %s: exit %d: %s", part, code, errOut.String())
-			}
-		case <-time.After(20 * time.Second):
-			t.Errorf("sluice %s did not stop within 20s", part)
-		}
-	})
-	testenv.WaitFor(t, 15*time.Second, "sluice "+part+" to serve", func() bool {
-		select {
-		case code := <-done:
-			done <- code
-			t.Fatalf("sluice %s exited %d: %s", part, code, errOut.String())
-		default:
-		}
+	return runPartProbed(t, part, func(addr string) int {
 		code, _ := httpGet(t, "http://"+addr+"/healthz", "")
-		return code == http.StatusOK
-	})
-	return addr
+		return code
+	}, args...)
 }
 
 // cliRunTimeout is cliRun for a command that should end by itself: it
@@ -145,7 +116,7 @@ func cliRunTimeout(t *testing.T, d time.Duration, args ...string) (int, string, 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	var out, errOut syncBuffer
+	var out, errOut testenv.LogBuffer
 	code := run(ctx, args, &out, &errOut)
 	if ctx.Err() != nil {
 		t.Fatalf("sluice %s did not end within %v: %s", strings.Join(args, " "), d, errOut.String())

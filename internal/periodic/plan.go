@@ -51,7 +51,8 @@ type Plan struct {
 	// LastSlot is the State's LastSlot once Fire is done: the latest slot
 	// at or before now, or the old one when none passed.
 	LastSlot time.Time
-	// Next is the first slot after now (zero: none, ErrNoSlot).
+	// Next is the first slot after now (zero: the expression never fires
+	// again, as a date in the past or "30 Feb").
 	Next time.Time
 }
 

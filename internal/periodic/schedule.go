@@ -11,7 +11,6 @@ package periodic
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -207,7 +206,3 @@ func (p *Parsed) template() job.Job {
 		Payload: p.Payload, MaxAttempts: p.MaxAttempts, Timeout: p.Timeout, Retain: p.Retain,
 	}
 }
-
-// ErrNoSlot is Plan's answer for a schedule whose expression never fires
-// again (a date in the past, "30 Feb").
-var ErrNoSlot = errors.New("periodic: the schedule has no further slot")

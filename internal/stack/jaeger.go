@@ -14,7 +14,7 @@ import (
 	"time"
 )
 
-const jaegerMissing = "jaeger not found: run `make deps` (builds Jaeger v2, pinned at v1.76.0 in tools/jaeger/go.mod, into bin/jaeger) or set SLUICE_JAEGER_BIN"
+const jaegerMissing = "jaeger not found: run `make jaeger` or `make deps` (builds Jaeger v2, pinned at v1.76.0 in tools/jaeger/go.mod, into bin/jaeger) or set SLUICE_JAEGER_BIN"
 
 // FindJaeger returns the Jaeger v2 binary to run: $SLUICE_JAEGER_BIN if set,
 // else bin/jaeger under the module root, else a jaeger beside the running
