@@ -150,7 +150,8 @@ var (
 		// key's mark first says done:<id>.
 		var runs []execution
 		for _, e := range b.ledger.since(seen) {
-			if e.OK && e.Answered.After(down) && e.Answered.Before(up) {
+			// A periodic job carries no idempotency key: nothing to record.
+			if e.OK && !isPeriodic(e) && e.Answered.After(down) && e.Answered.Before(up) {
 				runs = append(runs, e)
 			}
 		}
@@ -158,6 +159,7 @@ var (
 			return "", 0, errors.New("no run was answered while Redis was down")
 		}
 		recorded := make([]time.Duration, len(runs))
+		marks := make([]string, len(runs)) // each key's last mark read
 		_, err = waitEvery(20*time.Second, 10*time.Millisecond, "the keys of the runs answered while Redis was down to be recorded", func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
@@ -171,6 +173,7 @@ var (
 			}
 			now, all := time.Since(up), true
 			for i, r := range runs {
+				marks[i] = cmds[i].Val()
 				if recorded[i] == 0 && cmds[i].Val() == "done:"+r.JobID {
 					recorded[i] = now
 				}
@@ -182,13 +185,18 @@ var (
 		slowest := time.Duration(0)
 		for i, d := range recorded {
 			slowest = max(slowest, d)
-			if d == 0 || d > recordGrace {
+			switch {
+			case d == 0:
+				late = append(late, fmt.Sprintf("%s (key %s, by %s) never, its mark %q", runs[i].JobID, runs[i].Key, runs[i].Who, marks[i]))
+			case d > recordGrace:
 				late = append(late, fmt.Sprintf("%s after %s", runs[i].JobID, d.Round(10*time.Millisecond)))
 			}
 		}
 		m := fmt.Sprintf("%d runs answered while Redis was down; their keys recorded at most %s after Redis answered (within %s: %d)",
 			len(runs), slowest.Round(10*time.Millisecond), recordGrace, len(runs)-len(late))
-		if err == nil && len(late) > 0 {
+		if err != nil && len(late) > 0 {
+			err = fmt.Errorf("%w: %s", err, strings.Join(late[:min(5, len(late))], ", "))
+		} else if len(late) > 0 {
 			err = fmt.Errorf("%d keys recorded later than %s after Redis answered again (a worker killed meanwhile runs them again): %s",
 				len(late), recordGrace, strings.Join(late[:min(5, len(late))], ", "))
 		}
