@@ -88,6 +88,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.IntVar(&c.opts.PayloadBytes, "payload", 0, "payload size in bytes")
 	fs.StringVar(&c.opts.JobType, "type", "", `load: job type ("noop", or "sleep" with --sleep-ms)`)
 	fs.IntVar(&c.opts.SleepMS, "sleep-ms", 0, "sleep jobs' time (spike, scaling, load)")
+	fs.IntVar(&c.opts.SampleEvery, "sample-every", 0, "load: read the completion time of one job in this many (1: every job; a sampled job carries an id and a retained record, which costs Redis more than a plain job's nothing); 0: one in 100 with single-job POSTs, one per request with batches")
 	fs.IntVar(&c.opts.Groups, "groups", 0, "throughput, load: groups the jobs are spread over (0: the scenario's default; -1: none, each job on its partition's shared lane)")
 }
 

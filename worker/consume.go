@@ -88,8 +88,9 @@ type heldJob struct {
 	jobType string             // once its envelope is read
 	// trace is the job's trace context from its envelope; invalid
 	// unless tracing is on and the envelope carries one (tracing.go).
-	trace  trace.SpanContext
-	retain time.Duration // once its envelope is read
+	trace      trace.SpanContext
+	retain     time.Duration // once its envelope is read
+	enqueuedAt time.Time     // the gate's accept time, once its envelope is read
 }
 
 func (w *Worker) newConsumer(part int) *consumer {
@@ -367,6 +368,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		return
 	}
 	h.jobType = j.Type // read by settle and the acker, after this
+	h.enqueuedAt = j.EnqueuedAt
 	if canary.IsCanary(cl.Group) {
 		c.completeCanary(ctx, h, j)
 		return
@@ -619,9 +621,13 @@ func (c *consumer) ack(batch []ackRequest) {
 		return
 	}
 	acked := map[string]int{} // by job type
+	now := w.cfg.Now()
 	for i, r := range batch {
 		if ok[i] {
 			acked[r.job.jobType]++
+			if !r.job.enqueuedAt.IsZero() {
+				w.m.enqueueToDone.Observe(now.Sub(r.job.enqueuedAt).Seconds())
+			}
 			continue
 		}
 		w.count("lost", r.job.jobType, 1)

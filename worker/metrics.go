@@ -11,9 +11,12 @@ type metrics struct {
 	jobs      *prometheus.CounterVec   // outcome, type
 	execution *prometheus.HistogramVec // type
 	queueWait prometheus.Histogram
-	inflight  prometheus.Gauge
-	workers   *prometheus.GaugeVec   // partition
-	canaries  *prometheus.CounterVec // outcome
+	// enqueueToDone is the whole path's latency, every job counted: the
+	// loadtest reads it beside its sampled jobs, whose records cost Redis.
+	enqueueToDone prometheus.Histogram
+	inflight      prometheus.Gauge
+	workers       *prometheus.GaugeVec   // partition
+	canaries      *prometheus.CounterVec // outcome
 }
 
 func newMetrics() *metrics {
@@ -30,6 +33,10 @@ func newMetrics() *metrics {
 		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "sluice_worker_queue_wait_seconds", Help: "Time from the gate accepting a job to its first attempt starting.", Buckets: buckets,
 		}),
+		enqueueToDone: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sluice_worker_enqueue_to_done_seconds", Help: "Time from the gate accepting a job to its success recorded in Redis (retries and their backoff included).",
+			Buckets: []float64{.001, .0025, .005, .01, .02, .03, .05, .075, .1, .2, .5, 1, 2.5, 5, 10, 30, 60, 300, 3600},
+		}),
 		inflight: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sluice_worker_inflight_jobs", Help: "Jobs whose handler runs now.",
 		}),
@@ -40,7 +47,7 @@ func newMetrics() *metrics {
 			Name: "sluice_worker_canaries_total", Help: "Heartbeat canaries completed by the built-in handler, by outcome: done, late (a newer one was recorded first), bad (unreadable or not recorded). Canaries never count as jobs.",
 		}, []string{"outcome"}),
 	}
-	m.reg.MustRegister(m.jobs, m.execution, m.queueWait, m.inflight, m.workers, m.canaries)
+	m.reg.MustRegister(m.jobs, m.execution, m.queueWait, m.enqueueToDone, m.inflight, m.workers, m.canaries)
 	return m
 }
 

@@ -222,6 +222,10 @@ func TestPermanentPanicNoHandlerAndMaxAttempts(t *testing.T) {
 	if n := testenv.Metric(t, w.Registry(), "sluice_worker_execution_seconds", "type", "always"); n != 3 {
 		t.Fatalf("execution histogram counted %v runs of \"always\", want 3", n)
 	}
+	// Enqueue to done counts successes only: x1, on its second attempt.
+	if n := testenv.Metric(t, w.Registry(), "sluice_worker_enqueue_to_done_seconds"); n != 1 {
+		t.Fatalf("enqueue-to-done histogram counted %v jobs, want 1 (x1's success)", n)
+	}
 }
 
 func TestGracefulShutdownHandsBackWithoutFailing(t *testing.T) {

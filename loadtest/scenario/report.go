@@ -243,6 +243,10 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  enqueue-to-start (worker's buckets, %s jobs): p50 ~%.2f ms, %.1f%% under 1 ms, %.1f%% under 5 ms, %.1f%% under 10 ms\n",
 				thousands(int(b.Count)), b.Quantile(.5)*1000, b.Under(.001)*100, b.Under(.005)*100, b.Under(.01)*100)
 		}
+		if b := ph.EnqueueToDone; b.Count > 0 {
+			fmt.Fprintf(w, "  enqueue-to-done (worker's buckets, %s jobs): p50 ~%.2f ms, p99 ~%.2f ms, %.2f%% under 50 ms\n",
+				thousands(int(b.Count)), b.Quantile(.5)*1000, b.Quantile(.99)*1000, b.Under(.05)*100)
+		}
 		if ph.RedisMaxMemory > 0 || ph.RedisMaxUsedMB > 0 {
 			fmt.Fprintf(w, "  redis: at most %.1f MB used (%.0f%% of maxmemory); relay's memory guard paused in %d samples\n",
 				ph.RedisMaxUsedMB, ph.RedisMaxMemory*100, ph.GuardPausedSeconds)

@@ -83,6 +83,11 @@ type PhaseResult struct {
 	// observed during the phase: from the gate's enqueued_at to the first
 	// attempt's start, in the worker's buckets.
 	EnqueueToStart Buckets `json:"enqueue_to_start"`
+	// EnqueueToDone is the worker's sluice_worker_enqueue_to_done_seconds
+	// observed during the phase: every job, from enqueued_at to its ack
+	// recorded, in the worker's buckets (the sampled jobs' exact times are
+	// in each stream's EnqueueToDone).
+	EnqueueToDone Buckets `json:"enqueue_to_done"`
 	// Series is the pipeline's state, once a second.
 	Series []Sample `json:"series"`
 	// RedisMaxMemory is the highest used_memory / maxmemory sampled (0: no
@@ -179,7 +184,7 @@ func (r *Runner) Run(ctx context.Context, ph Phase) (PhaseResult, error) {
 	if err != nil {
 		return res, fmt.Errorf("reading Redis's done counters at %s: %w", r.ep.Redis, err)
 	}
-	wait0 := r.workerQueueWait(ctx)
+	wait0, done0h := r.workerHistograms(ctx)
 	cpu0 := r.t.cpuMark(ctx)
 	start := time.Now()
 	res.Started = start
@@ -281,7 +286,8 @@ func (r *Runner) Run(ctx context.Context, ph Phase) (PhaseResult, error) {
 	if n, err := r.t.done(ctx); err == nil {
 		res.Completed = n - done0
 	}
-	res.EnqueueToStart = r.workerQueueWait(ctx).Sub(wait0)
+	wait1, done1h := r.workerHistograms(ctx)
+	res.EnqueueToStart, res.EnqueueToDone = wait1.Sub(wait0), done1h.Sub(done0h)
 
 	for _, s := range streams {
 		sr := s.result(start)
@@ -373,14 +379,14 @@ func latencySeries(rec *recorder) []LatencyPoint {
 	}
 }
 
-// workerQueueWait is the worker's enqueue-to-start histogram now (empty
-// when its metrics cannot be read).
-func (r *Runner) workerQueueWait(ctx context.Context) Buckets {
+// workerHistograms are the worker's enqueue-to-start and enqueue-to-done
+// histograms now (empty when its metrics cannot be read).
+func (r *Runner) workerHistograms(ctx context.Context) (toStart, toDone Buckets) {
 	ms, err := r.t.scrape(ctx, r.ep.Worker)
 	if err != nil {
-		return Buckets{}
+		return Buckets{}, Buckets{}
 	}
-	return ms.histogram("sluice_worker_queue_wait_seconds")
+	return ms.histogram("sluice_worker_queue_wait_seconds"), ms.histogram("sluice_worker_enqueue_to_done_seconds")
 }
 
 // sampler builds a phase's series.

@@ -46,6 +46,7 @@ type Options struct {
 	PayloadBytes int           // payload size
 	JobType      string        // "noop" or "sleep"
 	SleepMS      int           // the sleep jobs' time
+	SampleEvery  int           // load: one job in this many has its completion read (0: the default)
 	Groups       int           // groups the jobs are spread over
 }
 
@@ -166,14 +167,18 @@ func (r *Runner) throughput(ctx context.Context, o Options, rep *Report) error {
 	if err != nil {
 		return err
 	}
-	// Half the single phase's end-to-end rate, every job sampled: issue
-	// 17's enqueue-to-done p99 under 50 ms. 64 connections, as the single
-	// phase reached its rate with: fewer would queue requests in the
-	// generator at this rate, which counts against the pipeline (their
-	// latency runs from their due time).
+	// Half the single phase's end-to-end rate, the single phase's jobs:
+	// issue 17's enqueue-to-done p99 under 50 ms. One job in 100 sampled,
+	// as in the single phase: a sampled job carries an id and a retained
+	// record, so sampling every job would measure keyed jobs, which cost
+	// Redis more, at half the plain jobs' rate. Every job is counted in the
+	// worker's enqueue-to-done buckets, which the verdict reads too. 64
+	// connections, as the single phase reached its rate with: fewer would
+	// queue requests in the generator at this rate, which counts against
+	// the pipeline (their latency runs from their due time).
 	halfRate := math.Max(math.Round(ph.EndToEndRate/2), 100)
 	half := r.load("half", work("h"))
-	half.Conns, half.Duration, half.Batch, half.Rate = or(o.Conns, 64), d, 1, halfRate
+	half.Conns, half.Duration, half.Batch, half.Rate, half.SampleEvery = or(o.Conns, 64), d, 1, halfRate, singleSampleEvery
 	phalf, err := r.Run(ctx, Phase{Name: "half", Streams: []*Load{half}, WaitDone: true})
 	rep.Phases = append(rep.Phases, phalf)
 	if err != nil {
@@ -196,10 +201,13 @@ func (r *Runner) throughput(ctx context.Context, o Options, rep *Report) error {
 	hd := hs.EnqueueToDone
 	rep.number("half_rate_jobs_per_second", halfRate)
 	rep.number("half_enqueue_to_done_p99_ms", hd.P99)
+	all := phalf.EnqueueToDone
+	rep.number("half_enqueue_to_done_under_50ms_share", all.Under(.05))
 	rep.verdict(fmt.Sprintf("enqueue-to-done p99 at %g jobs/s (half the single rate)", halfRate), "< 50 ms",
-		fmt.Sprintf("p99 %.2f ms (p50 %.2f, p99.9 %.2f, max %.2f) over %s of %s jobs sampled; %s jobs/s accepted, enqueue p99 %.2f ms, %d requests dropped",
-			hd.P99, hd.P50, hd.P999, hd.Max, thousands(int(hd.Count)), thousands(hs.Sampled), thousands(int(hs.EnqueueRate)), hs.Enqueue.P99, hs.Dropped),
-		phalf.AllDone && hd.Count > 0 && hs.Missing == 0 && hs.Dropped == 0 && hd.P99 < 50, "issue 17")
+		fmt.Sprintf("p99 %.2f ms (p50 %.2f, p99.9 %.2f, max %.2f) over %s of %s jobs sampled; every job in the worker's buckets: %.2f%% of %s under 50 ms; %s jobs/s accepted, enqueue p99 %.2f ms, %d requests dropped",
+			hd.P99, hd.P50, hd.P999, hd.Max, thousands(int(hd.Count)), thousands(hs.Sampled), all.Under(.05)*100, thousands(int(all.Count)),
+			thousands(int(hs.EnqueueRate)), hs.Enqueue.P99, hs.Dropped),
+		phalf.AllDone && hd.Count > 0 && hs.Missing == 0 && hs.Dropped == 0 && hd.P99 < 50 && all.Count > 0 && all.Under(.05) >= .99, "issue 17")
 	for _, p := range rep.Phases {
 		rep.verdict(p.Name+": every accepted job done", "all", fmt.Sprintf("%s of %s", thousands(p.Completed), thousands(p.Accepted)),
 			p.AllDone && missing(p) == 0, "")
@@ -657,7 +665,10 @@ func (r *Runner) custom(ctx context.Context, o Options, rep *Report) error {
 	}
 	l := r.load("load", w)
 	l.Rate, l.Conns, l.Jobs, l.Duration, l.Batch = o.Rate, or(o.Conns, 64), o.Jobs, o.Duration, or(o.Batch, 1)
-	if l.Batch < singleSampleEvery {
+	switch {
+	case o.SampleEvery > 0:
+		l.SampleEvery = o.SampleEvery
+	case l.Batch < singleSampleEvery:
 		l.SampleEvery = singleSampleEvery
 	}
 	if l.Jobs > 0 {
