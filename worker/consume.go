@@ -571,24 +571,13 @@ type ackRequest struct {
 const maxAckBatch = 128
 
 // acker sends the partition's acks to Redis: it takes one, adds whatever
-// else is waiting, and sends them in one script call. Under load acks batch
-// by themselves; when idle, one goes out at once. It forgets each job once
-// Redis answered, and drains what is queued when the channel closes.
+// else is waiting (and, while other claimed jobs still run, whatever comes
+// within AckLinger), and sends them in one script call. When idle, one
+// goes out at once. It forgets each job once Redis answered, and drains
+// what is queued when the channel closes.
 func (c *consumer) acker() {
 	for first := range c.acks {
-		batch := []ackRequest{first}
-	more:
-		for len(batch) < maxAckBatch {
-			select {
-			case r, ok := <-c.acks:
-				if !ok {
-					break more
-				}
-				batch = append(batch, r)
-			default:
-				break more
-			}
-		}
+		batch := c.gatherAcks([]ackRequest{first})
 		for _, same := range byQueue(batch, func(r ackRequest) queue.Queue { return r.job.q }) {
 			c.ack(same)
 		}
@@ -600,6 +589,54 @@ func (c *consumer) acker() {
 		c.mu.Unlock()
 		c.slots.poke() // room grew
 	}
+}
+
+// gatherAcks adds to batch the acks queued now, then, while jobs of the
+// partition are still held and not yet settled, those that come within
+// AckLinger: a claimed batch's jobs end close together, and their acks
+// then share one call instead of one per round trip.
+func (c *consumer) gatherAcks(batch []ackRequest) []ackRequest {
+	var linger *time.Timer
+	defer func() {
+		if linger != nil {
+			linger.Stop()
+		}
+	}()
+	for len(batch) < maxAckBatch {
+		select {
+		case r, ok := <-c.acks:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, r)
+			continue
+		default:
+		}
+		if c.w.cfg.AckLinger <= 0 || !c.unsettled() {
+			return batch
+		}
+		if linger == nil {
+			linger = time.NewTimer(c.w.cfg.AckLinger)
+		}
+		select {
+		case r, ok := <-c.acks:
+			if !ok {
+				return batch
+			}
+			batch = append(batch, r)
+		case <-linger.C:
+			return batch
+		}
+	}
+	return batch
+}
+
+// unsettled says whether the consumer holds jobs that have not ended yet
+// (waiting or running), whose acks may follow.
+func (c *consumer) unsettled() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.held) > c.acking
 }
 
 // ack records the successes of one queue in one script call, retried
