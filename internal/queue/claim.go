@@ -67,7 +67,10 @@ type Claimed struct {
 // batch): no command of its own, and Lua does not read it. Per
 // lane served it runs LLEN, LPOP and, for a group lane, one HMGET and one
 // HSET of its counters.
-var claimScript = newScript(luaFunnel + luaLanes + `
+var claimScript = newScript(luaFunnel + luaLanes + claimLua)
+
+// claimLua is claimScript's own part (its tests build a variant of it).
+const claimLua = `
 local K, deadline, m, quantum, batch, topic = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local _, byName = readLanes(m, 6, 6, topic)
 -- The fair order's first K lanes, read here. The caller's candidates (the
@@ -150,6 +153,50 @@ local function fill()
 end
 for i, c in ipairs(cand) do c.i, c.inv = i, 1 / c.w end
 fill()
+-- Whole rounds without the heap: when the lanes in the heap share one
+-- weight and their virtual times lie within one job's step of each other,
+-- the order above serves them round-robin in the order of their times
+-- (then their places), a round at a time, until one runs out. This gives
+-- those rounds with no heap step per job, and the same order: each round
+-- adds to each time as the heap would (the same sums to the last bit), and
+-- the order and the window are checked again after it.
+local function byTime(a, b) return a.score < b.score or (a.score == b.score and a.i < b.i) end
+local function rounds()
+  local inv = heap[1].inv
+  local r = math.floor((K - n) / hn)
+  local lanes = {}
+  for j = 1, hn do
+    local c = heap[j]
+    if c.inv ~= inv then return false end
+    r = math.min(r, math.min(c.left, cap) - c.take)
+    lanes[j] = c
+  end
+  if r < 1 then return false end
+  table.sort(lanes, byTime)
+  if lanes[hn].score >= lanes[1].score + inv then return false end
+  local given = 0
+  repeat
+    for j = 1, hn do
+      local c = lanes[j]
+      n = n + 1
+      order[n] = c
+      if c.score > vt then vt = c.score end
+      c.score = c.score + inv
+    end
+    given = given + 1
+    for j = 2, hn do
+      if not byTime(lanes[j-1], lanes[j]) then table.sort(lanes, byTime); break end
+    end
+  until given == r or lanes[hn].score >= lanes[1].score + inv
+  hn = 0
+  for _, c in ipairs(lanes) do
+    c.take = c.take + given
+    if c.take < c.left and c.take < cap then hn = hn + 1; heap[hn] = c end
+  end
+  for j = hn + 1, #heap do heap[j] = nil end
+  for j = math.floor(hn / 2), 1, -1 do siftDown(j) end
+  return true
+end
 while n < K do
   if hn == 0 then
     if cap >= K then break end
@@ -157,24 +204,30 @@ while n < K do
     fill()
     if hn == 0 then break end
   end
-  local best = heap[1]
-  -- Alone, a lane gives what it can in one step.
-  local t = 1
-  if hn == 1 then t = math.min(best.left, cap) - best.take end
-  t = math.min(t, K - n)
-  if best.score + (t - 1) * best.inv > vt then vt = best.score + (t - 1) * best.inv end
-  best.score = best.score + t * best.inv
-  best.take = best.take + t
-  for _ = 1, t do
-    n = n + 1
-    order[n] = best
+  if not (hn > 1 and rounds()) then
+    local best = heap[1]
+    -- Alone, a lane gives what it can in one step. Its time moves by one
+    -- job's step at a time all the same: the sums must not depend on how
+    -- the jobs were given (see rounds).
+    local t = 1
+    if hn == 1 then t = math.min(best.left, cap) - best.take end
+    t = math.min(t, K - n)
+    local score, inv = best.score, best.inv
+    for _ = 1, t do
+      n = n + 1
+      order[n] = best
+      if score > vt then vt = score end
+      score = score + inv
+    end
+    best.score = score
+    best.take = best.take + t
+    if best.take >= best.left or best.take >= cap then
+      heap[1] = heap[hn]
+      heap[hn] = nil
+      hn = hn - 1
+    end
+    if hn > 1 then siftDown(1) end
   end
-  if best.take >= best.left or best.take >= cap then
-    heap[1] = heap[hn]
-    heap[hn] = nil
-    hn = hn - 1
-  end
-  if hn > 1 then siftDown(1) end
 end
 if #order == 0 then return {1, {}, names()} end
 local funnel = {}
@@ -224,7 +277,7 @@ redis.call('HINCRBY', KEYS[5], 'inflight', #order)
 funnelFlush(KEYS[5], funnel)
 top = redis.call('ZRANGE', KEYS[1], 0, K + nforeign - 1)
 return {1, out, top}
-`)
+`
 
 // Claim leases up to max jobs of partition part in weighted fair order,
 // as one batch, until leaseUntil. The claim script reads the fair order

@@ -36,9 +36,6 @@ func enqueueGroup(t *testing.T, p *Pool, group string, n, weight int) {
 	}
 }
 
-// A 10,000-job group enqueued first and 20 groups of 10 after it: every
-// small group completes while most of the big one still waits, and the
-// big one keeps moving.
 // ack acks claimed jobs without results and fails the test unless each
 // was still in its batch.
 func ack(t *testing.T, p *Pool, part int, jobs ...Claimed) {
