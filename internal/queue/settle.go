@@ -247,7 +247,9 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 		if d.Job.Group != "" {
 			groups.add(d.Job.Group)
 		}
-		if len(d.Result) > 0 || d.needsRecord() {
+		// A result is kept only in a group's results (or a record): a
+		// plain job's result leaves nothing, and its ack is a mask's byte.
+		if (len(d.Result) > 0 && d.Job.Group != "") || d.needsRecord() {
 			extras = append(extras, i)
 			continue
 		}

@@ -173,6 +173,36 @@ func TestAckCountsOnceAndKeepsTheResultOnlyWhenAsked(t *testing.T) {
 	}
 }
 
+// A job without a group whose handler answered a result, and asked for no
+// retain, is settled like any plain job (in its batch's mask): counted
+// once, nothing kept.
+func TestAPlainJobsResultLeavesNothing(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	rdb := r.Client()
+	k := p.Layout().Keys(jq(0))
+	if _, err := p.Enqueue(ctx, 1, []Item{item("a", ""), item("b", "")}, now); err != nil {
+		t.Fatal(err)
+	}
+	jobs, err := p.Claim(ctx, jq(0), 5, now.Add(time.Minute))
+	if err != nil || len(jobs) != 2 {
+		t.Fatalf("claim: %+v %v", jobs, err)
+	}
+	done := []Done{{Job: jobs[0], Result: []byte(`{"sent":true}`)}, {Job: jobs[1], Result: []byte(`7`)}}
+	if ok, err := p.AckMany(ctx, jq(0), done, now, time.Hour); err != nil || !ok[0] || !ok[1] {
+		t.Fatalf("ack: %v %v", ok, err)
+	}
+	if ok, err := p.AckMany(ctx, jq(0), done, now, time.Hour); err != nil || ok[0] || ok[1] {
+		t.Fatalf("a second ack counted: %v %v", ok, err)
+	}
+	if st := rdb.HGetAll(ctx, k.Stats()).Val(); st["done"] != "2" || st["inflight"] != "0" {
+		t.Fatalf("stats after acks: %v", st)
+	}
+	if n := rdb.Exists(ctx, k.Job("a"), k.Job("b"), k.Lease(jobs[0].Batch), k.Settled(jobs[0].Batch)).Val(); n != 0 {
+		t.Fatalf("%d keys left behind by two plain jobs with results", n)
+	}
+}
+
 // One AckMany over two groups and two batches, with a job acked twice and
 // a batch the reaper took back: each counts once, per group and in the
 // partition's stats.
