@@ -44,13 +44,13 @@ type Config struct {
 	// heartbeat extends it every Lease/3 while the handler runs. Default
 	// 30s.
 	Lease time.Duration
-	// ClaimBatch is the most jobs claimed in one round trip. Default 128.
+	// ClaimBatch is the most jobs claimed in one round trip. Default 256.
 	ClaimBatch int
 	// Prefetch is the most claimed jobs that may wait for a free slot, per
 	// partition: claims are then batches, and a slot that frees finds its
 	// next job already here. Fewer wait when jobs run long: about as many
 	// as the slots run within PrefetchWait. 0 claims only for free slots.
-	// Default 256.
+	// At most 1024. Default 512.
 	Prefetch int
 	// PrefetchWait is how long a prefetched job should wait for a slot, at
 	// most. Default 50ms.
@@ -126,7 +126,7 @@ func DefaultConfig() Config {
 		Location: queue.DefaultLocation(),
 		Workers:  10,
 		Topics:   TopicWeights{{Topic: DefaultTopic, Weight: 1}},
-		Lease:    30 * time.Second, ClaimBatch: 128, Prefetch: 256, PrefetchWait: 50 * time.Millisecond, AckLinger: time.Millisecond, MaxAttempts: 5, Timeout: time.Minute,
+		Lease:    30 * time.Second, ClaimBatch: 256, Prefetch: 512, PrefetchWait: 50 * time.Millisecond, AckLinger: time.Millisecond, MaxAttempts: 5, Timeout: time.Minute,
 		Backoff: time.Second, MaxBackoff: 16 * time.Second, ResultTTL: 24 * time.Hour, IdempotencyTTL: 24 * time.Hour,
 		DeadMax: 100000, DeadTTL: 7 * 24 * time.Hour,
 		Drain: 30 * time.Second, Maintain: 500 * time.Millisecond,
@@ -176,8 +176,8 @@ func (c *Config) validate() error {
 		return errors.New("worker: Config.Workers: must be at least 1")
 	case c.ClaimBatch < 1 || c.ClaimBatch > queue.MaxBatch:
 		return fmt.Errorf("worker: Config.ClaimBatch: %d, want 1..%d", c.ClaimBatch, queue.MaxBatch)
-	case c.Prefetch < 0 || c.Prefetch > queue.MaxBatch:
-		return fmt.Errorf("worker: Config.Prefetch: %d, want 0..%d", c.Prefetch, queue.MaxBatch)
+	case c.Prefetch < 0 || c.Prefetch > maxPrefetch:
+		return fmt.Errorf("worker: Config.Prefetch: %d, want 0..%d", c.Prefetch, maxPrefetch)
 	case c.PrefetchWait < 0:
 		return errors.New("worker: Config.PrefetchWait: must not be negative")
 	case c.AckLinger < 0:
@@ -203,3 +203,7 @@ func (c *Config) validate() error {
 func (c *Config) deadLimits() queue.DeadLimits {
 	return queue.DeadLimits{Max: c.DeadMax, Keep: c.DeadTTL}
 }
+
+// maxPrefetch bounds Config.Prefetch: claimed jobs waiting for a slot are
+// leased and out of other workers' reach.
+const maxPrefetch = 4 * queue.MaxBatch
