@@ -50,7 +50,7 @@ type Config struct {
 	// partition: claims are then batches, and a slot that frees finds its
 	// next job already here. Fewer wait when jobs run long: about as many
 	// as the slots run within PrefetchWait. 0 claims only for free slots.
-	// At most 1024. Default 512.
+	// At most 4,000. Default 512.
 	Prefetch int
 	// PrefetchWait is how long a prefetched job should wait for a slot, at
 	// most. Default 50ms.
