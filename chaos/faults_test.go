@@ -135,7 +135,11 @@ var (
 	// within recordGrace. A worker killed in between runs the key again.
 	faultRedisMidRecord = fault{"stop Redis 2s as jobs finish, restart it, time the key records", func(b *bed) (string, time.Duration, error) {
 		release := b.ledger.hold()
-		_, err := waitUntil(10*time.Second, "runs to be held", func() bool { return b.ledger.busy(b.workers[0].who()) || b.ledger.busy(b.workers[1].who()) })
+		// Runs of jobs with a key: a periodic job in the handler alone
+		// would leave no key to time (this step once failed so).
+		_, err := waitUntil(10*time.Second, "keyed runs to be held", func() bool {
+			return b.ledger.busyKeyed(b.workers[0].who()) || b.ledger.busyKeyed(b.workers[1].who())
+		})
 		seen := b.ledger.count()
 		b.stopRedis()
 		down := time.Now()

@@ -34,11 +34,12 @@ type execution struct {
 type ledger struct {
 	url string
 
-	mu      sync.Mutex
-	execs   []execution
-	running map[string]int // calls in progress per worker incarnation
-	held    chan struct{}  // while not nil, 2xx answers wait until it is closed
-	alerts  []canaryAlert  // the canary monitor's webhook calls, in order
+	mu           sync.Mutex
+	execs        []execution
+	running      map[string]int // calls in progress per worker incarnation
+	keyedRunning map[string]int // of those, jobs with an idempotency key
+	held         chan struct{}  // while not nil, 2xx answers wait until it is closed
+	alerts       []canaryAlert  // the canary monitor's webhook calls, in order
 }
 
 // canaryAlert is one call of the coordinators' canary webhook.
@@ -68,7 +69,7 @@ func (l *ledger) hold() (release func()) {
 const jobRun = 3 * time.Millisecond
 
 func newLedger(t *testing.T) *ledger {
-	l := &ledger{running: map[string]int{}}
+	l := &ledger{running: map[string]int{}, keyedRunning: map[string]int{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		arrived := time.Now()
 		body, _ := io.ReadAll(r.Body)
@@ -96,6 +97,9 @@ func newLedger(t *testing.T) *ledger {
 		}
 		l.mu.Lock()
 		l.running[who]++
+		if p.Key != "" {
+			l.keyedRunning[who]++
+		}
 		l.mu.Unlock()
 		time.Sleep(jobRun)
 		l.mu.Lock()
@@ -110,6 +114,9 @@ func newLedger(t *testing.T) *ledger {
 		l.record(e)
 		l.mu.Lock()
 		l.running[who]--
+		if p.Key != "" {
+			l.keyedRunning[who]--
+		}
 		l.mu.Unlock()
 		w.Write([]byte(`{"ok":true}`))
 	}))
@@ -147,6 +154,14 @@ func (l *ledger) busy(who string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.running[who] > 0
+}
+
+// busyKeyed says whether a worker incarnation has a job with an
+// idempotency key in its handler now (a periodic job has none).
+func (l *ledger) busyKeyed(who string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.keyedRunning[who] > 0
 }
 
 // canaryAlerts copies the webhook calls so far.
