@@ -567,8 +567,10 @@ type ackRequest struct {
 	result []byte
 }
 
-// maxAckBatch bounds the acks sent in one call.
-const maxAckBatch = 128
+// maxAckBatch bounds the acks sent in one call: as many as a claim takes
+// at most by default (Config.ClaimBatch), so that a claimed batch's acks
+// can share one call.
+const maxAckBatch = 256
 
 // acker sends the partition's acks to Redis: it takes one, adds whatever
 // else is waiting (and, while other claimed jobs still run, whatever comes

@@ -495,9 +495,9 @@ func TestPrefetchClaimsAheadOnlyForFastJobs(t *testing.T) {
 		maxLease int  // no handler may see more
 	}{
 		// Fast: the slots, the prefetch, a claim's overlap, and done jobs
-		// whose acks the acker gathers for one call (up to 128, within
-		// AckLinger): their leases end with that call.
-		{name: "fast", run: 0, jobs: 300, ahead: true, maxLease: 4 + 64 + 32 + 128},
+		// whose acks the acker gathers for one call (up to maxAckBatch,
+		// within AckLinger): their leases end with that call.
+		{name: "fast", run: 0, jobs: 300, ahead: true, maxLease: 4 + 64 + 32 + 256},
 		// 2 slots x 50 ms / 300 ms: nothing waits. A job whose ack is on
 		// its way may overlap the next claim: 2 x slots at most.
 		{name: "slow", run: 300 * time.Millisecond, jobs: 8, ahead: false, maxLease: 4},
