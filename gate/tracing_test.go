@@ -9,16 +9,15 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/internal/tracing"
 )
 
-// Off, the gate writes no traceparent, and drops one a client put in the
-// body: the envelope's is the gate's alone.
-func TestUntracedGateWritesNoTraceparent(t *testing.T) {
-	k := newKafka(t)
-	g := startGate(t, k, nil)
-	a := post(t, g.url+"/v1/topics/jobs/jobs", `{"type":"a","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`,
-		"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+// postedJob posts one job to topic "jobs" and reads back the envelope
+// Kafka holds for it.
+func postedJob(t *testing.T, k *testenv.KafkaCluster, gateURL, body string, header ...string) *job.Job {
+	t.Helper()
+	a := post(t, gateURL+"/v1/topics/jobs/jobs", body, header...)
 	if a.status != http.StatusAccepted {
 		t.Fatalf("%d %s", a.status, a.body)
 	}
@@ -28,6 +27,16 @@ func TestUntracedGateWritesNoTraceparent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return j
+}
+
+// Off, the gate writes no traceparent, and drops one a client put in the
+// body: the envelope's is the gate's alone.
+func TestUntracedGateWritesNoTraceparent(t *testing.T) {
+	k := newKafka(t)
+	g := startGate(t, k, nil)
+	j := postedJob(t, k, g.url, `{"type":"a","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}`,
+		"traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
 	if j.Traceparent != "" {
 		t.Errorf("tracing off, the envelope carries %q", j.Traceparent)
 	}
@@ -42,16 +51,7 @@ func TestTracedGateCarriesTheProduceSpanInTheEnvelope(t *testing.T) {
 	k := newKafka(t)
 	g := startGate(t, k, nil)
 	const client = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
-	a := post(t, g.url+"/v1/topics/jobs/jobs", `{"type":"a","id":"j1","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`, "traceparent", client)
-	if a.status != http.StatusAccepted {
-		t.Fatalf("%d %s", a.status, a.body)
-	}
-	var acc accepted
-	json.Unmarshal(a.body, &acc)
-	j, err := job.Decode(readRecord(t, k, "jobs", acc.Partition, acc.Offset).Value)
-	if err != nil {
-		t.Fatal(err)
-	}
+	j := postedJob(t, k, g.url, `{"type":"a","id":"j1","traceparent":"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}`, "traceparent", client)
 	spans := rec.Ended()
 	if len(spans) != 1 || spans[0].Name() != tracing.SpanGateProduce {
 		t.Fatalf("%d spans ended, want the produce span", len(spans))

@@ -18,7 +18,7 @@ import (
 // BenchmarkWorkerNoop: one worker process (8 partitions, 8 jobs at once
 // each) runs b.N no-op jobs already in Redis (100 groups); timed from the
 // worker's start until Redis counts every job done. "prefetch=0" claims only
-// for free slots (small claims); "prefetch=64" is the default. Reports the
+// for free slots (small claims). Reports the
 // PING round trip of the same run and Redis's CPU per job: on this VM
 // round trips, not commands, decide what Redis spends.
 // SLUICE_BENCH_COMMANDSTATS=<file> writes Redis's INFO commandstats there.
@@ -31,6 +31,31 @@ func BenchmarkWorkerNoop(b *testing.B) {
 }
 
 func benchWorkerNoop(b *testing.B, prefetch, claim int) {
+	r, layout := enqueueNoops(b, nil)
+	ctx := context.Background()
+	r.Client().ConfigResetStat(ctx)
+	pingStart := time.Now()
+	for range 1000 {
+		r.Client().Ping(ctx)
+	}
+	ping := float64(time.Since(pingStart).Microseconds()) / 1000
+
+	cfg := worker.DefaultConfig()
+	cfg.Prefetch, cfg.ClaimBatch = prefetch, claim
+	redisCPU := r.CPUSeconds(b)
+	runUntilAllDone(b, r, layout, cfg)
+	if os.Getenv("SLUICE_BENCH_COMMANDSTATS") != "" {
+		info, _ := r.Client().Info(ctx, "commandstats").Result()
+		os.WriteFile(os.Getenv("SLUICE_BENCH_COMMANDSTATS"), []byte(info), 0o644)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
+	b.ReportMetric(ping, "ping-µs")
+	b.ReportMetric((r.CPUSeconds(b)-redisCPU)/float64(b.N)*1e6, "redis-cpu-µs/job")
+}
+
+// enqueueNoops puts b.N no-op jobs in 100 groups into a Redis of 8
+// partitions, as the relay would; edit, when set, changes each job first.
+func enqueueNoops(b *testing.B, edit func(*job.Job)) (*testenv.RedisServer, queue.Layout) {
 	r := testenv.Redis(b)
 	layout := queue.Layout{Stage: "bench", Partitions: 8}
 	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
@@ -43,8 +68,11 @@ func benchWorkerNoop(b *testing.B, prefetch, claim int) {
 	items := make([]queue.Item, 0, 1000)
 	for i := 0; i < b.N; i++ {
 		id, g := "j"+strconv.Itoa(i), "g"+strconv.Itoa(i%100)
-		env := (&job.Job{ID: id, Type: "noop", Group: g, Topic: "jobs"}).AppendJSON(nil)
-		items = append(items, queue.Item{ID: id, Group: g, Topic: "jobs", Weight: 1, Envelope: env})
+		j := &job.Job{ID: id, Type: "noop", Group: g, Topic: "jobs"}
+		if edit != nil {
+			edit(j)
+		}
+		items = append(items, queue.Item{ID: id, Group: g, Topic: "jobs", Weight: 1, Envelope: j.AppendJSON(nil)})
 		if len(items) == cap(items) || i == b.N-1 {
 			if _, err := p.Enqueue(ctx, 1, items, time.Now()); err != nil {
 				b.Fatal(err)
@@ -52,22 +80,21 @@ func benchWorkerNoop(b *testing.B, prefetch, claim int) {
 			items = items[:0]
 		}
 	}
-	r.Client().ConfigResetStat(ctx)
-	pingStart := time.Now()
-	for range 1000 {
-		r.Client().Ping(ctx)
-	}
-	ping := float64(time.Since(pingStart).Microseconds()) / 1000
+	return r, layout
+}
 
-	cfg := worker.DefaultConfig()
+// runUntilAllDone runs a worker of cfg (its Redis, stage and partitions
+// set here, 8 jobs at once per partition, every type a no-op) and times it
+// from its start until Redis counts b.N jobs done; then stops it.
+func runUntilAllDone(b *testing.B, r *testenv.RedisServer, layout queue.Layout, cfg worker.Config) {
 	cfg.Stage, cfg.Partitions, cfg.RedisAddr = layout.Stage, layout.Partitions, r.Addr()
-	cfg.Workers, cfg.Prefetch, cfg.ClaimBatch = 8, prefetch, claim
+	cfg.Workers = 8
 	w, err := worker.New(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		b.Fatal(err)
 	}
 	w.HandleOther(worker.Noop)
-	redisCPU := r.CPUSeconds(b)
+	ctx := context.Background()
 	b.ResetTimer()
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -81,15 +108,8 @@ func benchWorkerNoop(b *testing.B, prefetch, claim int) {
 		return total >= b.N
 	})
 	b.StopTimer()
-	if os.Getenv("SLUICE_BENCH_COMMANDSTATS") != "" {
-		info, _ := r.Client().Info(ctx, "commandstats").Result()
-		os.WriteFile(os.Getenv("SLUICE_BENCH_COMMANDSTATS"), []byte(info), 0o644)
-	}
 	stop()
 	<-done
-	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "jobs/s")
-	b.ReportMetric(ping, "ping-µs")
-	b.ReportMetric((r.CPUSeconds(b)-redisCPU)/float64(b.N)*1e6, "redis-cpu-µs/job")
 }
 
 // BenchmarkEnqueueToStart: a lightly loaded worker (one job in the system
