@@ -144,8 +144,14 @@ local order, n = {}, 0
 -- A lane gives at most the quantum; past it only when every candidate
 -- read is at its quantum or dry and the claim is still not full.
 local cap = quantum
+-- Whether every lane in the heap has one weight (nil: not looked at since
+-- the heap's lanes changed), and the count of jobs given before which
+-- rounds are not tried again: the per-job steps must not pay a scan of the
+-- heap each.
+local uniform, nextTry = nil, 0
 local function fill()
   hn = 0
+  uniform = nil
   for _, c in ipairs(cand) do
     if c.take < c.left and c.take < cap then hn = hn + 1; heap[hn] = c end
   end
@@ -162,18 +168,27 @@ fill()
 -- the order and the window are checked again after it.
 local function byTime(a, b) return a.score < b.score or (a.score == b.score and a.i < b.i) end
 local function rounds()
+  if n < nextTry then return false end
   local inv = heap[1].inv
+  if uniform == nil then
+    uniform = true
+    for j = 2, hn do
+      if heap[j].inv ~= inv then uniform = false; break end
+    end
+  end
+  if not uniform then return false end
   local r = math.floor((K - n) / hn)
   local lanes = {}
   for j = 1, hn do
     local c = heap[j]
-    if c.inv ~= inv then return false end
     r = math.min(r, math.min(c.left, cap) - c.take)
     lanes[j] = c
   end
-  if r < 1 then return false end
   table.sort(lanes, byTime)
-  if lanes[hn].score >= lanes[1].score + inv then return false end
+  if r < 1 or lanes[hn].score >= lanes[1].score + inv then
+    nextTry = n + hn -- a round's worth of per-job steps first
+    return false
+  end
   local given = 0
   repeat
     for j = 1, hn do
@@ -188,7 +203,7 @@ local function rounds()
       if not byTime(lanes[j-1], lanes[j]) then table.sort(lanes, byTime); break end
     end
   until given == r or lanes[hn].score >= lanes[1].score + inv
-  hn = 0
+  hn, uniform = 0, nil
   for _, c in ipairs(lanes) do
     c.take = c.take + given
     if c.take < c.left and c.take < cap then hn = hn + 1; heap[hn] = c end
@@ -225,6 +240,7 @@ while n < K do
       heap[1] = heap[hn]
       heap[hn] = nil
       hn = hn - 1
+      uniform = nil
     end
     if hn > 1 then siftDown(1) end
   end
