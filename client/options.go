@@ -45,12 +45,12 @@ func newSettings(opts []Option) settings {
 type AckLevel string
 
 const (
-	// AcksLeader waits for the partition leader only: the gate's default,
-	// the lowest latency.
-	AcksLeader AckLevel = "leader"
 	// AcksAll waits for every in-sync replica (the gate's idempotent
-	// producer).
+	// producer): the gate's default, Kafka's own producer default.
 	AcksAll AckLevel = "all"
+	// AcksLeader waits for the partition leader only: lower latency, and
+	// a job is lost if the leader fails before a follower copied it.
+	AcksLeader AckLevel = "leader"
 )
 
 // ID sets the job's id (envelope "id"; for EnqueueGroup, the group's id,
@@ -126,7 +126,7 @@ func Retain(d time.Duration) Option {
 }
 
 // Acks sets how many Kafka replicas must hold the jobs before the gate
-// answers (the Sluice-Acks header). Default: AcksLeader.
+// answers (the Sluice-Acks header). Default: the gate's, AcksAll.
 func Acks(level AckLevel) Option { return option("Acks", func(s *settings) { s.acks = level }) }
 
 // Callback is where the coordinator POSTs a bulk group's results once it

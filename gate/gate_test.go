@@ -309,27 +309,70 @@ func TestExplicitPartition(t *testing.T) {
 	}
 }
 
-func TestAcksAll(t *testing.T) {
+// The default acks level is all, through the idempotent producer (Kafka's
+// own producer default): a POST without Sluice-Acks is written by a
+// producer with a producer id, as are Sluice-Acks: all and ?acks=all;
+// Sluice-Acks: leader (the opt-in) is written by the plain producer, with
+// none. sarama produces idempotently only at acks=all, so the producer id
+// tells which producer wrote the record.
+func TestAcksAllIsTheDefault(t *testing.T) {
 	k := newKafka(t, testenv.Brokers(3))
 	g := startGate(t, k, nil)
-	for _, hdr := range [][]string{{"Sluice-Acks", "all"}, {}} {
-		url := g.url + "/v1/topics/jobs/jobs"
-		if len(hdr) == 0 {
-			url += "?acks=all"
-		}
-		a := post(t, url, `{"type":"t","payload":{"x":"<&>"}}`, hdr...)
+	url := g.url + "/v1/topics/jobs/jobs"
+	for _, c := range []struct {
+		name       string
+		url        string
+		header     []string
+		idempotent bool
+	}{
+		{"no acks given", url, nil, true},
+		{"Sluice-Acks: all", url, []string{"Sluice-Acks", "all"}, true},
+		{"?acks=all", url + "?acks=all", nil, true},
+		{"Sluice-Acks: leader", url, []string{"Sluice-Acks", "leader"}, false},
+		{"?acks=1", url + "?acks=1", nil, false},
+	} {
+		a := post(t, c.url, `{"type":"t","payload":{"x":"<&>"}}`, c.header...)
 		if a.status != http.StatusAccepted {
-			t.Fatalf("acks=all: %d %s", a.status, a.body)
+			t.Fatalf("%s: %d %s", c.name, a.status, a.body)
 		}
 		var acc accepted
 		a.decode(t, &acc)
-		m := readRecord(t, k, "jobs", acc.Partition, acc.Offset)
-		if !bytes.Contains(m.Value, []byte(`{"x":"<&>"}`)) {
-			t.Fatalf("record %s", m.Value)
+		r := readRecordKgo(t, k, "jobs", acc.Partition, acc.Offset)
+		if !bytes.Contains(r.Value, []byte(`{"x":"<&>"}`)) {
+			t.Fatalf("%s: record %s", c.name, r.Value)
+		}
+		if got := r.ProducerID >= 0; got != c.idempotent {
+			t.Errorf("%s: written by the idempotent (acks=all) producer: %v, want %v (producer id %d)", c.name, got, c.idempotent, r.ProducerID)
 		}
 	}
-	if a := post(t, g.url+"/v1/topics/jobs/jobs?acks=2", `{"type":"t"}`); a.status != http.StatusBadRequest {
+	if a := post(t, url+"?acks=2", `{"type":"t"}`); a.status != http.StatusBadRequest {
 		t.Fatalf("acks=2: %d %s", a.status, a.body)
+	}
+}
+
+// readRecordKgo reads the record at offset with franz-go, which, unlike
+// sarama's consumer, shows the producer id a record batch carries.
+func readRecordKgo(t *testing.T, k *testenv.KafkaCluster, topic string, partition int32, offset int64) *kgo.Record {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(k.Brokers()...), kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{
+		topic: {partition: kgo.NewOffset().At(offset)},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		fs := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			t.Fatalf("read %s/%d@%d: %v", topic, partition, offset, err)
+		}
+		for _, r := range fs.Records() {
+			if r.Offset == offset {
+				return r
+			}
+		}
 	}
 }
 
@@ -642,7 +685,7 @@ func TestHealthReadyAndMetrics(t *testing.T) {
 		`sluice_gate_requests_total{code="202",route="batch"} 1`,
 		`sluice_gate_jobs_total{outcome="accepted",topic="jobs"} 3`,
 		`sluice_gate_batch_size_jobs_count 1`,
-		`sluice_gate_produce_duration_seconds_count{acks="leader"} 2`,
+		`sluice_gate_produce_duration_seconds_count{acks="all"} 2`,
 		`sluice_gate_request_duration_seconds_count{route="job"} 2`,
 		`sluice_gate_inflight_requests 0`,
 	} {

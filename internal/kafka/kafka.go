@@ -91,11 +91,15 @@ func (c *Config) Sarama() (*sarama.Config, error) {
 type Acks int
 
 const (
-	// AcksLeader waits for the partition leader only: lowest latency, the
-	// gate's default (as Slack's Kafkagate).
-	AcksLeader Acks = iota
-	// AcksAll waits for every in-sync replica, through an idempotent producer.
-	AcksAll
+	// AcksAll waits for every in-sync replica, through an idempotent
+	// producer: the default (the zero value), as Kafka's own producer's
+	// since 3.0. With min.insync.replicas >= 2 a 2xx survives the loss of
+	// the leader.
+	AcksAll Acks = iota
+	// AcksLeader waits for the partition leader only: lower latency, the
+	// opt-in (Slack's Kafkagate default); a leader lost before its
+	// followers copied the record loses it.
+	AcksLeader
 )
 
 func (a Acks) String() string {
@@ -105,12 +109,13 @@ func (a Acks) String() string {
 	return "leader"
 }
 
-// ParseAcks reads "leader" (also "1" or "") and "all" (also "-1").
+// ParseAcks reads "all" (also "-1" or "", the default) and "leader"
+// (also "1").
 func ParseAcks(s string) (Acks, error) {
 	switch strings.ToLower(s) {
-	case "", "leader", "1":
+	case "leader", "1":
 		return AcksLeader, nil
-	case "all", "-1":
+	case "", "all", "-1":
 		return AcksAll, nil
 	}
 	return 0, fmt.Errorf("acks %q: want leader or all", s)

@@ -119,7 +119,7 @@ func TestErrorClasses(t *testing.T) {
 	if !TooLarge(sarama.ErrMessageSizeTooLarge) || TooLarge(sarama.ErrOutOfBrokers) {
 		t.Error("TooLarge")
 	}
-	for s, want := range map[string]Acks{"": AcksLeader, "leader": AcksLeader, "1": AcksLeader, "all": AcksAll, "ALL": AcksAll, "-1": AcksAll} {
+	for s, want := range map[string]Acks{"": AcksAll, "leader": AcksLeader, "1": AcksLeader, "all": AcksAll, "ALL": AcksAll, "-1": AcksAll} {
 		if got, err := ParseAcks(s); err != nil || got != want {
 			t.Errorf("ParseAcks(%q) = %v %v", s, got, err)
 		}
@@ -129,11 +129,11 @@ func TestErrorClasses(t *testing.T) {
 	}
 }
 
-// Close races with the first acks=all Produce, which creates the second
+// Close races with the first acks=leader Produce, which creates the second
 // producer: under -race nothing is read unsynchronised, that producer is
-// closed with the rest, and an acks=all Produce after Close answers an
+// closed with the rest, and an acks=leader Produce after Close answers an
 // error instead of opening a producer nobody closes.
-func TestCloseWhileTheAcksAllProducerStarts(t *testing.T) {
+func TestCloseWhileTheAcksLeaderProducerStarts(t *testing.T) {
 	k := testenv.Kafka(t, testenv.Topic("jobs", 1))
 	cfg := Config{Brokers: k.Brokers(), ClientID: "test", Version: "3.6.0", Compression: "none"}
 	p, err := NewProducer(&cfg, ProducerOptions{}, slog.New(slog.DiscardHandler))
@@ -144,7 +144,7 @@ func TestCloseWhileTheAcksAllProducerStarts(t *testing.T) {
 	produced := make(chan error, 1)
 	go func() {
 		close(started)
-		_, err := p.Produce(context.Background(), AcksAll, nil)
+		_, err := p.Produce(context.Background(), AcksLeader, nil)
 		produced <- err
 	}()
 	<-started
@@ -152,10 +152,10 @@ func TestCloseWhileTheAcksAllProducerStarts(t *testing.T) {
 		t.Fatalf("close: %v", err)
 	}
 	if err := <-produced; err != nil && !errors.Is(err, errClosed) {
-		t.Fatalf("the racing acks=all Produce: %v", err)
+		t.Fatalf("the racing acks=leader Produce: %v", err)
 	}
-	if _, err := p.Produce(context.Background(), AcksAll, []Message{{Topic: "jobs", Value: []byte("x"), Partition: -1}}); !errors.Is(err, errClosed) {
-		t.Fatalf("an acks=all Produce after Close: %v, want %v", err, errClosed)
+	if _, err := p.Produce(context.Background(), AcksLeader, []Message{{Topic: "jobs", Value: []byte("x"), Partition: -1}}); !errors.Is(err, errClosed) {
+		t.Fatalf("an acks=leader Produce after Close: %v, want %v", err, errClosed)
 	}
 }
 
@@ -199,11 +199,12 @@ func TestLingerSharesRequestsAndAnswersEachCall(t *testing.T) {
 	}
 }
 
-// Kafka down at the first acks=all Produce, then back: the acks=all
+// Kafka down at the first acks=leader Produce, then back: the acks=leader
 // producer is created on a later Produce instead of keeping its first
-// error for the Producer's life (every acks=all request of a gate that
-// started during an outage answered 504 until it restarted).
-func TestAcksAllRecoversFromAFailedStart(t *testing.T) {
+// error for the Producer's life (when the lazy one was acks=all, every
+// such request of a gate that started during an outage answered 504
+// until it restarted).
+func TestAcksLeaderRecoversFromAFailedStart(t *testing.T) {
 	k := testenv.Kafka(t, testenv.Topic("jobs", 1), testenv.DataDir(t.TempDir()))
 	cfg := Config{Brokers: k.Brokers(), ClientID: "test", Version: "3.6.0", Compression: "none"}
 	p, err := NewProducer(&cfg, ProducerOptions{}, slog.New(slog.DiscardHandler))
@@ -215,14 +216,14 @@ func TestAcksAllRecoversFromAFailedStart(t *testing.T) {
 	msg := []Message{{Topic: "jobs", Value: []byte("x"), Partition: -1}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := p.Produce(ctx, AcksAll, msg); err == nil {
-		t.Fatal("an acks=all Produce with Kafka down succeeded")
+	if _, err := p.Produce(ctx, AcksLeader, msg); err == nil {
+		t.Fatal("an acks=leader Produce with Kafka down succeeded")
 	}
 	k.Start()
-	testenv.WaitFor(t, 30*time.Second, "an acks=all Produce once Kafka is back", func() bool {
+	testenv.WaitFor(t, 30*time.Second, "an acks=leader Produce once Kafka is back", func() bool {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		res, err := p.Produce(ctx, AcksAll, msg)
+		res, err := p.Produce(ctx, AcksLeader, msg)
 		return err == nil && res[0].Err == nil
 	})
 }

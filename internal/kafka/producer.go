@@ -35,24 +35,26 @@ type Result struct {
 }
 
 // Producer writes to Kafka at either acks level. One sarama client has one
-// acks level, so it holds two: a leader-acks producer and an all-replicas
-// idempotent one, created on first use.
+// acks level, so it holds two: the all-replicas idempotent producer, the
+// default (Kafka's own producer default since 3.0), created with the
+// Producer, and a leader-acks producer, created on first use by a request
+// that opts in.
 type Producer struct {
 	cfg    *sarama.Config
 	addrs  []string
 	log    *slog.Logger
-	leader sarama.AsyncProducer
-	client sarama.Client // the leader producer's client, shared with Catalog
+	all    sarama.AsyncProducer
+	client sarama.Client // the acks=all producer's client, shared with Catalog
 
-	// The acks=all producer, created on first use. A creation that failed
-	// (Kafka down) is tried again on a later use, at most once every
-	// allRetryEvery: its error is not kept for the Producer's life.
-	allMu       sync.Mutex
-	all         sarama.AsyncProducer
-	allErr      error
-	allFailedAt time.Time
-	allClosed   bool
-	now         func() time.Time
+	// The leader-acks producer, created on first use. A creation that
+	// failed (Kafka down) is tried again on a later use, at most once every
+	// lazyRetryEvery: its error is not kept for the Producer's life.
+	leaderMu       sync.Mutex
+	leader         sarama.AsyncProducer
+	leaderErr      error
+	leaderFailedAt time.Time
+	leaderClosed   bool
+	now            func() time.Time
 
 	closeMu sync.RWMutex
 	closed  bool
@@ -92,59 +94,58 @@ func NewProducer(c *Config, opts ProducerOptions, log *slog.Logger) (*Producer, 
 		base.Producer.Flush.Frequency = opts.Linger
 		base.Producer.Flush.Messages = cmp.Or(opts.LingerMessages, 64)
 	}
-	leaderCfg := *base
-	leaderCfg.Producer.RequiredAcks = sarama.WaitForLocal
+	allCfg := *base
+	allCfg.Producer.RequiredAcks = sarama.WaitForAll
+	allCfg.Producer.Idempotent = true
+	allCfg.Net.MaxOpenRequests = 1 // sarama requires it for idempotence
+	if allCfg.Producer.Retry.Max < 1 {
+		allCfg.Producer.Retry.Max = 1
+	}
 	// No context to hand down yet: Explain's diagnosis is bounded by its
 	// own timeouts.
-	client, err := c.Connect(context.Background(), &leaderCfg)
+	client, err := c.Connect(context.Background(), &allCfg)
 	if err != nil {
 		return nil, err
 	}
-	leader, err := sarama.NewAsyncProducerFromClient(client)
+	all, err := sarama.NewAsyncProducerFromClient(client)
 	if err != nil {
 		client.Close()
 		return nil, err
 	}
-	p := &Producer{cfg: base, addrs: c.Brokers, log: log, leader: leader, client: client, now: time.Now}
-	p.dispatch(leader)
+	p := &Producer{cfg: base, addrs: c.Brokers, log: log, all: all, client: client, now: time.Now}
+	p.dispatch(all)
 	return p, nil
 }
 
 // Client is the producer's sarama client, for metadata.
 func (p *Producer) Client() sarama.Client { return p.client }
 
-// allRetryEvery spaces the attempts to create the acks=all producer while
-// Kafka cannot be reached: each costs a metadata round to every broker.
-const allRetryEvery = time.Second
+// lazyRetryEvery spaces the attempts to create the leader-acks producer
+// while Kafka cannot be reached: each costs a metadata round to every broker.
+const lazyRetryEvery = time.Second
 
-// allProducer returns the all-replicas producer, creating it on first use.
-// It is idempotent: a retried batch is not written twice. A failed
-// creation answers its error until allRetryEvery has passed, then tries
-// again.
-func (p *Producer) allProducer() (sarama.AsyncProducer, error) {
-	p.allMu.Lock()
-	defer p.allMu.Unlock()
+// leaderProducer returns the leader-acks producer, creating it on first
+// use. A failed creation answers its error until lazyRetryEvery has passed,
+// then tries again.
+func (p *Producer) leaderProducer() (sarama.AsyncProducer, error) {
+	p.leaderMu.Lock()
+	defer p.leaderMu.Unlock()
 	switch {
-	case p.allClosed:
+	case p.leaderClosed:
 		return nil, errClosed
-	case p.all != nil:
-		return p.all, nil
-	case p.allErr != nil && p.now().Sub(p.allFailedAt) < allRetryEvery:
-		return nil, p.allErr
+	case p.leader != nil:
+		return p.leader, nil
+	case p.leaderErr != nil && p.now().Sub(p.leaderFailedAt) < lazyRetryEvery:
+		return nil, p.leaderErr
 	}
 	cfg := *p.cfg
-	cfg.Producer.RequiredAcks = sarama.WaitForAll
-	cfg.Producer.Idempotent = true
-	cfg.Net.MaxOpenRequests = 1 // sarama requires it for idempotence
-	if cfg.Producer.Retry.Max < 1 {
-		cfg.Producer.Retry.Max = 1
-	}
+	cfg.Producer.RequiredAcks = sarama.WaitForLocal
 	ap, err := sarama.NewAsyncProducer(p.addrs, &cfg)
 	if err != nil {
-		p.allErr, p.allFailedAt = fmt.Errorf("connect the acks=all producer: %w", err), p.now()
-		return nil, p.allErr
+		p.leaderErr, p.leaderFailedAt = fmt.Errorf("connect the acks=leader producer: %w", err), p.now()
+		return nil, p.leaderErr
 	}
-	p.all, p.allErr = ap, nil
+	p.leader, p.leaderErr = ap, nil
 	p.dispatch(ap)
 	return ap, nil
 }
@@ -220,10 +221,10 @@ func (p *Producer) handOver(ctx context.Context, acks Acks, msgs []Message) (*pe
 	if p.closed {
 		return pend, errClosed
 	}
-	ap := p.leader
-	if acks == AcksAll {
+	ap := p.all
+	if acks == AcksLeader {
 		var err error
-		if ap, err = p.allProducer(); err != nil {
+		if ap, err = p.leaderProducer(); err != nil {
 			return pend, err
 		}
 	}
@@ -257,28 +258,28 @@ func (p *Producer) handOver(ctx context.Context, acks Acks, msgs []Message) (*pe
 	return pend, nil
 }
 
-// errClosed answers an acks=all Produce after Close.
+// errClosed answers an acks=leader Produce after Close.
 var errClosed = errors.New("kafka producer closed")
 
 // Close flushes what is buffered and closes both producers and the client.
 // Call it after the last Produce has returned.
 func (p *Producer) Close() error {
-	// Under allMu: an acks=all producer being created right now is
-	// finished (and closed below) before Close reads p.all, and none is
+	// Under leaderMu: a leader-acks producer being created right now is
+	// finished (and closed below) before Close reads p.leader, and none is
 	// created after.
-	p.allMu.Lock()
-	p.allClosed = true
-	all := p.all
-	p.allMu.Unlock()
+	p.leaderMu.Lock()
+	p.leaderClosed = true
+	leader := p.leader
+	p.leaderMu.Unlock()
 	p.closeMu.Lock()
 	defer p.closeMu.Unlock()
 	if p.closed {
 		return nil
 	}
 	p.closed = true
-	errs := []error{p.leader.Close()}
-	if all != nil {
-		errs = append(errs, all.Close())
+	errs := []error{p.all.Close()}
+	if leader != nil {
+		errs = append(errs, leader.Close())
 	}
 	p.wg.Wait()
 	if !p.client.Closed() {
