@@ -7,7 +7,8 @@
 #   3. the gate at half its measured single-job rate, open loop, for p50/p99,
 #      and the same open loop against the bare handler: the generator's floor.
 # Usage: loadtest/gate-bench.sh   (make bench-gate builds and runs it)
-# Env: BIN (default bin/sluice), DURATION (default 20s), CONNS (default 64).
+# Env: BIN (default bin/sluice), DURATION (default 20s), CONNS (default 64),
+# ACKS (leader or all; default empty: the gate's default, all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${BIN:-bin/sluice}
@@ -46,24 +47,25 @@ gate=$(free_port)
 wait_http "http://127.0.0.1:$bare/"
 wait_http "http://127.0.0.1:$gate/readyz"
 url="http://127.0.0.1:$gate/v1/topics/jobs/jobs"
-curl -fsS -o /dev/null -X POST "$url" -d @"$work/single.json" # warm up metadata and connections
+acks="${ACKS:+?acks=$ACKS}"
+curl -fsS -o /dev/null -X POST "$url$acks" -d @"$work/single.json" # warm up metadata and connections
 
 # Batches last: kfake keeps every record in the gate process's heap, so the
 # millions they write would slow the collector for every later step.
 bare_out=$(wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$work/single.lua" "http://127.0.0.1:$bare/")
 bare_rps=$(rps <<<"$bare_out")
-single_out=$(wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$work/single.lua" "$url")
+single_out=$(wrk -t2 -c"$CONNS" -d"$DURATION" --latency -s "$work/single.lua" "$url$acks")
 single_rps=$(rps <<<"$single_out")
 half=$(( single_rps / 2 ))
-open_out=$("$BIN" loadtest gate --url "$url" --rate "$half" --duration "$DURATION" --conns "$CONNS")
+open_out=$("$BIN" loadtest gate --url "$url$acks" --rate "$half" --duration "$DURATION" --conns "$CONNS")
 # The generator's own floor: the same open loop against the bare handler.
 floor_out=$("$BIN" loadtest gate --url "http://127.0.0.1:$bare/x/jobs" --rate "$half" --duration "$DURATION" --conns "$CONNS")
-batch_out=$(wrk -t2 -c16 -d"$DURATION" --latency -s "$work/batch.lua" "$url:batch")
+batch_out=$(wrk -t2 -c16 -d"$DURATION" --latency -s "$work/batch.lua" "$url:batch$acks")
 batch_jobs=$(( $(rps <<<"$batch_out") * 100 ))
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", a/b}'; }
 cat <<REPORT
-gate benchmark on $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ), duration $DURATION per step
+gate benchmark on $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ), duration $DURATION per step, acks ${ACKS:-all (the default)}
 | measurement                                   | result          | vs bare handler |
 |-----------------------------------------------|-----------------|-----------------|
 | bare Go handler, wrk -t2 -c$CONNS                  | $bare_rps req/s | 1.00 |
