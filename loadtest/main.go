@@ -71,6 +71,7 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ep.Gate, "gate", def.Gate, "the gate's base URL")
 	fs.StringVar(&c.ep.Topic, "topic", def.Topic, "the job topic")
 	fs.StringVar(&c.ep.Token, "token", "", "bearer token for the gate")
+	fs.StringVar(&c.ep.Acks, "acks", "", `the acks level of every job posted ("leader" or "all"; default: the gate's, all)`)
 	fs.StringVar(&c.ep.Redis, "redis", def.Redis, "Redis address (completion times, done counters, memory)")
 	fs.StringVar(&c.ep.Consul, "consul", def.Consul, "Consul HTTP address (ratelimit and scaling set keys there)")
 	fs.StringVar(&c.ep.Relay, "relay", def.Relay, "the relay's metrics base URL")

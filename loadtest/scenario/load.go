@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -98,6 +99,8 @@ type Load struct {
 	Gate  string // the gate's base URL, http://host:port
 	Topic string
 	Token string
+	// Acks is the ?acks= of every request; "" leaves it to the gate.
+	Acks string
 	// Rate is requests per second, sent whatever the answers (open loop);
 	// 0 sends the next request as soon as a connection has its answer
 	// (closed loop, Conns in flight).
@@ -146,6 +149,9 @@ func (l *Load) url() string {
 	u := strings.TrimSuffix(l.Gate, "/") + "/v1/topics/" + l.Topic + "/jobs"
 	if l.batch() > 1 {
 		u += ":batch"
+	}
+	if l.Acks != "" {
+		u += "?acks=" + url.QueryEscape(l.Acks)
 	}
 	return u
 }

@@ -42,7 +42,7 @@ func (r *Runner) Endpoints() Endpoints { return r.ep }
 
 // load returns a Load aimed at the runner's gate.
 func (r *Runner) load(name string, w *Workload) *Load {
-	return &Load{Name: name, Gate: r.ep.Gate, Topic: r.ep.Topic, Token: r.ep.Token, Work: w}
+	return &Load{Name: name, Gate: r.ep.Gate, Topic: r.ep.Topic, Token: r.ep.Token, Acks: r.ep.Acks, Work: w}
 }
 
 // Phase is streams of load run together, then (WaitDone) the wait until

@@ -20,9 +20,12 @@ import (
 // Endpoints is where the pipeline under test is: sluice dev's defaults, or
 // a deployment's addresses. The metrics URLs are the parts' /metrics.
 type Endpoints struct {
-	Gate        string `json:"gate"` // http://host:port
-	Topic       string `json:"topic"`
-	Token       string `json:"-"`
+	Gate  string `json:"gate"` // http://host:port
+	Topic string `json:"topic"`
+	Token string `json:"-"`
+	// Acks is the acks level the jobs are posted with (?acks=): "" for the
+	// gate's default (all), "leader" or "all".
+	Acks        string `json:"acks,omitempty"`
 	Redis       string `json:"redis"` // host:port
 	Consul      string `json:"consul"`
 	Relay       string `json:"relay"`       // http://host:port of its /metrics
