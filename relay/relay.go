@@ -233,7 +233,9 @@ func (r *Relay) runTopic(ctx context.Context, topic string) error {
 			err = r.relayTopic(lctx, topic, lease, th, log)
 		}
 		if errors.Is(err, queue.ErrFenced) {
-			log.Error("a newer lock holder wrote to Redis: this relay is deposed and stops writing", "token", lease.Token())
+			log.Error("a Redis partition holds a newer lock token than this relay's: it is deposed, stops writing and gives up the lock. "+
+				"If no other relay of the topic runs, Consul lost its state and restarted its LockIndex: stop every relay of the topic and "+
+				"delete the topic's fences (docs/redis-layout.md, \"Fencing tokens and Consul state\")", "token", lease.Token(), "err", err)
 		}
 		return err
 	})

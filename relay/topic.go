@@ -43,7 +43,14 @@ type topicRun struct {
 }
 
 // relayTopic relays every partition of topic while lctx lives (the lease).
+// Unless it is a shadow, it first raises the topic's fence in every Redis
+// partition (raiseFence): nothing it does before can write.
 func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lease, th *throttle, log *slog.Logger) error {
+	if !r.cfg.Shadow {
+		if err := r.raiseFence(lctx, topic, lease, log); err != nil {
+			return err
+		}
+	}
 	sc, err := r.saramaConfig()
 	if err != nil {
 		return err
@@ -63,6 +70,9 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 		return err
 	}
 	if committed == nil && !r.cfg.Shadow {
+		if !lease.Valid() {
+			return errLeaseLost
+		}
 		if err := seedGroup(client, group, topic, parts, log); err != nil {
 			return err
 		}
@@ -374,15 +384,20 @@ func (t *topicRun) relayBatch(ctx context.Context, batch []*sarama.ConsumerMessa
 		return nil
 	}
 	if len(poison) > 0 {
-		if err := r.produce(ctx, t.lease, poison, log); err != nil {
+		if err := t.produce(ctx, poison, log); err != nil {
+			if errors.Is(err, queue.ErrFenced) {
+				r.m.jobs.WithLabelValues(topic, "fenced").Add(float64(len(poison)))
+			}
 			return err
 		}
 		r.m.jobs.WithLabelValues(topic, "dead_lettered").Add(float64(len(poison)))
-		r.countStage(ctx, topic, queue.StageDeadLettered, len(poison), log)
+		if err := t.countStage(ctx, queue.StageDeadLettered, len(poison), log); err != nil {
+			return err
+		}
 		log.Warn("poison messages sent to the DLQ", "count", len(poison), "dlq", kafka.DLQTopic(topic), "first_reason", string(poison[0].Headers[0].Value))
 	}
 	if len(items) == 0 {
-		return r.cancelGroups(ctx, topic, cancels, log)
+		return t.cancelGroups(ctx, cancels, log)
 	}
 	results, err := t.co.Enqueue(ctx, items) // merged with the other partitions' waiting batches
 	if traced != nil {
@@ -391,15 +406,24 @@ func (t *topicRun) relayBatch(ctx context.Context, batch []*sarama.ConsumerMessa
 	if err != nil {
 		return err
 	}
-	if err := r.cancelGroups(ctx, topic, cancels, log); err != nil {
+	// Fenced: deposed. Stop before any other side effect of the batch.
+	fenced := 0
+	for _, res := range results {
+		if res.Outcome == queue.Fenced {
+			fenced++
+		}
+	}
+	if fenced > 0 {
+		r.m.jobs.WithLabelValues(topic, "fenced").Add(float64(fenced))
+		return queue.ErrFenced
+	}
+	if err := t.cancelGroups(ctx, cancels, log); err != nil {
 		return err
 	}
 	var again []kafka.Message
 	counts := map[string]int{}
 	for i, res := range results {
 		switch res.Outcome {
-		case queue.Fenced:
-			return queue.ErrFenced
 		case queue.Failed:
 			msg := r.requeue(topic, from[i], res.Err)
 			again = append(again, msg)
@@ -413,11 +437,18 @@ func (t *topicRun) relayBatch(ctx context.Context, batch []*sarama.ConsumerMessa
 		}
 	}
 	if len(again) > 0 {
-		if err := r.produce(ctx, t.lease, again, log); err != nil {
+		if err := t.produce(ctx, again, log); err != nil {
+			if errors.Is(err, queue.ErrFenced) {
+				r.m.jobs.WithLabelValues(topic, "fenced").Add(float64(len(again)))
+			}
 			return err
 		}
-		r.countStage(ctx, topic, queue.StageRequeued, counts["requeued"], log)
-		r.countStage(ctx, topic, queue.StageDeadLettered, counts["dead_lettered"], log)
+		if err := t.countStage(ctx, queue.StageRequeued, counts["requeued"], log); err != nil {
+			return err
+		}
+		if err := t.countStage(ctx, queue.StageDeadLettered, counts["dead_lettered"], log); err != nil {
+			return err
+		}
 	}
 	for outcome, n := range counts {
 		r.m.jobs.WithLabelValues(topic, outcome).Add(float64(n))
@@ -429,24 +460,44 @@ func (t *topicRun) relayBatch(ctx context.Context, batch []*sarama.ConsumerMessa
 // messages produced to Kafka again or to the DLQ. Best effort, after the
 // produce and before the commit: a relay that dies between the two counts
 // them again when it relays them again (the funnel's docs say so), and a
-// count Redis refuses is logged and lost, showing as a gap.
-func (r *Relay) countStage(ctx context.Context, topic, stage string, n int, log *slog.Logger) {
+// count Redis refuses is logged and lost, showing as a gap. Fenced by the
+// lease's token: a deposed relay's count is refused (the new holder counts
+// the same records when it relays them again), and the error wrapping
+// queue.ErrFenced, or errLeaseLost, is returned so that the relay stops.
+func (t *topicRun) countStage(ctx context.Context, stage string, n int, log *slog.Logger) error {
 	if n == 0 {
-		return
+		return nil
 	}
-	if err := r.pool.CountStage(ctx, topic, stage, false, int64(n)); err != nil {
+	if !t.lease.Valid() {
+		return errLeaseLost
+	}
+	err := t.r.pool.CountStageFenced(ctx, t.lease.Token(), t.topic, stage, int64(n))
+	if errors.Is(err, queue.ErrFenced) {
+		return err
+	}
+	if err != nil {
 		log.Warn("counting the funnel's stage failed", "stage", stage, "jobs", n, "err", err)
 	}
+	return nil
 }
 
 // cancelGroups cancels bulk groups whose submission failed halfway,
 // retrying while Redis cannot serve: the cancel is settled, and its offset
-// committed, only once Redis took it.
-func (r *Relay) cancelGroups(ctx context.Context, topic string, groups []string, log *slog.Logger) error {
-	for _, g := range groups {
+// committed, only once Redis took it. Each cancel is fenced by the lease's
+// token: a deposed relay's is refused, and the relay stops.
+func (t *topicRun) cancelGroups(ctx context.Context, groups []string, log *slog.Logger) error {
+	r, topic := t.r, t.topic
+	for i, g := range groups {
 		failures := 0
 		for {
-			n, err := r.pool.CancelGroup(ctx, topic, g, r.now())
+			if !t.lease.Valid() {
+				return errLeaseLost
+			}
+			n, err := r.pool.CancelGroupFenced(ctx, t.lease.Token(), topic, g, r.now())
+			if errors.Is(err, queue.ErrFenced) {
+				r.m.jobs.WithLabelValues(topic, "fenced").Add(float64(len(groups) - i))
+				return err
+			}
 			if err == nil {
 				// Settled once the replicas have it, as an enqueue.
 				err = r.waitReplicas(ctx, topic, []queue.Queue{r.pool.Layout().QueueOf(topic, g, "")})
@@ -560,11 +611,30 @@ func (t *topicRun) enqueue(ctx context.Context, items []queue.Item) ([]queue.Res
 // produce writes records to Kafka (all replicas), retrying until Kafka
 // takes them: a message is only settled, and its offset committed, once its
 // dead letter or requeued copy is durable.
-func (r *Relay) produce(ctx context.Context, lease *consul.Lease, msgs []kafka.Message, log *slog.Logger) error {
+//
+// Kafka cannot refuse a deposed relay's record, so before each try the
+// relay checks its lease and then the fence in Redis (queue.CheckFence),
+// which every new holder raises before it writes: a relay that was deposed
+// before the check produces nothing and stops (an error wrapping
+// queue.ErrFenced). One paused between the check and Kafka's answer can
+// still add a copy of a record the new holder also produces
+// (docs/relay.md says what that costs).
+func (t *topicRun) produce(ctx context.Context, msgs []kafka.Message, log *slog.Logger) error {
+	r := t.r
 	failures := 0
 	for {
-		if !lease.Valid() {
+		if !t.lease.Valid() {
 			return errLeaseLost
+		}
+		if err := r.pool.CheckFence(ctx, t.topic, t.lease.Token()); err != nil {
+			if errors.Is(err, queue.ErrFenced) || ctx.Err() != nil {
+				return err
+			}
+			log.Warn("cannot check the fence before producing to Kafka; retrying", "err", err)
+			if err := waitBackoff(ctx, &failures); err != nil {
+				return err
+			}
+			continue
 		}
 		results, err := r.producer.Produce(ctx, kafka.AcksAll, msgs)
 		if err != nil {

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -56,18 +57,24 @@ const endedKeep = 24 * time.Hour
 // its whole length off the partition's ready count (they can no longer be
 // claimed); later calls only remove entries. The funnel's cancelled field
 // of the group's topic counts the removed jobs.   KEYS[6] results:<g>
+// KEYS[7] fence:<topic>
 // ARGV[1] now, Unix ms   ARGV[2] seconds to keep an ended group
 // ARGV[3] the group's name   ARGV[4] its lane's name   ARGV[5] the queue's
-// topic   ARGV[6..] entries
-// Returns how many jobs it removed.
+// topic   ARGV[6] the relay's lock token, or 0 for a cancel that holds no
+// lock (the admin API's)   ARGV[7..] entries
+// Returns how many jobs it removed, or -1 when the token is older than the
+// fence (a deposed relay's cancel: nothing changed).
 var cancelScript = newScript(luaGroupEnded + luaFunnel + luaLanes + `
+if ARGV[6] ~= '0' and tonumber(ARGV[6]) < tonumber(redis.call('GET', KEYS[7]) or '0') then
+  return -1
+end
 local now, keep, name = ARGV[1], ARGV[2], ARGV[3]
 redis.call('HSETNX', KEYS[1], 'cancelled_ms', now)
 if redis.call('ZREM', KEYS[3], ARGV[4]) == 1 then
   redis.call('HINCRBY', KEYS[5], 'ready', -redis.call('LLEN', KEYS[2]))
 end
 local removed, res = 0, {}
-for i = 6, #ARGV do
+for i = 7, #ARGV do
   if redis.call('LREM', KEYS[2], 1, ARGV[i]) == 1 then
     removed = removed + 1
     local _, id = entryHead(ARGV[i])
@@ -88,6 +95,22 @@ return removed
 // when the relay brings them. Running jobs finish. It returns how many
 // ready jobs it removed.
 func (p *Pool) CancelGroup(ctx context.Context, topic, group string, now time.Time) (int, error) {
+	return p.cancelGroup(ctx, 0, topic, group, now)
+}
+
+// CancelGroupFenced is CancelGroup for the relay, which cancels under its
+// lock: with token (non-zero) older than the topic's fence in the group's
+// partition it changes nothing and returns an error wrapping ErrFenced. A
+// cancel of many chunks that a newer holder fences midway has removed some
+// jobs; the new holder relays the same cancel record and finishes it.
+func (p *Pool) CancelGroupFenced(ctx context.Context, token uint64, topic, group string, now time.Time) (int, error) {
+	if token == 0 {
+		return 0, errors.New("queue: CancelGroupFenced needs a lock token (0 is no token)")
+	}
+	return p.cancelGroup(ctx, token, topic, group, now)
+}
+
+func (p *Pool) cancelGroup(ctx context.Context, token uint64, topic, group string, now time.Time) (int, error) {
 	q := p.layout.QueueOf(topic, group, "")
 	k, c := p.layout.Keys(q), p.byPart[q.Part]
 	lane := LaneOf(group, "", "", 0)
@@ -104,8 +127,8 @@ func (p *Pool) CancelGroup(ctx context.Context, topic, group string, now time.Ti
 				return total, nil
 			}
 		}
-		keys := []string{k.Group(group), k.Lane(lane), k.Lanes(), k.Completed(), k.Stats(), k.Results(group)}
-		args := []any{now.UnixMilli(), keep, group, lane, topic}
+		keys := []string{k.Group(group), k.Lane(lane), k.Lanes(), k.Completed(), k.Stats(), k.Results(group), k.Fence()}
+		args := []any{now.UnixMilli(), keep, group, lane, topic, strconv.FormatUint(token, 10)}
 		for _, e := range entries {
 			args = append(args, e)
 		}
@@ -114,6 +137,9 @@ func (p *Pool) CancelGroup(ctx context.Context, topic, group string, now time.Ti
 			return total, fmt.Errorf("cancelling group %s: %w", group, err)
 		}
 		n, _ := res.(int64)
+		if n < 0 {
+			return total, fmt.Errorf("cancelling group %s: %w", group, ErrFenced)
+		}
 		total += int(n)
 	}
 }
