@@ -120,7 +120,7 @@ func (b *bed) deadJob(t *testing.T, id, group, topic, cause string) (queue.Queue
 		t.Fatal(err)
 	}
 	q := b.layout.QueueOf(topic, group, id)
-	jobs, err := b.pool.Claim(ctx, q, 10, time.Now().Add(time.Minute))
+	jobs, err := b.pool.Claim(ctx, q, 10, time.Minute)
 	if err != nil || len(jobs) != 1 || jobs[0].ID != id {
 		t.Fatalf("claim: %v %v", jobs, err)
 	}
@@ -137,7 +137,7 @@ func (b *bed) claimAll(t *testing.T, topics ...string) map[string]queue.Claimed 
 	out := map[string]queue.Claimed{}
 	for _, topic := range topics {
 		for part := range b.layout.Partitions {
-			jobs, err := b.pool.Claim(context.Background(), queue.Queue{Topic: topic, Part: part}, 100, time.Now().Add(time.Minute))
+			jobs, err := b.pool.Claim(context.Background(), queue.Queue{Topic: topic, Part: part}, 100, time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -514,7 +514,7 @@ func TestAdminGroupsAndPartitions(t *testing.T) {
 	}
 	q := b.layout.QueueOf("jobs", "news", "")
 	part := q.Part
-	jobs, err := b.pool.Claim(ctx, q, 2, time.Now().Add(time.Minute))
+	jobs, err := b.pool.Claim(ctx, q, 2, time.Minute)
 	if err != nil || len(jobs) != 2 {
 		t.Fatal(jobs, err)
 	}

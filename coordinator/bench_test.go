@@ -46,7 +46,7 @@ func BenchmarkAggregate(b *testing.B) {
 		if _, err := pool.Enqueue(ctx, 1, items, now); err != nil {
 			b.Fatal(err)
 		}
-		jobs, err := pool.Claim(ctx, q, 1000, now.Add(time.Hour))
+		jobs, err := pool.Claim(ctx, q, 1000, time.Hour)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -102,7 +102,7 @@ func (cp *canaryPipeline) consume(ctx context.Context, part int) {
 			}
 			continue
 		}
-		jobs, err := cp.b.pool.Claim(ctx, q, 10, time.Now().Add(time.Minute))
+		jobs, err := cp.b.pool.Claim(ctx, q, 10, time.Minute)
 		if err != nil || len(jobs) == 0 {
 			// Idle: block on the wake list, as the worker does.
 			cp.b.pool.Client(part).BLPop(ctx, 200*time.Millisecond, wake)

@@ -102,7 +102,7 @@ func (b *bed) completeGroupOf(t *testing.T, topic, group, url string, items []ou
 	}
 	var done []queue.Done
 	for ended := 0; ended < len(items); {
-		jobs, err := b.pool.Claim(ctx, q, 100, now.Add(lease))
+		jobs, err := b.pool.Claim(ctx, q, 100, lease)
 		if err != nil || len(jobs) == 0 {
 			t.Fatalf("claim: %v %v", jobs, err)
 		}

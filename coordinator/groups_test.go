@@ -361,7 +361,7 @@ func TestACancelledGroupsCallbackListsItsCancelledItems(t *testing.T) {
 	if _, err := b.pool.Enqueue(ctx, 1, batch, now); err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := b.pool.Claim(ctx, jobsP0, 1, now.Add(time.Minute))
+	jobs, err := b.pool.Claim(ctx, jobsP0, 1, time.Minute)
 	if err != nil || len(jobs) != 1 || jobs[0].ID != "c.0" {
 		t.Fatalf("claim: %v %v", jobs, err)
 	}

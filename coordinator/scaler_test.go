@@ -120,7 +120,7 @@ func (b *bed) backlogOf(t *testing.T, topic string, part, n int) {
 func (b *bed) drain(t *testing.T, part int) {
 	t.Helper()
 	for {
-		jobs, err := b.pool.Claim(context.Background(), queue.Queue{Topic: "jobs", Part: part}, 1000, time.Now().Add(time.Hour))
+		jobs, err := b.pool.Claim(context.Background(), queue.Queue{Topic: "jobs", Part: part}, 1000, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -208,7 +208,7 @@ func TestGroupStatusAndCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	part := layout.QueueOf("jobs", "grp", "")
-	claimed, err := p.Claim(ctx, part, 3, time.Now().Add(time.Minute))
+	claimed, err := p.Claim(ctx, part, 3, time.Minute)
 	if err != nil || len(claimed) != 3 {
 		t.Fatalf("claim: %v %v", claimed, err)
 	}

@@ -116,6 +116,11 @@ type Config struct {
 	// Now is the clock. No flag: set it in code (tests). Default nil:
 	// time.Now.
 	Now func() time.Time
+	// ClockSkew is a test knob: it moves Now by this much, as a host whose
+	// clock is off would (the chaos suite runs a worker with 5m). Leases
+	// are judged by Redis's clock, so it must change nothing about them.
+	// Default 0.
+	ClockSkew time.Duration
 }
 
 // DefaultConfig is the configuration sluice worker starts from, the
@@ -163,6 +168,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Config.RegisterFlags(fs)
 	fs.Lookup("consul-addr").Usage = "Consul HTTP address whose KV holds the execution rate limits, sluice/<stage>/limits/<resource>; empty: no limits"
 	cli.DurationVar(fs, &c.RateLimitLead, "rate-limit-lead", c.RateLimitLead, "how long before its slot a throttled job comes back from delayed, to wait the rest in process")
+	// Negative too: a clock behind. (cli.DurationVar refuses negatives.)
+	fs.DurationVar(&c.ClockSkew, "clock-skew", c.ClockSkew, "test knob: run this worker's clock off by this much (e.g. 5m, -5m), as a host with a wrong clock would; leases go by Redis's clock, not the worker's")
 	cli.DurationVar(fs, &c.RateLimitMargin, "rate-limit-margin", c.RateLimitMargin, "slack per second in a limit's slot spacing (costs margin/1s of the rate): lets a schedule delayed by late starts catch up")
 }
 

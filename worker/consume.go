@@ -48,11 +48,12 @@ type consumer struct {
 	acks   chan ackRequest
 
 	mu       sync.Mutex
-	held     map[heldKey]*heldJob // claimed, not yet settled: waiting, running or acking
-	waiting  []*heldJob           // claimed, not started, in the order served
-	acking   int                  // held jobs whose handler is done, their ack not yet answered
-	draining bool                 // shutdown cut running jobs short
-	avgRun   time.Duration        // moving average of handler run times; 0 before the first
+	held     map[heldKey]*heldJob   // claimed, not yet settled: waiting, running or acking
+	leases   map[string]*leaseState // by batch, for each batch held
+	waiting  []*heldJob             // claimed, not started, in the order served
+	acking   int                    // held jobs whose handler is done, their ack not yet answered
+	draining bool                   // shutdown cut running jobs short
+	avgRun   time.Duration          // moving average of handler run times; 0 before the first
 	// finished is the moving average of jobs finished per second, over
 	// windows of rateWindow; 0 before the first window.
 	finished    float64
@@ -82,10 +83,14 @@ type heldJob struct {
 	q       queue.Queue // the queue it was claimed from: its settlement goes there
 	claimed queue.Claimed
 	env     []byte
-	cancel  context.CancelFunc // set while its handler runs; under consumer.mu
-	lost    bool               // the lease is gone (reaped); under consumer.mu
-	acking  bool               // handed to the acker, which forgets it; under consumer.mu
-	jobType string             // once its envelope is read
+	cancel  context.CancelCauseFunc // set while its handler runs; under consumer.mu
+	// lost: the lease is gone (reaped), or given up because it could not
+	// be extended (why says which); this worker does not settle the job.
+	// Under consumer.mu.
+	lost    bool
+	why     error
+	acking  bool   // handed to the acker, which forgets it; under consumer.mu
+	jobType string // once its envelope is read
 	// trace is the job's trace context from its envelope; invalid
 	// unless tracing is on and the envelope carries one (tracing.go).
 	trace      trace.SpanContext
@@ -99,7 +104,7 @@ func (w *Worker) newConsumer(part int) *consumer {
 	w.mu.RUnlock()
 	return &consumer{
 		w: w, part: part, topics: newTopicChooser(w.cfg.Topics, part, w.cfg.Strict), log: w.log.With("partition", part), slots: s,
-		acks: make(chan ackRequest, maxAckBatch), held: map[heldKey]*heldJob{},
+		acks: make(chan ackRequest, maxAckBatch), held: map[heldKey]*heldJob{}, leases: map[string]*leaseState{},
 	}
 }
 
@@ -149,7 +154,10 @@ func (c *consumer) run(ctx context.Context) {
 			}
 			continue
 		}
-		jobs, err := w.pool.Claim(ctx, t.q, min(room, w.cfg.ClaimBatch), w.cfg.Now().Add(w.cfg.Lease))
+		// The lease starts when Redis runs the claim, by its clock: after
+		// this moment by ours (the watchdog counts from it).
+		sent := time.Now()
+		jobs, err := w.pool.Claim(ctx, t.q, min(room, w.cfg.ClaimBatch), w.cfg.Lease)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -174,6 +182,9 @@ func (c *consumer) run(ctx context.Context) {
 			h := &heldJob{q: t.q, claimed: j, env: j.Envelope}
 			c.held[h.key()] = h
 			c.waiting = append(c.waiting, h)
+			if c.leases[j.Batch] == nil {
+				c.leases[j.Batch] = &leaseState{q: t.q, since: sent}
+			}
 		}
 		c.mu.Unlock()
 	}
@@ -421,10 +432,13 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	if !j.EnqueuedAt.IsZero() && cl.Attempt == 1 {
 		w.m.queueWait.Observe(start.Sub(j.EnqueuedAt).Seconds())
 	}
-	jctx, cancel := context.WithTimeout(ctx, timeout)
+	// Cancelled with a cause when the lease is lost or cannot be extended.
+	runCtx, cancelRun := context.WithCancelCause(ctx)
+	defer cancelRun(nil)
+	jctx, cancel := context.WithTimeout(runCtx, timeout)
 	defer cancel()
 	c.mu.Lock()
-	h.cancel = cancel
+	h.cancel = cancelRun
 	lostEarly := h.lost
 	c.mu.Unlock()
 	if lostEarly {
@@ -461,16 +475,17 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		}
 	}
 	c.mu.Lock()
-	lost, draining := h.lost, c.draining
+	lost, why, draining := h.lost, h.why, c.draining
 	c.mu.Unlock()
 	if h.trace.IsValid() {
 		c.endAttempt(ctx, span, h, maxAttempts, herr, lost, start, end)
 	}
 	if lost {
-		// The reaper took the job back (we were too slow to extend): its
-		// next holder settles it.
+		// The reaper took the job back (we were too slow to extend), or
+		// the lease could not be extended and is given up: its next
+		// holder settles it.
 		w.count("lost", j.Type, 1)
-		c.log.WarnContext(ctx, "lease lost while running; the job will run again", "job", cl.ID)
+		c.log.WarnContext(ctx, "lease lost while running; the job will run again", "job", cl.ID, "why", why)
 		return
 	}
 	if herr != nil && ctx.Err() != nil && draining {
@@ -757,12 +772,39 @@ func (c *consumer) untilRedisAnswers(what string, within time.Duration, do func(
 // they land, at most (plus the write itself).
 const retryCap = 100 * time.Millisecond
 
+// leaseState is what the consumer knows of a batch's lease.
+type leaseState struct {
+	q queue.Queue
+	// since is when, by this process's monotonic clock, the last claim or
+	// extension of the lease that Redis answered was sent: the lease runs
+	// at least until since + Lease (Redis's clock sets it later than that).
+	since   time.Time
+	lastErr error // of the extensions that failed since
+	// givenUp: its jobs were cancelled before the lease could end; it is
+	// no longer extended.
+	givenUp bool
+}
+
+// errLeaseReaped is the cause a handler's context is cancelled with when
+// its batch was reaped (watchLeases gives its own when it gives a lease up).
+var errLeaseReaped = errors.New("lease lost: its batch was taken back after the lease expired; the job runs again elsewhere")
+
+// leaseMargin is how long before a lease would end, unextended, the
+// consumer gives it up and cancels its handlers: a tenth of it, so that a
+// handler stops before another worker can take its job.
+func leaseMargin(lease time.Duration) time.Duration { return lease / 10 }
+
 // keepLeases extends the lease of every batch with a job held here,
-// waiting or running, every Lease/3 in one call. A job whose batch is gone
-// (the reaper took it back after Redis or this process stalled) is dropped
-// if waiting and cancelled if running: another holder settles it.
+// waiting or running, every Lease/3 in one call per queue. A job whose
+// batch is gone (the reaper took it back after Redis or this process
+// stalled) is dropped if waiting and cancelled if running: another holder
+// settles it. Beside it, watchLeases gives up the leases that could not be
+// extended in time.
 func (c *consumer) keepLeases(ctx context.Context) {
 	w := c.w
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); c.watchLeases(ctx) }()
+	defer func() { <-watchDone }()
 	t := time.NewTicker(w.cfg.Lease / 3)
 	defer t.Stop()
 	for {
@@ -780,63 +822,145 @@ func (c *consumer) keepLeases(ctx context.Context) {
 		seen := map[string]bool{}
 		batches := make([]leased, 0, 4)
 		for _, h := range c.held {
-			if b := h.claimed.Batch; !seen[b] {
-				seen[b] = true
+			b := h.claimed.Batch
+			if seen[b] {
+				continue
+			}
+			seen[b] = true
+			if st := c.leases[b]; st == nil || !st.givenUp {
 				batches = append(batches, leased{h.q, b})
+			}
+		}
+		for b := range c.leases {
+			if !seen[b] {
+				delete(c.leases, b) // nothing of it is held any more
 			}
 		}
 		c.mu.Unlock()
 		gone := map[string]bool{}
-		until := w.cfg.Now().Add(w.cfg.Lease)
 		for _, same := range byQueue(batches, func(l leased) queue.Queue { return l.q }) {
 			names := make([]string, len(same))
 			for i, l := range same {
 				names[i] = l.batch
 			}
-			kept, err := w.pool.Extend(ctx, same[0].q, names, until)
-			if err != nil {
-				if ctx.Err() == nil {
-					c.log.Warn("extending leases failed; retrying at the next tick", "queue", same[0].q.String(), "batches", len(names), "err", err)
-				}
-				continue
-			}
+			// A call that hangs (Redis or the network stalled) must not
+			// outlast a tick: the next one tries again.
+			sent := time.Now()
+			callCtx, cancel := context.WithTimeout(ctx, w.cfg.Lease/3)
+			kept, err := w.pool.Extend(callCtx, same[0].q, names, w.cfg.Lease)
+			cancel()
+			c.mu.Lock()
 			for i, b := range names {
-				if !kept[i] {
+				st := c.leases[b]
+				switch {
+				case err != nil && st != nil:
+					st.lastErr = err
+				case err != nil:
+				case !kept[i]:
 					gone[b] = true
+				case st != nil:
+					st.since, st.lastErr = sent, nil
 				}
+			}
+			c.mu.Unlock()
+			if err != nil && ctx.Err() == nil {
+				c.log.Warn("extending leases failed; retrying at the next tick", "queue", same[0].q.String(), "batches", len(names), "err", err)
 			}
 		}
 		if len(gone) == 0 {
 			continue
 		}
 		c.mu.Lock()
-		dropped := false
-		for key, h := range c.held {
-			if !gone[h.claimed.Batch] || h.lost || h.acking {
-				continue
-			}
-			h.lost = true
-			if h.cancel != nil {
-				h.cancel()
-				continue
-			}
-			// Waiting: never started, and no longer ours.
-			delete(c.held, key)
-			for k, x := range c.waiting {
-				if x == h {
-					c.waiting = append(c.waiting[:k], c.waiting[k+1:]...)
-					break
-				}
-			}
-			dropped = true
-			w.count("lost", h.jobType, 1)
-			c.log.Warn("lease lost before the job started; it will run elsewhere", "job", key.id, "batch", key.batch)
-		}
+		dropped := c.abandon(gone, errLeaseReaped)
 		c.mu.Unlock()
 		if dropped {
 			c.slots.poke() // room grew
 		}
 	}
+}
+
+// watchLeases gives up, a margin before it would end, the lease of a
+// batch that could not be extended (Redis unreachable or failing): the
+// handlers of its jobs are cancelled, with the reason as their context's
+// cause, and their outcomes are not recorded by this worker, so that none
+// runs on past its lease beside the next holder. The jobs are reaped once
+// the lease ends and run again (at least once). It counts on this
+// process's monotonic clock, from the last claim or extension Redis
+// answered: the lease itself runs on Redis's clock, at least that long.
+func (c *consumer) watchLeases(ctx context.Context) {
+	lease := c.w.cfg.Lease
+	margin := leaseMargin(lease)
+	t := time.NewTimer(margin / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		dropped := false
+		// Wakes at the next lease to give up, or within margin/2 to see
+		// new ones.
+		next := margin / 2
+		c.mu.Lock()
+		for b, st := range c.leases {
+			if st.givenUp {
+				continue
+			}
+			if left := lease - margin - now.Sub(st.since); left > 0 {
+				next = min(next, left)
+				continue
+			}
+			st.givenUp = true
+			last := "no answer from Redis"
+			if st.lastErr != nil {
+				last = st.lastErr.Error()
+			}
+			cause := fmt.Errorf("lease could not be extended since %s (%s ago; the lease is %s): %s",
+				st.since.UTC().Format("2006-01-02T15:04:05.000Z"), now.Sub(st.since).Round(time.Millisecond), lease, last)
+			c.log.Warn("cancelling the jobs of a lease that could not be extended before it ends; they will be reaped and run again",
+				"queue", st.q.String(), "batch", b, "cause", cause)
+			if c.abandon(map[string]bool{b: true}, cause) {
+				dropped = true
+			}
+		}
+		c.mu.Unlock()
+		t.Reset(next)
+		if dropped {
+			c.slots.poke() // room grew
+		}
+	}
+}
+
+// abandon lets go of this consumer's jobs of the batches given, whose
+// leases are lost or given up: a running job's handler is cancelled with
+// cause, and its outcome will not be recorded; a waiting one is dropped.
+// A job whose ack is under way is left to it (its ack finds out). It
+// reports whether any was dropped. Under c.mu.
+func (c *consumer) abandon(batches map[string]bool, cause error) (dropped bool) {
+	for key, h := range c.held {
+		if !batches[h.claimed.Batch] || h.lost || h.acking {
+			continue
+		}
+		h.lost, h.why = true, cause
+		if h.cancel != nil {
+			h.cancel(cause)
+			continue
+		}
+		// Waiting: never started, and no longer ours.
+		delete(c.held, key)
+		for k, x := range c.waiting {
+			if x == h {
+				c.waiting = append(c.waiting[:k], c.waiting[k+1:]...)
+				break
+			}
+		}
+		dropped = true
+		c.w.count("lost", h.jobType, 1)
+		c.log.Warn("lease lost before the job started; it will run elsewhere", "job", key.id, "batch", key.batch, "why", cause)
+	}
+	return dropped
 }
 
 // shutdown hands waiting jobs back at once, lets running ones finish for up

@@ -45,6 +45,10 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if skew := cfg.ClockSkew; skew != 0 {
+		now := cfg.Now
+		cfg.Now = func() time.Time { return now().Add(skew) }
+	}
 	if len(cfg.Topics) == 0 {
 		cfg.Topics = TopicWeights{{Topic: DefaultTopic, Weight: 1}}
 	}
@@ -219,13 +223,34 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 		now := w.cfg.Now()
 		for _, t := range w.cfg.Topics {
 			q := queue.Queue{Topic: t.Topic, Part: part}
-			if n, err := w.pool.Reap(ctx, q, 100, now, w.cfg.deadLimits()); err == nil && n > 0 {
-				w.count("reaped", "", n)
-				w.log.Warn("expired leases returned to ready", "queue", q.String(), "jobs", n)
+			// Leases expire by Redis's clock, not this worker's.
+			back, died, err := w.pool.Reap(ctx, q, 100, w.cfg.deadLimits(), w.attemptsOf)
+			if err == nil && back > 0 {
+				w.count("reaped", "", back)
+				w.log.Warn("expired leases returned to ready", "queue", q.String(), "jobs", back)
+			}
+			if err == nil && died > 0 {
+				w.count("dead", "", died)
+				w.log.Warn("expired leases spent the last attempt of jobs: dead (their worker died or stopped running them)", "queue", q.String(), "jobs", died)
 			}
 			w.pool.Promote(ctx, q, 500, now)
 		}
 	}
+}
+
+// attemptsOf is the most attempts of the job whose envelope this is, as
+// execute reads it (the envelope's, the type's default, Config's): the
+// reaper kills a job whose reap spends the last. An envelope that cannot
+// be read gets Config's (it dies at its first run anyway).
+func (w *Worker) attemptsOf(envelope string) int {
+	j, err := job.Decode([]byte(envelope))
+	if err != nil {
+		return w.cfg.MaxAttempts
+	}
+	w.mu.RLock()
+	d := w.handlers[j.Type].defaults
+	w.mu.RUnlock()
+	return firstPositive(j.MaxAttempts, d.maxAttempts, w.cfg.MaxAttempts)
 }
 
 // retainOf is how long a job's record and result are kept once it

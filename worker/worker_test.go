@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/testenv"
@@ -261,7 +263,7 @@ func TestAnExpiredLeaseRunsAgain(t *testing.T) {
 	b.enqueue(t, job.Job{ID: "orphan", Type: "ok", Group: "g"})
 	// A worker that claimed it and died: the lease is never extended.
 	part := b.layout.PartitionOf("g")
-	if jobs, err := b.pool.Claim(context.Background(), queue.Queue{Topic: "jobs", Part: part}, 1, time.Now().Add(200*time.Millisecond)); err != nil || len(jobs) != 1 {
+	if jobs, err := b.pool.Claim(context.Background(), queue.Queue{Topic: "jobs", Part: part}, 1, 200*time.Millisecond); err != nil || len(jobs) != 1 {
 		t.Fatalf("claim: %v %v", jobs, err)
 	}
 	b.start(t, nil, func(w *worker.Worker) { w.Handle("ok", worker.Noop) })
@@ -415,10 +417,19 @@ func TestALostLeaseStillRecordsTheIdempotencyKey(t *testing.T) {
 			<-started
 			// The reaper, as a Redis outage longer than the lease leaves
 			// it: the batch goes back to its lane, the attempt counted.
+			// The worker keeps extending the lease: expire it until a
+			// reap lands before the next extension.
 			q := queue.Queue{Topic: "jobs", Part: b.layout.PartitionOf("g")}
-			if n, err := b.pool.Reap(context.Background(), q, 10, time.Now().Add(time.Hour), queue.DeadLimits{Max: 10, Keep: time.Hour}); n != 1 || err != nil {
-				t.Fatalf("reap: %d %v", n, err)
-			}
+			leases := b.keys(q.Part).Leases()
+			testenv.WaitFor(t, 5*time.Second, "a reap of the running job's batch", func() bool {
+				batches, err := b.redis.Client().ZRange(context.Background(), leases, 0, -1).Result()
+				if err != nil || len(batches) != 1 {
+					return false
+				}
+				b.redis.Client().ZAddXX(context.Background(), leases, redis.Z{Score: 1, Member: batches[0]})
+				n, _, err := b.pool.Reap(context.Background(), q, 10, queue.DeadLimits{Max: 10, Keep: time.Hour}, nil)
+				return n == 1 && err == nil
+			})
 			if h := b.waitState(t, "once", "g", "done"); !strings.Contains(h["result"], "skipped") || h["attempts"] != "2" {
 				t.Fatalf("the second attempt: %v, want it skipped by the key the first recorded", h)
 			}

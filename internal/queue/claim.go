@@ -37,7 +37,8 @@ type Claimed struct {
 // claimed, the funnel's dequeued fields up
 // KEYS[6] shared    hash: shared lanes' virtual finish times
 // KEYS[6+3g-2..6+3g]  candidate g's keys (appendLaneKeys), g = 1..m
-// ARGV[1] K, most jobs to claim   ARGV[2] lease deadline, Unix ms
+// ARGV[1] K, most jobs to claim   ARGV[2] the lease, ms: the batch's
+// deadline is Redis's clock (TIME) plus this, never a worker's clock
 // ARGV[3] m   ARGV[4] the quantum: the most jobs one lane gives a claim
 // while other candidates could give theirs   ARGV[5] the batch's name
 // ARGV[6] the queue's topic (the funnel's)
@@ -67,11 +68,11 @@ type Claimed struct {
 // batch): no command of its own, and Lua does not read it. Per
 // lane served it runs LLEN, LPOP and, for a group lane, one HMGET and one
 // HSET of its counters.
-var claimScript = newScript(luaFunnel + luaLanes + claimLua)
+var claimScript = newScript(luaNow + luaFunnel + luaLanes + claimLua)
 
 // claimLua is claimScript's own part (its tests build a variant of it).
 const claimLua = `
-local K, deadline, m, quantum, batch, topic = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
+local K, lease, m, quantum, batch, topic = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
 local _, byName = readLanes(m, 6, 6, topic)
 -- The fair order's first K lanes, read here. The caller's candidates (the
 -- answer of its last claim, or a read of its own) must name every lane
@@ -253,16 +254,16 @@ for _, c in ipairs(cand) do
     funnelAdd(funnel, funnelField(c.l.group, topic, 'dequeued'), c.take)
   end
 end
-local out, lease = {}, {}
+local out, entries = {}, {}
 for j, c in ipairs(order) do
   local e = c.entries[c.next]
   c.next = c.next + 1
-  lease[j] = e
+  entries[j] = e
   out[2*j-1] = c.l.i
   out[2*j] = e
 end
-redis.call('RPUSH', KEYS[4], unpack(lease))
-redis.call('ZADD', KEYS[3], deadline, batch)
+redis.call('RPUSH', KEYS[4], unpack(entries))
+redis.call('ZADD', KEYS[3], redisNow() + lease, batch)
 -- Each lane served gets one write of its state. Lanes that ran dry leave
 -- the fair order in one ZREM; the others move in one ZADD.
 local dry, moved, sharedVF = {}, {}, {}
@@ -296,12 +297,12 @@ return {1, out, top}
 `
 
 // Claim leases up to max jobs of partition part in weighted fair order,
-// as one batch, until leaseUntil. The claim script reads the fair order
+// as one batch, for lease by Redis's clock. The claim script reads the fair order
 // itself and needs the keys of the lanes it will serve: the candidates
 // are those the last claim of this pool on the partition returned (one
 // round trip), else a read of the fair order (two), and the script asks
 // again when a lane it would serve is not among them.
-func (p *Pool) Claim(ctx context.Context, q Queue, max int, leaseUntil time.Time) ([]Claimed, error) {
+func (p *Pool) Claim(ctx context.Context, q Queue, max int, lease time.Duration) ([]Claimed, error) {
 	max = min(max, MaxBatch)
 	names := p.candidates.take(q)
 	if names == nil {
@@ -314,7 +315,7 @@ func (p *Pool) Claim(ctx context.Context, q Queue, max int, leaseUntil time.Time
 		}
 	}
 	for range 3 {
-		out, next, stale, err := p.claimAmong(ctx, q, max, leaseUntil, names)
+		out, next, stale, err := p.claimAmong(ctx, q, max, lease, names)
 		if err != nil {
 			return nil, err
 		}
@@ -333,7 +334,7 @@ func (p *Pool) Claim(ctx context.Context, q Queue, max int, leaseUntil time.Time
 // says a lane the claim would serve was not among them; next is then the
 // fair order's head to call again with, else the candidates for the next
 // claim.
-func (p *Pool) claimAmong(ctx context.Context, q Queue, max int, leaseUntil time.Time, names []string) (out []Claimed, next []string, stale bool, err error) {
+func (p *Pool) claimAmong(ctx context.Context, q Queue, max int, lease time.Duration, names []string) (out []Claimed, next []string, stale bool, err error) {
 	keys := p.layout.Keys(q)
 	lanes := make([]LaneInfo, 0, len(names))
 	var foreign []string
@@ -349,7 +350,7 @@ func (p *Pool) claimAmong(ctx context.Context, q Queue, max int, leaseUntil time
 	ks := make([]string, 0, 6+3*len(lanes))
 	ks = append(ks, keys.Lanes(), keys.VirtualTime(), keys.Leases(), keys.Lease(batch), keys.Stats(), keys.Shared())
 	args := make([]any, 0, 6+3*len(lanes))
-	args = append(args, max, leaseUntil.UnixMilli(), len(lanes), ClaimQuantum, batch, q.Topic)
+	args = append(args, max, lease.Milliseconds(), len(lanes), ClaimQuantum, batch, q.Topic)
 	ks = keys.appendLaneKeys(ks, lanes...)
 	args = appendLaneArgs(args, lanes...)
 	for _, name := range foreign {
@@ -439,6 +440,18 @@ const ClaimQuantum = 8
 // (to about 8,000 values).
 const MaxBatch = 1000
 
+// luaNow reads Redis's clock, Unix ms. Leases are judged by it alone, so
+// workers' clocks need not agree: one running minutes ahead neither reaps
+// early nor gives leases that are born expired. A script may write after
+// TIME: scripts replicate their effects (Redis 5 and later), not
+// themselves.
+const luaNow = `
+local function redisNow()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+`
+
 // runScript runs a script with EVALSHA, loading it first if Redis lost it.
 func runScript(ctx context.Context, c redis.UniversalClient, s *redis.Script, keys []string, args ...any) (any, error) {
 	res, err := s.EvalSha(ctx, c, keys, args...).Result()
@@ -451,20 +464,21 @@ func runScript(ctx context.Context, c redis.UniversalClient, s *redis.Script, ke
 	return res, err
 }
 
-// extendScript moves the leases of claimed batches to a new deadline
-// and reports which were lost.
+// extendScript moves the leases of claimed batches to a new deadline,
+// Redis's clock (TIME) plus the lease, and reports which were lost.
 //
 // KEYS[1] leases
-// ARGV[1] new deadline, Unix ms   ARGV[2..] batches
+// ARGV[1] the lease, ms   ARGV[2..] batches
 // Returns an array with one entry per batch: 1 extended, 0 no longer
 // leased (every job settled, or taken back by the reaper).
-var extendScript = newScript(`
+var extendScript = newScript(luaNow + `
 local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 2))
 local out, members = {}, {}
+local deadline = redisNow() + tonumber(ARGV[1])
 for i = 1, #ARGV - 1 do
   if scores[i] then
     out[i] = 1
-    members[#members+1] = ARGV[1]
+    members[#members+1] = deadline
     members[#members+1] = ARGV[i+1]
   else
     out[i] = 0
@@ -474,17 +488,17 @@ if #members > 0 then redis.call('ZADD', KEYS[1], 'XX', unpack(members)) end
 return out
 `)
 
-// Extend moves the leases of claimed batches to until, in one call per
-// MaxBatch batches. kept[i] is false where batch i is no longer leased
+// Extend moves the leases of claimed batches to lease from now by
+// Redis's clock, in one call per MaxBatch batches. kept[i] is false where batch i is no longer leased
 // (the reaper took it back, or all of it was settled): the holder of its
 // jobs must stop, their results would not count.
-func (p *Pool) Extend(ctx context.Context, q Queue, batches []string, until time.Time) (kept []bool, err error) {
+func (p *Pool) Extend(ctx context.Context, q Queue, batches []string, lease time.Duration) (kept []bool, err error) {
 	kept = make([]bool, 0, len(batches))
 	for len(batches) > 0 {
 		chunk := batches[:min(len(batches), MaxBatch)]
 		batches = batches[len(chunk):]
 		args := make([]any, 0, 1+len(chunk))
-		args = append(args, until.UnixMilli())
+		args = append(args, lease.Milliseconds())
 		for _, b := range chunk {
 			args = append(args, b)
 		}

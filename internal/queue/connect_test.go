@@ -63,7 +63,7 @@ func TestPoolOverTLSAsAnACLUser(t *testing.T) {
 	acked := 0
 	for part := range 2 {
 		q := Queue{Topic: "jobs", Part: part}
-		claimed, err := p.Claim(ctx, q, 10, now.Add(time.Minute))
+		claimed, err := p.Claim(ctx, q, 10, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}

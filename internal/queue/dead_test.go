@@ -18,7 +18,7 @@ func kill(t *testing.T, p *Pool, id, group string, death time.Time) int {
 		t.Fatal(err)
 	}
 	part := p.Layout().PartitionOfJob(group, id)
-	jobs, err := p.Claim(ctx, jq(part), 1, death.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(part), 1, time.Minute)
 	if err != nil || len(jobs) != 1 || jobs[0].ID != id {
 		t.Fatalf("claim %s: %v %v", id, jobs, err)
 	}
@@ -87,7 +87,7 @@ func TestReplayDeadOutcomes(t *testing.T) {
 	if h := r.Client().HGetAll(ctx, k.Job("a")).Val(); h["env"] != "" || h["state"] != "" || h["last_error"] != "boom a" {
 		t.Errorf("the replayed job's record: %v", h)
 	}
-	jobs, err := p.Claim(ctx, jq(part), 5, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(part), 5, time.Minute)
 	if err != nil || len(jobs) != 1 || jobs[0].Attempt != 1 {
 		t.Fatalf("claim after replay: %+v %v", jobs, err)
 	}
@@ -138,7 +138,7 @@ func TestReplayKeepsACompletedBulkGroupFinal(t *testing.T) {
 		t.Fatal(err)
 	}
 	part := p.Layout().PartitionOf("bulk")
-	jobs, err := p.Claim(ctx, jq(part), 1, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(part), 1, time.Minute)
 	if err != nil || len(jobs) != 1 {
 		t.Fatal(jobs, err)
 	}
@@ -158,7 +158,7 @@ func TestReplayKeepsACompletedBulkGroupFinal(t *testing.T) {
 	if ttl := r.Client().TTL(ctx, k.Group("bulk")).Val(); ttl <= 0 {
 		t.Errorf("the completed group lost its expiry: %v", ttl)
 	}
-	jobs, err = p.Claim(ctx, jq(part), 1, now.Add(time.Minute))
+	jobs, err = p.Claim(ctx, jq(part), 1, time.Minute)
 	if err != nil || len(jobs) != 1 {
 		t.Fatal(jobs, err)
 	}
@@ -185,7 +185,7 @@ func TestReplayedItemIsNotReportedDead(t *testing.T) {
 	if n, err := p.ReplayDead(ctx, jq(part), "g.0", now); n != ReplayDone || err != nil {
 		t.Fatalf("replay: %d %v", n, err)
 	}
-	jobs, err := p.Claim(ctx, jq(part), 1, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(part), 1, time.Minute)
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("claim after replay: %v %v", jobs, err)
 	}

@@ -51,7 +51,7 @@ func TestFunnelCountsEveryHandOffAndBalances(t *testing.T) {
 	}
 	balanced("after enqueue")
 
-	jobs, err := p.Claim(ctx, jq(0), 100, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(0), 100, time.Minute)
 	if err != nil || len(jobs) != 8 {
 		t.Fatalf("claim: %d jobs, %v", len(jobs), err)
 	}

@@ -25,7 +25,7 @@ func TestBulkGroupCompletesExactlyOnce(t *testing.T) {
 	if res, err := p.Enqueue(ctx, 1, []Item{closeItem("a", 3)}, now); err != nil || res[0].Outcome != Closed {
 		t.Fatalf("close: %v %v", res, err)
 	}
-	jobs, _ := p.Claim(ctx, jq(0), 3, now.Add(time.Minute))
+	jobs, _ := p.Claim(ctx, jq(0), 3, time.Minute)
 	p.AckMany(ctx, jq(0), []Done{{Job: jobs[0]}, {Job: jobs[1]}}, now, time.Hour)
 	if got := completed(); len(got) != 0 {
 		t.Fatalf("completed early: %v", got)
@@ -47,7 +47,7 @@ func TestBulkGroupCompletesExactlyOnce(t *testing.T) {
 
 	// Every job ended before the close arrived: the close completes it.
 	enqueueGroup(t, p, "b", 2, 1)
-	jobs, _ = p.Claim(ctx, jq(0), 2, now.Add(time.Minute))
+	jobs, _ = p.Claim(ctx, jq(0), 2, time.Minute)
 	p.AckMany(ctx, jq(0), []Done{{Job: jobs[0]}, {Job: jobs[1]}}, now, time.Hour)
 	if got := completed(); len(got) != 1 {
 		t.Fatalf("completed without a total: %v", got)
@@ -86,7 +86,7 @@ func TestIdleGroupsExpire(t *testing.T) {
 	ctx := context.Background()
 	k := p.Layout().Keys(jq(0))
 	enqueueGroup(t, p, "single", 1, 1)
-	jobs, _ := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
+	jobs, _ := p.Claim(ctx, jq(0), 1, time.Minute)
 	p.AckMany(ctx, jq(0), []Done{{Job: jobs[0]}}, now, time.Hour)
 	if ttl, _ := r.Client().TTL(ctx, k.Group("single")).Result(); ttl <= 0 || ttl > time.Hour {
 		t.Fatalf("idle group ttl %v, want up to an hour", ttl)
@@ -105,14 +105,14 @@ func TestCancelGroup(t *testing.T) {
 	k := p.Layout().Keys(jq(0))
 	enqueueGroup(t, p, "c", 1500, 1)
 	p.Enqueue(ctx, 1, []Item{closeItem("c", 1500)}, now)
-	jobs, _ := p.Claim(ctx, jq(0), 2, now.Add(time.Minute))
+	jobs, _ := p.Claim(ctx, jq(0), 2, time.Minute)
 	// One fails and waits in delayed; one keeps running.
 	p.Fail(ctx, jq(0), Failure{Job: jobs[0], Cause: "later", NextTry: now.Add(time.Second)}, now, DeadLimits{Max: 10, Keep: time.Hour})
 	n, err := p.CancelGroup(ctx, "jobs", "c", now)
 	if err != nil || n != 1498 {
 		t.Fatalf("cancel: %d %v", n, err)
 	}
-	if more, _ := p.Claim(ctx, jq(0), 10, now.Add(time.Minute)); len(more) != 0 {
+	if more, _ := p.Claim(ctx, jq(0), 10, time.Minute); len(more) != 0 {
 		t.Fatalf("claimed from a cancelled group: %v", more)
 	}
 	if n := r.Client().Exists(ctx, k.Lane("g/c")).Val(); n != 0 {
@@ -149,7 +149,7 @@ func TestSmallGroupsWeighMore(t *testing.T) {
 	enqueueGroup(t, p, "tiny", 50, 1)
 	served := map[string]int{}
 	for range 7 {
-		jobs, err := p.Claim(ctx, jq(0), 10, now.Add(time.Minute))
+		jobs, err := p.Claim(ctx, jq(0), 10, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -174,7 +174,7 @@ func TestGroupTotalFromEnvelopes(t *testing.T) {
 		items[i].GroupTotal, items[i].CallbackURL = 2, "http://cb/e"
 	}
 	p.Enqueue(ctx, 1, items, now)
-	jobs, _ := p.Claim(ctx, jq(0), 2, now.Add(time.Minute))
+	jobs, _ := p.Claim(ctx, jq(0), 2, time.Minute)
 	p.AckMany(ctx, jq(0), []Done{{Job: jobs[0]}, {Job: jobs[1]}}, now, time.Hour)
 	k := p.Layout().Keys(jq(0))
 	if l, _ := r.Client().LRange(ctx, k.Completed(), 0, -1).Result(); len(l) != 1 || l[0] != "e" {
@@ -195,7 +195,7 @@ func TestBulkItemsThatEndBeforeTheCloseKeepTheirStates(t *testing.T) {
 	ctx := context.Background()
 	k := p.Layout().Keys(jq(0))
 	enqueueOK(t, p, 1, positioned(0, 0, item("b.0", "b"), item("b.1", "b"), item("b.2", "b"), item("b.3", "b")), now)
-	jobs, err := p.Claim(ctx, jq(0), 4, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(0), 4, time.Minute)
 	if err != nil || len(jobs) != 4 {
 		t.Fatalf("claim: %+v %v", jobs, err)
 	}
@@ -229,7 +229,7 @@ func TestBulkItemsThatEndBeforeTheCloseKeepTheirStates(t *testing.T) {
 	// A cancel before any close: the dropped items read cancelled, and so
 	// does the running one handed back.
 	enqueueOK(t, p, 1, positioned(0, 5, item("c.0", "c"), item("c.1", "c"), item("c.2", "c")), now)
-	running, _ := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
+	running, _ := p.Claim(ctx, jq(0), 1, time.Minute)
 	if n, err := p.CancelGroup(ctx, "jobs", "c", now); n != 2 || err != nil {
 		t.Fatalf("cancel: %d %v", n, err)
 	}
@@ -245,7 +245,7 @@ func TestBulkItemsThatEndBeforeTheCloseKeepTheirStates(t *testing.T) {
 
 	// A group without a total: its results go with its hash.
 	enqueueOK(t, p, 1, positioned(0, 8, item("s.0", "single")), now)
-	js, _ := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
+	js, _ := p.Claim(ctx, jq(0), 1, time.Minute)
 	if ok, err := p.Ack(ctx, jq(0), Done{Job: js[0], Result: []byte(`1`)}, now, time.Hour); !ok || err != nil {
 		t.Fatalf("ack: %v %v", ok, err)
 	}

@@ -117,3 +117,17 @@ func dedupeCounters(key, field string) bool {
 
 // jq is partition part of the tests' topic, "jobs".
 func jq(part int) Queue { return Queue{Topic: "jobs", Part: part} }
+
+// expireLeases moves the deadlines of claimed batches into the past, as a
+// holder that stopped extending them leaves them once Redis's clock passes
+// their lease: the next reap takes them back.
+func expireLeases(t testing.TB, p *Pool, q Queue, batches ...string) {
+	t.Helper()
+	members := make([]redis.Z, len(batches))
+	for i, b := range batches {
+		members[i] = redis.Z{Score: 1, Member: b}
+	}
+	if err := p.Client(q.Part).ZAddXX(context.Background(), p.Layout().Keys(q).Leases(), members...).Err(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -110,7 +110,7 @@ func TestClientChosenIDResendIsADuplicateWithinTheTTL(t *testing.T) {
 		t.Fatalf("stats %v", st)
 	}
 
-	jobs, err := p.Claim(ctx, jq(0), 10, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(0), 10, time.Minute)
 	if err != nil || len(jobs) != 4 {
 		t.Fatalf("claim: %+v %v", jobs, err)
 	}
@@ -133,7 +133,7 @@ func TestClientChosenIDResendIsADuplicateWithinTheTTL(t *testing.T) {
 	if n, _ := p.Promote(ctx, jq(0), 10, now.Add(time.Second)); n != 1 {
 		t.Fatalf("promoted %d", n)
 	}
-	again, _ := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
+	again, _ := p.Claim(ctx, jq(0), 1, time.Minute)
 	if len(again) != 1 || again[0].ID != "order-43" || again[0].Attempt != 2 {
 		t.Fatalf("claim: %+v", again)
 	}
@@ -192,7 +192,7 @@ func TestJobsWithoutAGroupShareLanesFairly(t *testing.T) {
 		ctx := context.Background()
 		enqueueGroup(t, p, "big", 20000, 1)
 		for range 5 {
-			jobs, _ := p.Claim(ctx, jq(0), 16, now.Add(time.Minute))
+			jobs, _ := p.Claim(ctx, jq(0), 16, time.Minute)
 			ack(t, p, 0, jobs...)
 		}
 		var items []Item
@@ -208,7 +208,7 @@ func TestJobsWithoutAGroupShareLanesFairly(t *testing.T) {
 		enqueueOK(t, p, 1, items, now)
 		claimed, big, left := 0, 0, len(items)
 		for left > 0 {
-			jobs, err := p.Claim(ctx, jq(0), 16, now.Add(time.Minute))
+			jobs, err := p.Claim(ctx, jq(0), 16, time.Minute)
 			if err != nil || len(jobs) == 0 {
 				t.Fatalf("claim: %v %v", jobs, err)
 			}
@@ -249,7 +249,7 @@ func TestJobsWithoutAGroupShareLanesFairly(t *testing.T) {
 		enqueueOK(t, p, 1, light, now)
 		claimed, left := 0, len(light)
 		for left > 0 {
-			jobs, _ := p.Claim(ctx, jq(0), 8, now.Add(time.Minute))
+			jobs, _ := p.Claim(ctx, jq(0), 8, time.Minute)
 			if len(jobs) == 0 {
 				t.Fatal("nothing to claim")
 			}
@@ -291,7 +291,7 @@ func TestAPlainJobLeavesNoKeyBehind(t *testing.T) {
 	enqueueOK(t, p, 1, positioned(0, 0, items...), now)
 	for part := range 4 {
 		for {
-			jobs, err := p.Claim(ctx, jq(part), 64, now.Add(time.Minute))
+			jobs, err := p.Claim(ctx, jq(part), 64, time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -227,7 +227,7 @@ func TestPhysicalPartitions(t *testing.T) {
 	if n, _ := r0.Client().Exists(ctx, l.Keys(jq(1)).Lane("g/"+g1)).Result(); n != 0 {
 		t.Fatal("partition 1's job landed on the default Redis")
 	}
-	jobs, err := p.Claim(ctx, jq(1), 10, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(1), 10, time.Minute)
 	if err != nil || len(jobs) != 1 || jobs[0].ID != "b" {
 		t.Fatalf("claim on partition 1: %+v %v", jobs, err)
 	}
@@ -293,7 +293,7 @@ func TestEachTopicIsAQueueOfItsOwn(t *testing.T) {
 		q    Queue
 		want string
 	}{{jq(0), "a1"}, {emails, "b1"}} {
-		jobs, err := p.Claim(ctx, tc.q, 10, now.Add(time.Minute))
+		jobs, err := p.Claim(ctx, tc.q, 10, time.Minute)
 		if err != nil || len(jobs) != 1 || jobs[0].ID != tc.want {
 			t.Fatalf("claim on %s: %+v %v, want only %s", tc.q, jobs, err, tc.want)
 		}

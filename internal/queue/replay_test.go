@@ -64,7 +64,7 @@ func work(t *testing.T, p *Pool) {
 	ctx := context.Background()
 	limits := DeadLimits{Max: 100, Keep: time.Hour}
 	for part := range p.Layout().Partitions {
-		jobs, err := p.Claim(ctx, jq(part), 24, now.Add(time.Minute))
+		jobs, err := p.Claim(ctx, jq(part), 24, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}

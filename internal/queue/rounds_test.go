@@ -24,7 +24,7 @@ func TestClaimRoundsServeTheSameOrderAsTheHeap(t *testing.T) {
 	if !strings.Contains(claimLua, "if not (hn > 1 and rounds()) then") {
 		t.Fatal("the claim script no longer has the rounds shortcut this test turns off")
 	}
-	heapOnly := redis.NewScript(luaFunnel + luaLanes + strings.Replace(claimLua, "if not (hn > 1 and rounds()) then", perJob, 1))
+	heapOnly := redis.NewScript(luaNow + luaFunnel + luaLanes + strings.Replace(claimLua, "if not (hn > 1 and rounds()) then", perJob, 1))
 	withRounds := claimScript
 	t.Cleanup(func() { claimScript = withRounds })
 
@@ -57,12 +57,12 @@ func TestClaimRoundsServeTheSameOrderAsTheHeap(t *testing.T) {
 			k := 1 + rng.IntN(128)
 			before := virtualTimes(t, b)
 			claimScript = withRounds
-			got, err := a.Claim(ctx, jq(0), k, now.Add(time.Minute))
+			got, err := a.Claim(ctx, jq(0), k, time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
 			claimScript = heapOnly
-			want, err := b.Claim(ctx, jq(0), k, now.Add(time.Minute))
+			want, err := b.Claim(ctx, jq(0), k, time.Minute)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -103,12 +103,12 @@ func TestClaimRoundsServeTheSameOrderAsTheHeap(t *testing.T) {
 	if !strings.Contains(claimLua, taken) {
 		t.Fatal("rounds no longer ends as this test expects")
 	}
-	claimScript = redis.NewScript(luaFunnel + luaLanes + strings.Replace(claimLua, taken, "  error('rounds taken')\nend\n", 1))
+	claimScript = redis.NewScript(luaNow + luaFunnel + luaLanes + strings.Replace(claimLua, taken, "  error('rounds taken')\nend\n", 1))
 	p := newPool(t, 1, testenv.Redis(t).Addr(), nil)
 	for g := range 4 {
 		enqueueGroup(t, p, "even"+strconv.Itoa(g), 50, 1)
 	}
-	if _, err := p.Claim(ctx, jq(0), 64, now.Add(time.Minute)); err == nil || !strings.Contains(err.Error(), "rounds taken") {
+	if _, err := p.Claim(ctx, jq(0), 64, time.Minute); err == nil || !strings.Contains(err.Error(), "rounds taken") {
 		t.Fatalf("four groups of one weight: the claim did not take rounds (%v)", err)
 	}
 }

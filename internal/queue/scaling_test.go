@@ -65,7 +65,7 @@ func TestReadyDepthFollowsEveryMove(t *testing.T) {
 		}
 	}
 
-	jobs, _ := p.Claim(ctx, jq(0), 6, now.Add(time.Second))
+	jobs, _ := p.Claim(ctx, jq(0), 6, time.Second)
 	wantReady(t, p, "claimed 6", 10)
 	inflight("claimed 6", 6)
 	limits := DeadLimits{Max: 10, Keep: time.Hour}
@@ -83,7 +83,8 @@ func TestReadyDepthFollowsEveryMove(t *testing.T) {
 	}
 	wantReady(t, p, "released 1", 13)
 	inflight("released 1", 2)
-	if n, _ := p.Reap(ctx, jq(0), 10, now.Add(2*time.Second), DeadLimits{Max: 100, Keep: time.Hour}); n != 2 {
+	expireLeases(t, p, jq(0), jobs[0].Batch)
+	if n, _, _ := p.Reap(ctx, jq(0), 10, DeadLimits{Max: 100, Keep: time.Hour}, nil); n != 2 {
 		t.Fatalf("reaped %d, want 2 (jobs[3], jobs[4])", n)
 	}
 	wantReady(t, p, "reaped 2", 15)
@@ -99,7 +100,7 @@ func TestReadyDepthFollowsEveryMove(t *testing.T) {
 	}
 	wantReady(t, p, "cancelled b", ready-bLeft)
 	for {
-		js, err := p.Claim(ctx, jq(0), 100, now.Add(time.Hour))
+		js, err := p.Claim(ctx, jq(0), 100, time.Hour)
 		if err != nil {
 			t.Fatal(err)
 		}

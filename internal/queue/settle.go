@@ -384,7 +384,7 @@ func (x *indexer) add(name string) int {
 // batch's name   ARGV[11] the job's place in the batch
 // Returns 1 retrying (or deferred), 2 dead, 0 when the job was no longer
 // held in its batch.
-var failScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaKeepRecord + luaSettle + `
+var failScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaKeepRecord + luaSettle + luaBury + `
 local _, held = settle(KEYS[2], KEYS[10], tonumber(ARGV[11]), '\1')
 if held == 0 then return 0 end
 local e = redis.call('LINDEX', KEYS[2], ARGV[11])
@@ -413,21 +413,32 @@ if tonumber(ARGV[3]) > 0 then
   redis.call('HINCRBY', KEYS[7], funnelField(ARGV[8], topic, 'retried'), 1)
   return 1
 end
-redis.call('HSET', KEYS[3], 'state', 'dead', 'dead_ms', ARGV[4], 'env', e)
-keepRecord(KEYS[3], ARGV[6])
-redis.call('ZADD', KEYS[6], ARGV[4], ARGV[1])
--- Capped: the oldest dead ids go first (their records expire by themselves).
-local over = redis.call('ZCARD', KEYS[6]) - tonumber(ARGV[5])
-if over > 0 then redis.call('ZPOPMIN', KEYS[6], over) end
-redis.call('HINCRBY', KEYS[7], 'dead', 1)
-redis.call('HINCRBY', KEYS[7], funnelField(ARGV[8], topic, 'dead'), 1)
-if group then
-  redis.call('HINCRBY', KEYS[4], 'dead', 1)
-  redis.call('HSET', KEYS[9], ARGV[1], 'dead ' .. attempts .. ' ' .. ARGV[2])
-  groupEnded(KEYS[4], KEYS[9], ARGV[8], KEYS[8], ARGV[4], ARGV[6])
-end
+bury(KEYS[3], KEYS[6], ARGV[5], ARGV[6], KEYS[7], ARGV[1], e, attempts, ARGV[2], ARGV[4], ARGV[8], KEYS[4], KEYS[9], topic)
+if group then groupEnded(KEYS[4], KEYS[9], ARGV[8], KEYS[8], ARGV[4], ARGV[6]) end
 return 2
 `)
+
+// luaBury puts a job whose last attempt ended in the dead set: its record
+// (state dead, its entry, kept at least keepSecs), its id in the dead set
+// (capped: the oldest ids go first, their records expire by themselves),
+// the dead counters of the stats, the funnel and its group (group "" for
+// none), and its group's result. The caller has written the record's
+// last_error and attempts, and checks whether the group ended.
+const luaBury = `
+local function bury(rk, deadKey, deadMax, keepSecs, statsKey, id, e, attempts, err, now, group, groupKey, resultsKey, topic)
+  redis.call('HSET', rk, 'state', 'dead', 'dead_ms', now, 'env', e)
+  keepRecord(rk, keepSecs)
+  redis.call('ZADD', deadKey, now, id)
+  local over = redis.call('ZCARD', deadKey) - tonumber(deadMax)
+  if over > 0 then redis.call('ZPOPMIN', deadKey, over) end
+  redis.call('HINCRBY', statsKey, 'dead', 1)
+  redis.call('HINCRBY', statsKey, funnelField(group, topic, 'dead'), 1)
+  if group ~= '' then
+    redis.call('HINCRBY', groupKey, 'dead', 1)
+    redis.call('HSET', resultsKey, id, 'dead ' .. attempts .. ' ' .. err)
+  end
+end
+`
 
 // Outcome of Fail.
 const (
@@ -536,36 +547,51 @@ end
 // those still held in an expired batch (the reaper: each attempt counted,
 // since it may have run), or the given ones (a release: a stopping worker
 // hands back jobs it did not run to the end, attempts not counted).
-// Entries whose lane the caller did not name stay in the batch for a later
-// call.
+// Whether a batch expired is judged by Redis's clock (TIME), never the
+// caller's. A reaped job whose counted attempt was its last does not go
+// back: its worker died running it (or lost its lease: cut off from Redis,
+// stalled), so it dies as after a failed last attempt, with an error that
+// says so; a job that kills its worker cannot loop. Entries whose lane the
+// caller did not name stay in the batch for a later call.
 //
 // KEYS[1] leases   KEYS[2] lanes   KEYS[3] vt   KEYS[4] stats: ready,
-// inflight, the funnel's cancelled fields   KEYS[5] wake   KEYS[6] completed
-// KEYS[7] shared   KEYS[8] lease:<batch>   KEYS[9] settled:<batch>
-// KEYS[9+3l-2..9+3l]  lane l's keys (appendLaneKeys), l = 1..m
-// ARGV[1] now, Unix ms   ARGV[2] m   ARGV[3] "reap" or "release"
-// ARGV[4] seconds to keep an ended group   ARGV[5] the batch's name
-// ARGV[6] the queue's topic
-// ARGV[6+3l-2..6+3l]  lane l's fields (appendLaneArgs)
-// ARGV[7+3m..]        the places in the batch of the jobs to release
-// (release only)
-// Returns how many jobs went back to their lanes.
-var returnScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaPutBack + luaSettle + `
-local now, m, mode, keep, batch = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], ARGV[5]
-local _, byName = readLanes(m, 9, 6, ARGV[6])
+// inflight, dead, the funnel's cancelled and dead fields   KEYS[5] wake
+// KEYS[6] completed   KEYS[7] shared   KEYS[8] lease:<batch>
+// KEYS[9] settled:<batch>   KEYS[10] dead
+// KEYS[10+3l-2..10+3l]  lane l's keys (appendLaneKeys), l = 1..m
+// KEYS[10+3m+d]         job:<id> of last-attempt candidate d (reap only)
+// ARGV[1] m   ARGV[2] "reap" or "release"   ARGV[3] seconds to keep an
+// ended group   ARGV[4] the batch's name   ARGV[5] the queue's topic
+// ARGV[6] most dead jobs kept   ARGV[7] seconds to keep a dead job's record
+// ARGV[7+3l-2..7+3l]  lane l's fields (appendLaneArgs)
+// ARGV[8+3m..]        release: the places in the batch of the jobs to
+// release; reap: the last-attempt candidates, 2 fields each: the job's
+// place in the batch and its most attempts (the caller names the jobs
+// whose reap would reach it; each is checked again here)
+// Returns {jobs back on their lanes, jobs dead}.
+var returnScript = newScript(luaNow + luaGroupEnded + luaFunnel + luaLanes + luaPutBack + luaKeepRecord + luaSettle + luaBury + `
+local m, mode, keep, batch, topic = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local now = redisNow()
+local _, byName = readLanes(m, 10, 7, topic)
 -- The jobs to take back: place -> entry, in the batch's order.
 local places, entries = {}, {}
+local last = {} -- place -> {most attempts, its record's key}
 if mode == 'reap' then
   local due = redis.call('ZSCORE', KEYS[1], batch)
-  if not due or tonumber(due) > now then return 0 end
+  if not due or tonumber(due) > now then return {0, 0} end
   local all = redis.call('LRANGE', KEYS[8], 0, -1)
   local settled = redis.call('GET', KEYS[9]) or ''
   for i, e in ipairs(all) do
     if (string.byte(settled, i) or 0) == 0 then places[#places+1], entries[#entries+1] = i - 1, e end
   end
+  local d = 0
+  for i = 8 + 3*m, #ARGV - 1, 2 do
+    d = d + 1
+    last[tonumber(ARGV[i])] = {most = tonumber(ARGV[i+1]), rk = KEYS[10+3*m+d]}
+  end
 else
   local seen = {}
-  for i = 7 + 3*m, #ARGV do
+  for i = 8 + 3*m, #ARGV do
     local p = tonumber(ARGV[i])
     local e = not seen[p] and redis.call('LINDEX', KEYS[8], p)
     seen[p] = true
@@ -585,10 +611,10 @@ end
 -- it was read (a release racing an ack) stays where it is.
 local held = {}
 if #backPlaces > 0 then
-  local first, last = backPlaces[1], backPlaces[1]
-  for _, p in ipairs(backPlaces) do first, last = math.min(first, p), math.max(last, p) end
+  local first, lastPlace = backPlaces[1], backPlaces[1]
+  for _, p in ipairs(backPlaces) do first, lastPlace = math.min(first, p), math.max(lastPlace, p) end
   local mask = {}
-  for p = first, last do mask[p-first+1] = '\0' end
+  for p = first, lastPlace do mask[p-first+1] = '\0' end
   for _, p in ipairs(backPlaces) do mask[p-first+1] = '\1' end
   local _, total, was = settle(KEYS[8], KEYS[9], first, table.concat(mask))
   for i, p in ipairs(backPlaces) do
@@ -596,15 +622,29 @@ if #backPlaces > 0 then
   end
 end
 local acc = {moved = 0, state = {}, ended = {}, funnel = {}, cache = {}}
-local taken = 0
+local taken, dead = 0, 0
 -- Last entry first: pushing each to the front keeps their order.
 for i = #back, 1, -1 do
   if held[i] then
     local e = back[i]
     local n, id, lane = entryHead(e)
+    local l = byName[lane]
     taken = taken + 1
+    local final = mode == 'reap' and last[backPlaces[i]]
     if mode == 'reap' then e = withAttempts(e, n + 1) end
-    putBack(byName[lane], e, id, 'running', KEYS[2], KEYS[3], KEYS[7], acc)
+    if final and n + 1 >= final.most then
+      local err = 'lease expired: the worker died or stopped running it (attempt ' .. (n + 1) .. ' of ' .. final.most .. ')'
+      redis.call('HSET', final.rk, 'last_error', err, 'failed_ms', now, 'attempts', n + 1)
+      if l.group ~= '' then
+        redis.call('HINCRBY', l.meta, 'running', -1)
+        redis.call('HINCRBY', l.meta, 'failed', 1)
+        acc.ended[l.name] = l
+      end
+      bury(final.rk, KEYS[10], ARGV[6], ARGV[7], KEYS[4], id, e, n + 1, err, now, l.group, l.meta, l.results, topic)
+      dead = dead + 1
+    else
+      putBack(l, e, id, 'running', KEYS[2], KEYS[3], KEYS[7], acc)
+    end
   end
 end
 if taken > 0 then
@@ -613,8 +653,8 @@ if taken > 0 then
 end
 -- A batch without its list (deleted by hand) leaves the leases.
 if redis.call('EXISTS', KEYS[8]) == 0 then redis.call('ZREM', KEYS[1], batch) end
-putBackDone(acc, KEYS[4], KEYS[5], KEYS[6], ARGV[1], keep)
-return acc.moved
+putBackDone(acc, KEYS[4], KEYS[5], KEYS[6], now, keep)
+return {acc.moved, dead}
 `)
 
 // promoteScript moves due entries of delayed back to their lanes.
@@ -668,19 +708,38 @@ func lanesOf(entries []string) (lanes []LaneInfo, ok []string) {
 	return lanes, ok
 }
 
+// AttemptLimit is the most attempts of a job, read from its envelope as
+// the worker that would run it reads it (the envelope's max_attempts, else
+// its defaults); 0 or less: no limit. The reaper kills a job whose reap
+// spends its last attempt.
+type AttemptLimit func(envelope string) int
+
+// dueLeasesScript reads the first expired batches, by Redis's clock.
+//
+// KEYS[1] leases   ARGV[1] most batches
+// Returns their names, the earliest deadlines first.
+var dueLeasesScript = newScript(luaNow + `
+return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', redisNow(), 'LIMIT', 0, tonumber(ARGV[1]))
+`)
+
 // Reap returns expired batches of queue partition q to their lanes, up to
-// max batches at a time, each attempt counted. It returns how many jobs
-// went back. An entry that cannot be read (its head or lane malformed: a
+// max batches at a time, each attempt counted. A lease expired when
+// Redis's clock is past its deadline: the caller's clock plays no part. A
+// job whose counted attempt reaches its limit (limit, nil: none) goes to
+// the dead set instead, with a last error that says its worker died or
+// lost the lease running it. It returns how many jobs went back and how
+// many died. An entry that cannot be read (its head or lane malformed: a
 // foreign write, never sluice's own) has no lane to go back to: it dies at
 // once with the reason as its last error (within dead's limits), so that
 // its batch leaves the leases instead of coming up at every reap. Its
 // group, which it does not tell, keeps counting it as running.
-func (p *Pool) Reap(ctx context.Context, q Queue, max int, now time.Time, dead DeadLimits) (int, error) {
+func (p *Pool) Reap(ctx context.Context, q Queue, max int, dead DeadLimits, limit AttemptLimit) (returned, died int, err error) {
 	k := p.layout.Keys(q)
 	c := p.byPart[q.Part]
-	batches, err := c.ZRangeArgs(ctx, dueBy(k.Leases(), now, max)).Result()
+	res, err := runScript(ctx, c, dueLeasesScript, []string{k.Leases()}, max)
+	batches := stringsOf(res)
 	if err != nil || len(batches) == 0 {
-		return 0, err
+		return 0, 0, err
 	}
 	pipe := c.Pipeline()
 	leased := make([]*redis.StringSliceCmd, len(batches))
@@ -688,11 +747,11 @@ func (p *Pool) Reap(ctx context.Context, q Queue, max int, now time.Time, dead D
 		leased[i] = pipe.LRange(ctx, k.Lease(b), 0, -1)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	total := 0
 	for i, b := range batches {
 		entries := make([]string, 0, len(leased[i].Val()))
+		var last []lastAttempt
 		for place, e := range leased[i].Val() {
 			if reason := unreadable(e); reason != "" {
 				// Its id may be what cannot be read: its record is named
@@ -702,21 +761,40 @@ func (p *Pool) Reap(ctx context.Context, q Queue, max int, now time.Time, dead D
 					id = pe.ID
 				}
 				f := Failure{Job: Claimed{ID: id, Batch: b, Index: place}, Cause: "the reaper could not read this job's entry (" + reason + "): " + truncate(e, 200)}
-				if _, err := p.fail(ctx, q, f, 0, now, dead, false); err != nil {
-					return total, err
+				res, err := p.fail(ctx, q, f, 0, time.Now(), dead, false)
+				if err != nil {
+					return returned, died, err
+				}
+				if res == FailDead {
+					died++
 				}
 				continue
 			}
 			entries = append(entries, e)
+			if limit == nil {
+				continue
+			}
+			pe, _ := ParseEntry(e)
+			if most := limit(pe.Envelope); most > 0 && pe.Attempts+1 >= most {
+				last = append(last, lastAttempt{place: place, most: most, id: pe.ID})
+			}
 		}
 		lanes, _ := lanesOf(entries)
-		n, err := p.returnBatch(ctx, q, b, "reap", lanes, nil, now)
+		n, d, err := p.returnBatch(ctx, q, b, "reap", lanes, nil, last, dead)
 		if err != nil {
-			return total, err
+			return returned, died, err
 		}
-		total += n
+		returned += n
+		died += d
 	}
-	return total, nil
+	return returned, died, nil
+}
+
+// lastAttempt is a job of an expired batch whose reap would spend its
+// last attempt.
+type lastAttempt struct {
+	place, most int
+	id          string
 }
 
 // unreadable says why an entry cannot go back to a lane; "" when it can.
@@ -765,7 +843,7 @@ func (p *Pool) Release(ctx context.Context, q Queue, jobs []Claimed) (int, error
 				lanes = append(lanes, l)
 			}
 		}
-		n, err := p.returnBatch(ctx, q, b, "release", lanes, places, time.Now())
+		n, _, err := p.returnBatch(ctx, q, b, "release", lanes, places, nil, DeadLimits{})
 		if err != nil {
 			return total, err
 		}
@@ -774,23 +852,32 @@ func (p *Pool) Release(ctx context.Context, q Queue, jobs []Claimed) (int, error
 	return total, nil
 }
 
-func (p *Pool) returnBatch(ctx context.Context, q Queue, batch, mode string, lanes []LaneInfo, places []int, now time.Time) (int, error) {
+func (p *Pool) returnBatch(ctx context.Context, q Queue, batch, mode string, lanes []LaneInfo, places []int, last []lastAttempt, dead DeadLimits) (returned, died int, err error) {
 	k := p.layout.Keys(q)
-	ks := make([]string, 0, 9+3*len(lanes))
-	ks = append(ks, k.Leases(), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Completed(), k.Shared(), k.Lease(batch), k.Settled(batch))
-	args := make([]any, 0, 6+3*len(lanes)+len(places))
-	args = append(args, now.UnixMilli(), len(lanes), mode, int64(endedKeep/time.Second), batch, q.Topic)
+	ks := make([]string, 0, 10+3*len(lanes)+len(last))
+	ks = append(ks, k.Leases(), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Completed(), k.Shared(), k.Lease(batch), k.Settled(batch), k.Dead())
+	args := make([]any, 0, 7+3*len(lanes)+len(places)+2*len(last))
+	args = append(args, len(lanes), mode, int64(endedKeep/time.Second), batch, q.Topic, dead.Max, max(int64(dead.Keep/time.Second), 1))
 	ks = k.appendLaneKeys(ks, lanes...)
 	args = appendLaneArgs(args, lanes...)
 	for _, place := range places {
 		args = append(args, place)
 	}
+	for _, l := range last {
+		ks = append(ks, k.Job(l.id))
+		args = append(args, l.place, l.most)
+	}
 	res, err := runScript(ctx, p.byPart[q.Part], returnScript, ks, args...)
 	if err != nil {
-		return 0, fmt.Errorf("returning batch %s on %s: %w", batch, q, err)
+		return 0, 0, fmt.Errorf("returning batch %s on %s: %w", batch, q, err)
 	}
-	n, _ := res.(int64)
-	return int(n), nil
+	counts, _ := res.([]any)
+	if len(counts) != 2 {
+		return 0, 0, fmt.Errorf("returning batch %s on %s: unexpected reply %v", batch, q, res)
+	}
+	n, _ := counts[0].(int64)
+	d, _ := counts[1].(int64)
+	return int(n), int(d), nil
 }
 
 // Promote moves delayed jobs of partition part that are due into their

@@ -17,7 +17,7 @@ func TestWaitCompletedBlocksUntilAGroupCompletes(t *testing.T) {
 	if _, err := p.Enqueue(ctx, 1, []Item{item("g.0", "g"), {Close: true, Group: "g", Topic: "jobs", GroupTotal: 1, CallbackURL: "http://x/"}}, now); err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(0), 1, time.Minute)
 	if err != nil || len(jobs) != 1 {
 		t.Fatalf("claim: %v %v", jobs, err)
 	}

@@ -65,7 +65,7 @@ func TestClaimIsFairAcrossGroups(t *testing.T) {
 	// The big group runs alone for a while: its virtual time moves on, and
 	// groups arriving later must enter at that time, not behind it.
 	for range 10 {
-		jobs, err := p.Claim(ctx, jq(0), 10, now.Add(time.Minute))
+		jobs, err := p.Claim(ctx, jq(0), 10, time.Minute)
 		if err != nil || len(jobs) != 10 {
 			t.Fatalf("claim: %v %v", jobs, err)
 		}
@@ -80,7 +80,7 @@ func TestClaimIsFairAcrossGroups(t *testing.T) {
 		left["small"+strconv.Itoa(g)] = 10
 	}
 	for len(left) > 0 {
-		jobs, err := p.Claim(ctx, jq(0), 16, now.Add(time.Minute))
+		jobs, err := p.Claim(ctx, jq(0), 16, time.Minute)
 		if err != nil || len(jobs) == 0 {
 			t.Fatalf("claim: %v %v", jobs, err)
 		}
@@ -108,7 +108,7 @@ func TestClaimHonoursWeights(t *testing.T) {
 	enqueueGroup(t, p, "high", 500, 4)
 	count := map[string]int{}
 	for range 10 {
-		jobs, err := p.Claim(ctx, jq(0), 10, now.Add(time.Minute))
+		jobs, err := p.Claim(ctx, jq(0), 10, time.Minute)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +130,7 @@ func TestAckCountsOnceAndKeepsTheResultOnlyWhenAsked(t *testing.T) {
 	rdb := r.Client()
 	k := p.Layout().Keys(jq(0))
 	enqueueGroup(t, p, "g", 2, 1)
-	jobs, err := p.Claim(ctx, jq(0), 5, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(0), 5, time.Minute)
 	if err != nil || len(jobs) != 2 || jobs[0].Attempt != 1 || jobs[0].ID != "g-0" || jobs[0].Group != "g" || jobs[0].Lane != "g/g" {
 		t.Fatalf("claim: %+v %v", jobs, err)
 	}
@@ -184,7 +184,7 @@ func TestAPlainJobsResultLeavesNothing(t *testing.T) {
 	if _, err := p.Enqueue(ctx, 1, []Item{item("a", ""), item("b", "")}, now); err != nil {
 		t.Fatal(err)
 	}
-	jobs, err := p.Claim(ctx, jq(0), 5, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(0), 5, time.Minute)
 	if err != nil || len(jobs) != 2 {
 		t.Fatalf("claim: %+v %v", jobs, err)
 	}
@@ -210,17 +210,18 @@ func TestAckManyCountsEachLeasedJobOncePerGroup(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
 	enqueueGroup(t, p, "a", 3, 1)
-	first, err := p.Claim(ctx, jq(0), 3, now.Add(time.Minute))
+	first, err := p.Claim(ctx, jq(0), 3, time.Minute)
 	if err != nil || len(first) != 3 {
 		t.Fatalf("claim: %+v %v", first, err)
 	}
 	enqueueGroup(t, p, "b", 2, 1)
-	second, err := p.Claim(ctx, jq(0), 2, now.Add(time.Second))
+	second, err := p.Claim(ctx, jq(0), 2, time.Second)
 	if err != nil || len(second) != 2 || second[0].Batch == first[0].Batch {
 		t.Fatalf("claim: %+v %v", second, err)
 	}
 	// b's batch expires first: the reaper takes it back.
-	if n, err := p.Reap(ctx, jq(0), 10, now.Add(2*time.Second), DeadLimits{Max: 100, Keep: time.Hour}); n != 2 || err != nil {
+	expireLeases(t, p, jq(0), second[0].Batch)
+	if n, _, err := p.Reap(ctx, jq(0), 10, DeadLimits{Max: 100, Keep: time.Hour}, nil); n != 2 || err != nil {
 		t.Fatalf("reap: %d %v", n, err)
 	}
 	var done []Done
@@ -263,7 +264,8 @@ func TestOneLeasePerBatchReapReturnsOnlyTheUnacked(t *testing.T) {
 	k := p.Layout().Keys(jq(0))
 	enqueueGroup(t, p, "g", 5, 1)
 	enqueueOK(t, p, 1, []Item{item("s0", ""), item("s1", ""), item("s2", "")}, now)
-	jobs, err := p.Claim(ctx, jq(0), 8, now.Add(time.Second))
+	// A lease of 1 ms: expired at once unless extended.
+	jobs, err := p.Claim(ctx, jq(0), 8, time.Millisecond)
 	if err != nil || len(jobs) != 8 {
 		t.Fatalf("claim: %d %v", len(jobs), err)
 	}
@@ -291,13 +293,14 @@ func TestOneLeasePerBatchReapReturnsOnlyTheUnacked(t *testing.T) {
 		t.Fatalf("the lease holds %d after 3 acks", n)
 	}
 	// Extend tells a live batch from one that is gone.
-	if kept, err := p.Extend(ctx, jq(0), []string{"no-such-batch", batch}, now.Add(2*time.Second)); err != nil || len(kept) != 2 || kept[0] || !kept[1] {
+	if kept, err := p.Extend(ctx, jq(0), []string{"no-such-batch", batch}, time.Minute); err != nil || len(kept) != 2 || kept[0] || !kept[1] {
 		t.Fatalf("extend a live lease: %v %v", kept, err)
 	}
-	if n, err := p.Reap(ctx, jq(0), 100, now.Add(time.Second), DeadLimits{Max: 100, Keep: time.Hour}); n != 0 || err != nil {
+	if n, _, err := p.Reap(ctx, jq(0), 100, DeadLimits{Max: 100, Keep: time.Hour}, nil); n != 0 || err != nil {
 		t.Fatalf("reaped an extended lease: %d %v", n, err)
 	}
-	if n, err := p.Reap(ctx, jq(0), 100, now.Add(2*time.Second), DeadLimits{Max: 100, Keep: time.Hour}); n != 5 || err != nil {
+	expireLeases(t, p, jq(0), batch)
+	if n, _, err := p.Reap(ctx, jq(0), 100, DeadLimits{Max: 100, Keep: time.Hour}, nil); n != 5 || err != nil {
 		t.Fatalf("reap: %d %v, want the 5 unacked", n, err)
 	}
 	if n := rdb.Exists(ctx, k.Leases(), k.Lease(batch), k.Settled(batch)).Val(); n != 0 {
@@ -320,14 +323,14 @@ func TestOneLeasePerBatchReapReturnsOnlyTheUnacked(t *testing.T) {
 	if n, _ := p.Release(ctx, jq(0), []Claimed{byID["s1"]}); n != 0 {
 		t.Fatal("released a reaped job")
 	}
-	if kept, _ := p.Extend(ctx, jq(0), []string{batch}, now.Add(time.Minute)); len(kept) != 1 || kept[0] {
+	if kept, _ := p.Extend(ctx, jq(0), []string{batch}, time.Minute); len(kept) != 1 || kept[0] {
 		t.Fatal("extended a reaped batch")
 	}
 	if n := rdb.Exists(ctx, k.Leases(), k.Lease(batch), k.Settled(batch), k.Job("g-2")).Val(); n != 0 {
 		t.Fatal("a late call left a lease or a record behind")
 	}
 	// Back at the front of their lanes, each attempt counted.
-	again, err := p.Claim(ctx, jq(0), 10, now.Add(time.Minute))
+	again, err := p.Claim(ctx, jq(0), 10, time.Minute)
 	if err != nil || len(again) != 5 {
 		t.Fatalf("after reaping: %+v %v", again, err)
 	}
@@ -370,7 +373,7 @@ func TestJobLifecycle(t *testing.T) {
 			enqueueOK(t, p, 1, positioned(0, 0, it), now)
 			claim := func(attempt int) Claimed {
 				t.Helper()
-				jobs, err := p.Claim(ctx, jq(0), 10, now.Add(time.Minute))
+				jobs, err := p.Claim(ctx, jq(0), 10, time.Minute)
 				if err != nil || len(jobs) != 1 || jobs[0].ID != "x" || jobs[0].Attempt != attempt || jobs[0].Lane != lane ||
 					jobs[0].Group != group || string(jobs[0].Envelope) != string(it.Envelope) {
 					t.Fatalf("claim: %+v %v, want x at attempt %d on %s", jobs, err, attempt, lane)
@@ -478,7 +481,7 @@ func TestDeferDoesNotCountTheAttempt(t *testing.T) {
 	ctx := context.Background()
 	k := p.Layout().Keys(jq(0))
 	enqueueGroup(t, p, "g", 1, 1)
-	jobs, _ := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
+	jobs, _ := p.Claim(ctx, jq(0), 1, time.Minute)
 	if ok, err := p.Defer(ctx, jq(0), jobs[0], now.Add(time.Second)); !ok || err != nil {
 		t.Fatalf("defer: %v %v", ok, err)
 	}
@@ -491,7 +494,7 @@ func TestDeferDoesNotCountTheAttempt(t *testing.T) {
 	if n, _ := p.Promote(ctx, jq(0), 10, now.Add(time.Second)); n != 1 {
 		t.Fatalf("promoted %d", n)
 	}
-	again, _ := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
+	again, _ := p.Claim(ctx, jq(0), 1, time.Minute)
 	if len(again) != 1 || again[0].Attempt != 1 {
 		t.Fatalf("after a deferral: %+v", again)
 	}
@@ -505,14 +508,14 @@ func TestFailRetriesThenDies(t *testing.T) {
 	ctx := context.Background()
 	enqueueGroup(t, p, "g", 3, 1)
 	limits := DeadLimits{Max: 2, Keep: time.Hour}
-	jobs, _ := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
+	jobs, _ := p.Claim(ctx, jq(0), 1, time.Minute)
 	if res, err := p.Fail(ctx, jq(0), Failure{Job: jobs[0], Cause: "timeout", NextTry: now.Add(time.Second)}, now, limits); res != FailRetrying || err != nil {
 		t.Fatalf("fail with a retry: %d %v", res, err)
 	}
 	if n, err := p.Promote(ctx, jq(0), 100, now.Add(time.Second)); n != 1 || err != nil {
 		t.Fatalf("promote: %d %v", n, err)
 	}
-	again, _ := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
+	again, _ := p.Claim(ctx, jq(0), 1, time.Minute)
 	if len(again) != 1 || again[0].ID != jobs[0].ID || again[0].Attempt != 2 {
 		t.Fatalf("after the retry: %+v", again)
 	}
@@ -522,7 +525,7 @@ func TestFailRetriesThenDies(t *testing.T) {
 	k := p.Layout().Keys(jq(0))
 	// The dead set is capped: the oldest goes first.
 	for range 2 {
-		js, _ := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
+		js, _ := p.Claim(ctx, jq(0), 1, time.Minute)
 		p.Fail(ctx, jq(0), Failure{Job: js[0], Cause: "x"}, now.Add(time.Second), limits)
 	}
 	dead, _ := r.Client().ZRange(ctx, k.Dead(), 0, -1).Result()
@@ -544,7 +547,7 @@ func TestReleaseUncountsAndWakeSignals(t *testing.T) {
 		t.Fatalf("enqueue left %d wake tokens, want 1", n)
 	}
 	r.Client().Del(ctx, k.Wake())
-	jobs, _ := p.Claim(ctx, jq(0), 2, now.Add(time.Hour))
+	jobs, _ := p.Claim(ctx, jq(0), 2, time.Hour)
 	if n, err := p.Release(ctx, jq(0), jobs); n != 2 || err != nil {
 		t.Fatalf("release: %d %v", n, err)
 	}
@@ -554,7 +557,7 @@ func TestReleaseUncountsAndWakeSignals(t *testing.T) {
 	if n := r.Client().Exists(ctx, k.Leases(), k.Lease(jobs[0].Batch), k.Settled(jobs[0].Batch)).Val(); n != 0 {
 		t.Fatal("a batch released whole is still leased")
 	}
-	again, _ := p.Claim(ctx, jq(0), 2, now.Add(time.Hour))
+	again, _ := p.Claim(ctx, jq(0), 2, time.Hour)
 	if len(again) != 2 || again[0].ID != jobs[0].ID || again[0].Attempt != 1 || again[1].Attempt != 1 {
 		t.Fatalf("after a release: %+v (the attempt must not count, the order must hold)", again)
 	}
@@ -571,7 +574,7 @@ func TestClaimServesBulkGroupsAQuantumEach(t *testing.T) {
 	}
 	served := map[string]int{}
 	for round := range 60 {
-		jobs, err := p.Claim(ctx, jq(0), 64, now.Add(time.Minute))
+		jobs, err := p.Claim(ctx, jq(0), 64, time.Minute)
 		if err != nil || len(jobs) != 64 {
 			t.Fatalf("claim %d: %d jobs, %v", round, len(jobs), err)
 		}
@@ -609,7 +612,7 @@ func TestClaimFillsFromOneJobGroups(t *testing.T) {
 	for g := range 100 {
 		enqueueGroup(t, p, "one"+strconv.Itoa(g), 1, 1)
 	}
-	jobs, err := p.Claim(ctx, jq(0), 32, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(0), 32, time.Minute)
 	if err != nil || len(jobs) != 32 {
 		t.Fatalf("claim: %d jobs, %v", len(jobs), err)
 	}
@@ -635,7 +638,7 @@ func TestAForeignLaneDoesNotBlockClaims(t *testing.T) {
 	enqueueGroup(t, p, "a", 4, 1)
 	r.Client().ZAdd(ctx, k.Lanes(), redis.Z{Score: -1, Member: "not-a-lane"})
 	for i := range 4 {
-		jobs, err := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
+		jobs, err := p.Claim(ctx, jq(0), 1, time.Minute)
 		if err != nil || len(jobs) != 1 {
 			t.Fatalf("claim %d behind a foreign name: %+v %v", i, jobs, err)
 		}
@@ -649,11 +652,11 @@ func TestClaimSeesALaneActivatedAfterItsCandidates(t *testing.T) {
 	p, _ := onePartition(t)
 	ctx := context.Background()
 	enqueueGroup(t, p, "big", 100, 1)
-	if jobs, err := p.Claim(ctx, jq(0), 8, now.Add(time.Minute)); err != nil || len(jobs) != 8 {
+	if jobs, err := p.Claim(ctx, jq(0), 8, time.Minute); err != nil || len(jobs) != 8 {
 		t.Fatalf("first claim: %+v %v", jobs, err)
 	}
 	enqueueGroup(t, p, "small", 1, 1) // joins at the virtual clock: ahead of big
-	jobs, err := p.Claim(ctx, jq(0), 1, now.Add(time.Minute))
+	jobs, err := p.Claim(ctx, jq(0), 1, time.Minute)
 	if err != nil || len(jobs) != 1 || jobs[0].Group != "small" {
 		t.Fatalf("claim after a lane joined: %+v %v, want the small group's job", jobs, err)
 	}
@@ -668,7 +671,7 @@ func TestReapBuriesAnEntryItCannotRead(t *testing.T) {
 	rdb := r.Client()
 	k := p.Layout().Keys(jq(0))
 	enqueueOK(t, p, 1, []Item{item("good", ""), item("bad", "")}, now)
-	jobs, err := p.Claim(ctx, jq(0), 2, now.Add(time.Second))
+	jobs, err := p.Claim(ctx, jq(0), 2, time.Second)
 	if err != nil || len(jobs) != 2 {
 		t.Fatalf("claim: %v %v", jobs, err)
 	}
@@ -679,8 +682,9 @@ func TestReapBuriesAnEntryItCannotRead(t *testing.T) {
 	}
 	rdb.LSet(ctx, k.Lease(batch), int64(bad.Index), "not an entry at all")
 	limits := DeadLimits{Max: 100, Keep: time.Hour}
-	if n, err := p.Reap(ctx, jq(0), 100, now.Add(2*time.Second), limits); n != 1 || err != nil {
-		t.Fatalf("reap: %d %v, want the readable job back", n, err)
+	expireLeases(t, p, jq(0), batch)
+	if n, died, err := p.Reap(ctx, jq(0), 100, limits, nil); n != 1 || died != 1 || err != nil {
+		t.Fatalf("reap: %d back, %d dead, %v; want the readable job back, the other dead", n, died, err)
 	}
 	if n := rdb.Exists(ctx, k.Leases(), k.Lease(batch), k.Settled(batch)).Val(); n != 0 {
 		t.Fatal("the batch is still leased: the next reap would find it again")
@@ -694,7 +698,7 @@ func TestReapBuriesAnEntryItCannotRead(t *testing.T) {
 	if rec["state"] != "dead" || !strings.Contains(rec["last_error"], "could not read") || rec["env"] != "not an entry at all" {
 		t.Fatalf("record %v", rec)
 	}
-	again, err := p.Claim(ctx, jq(0), 2, now.Add(time.Minute))
+	again, err := p.Claim(ctx, jq(0), 2, time.Minute)
 	if err != nil || len(again) != 1 || again[0].ID != "good" || again[0].Attempt != 2 {
 		t.Fatalf("after the reap: %+v %v, want good again, attempt 2", again, err)
 	}

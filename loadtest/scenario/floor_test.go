@@ -122,7 +122,7 @@ func measureScripts(ctx context.Context, addr, stage string, d time.Duration, co
 		// acked, whoever enqueued it.
 		acked := 0
 		for acked < len(items) {
-			jobs, err := p.Claim(ctx, q, 128, time.Now().Add(time.Minute))
+			jobs, err := p.Claim(ctx, q, 128, time.Minute)
 			if err != nil || len(jobs) == 0 {
 				return acked, err
 			}

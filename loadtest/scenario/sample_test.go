@@ -114,7 +114,7 @@ func runJobs(tb testing.TB, srv *testenv.RedisServer, n int, sampled bool) jobCo
 	acked := 0
 	for part := range layout.Partitions {
 		for {
-			got, err := pool.Claim(ctx, queue.Queue{Topic: "jobs", Part: part}, 256, time.Now().Add(time.Minute))
+			got, err := pool.Claim(ctx, queue.Queue{Topic: "jobs", Part: part}, 256, time.Minute)
 			if err != nil {
 				tb.Fatal(err)
 			}

@@ -1,0 +1,228 @@
+package worker_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// cutProxy forwards loopback TCP to a Redis until cut, which closes every
+// connection and refuses new ones: a worker cut off from Redis while
+// Redis itself runs on.
+type cutProxy struct {
+	ln    net.Listener
+	mu    sync.Mutex
+	conns []net.Conn
+	cut   bool
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln}
+	t.Cleanup(p.cutOff)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			if p.cut {
+				p.mu.Unlock()
+				c.Close()
+				up.Close()
+				continue
+			}
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { io.Copy(up, c); up.Close() }()
+			go func() { io.Copy(c, up); c.Close() }()
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *cutProxy) cutOff() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = true
+	p.ln.Close()
+	for _, c := range p.conns {
+		c.Close()
+	}
+}
+
+// A worker cut off from Redis while a handler runs cannot extend the
+// lease: it cancels the handler's context before the lease ends, with the
+// reason as the context's cause, and does not record the job; once the
+// lease ends the job is reaped and runs again elsewhere (at least once).
+// Before issue 29 the worker only logged and ran on past its lease.
+func TestAWorkerCutOffFromRedisCancelsTheHandlerBeforeTheLeaseEnds(t *testing.T) {
+	b := newBed(t)
+	px := newCutProxy(t, b.redis.Addr())
+	const lease = 2 * time.Second
+	type cancelled struct {
+		at    time.Time
+		cause error
+	}
+	started := make(chan struct{}, 1)
+	ended := make(chan cancelled, 1)
+	b.start(t, func(c *worker.Config) { c.RedisAddr, c.Lease, c.Timeout = px.addr(), lease, time.Minute }, func(w *worker.Worker) {
+		w.Handle("long", worker.HandlerFunc(func(ctx context.Context, _ *worker.Job) ([]byte, error) {
+			started <- struct{}{}
+			<-ctx.Done()
+			ended <- cancelled{time.Now(), context.Cause(ctx)}
+			return nil, nil // as a handler that did its work all the same: not recorded
+		}))
+	})
+	b.enqueue(t, job.Job{ID: "cut", Type: "long", Group: "g"})
+	<-started
+	px.cutOff()
+	// The lease's deadline as Redis holds it now that no extension can
+	// reach it (Redis's clock is this host's).
+	k := b.keys(b.layout.PartitionOf("g"))
+	leased, err := b.redis.Client().ZRangeWithScores(context.Background(), k.Leases(), 0, -1).Result()
+	if err != nil || len(leased) != 1 {
+		t.Fatalf("leases: %v %v", leased, err)
+	}
+	deadline := time.UnixMilli(int64(leased[0].Score))
+	select {
+	case c := <-ended:
+		if !c.at.Before(deadline) {
+			t.Fatalf("the handler was cancelled at %s, after its lease ended at %s", c.at.Format(time.StampMilli), deadline.Format(time.StampMilli))
+		}
+		if c.cause == nil || !strings.Contains(c.cause.Error(), "lease could not be extended since") {
+			t.Fatalf("cancelled with cause %v", c.cause)
+		}
+		t.Logf("cancelled %s before the lease's end: %v", deadline.Sub(c.at).Round(time.Millisecond), c.cause)
+	case <-time.After(time.Until(deadline) + 2*time.Second):
+		t.Fatalf("the handler still runs %s after its lease ended", 2*time.Second)
+	}
+	if h := b.jobHash(t, "cut", "g"); h["state"] != "" {
+		t.Fatalf("the cut-off worker recorded the job: %v", h)
+	}
+	// Another worker, on Redis directly, reaps it once the lease ends and
+	// runs it again.
+	b.start(t, nil, func(w *worker.Worker) { w.Handle("long", worker.Noop) })
+	if h := b.waitState(t, "cut", "g", "done"); h["attempts"] != "2" {
+		t.Fatalf("the rerun: %v, want done at attempt 2", h)
+	}
+}
+
+// A worker whose clock runs 5 minutes ahead (the --clock-skew test knob)
+// reaps no batch another worker holds under a live lease: leases go by
+// Redis's clock. Before issue 29 it reaped the running job at its next
+// maintenance tick and ran it a second time.
+func TestAWorkerWithItsClockAheadReapsNoLiveLease(t *testing.T) {
+	b := newBed(t)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	handler := func(name string) worker.Handler {
+		return worker.HandlerFunc(func(ctx context.Context, _ *worker.Job) ([]byte, error) {
+			mu.Lock()
+			runs[name]++
+			mu.Unlock()
+			select {
+			case started <- struct{}{}:
+			default:
+			}
+			select {
+			case <-release:
+				return nil, nil
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
+			}
+		})
+	}
+	b.start(t, nil, func(w *worker.Worker) { w.Handle("slow", handler("exact")) })
+	b.enqueue(t, job.Job{ID: "held", Type: "slow", Group: "g"})
+	<-started
+	b.start(t, func(c *worker.Config) { c.ClockSkew = 5 * time.Minute }, func(w *worker.Worker) { w.Handle("slow", handler("ahead")) })
+	// The lease is 3 s; the skewed worker's maintainer reaps every 20 ms,
+	// and before issue 29 took the batch at its first tick. Nothing tells
+	// a tick that reaps nothing: watch a second of them (50), in which the
+	// batch must stay leased.
+	k := b.keys(b.layout.PartitionOf("g"))
+	held, err := b.redis.Client().ZRange(context.Background(), k.Leases(), 0, -1).Result()
+	if err != nil || len(held) != 1 {
+		t.Fatalf("leases: %v %v", held, err)
+	}
+	watchUntil := time.Now().Add(time.Second)
+	for time.Now().Before(watchUntil) {
+		if _, err := b.redis.Client().ZScore(context.Background(), k.Leases(), held[0]).Result(); err != nil {
+			t.Fatalf("the running job's batch left the leases while its holder runs it: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond) // one maintenance tick of the skewed worker
+	}
+	close(release)
+	h := b.waitState(t, "held", "g", "done")
+	mu.Lock()
+	defer mu.Unlock()
+	if h["attempts"] != "1" || runs["exact"] != 1 || runs["ahead"] != 0 {
+		t.Fatalf("record %v, runs %v: want one run, by the worker whose clock is right", h, runs)
+	}
+}
+
+// A job whose worker died running it at its last attempt is made dead by
+// the reaper, by the limit the worker reads from its envelope (or its
+// type's default), and is not run again; one with attempts left runs
+// again (issue 29).
+func TestTheReaperKillsAJobWhoseWorkerDiedAtItsLastAttempt(t *testing.T) {
+	b := newBed(t)
+	b.enqueue(t,
+		job.Job{ID: "once", Type: "crash", Group: "g", MaxAttempts: 1},
+		job.Job{ID: "typed", Type: "crash1", Group: "g"},
+		job.Job{ID: "again", Type: "crash", Group: "g", MaxAttempts: 2})
+	// A worker that claimed them and died: the lease is never extended.
+	q := queue.Queue{Topic: "jobs", Part: b.layout.PartitionOf("g")}
+	if jobs, err := b.pool.Claim(context.Background(), q, 3, time.Millisecond); err != nil || len(jobs) != 3 {
+		t.Fatalf("claim: %v %v", jobs, err)
+	}
+	var mu sync.Mutex
+	var ran []string
+	record := worker.HandlerFunc(func(_ context.Context, j *worker.Job) ([]byte, error) {
+		mu.Lock()
+		ran = append(ran, j.ID)
+		mu.Unlock()
+		return nil, nil
+	})
+	b.start(t, nil, func(w *worker.Worker) {
+		w.Handle("crash", record)
+		w.Handle("crash1", record, worker.TypeMaxAttempts(1))
+	})
+	for _, id := range []string{"once", "typed"} {
+		h := b.waitState(t, id, "g", "dead")
+		if want := "lease expired: the worker died or stopped running it (attempt 1 of 1)"; h["last_error"] != want || h["attempts"] != "1" {
+			t.Fatalf("%s: %v, want last_error %q", id, h, want)
+		}
+	}
+	if h := b.waitState(t, "again", "g", "done"); h["attempts"] != "2" {
+		t.Fatalf("again: %v, want done at attempt 2", h)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ran) != 1 || ran[0] != "again" {
+		t.Fatalf("ran %v, want only the job with an attempt left", ran)
+	}
+}
