@@ -60,6 +60,13 @@ type bed struct {
 	layout queue.Layout
 
 	gates, relays, workers, coords []*part
+	load                           *loader // the run's, for the faults that post jobs of their own
+
+	// workerRedis is the proxy between the last worker and Redis, and
+	// relayConsul[i] the one between relay i and Consul: the faults that
+	// cut one process off go through them.
+	workerRedis *proxy
+	relayConsul []*proxy
 
 	mu         sync.Mutex
 	nextWorker int      // the worker the next worker fault kills
@@ -70,6 +77,46 @@ type bed struct {
 	// agent comes back empty, as an operator restores a lost Consul's
 	// configuration.
 	configured map[string][]byte
+	// events are the other things the bed did that may make a job run
+	// again without a kill (explainRerun).
+	events []event
+	// deletedAt is when a fault deleted the job topic, and oldLog the job
+	// records of the log deleted with it (read just before).
+	deletedAt time.Time
+	oldLog    map[string]logRecord
+	// bgErrs are errors of restarts done in the background (a worker
+	// killed by the job it ran).
+	bgErrs []error
+}
+
+// event is something the bed did to some workers (who: "worker1"; ""
+// for all) from..to (zero while it lasts), and how it explains a job run
+// again meanwhile.
+type event struct {
+	who      string
+	from, to time.Time
+	explains string
+}
+
+// begin notes an event that starts now and returns its end.
+func (b *bed) begin(who, explains string) (end func()) {
+	b.mu.Lock()
+	i := len(b.events)
+	b.events = append(b.events, event{who: who, from: time.Now(), explains: explains})
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		b.events[i].to = time.Now()
+		b.mu.Unlock()
+	}
+}
+
+// topicDeletion is when the job topic was deleted (zero if never) and
+// what its log held then.
+func (b *bed) topicDeletion() (time.Time, map[string]logRecord) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.deletedAt, b.oldLog
 }
 
 // outage is a time Redis did not serve: from the signal that stopped or
@@ -88,8 +135,13 @@ type part struct {
 	listen string
 	args   func(inc int) []string
 
+	// life serialises a kill and the restart after it, which the ledger
+	// (a job that kills its worker) and the faults both do.
+	life sync.Mutex
+
 	mu     sync.Mutex
 	inc    int
+	extra  []string // flags added to the next incarnations (clock skew)
 	cmd    *exec.Cmd
 	done   chan struct{}
 	killed map[int]time.Time // incarnation -> when it was killed with SIGKILL
@@ -105,6 +157,8 @@ func newBed(t *testing.T) *bed {
 	b.kafka = testenv.Kafka(t, testenv.Brokers(3),
 		testenv.Topic(topic, kafkaPartitions), testenv.Topic(topic+".dlq", kafkaPartitions), testenv.Topic(topic+".retry", kafkaPartitions))
 	b.ledger = newLedger(t)
+	b.ledger.kill = b.killWorker
+	b.workerRedis = newProxy(t, b.redis.Addr())
 	b.bin = <-bin
 	if t.Failed() {
 		t.FailNow()
@@ -118,6 +172,9 @@ func newBed(t *testing.T) *bed {
 	brokers := strings.Join(b.kafka.Brokers(), ",")
 	common := []string{"--stage", stage, "--log-format", "text", "--log-level", "warn"}
 	redisFlags := []string{"--redis-addr", b.redis.Addr(), "--redis-partitions", strconv.Itoa(redisPartitions)}
+	for range 2 {
+		b.relayConsul = append(b.relayConsul, newProxy(t, b.consul.Addr()))
+	}
 	for i := range 2 {
 		b.gates = append(b.gates, b.newPart(fmt.Sprintf("gate%d", i), func(int) []string {
 			return append(slicesConcat(common, redisFlags), "--kafka-brokers", brokers, "--allow-no-auth", "--topics", topic,
@@ -125,13 +182,18 @@ func newBed(t *testing.T) *bed {
 		}, "gate"))
 		b.relays = append(b.relays, b.newPart(fmt.Sprintf("relay%d", i), func(int) []string {
 			return append(slicesConcat(common, redisFlags), "--kafka-brokers", brokers, "--topics", topic,
-				"--consul-addr", b.consul.Addr(), "--lock-ttl", lockTTL.String(), "--lock-delay", lockDelay,
+				"--consul-addr", b.relayConsul[i].addr(), "--lock-ttl", lockTTL.String(), "--lock-delay", lockDelay,
 				"--commit-every", "200ms", "--lag-every", "500ms", "--durable-after", durableAfter.String())
 		}, "relay"))
 		b.workers = append(b.workers, b.newPart(fmt.Sprintf("worker%d", i), func(inc int) []string {
 			who := fmt.Sprintf("worker%d.%d", i, inc) // as part.who
-			return append(slicesConcat(common, redisFlags),
-				"--http", "work="+b.ledger.url+"/ok/"+who+",fail="+b.ledger.url+"/fail/"+who,
+			redisAddr := b.redis.Addr()
+			if i == 1 {
+				redisAddr = b.workerRedis.addr()
+			}
+			u := b.ledger.url
+			return append(slicesConcat(common, []string{"--redis-addr", redisAddr, "--redis-partitions", strconv.Itoa(redisPartitions)}),
+				"--http", "work="+u+"/ok/"+who+",fail="+u+"/fail/"+who+",kill="+u+"/kill/"+who+",slow="+u+"/slow/"+who,
 				"--consul-addr", b.consul.Addr(), "--workers", strconv.Itoa(workersPerPart),
 				"--lease", lease.String(), "--maintain-every", "200ms", "--backoff", "100ms", "--max-backoff", "400ms",
 				"--timeout", "10s", "--drain-timeout", "2s", "--topics", topic)
@@ -163,7 +225,9 @@ func (b *bed) newPart(name string, args func(int) []string, command string) *par
 		b.t.Fatal(err)
 	}
 	p := &part{b: b, name: name, listen: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), killed: map[int]time.Time{}}
-	p.args = func(inc int) []string { return append([]string{command, "--listen", p.listen}, args(inc)...) }
+	p.args = func(inc int) []string {
+		return append(append([]string{command, "--listen", p.listen}, args(inc)...), p.extra...)
+	}
 	b.t.Cleanup(p.stop)
 	return p
 }
@@ -232,6 +296,42 @@ func (p *part) kill9() time.Time {
 	p.killed[inc] = at
 	p.mu.Unlock()
 	return at
+}
+
+// killAndRestart kills the running incarnation with SIGKILL and starts
+// the next one.
+func (p *part) killAndRestart() error {
+	p.life.Lock()
+	defer p.life.Unlock()
+	p.kill9()
+	return p.restart()
+}
+
+// killWorker is the ledger's kill: it kills the worker incarnation who
+// (which called it) with SIGKILL, unless that one is gone already, and
+// starts the worker again in the background.
+func (b *bed) killWorker(who string) {
+	name, _, _ := strings.Cut(who, ".")
+	for _, w := range b.workers {
+		if w.name != name {
+			continue
+		}
+		w.life.Lock()
+		if w.who() != who {
+			w.life.Unlock()
+			return
+		}
+		w.kill9()
+		go func() {
+			defer w.life.Unlock()
+			if err := w.restart(); err != nil {
+				b.mu.Lock()
+				b.bgErrs = append(b.bgErrs, err)
+				b.mu.Unlock()
+			}
+		}()
+		return
+	}
 }
 
 // who names the running incarnation, as a worker's handler URLs do.
@@ -462,14 +562,14 @@ func (b *bed) recordDeadline(t time.Time) time.Time {
 // queueOf is a job's queue partition: its group's when it has one, else
 // its id's (a job without a group joins its partition's shared lane).
 // Every key of a job the suite reads goes through here.
-func (b *bed) queueOf(j jobSpec) queue.Queue {
-	return b.layout.QueueOf(topic, j.group(), j.ID)
+func (b *bed) queueOf(id, group string) queue.Queue {
+	return b.layout.QueueOf(topic, group, id)
 }
 
 // recordKey is a job's record, job:<id>: kept for a failed attempt and a
 // dead job (state, last_error, attempts), not for a plain job that
 // succeeded.
-func (b *bed) recordKey(j jobSpec) string { return b.layout.Keys(b.queueOf(j)).Job(j.ID) }
+func (b *bed) recordKey(id, group string) string { return b.layout.Keys(b.queueOf(id, group)).Job(id) }
 
 // idemKey is an idempotency key's mark, in the partition of the key.
 func (b *bed) idemKey(key string) string {

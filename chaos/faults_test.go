@@ -288,8 +288,7 @@ var (
 			}
 			time.Sleep(time.Millisecond)
 		}
-		w.kill9()
-		if err := w.restart(); err != nil {
+		if err := w.killAndRestart(); err != nil {
 			return "", 0, err
 		}
 		return w.name + " killed and restarted", 0, b.waitFlow("jobs to flow after the worker restart")
@@ -403,7 +402,7 @@ func runStep(b *bed, l *loader, faults ...fault) outcome {
 				o.Measured = append(o.Measured, m)
 			}
 			switch f.name {
-			case faultRelay.name:
+			case faultRelay.name, faultZombieRelay.name, faultCutRelayConsul.name:
 				o.RelayFailover = took
 			case faultCoordinator.name:
 				o.CoordFailover = took

@@ -15,11 +15,16 @@ import (
 // execution is one call of a job's handler, as the ledger saw it.
 type execution struct {
 	JobID   string
+	Op      string // the op's tag, from the payload ("" for periodic jobs)
 	Key     string // the idempotency key, from the payload
+	Type    string // the job's type, as the handler's path names it: ok (work), fail, kill, slow
 	Attempt int
-	Who     string    // the worker incarnation: "worker1.2"
-	OK      bool      // answered 2xx (the job succeeded)
-	At      time.Time // when the call arrived
+	Who     string // the worker incarnation: "worker1.2"
+	OK      bool   // answered 2xx (the job succeeded)
+	// Cancelled says the worker gave the call up (its request's context
+	// ended) before the ledger answered: a slow job's handler cancelled.
+	Cancelled bool
+	At        time.Time // when the call arrived
 	// Answered is when the ledger gave its answer: from then on the run
 	// is over and only its worker's record of it (the idempotency key,
 	// then the ack) is missing.
@@ -28,9 +33,10 @@ type execution struct {
 
 // ledger is the handlers' receiver, outside Redis: the workers' http
 // handlers POST each job here (type work: 200 after a short run, type
-// fail: 500), and it records every call. The worker sends the job id and
-// attempt as headers; the idempotency key is not among them, so jobs
-// carry it in their payload too.
+// fail: 500, type kill: the calling worker is killed with SIGKILL, type
+// slow: 200 after slowRun), and it records every call by job id: the
+// worker sends the job id and attempt as headers. The idempotency key is
+// not among them, so jobs carry it in their payload, with their op's tag.
 type ledger struct {
 	url string
 
@@ -38,9 +44,26 @@ type ledger struct {
 	execs        []execution
 	running      map[string]int // calls in progress per worker incarnation
 	keyedRunning map[string]int // of those, jobs with an idempotency key
+	slowRunning  map[string]int // slow jobs in progress per worker incarnation
 	held         chan struct{}  // while not nil, 2xx answers wait until it is closed
 	alerts       []canaryAlert  // the canary monitor's webhook calls, in order
+	// kill kills the worker incarnation who with SIGKILL (and starts it
+	// again); set by the bed. A kill job's calls past killLimit are
+	// answered 200 instead, so that a job that is never made dead stops
+	// killing workers for the rest of the run (the fault reports it).
+	kill      func(who string)
+	killCalls map[string]int
 }
+
+// killLimit is how many calls of one kill job the ledger answers by
+// killing the worker: its max_attempts (killAttempts) and one more, to
+// see a job that was not made dead in time.
+const killLimit = killAttempts + 1
+
+// slowRun is how long a slow job's handler runs unless its worker gives
+// the call up: past two leases, so that a worker cut off from Redis must
+// cancel it before its lease ends.
+const slowRun = 2*lease + time.Second
 
 // canaryAlert is one call of the coordinators' canary webhook.
 type canaryAlert struct {
@@ -69,7 +92,7 @@ func (l *ledger) hold() (release func()) {
 const jobRun = 3 * time.Millisecond
 
 func newLedger(t *testing.T) *ledger {
-	l := &ledger{running: map[string]int{}, keyedRunning: map[string]int{}}
+	l := &ledger{running: map[string]int{}, keyedRunning: map[string]int{}, slowRunning: map[string]int{}, killCalls: map[string]int{}}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		arrived := time.Now()
 		body, _ := io.ReadAll(r.Body)
@@ -82,17 +105,48 @@ func newLedger(t *testing.T) *ledger {
 			return
 		}
 		var p struct {
+			Op  string `json:"op"`
 			Key string `json:"key"`
 		}
 		json.Unmarshal(body, &p)
 		kind, who, _ := strings.Cut(strings.TrimPrefix(r.URL.Path, "/"), "/")
 		attempt, _ := strconv.Atoi(r.Header.Get("Sluice-Attempt"))
-		ok := kind == "ok"
-		e := execution{JobID: r.Header.Get("Sluice-Job-Id"), Key: p.Key, Attempt: attempt, Who: who, At: arrived}
-		if !ok {
+		e := execution{JobID: r.Header.Get("Sluice-Job-Id"), Op: p.Op, Key: p.Key, Type: kind, Attempt: attempt, Who: who, At: arrived}
+		switch kind {
+		case "fail":
 			e.Answered = time.Now()
 			l.record(e)
 			http.Error(w, "always failing", http.StatusInternalServerError)
+			return
+		case "kill":
+			l.mu.Lock()
+			l.killCalls[e.JobID]++
+			n, kill := l.killCalls[e.JobID], l.kill
+			l.mu.Unlock()
+			if n <= killLimit && kill != nil {
+				kill(who) // returns once the worker is dead: nobody reads an answer
+				e.Answered = time.Now()
+				l.record(e)
+				return
+			}
+		case "slow":
+			l.mu.Lock()
+			l.slowRunning[who]++
+			l.mu.Unlock()
+			select {
+			case <-time.After(slowRun):
+				e.OK = true
+			case <-r.Context().Done():
+				e.Cancelled = true
+			}
+			e.Answered = time.Now()
+			l.record(e)
+			l.mu.Lock()
+			l.slowRunning[who]--
+			l.mu.Unlock()
+			if e.OK {
+				w.Write([]byte(`{"ok":true}`))
+			}
 			return
 		}
 		l.mu.Lock()
@@ -164,6 +218,14 @@ func (l *ledger) busyKeyed(who string) bool {
 	return l.keyedRunning[who] > 0
 }
 
+// slowBusy says whether a worker incarnation has a slow job in its
+// handler now.
+func (l *ledger) slowBusy(who string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.slowRunning[who] > 0
+}
+
 // canaryAlerts copies the webhook calls so far.
 func (l *ledger) canaryAlerts() []canaryAlert {
 	l.mu.Lock()
@@ -175,4 +237,17 @@ func (l *ledger) count() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return len(l.execs)
+}
+
+// calls counts the calls of one job, whatever their answer.
+func (l *ledger) calls(id string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, e := range l.execs {
+		if e.JobID == id {
+			n++
+		}
+	}
+	return n
 }

@@ -12,60 +12,154 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/queue"
 )
 
-// jobSpec is one job the loader sends. Every job has an idempotency key;
-// every twinEvery-th job reuses the key of the job before it (in another
-// group or lane), so exactly one of the two may run; every failEvery-th job
-// is of type fail, which the ledger always answers 500, with 2 attempts.
-// Jobs come in groups of 4, and every laneEvery-th such group is sent
-// without a group: those jobs share their partition's lane.
+// kind is what a job of the workload is: the mix of issue 29, where most
+// jobs are plain (the gate assigns the id, no key, no group), so that the
+// dedupe by Kafka position decides their fate, and the other kinds each
+// take a path of their own.
+type kind int
+
+const (
+	kindPlain    kind = iota // no id, no key, no group: the gate assigns the id
+	kindPriority             // plain, with a priority class
+	kindDelayed              // plain, run_at a little ahead
+	kindFail                 // type fail: the ledger answers 500, max_attempts 2
+	kindKeyed                // an idempotency key, the id from the gate
+	kindClientID             // an id the client chose, no key
+	kindGroup                // an item of a bulk group (POST .../groups)
+	kindKill                 // type kill: the ledger kills the worker that runs it (a fault's)
+	kindSlow                 // type slow: the ledger holds it for slowRun (a fault's)
+)
+
+var kindNames = [...]string{"plain", "priority", "delayed", "fail", "keyed", "client id", "group", "kill", "slow"}
+
+func (k kind) String() string { return kindNames[k] }
+
+// jobType is the job's type, which names the ledger's path.
+func (k kind) jobType() string {
+	switch k {
+	case kindFail:
+		return "fail"
+	case kindKill:
+		return "kill"
+	case kindSlow:
+		return "slow"
+	}
+	return "work"
+}
+
+// plainLike says whether a job has neither key nor failing handler: its
+// reruns are counted and each must be explained.
+func (k kind) plainLike() bool {
+	return k == kindPlain || k == kindPriority || k == kindDelayed || k == kindClientID || k == kindGroup
+}
+
+// jobSpec is one job of the workload; an op is one POST of it. In every
+// batch of batchSize, by position: 0-9 plain (2 and 6 with a priority), 10
+// delayed by runAtAhead, 11 always failing, 12-16 keyed (in every
+// twinEvery-th batch, 16 reuses 15's key: exactly one of the two may
+// run), 17-18 with a client-chosen id, 19 plain. Every groupEvery-th batch
+// is a bulk group of batchSize items instead. So 60% plain, 22% keyed.
 type jobSpec struct {
-	N    int
-	ID   string
-	Key  string
-	Fail bool
+	N        int
+	Kind     kind
+	ID       string // the client's id (kindClientID); else the gate assigns one
+	Key      string // the idempotency key (kindKeyed)
+	Priority int
+	MaxAtt   int // max_attempts, 0 for the default
 }
 
 const (
-	twinEvery = 25
-	failEvery = 50
-	laneEvery = 4
-	batchSize = 20
+	twinEvery  = 5
+	groupEvery = 10
+	batchSize  = 20
+	// runAtAhead is how far ahead a delayed job's run_at is.
+	runAtAhead = 2 * time.Second
 )
 
 func specOf(run string, n int) jobSpec {
-	key := n
-	if n%twinEvery == twinEvery-1 {
-		key = n - 1
+	b, pos := n/batchSize, n%batchSize
+	j := jobSpec{N: n, Kind: kindPlain}
+	switch {
+	case b%groupEvery == groupEvery-1:
+		j.Kind = kindGroup
+	case pos == 2 || pos == 6:
+		j.Kind, j.Priority = kindPriority, 1+b%9
+	case pos == 10:
+		j.Kind = kindDelayed
+	case pos == 11:
+		j.Kind, j.MaxAtt = kindFail, 2
+	case pos >= 12 && pos <= 16:
+		key := n
+		if pos == 16 && b%twinEvery == 0 {
+			key = n - 1
+		}
+		j.Kind, j.Key = kindKeyed, fmt.Sprintf("%s-k%06d", run, key)
+	case pos == 17 || pos == 18:
+		j.Kind, j.ID = kindClientID, fmt.Sprintf("%s-c%06d", run, n)
 	}
-	return jobSpec{N: n, ID: fmt.Sprintf("%s-j%06d", run, n), Key: fmt.Sprintf("%s-k%06d", run, key), Fail: n%failEvery == failEvery-7}
+	return j
 }
 
-// group is the job's group, "" for a job sent without one.
-func (j jobSpec) group() string {
-	if (j.N/4)%laneEvery == laneEvery-1 {
-		return ""
+// payload is what the handler receives: the op's tag, so that a run of a
+// job whose POST got no answer can be told, and the key (the worker's
+// headers do not carry it).
+func payload(tag, key string) map[string]any {
+	p := map[string]any{"op": tag}
+	if key != "" {
+		p["key"] = key
 	}
-	return fmt.Sprintf("g%d", j.N/4)
+	return p
 }
 
-func (j jobSpec) envelope() map[string]any {
-	typ, attempts := "work", 0
-	if j.Fail {
-		typ, attempts = "fail", 2
+// envelope is the job as one line of a batch POST.
+func (j jobSpec) envelope(tag string, now time.Time) map[string]any {
+	e := map[string]any{"type": j.Kind.jobType(), "payload": payload(tag, j.Key)}
+	if j.ID != "" {
+		e["id"] = j.ID
 	}
-	e := map[string]any{
-		"id": j.ID, "type": typ, "idempotency_key": j.Key,
-		"payload": map[string]any{"key": j.Key, "n": j.N},
+	if j.Key != "" {
+		e["idempotency_key"] = j.Key
 	}
-	if g := j.group(); g != "" {
-		e["group"] = g
+	if j.Priority > 0 {
+		e["priority"] = j.Priority
 	}
-	if attempts > 0 {
-		e["max_attempts"] = attempts
+	if j.MaxAtt > 0 {
+		e["max_attempts"] = j.MaxAtt
+	}
+	if j.Kind == kindDelayed {
+		e["run_at"] = now.Add(runAtAhead).UTC().Format(time.RFC3339Nano)
 	}
 	return e
+}
+
+// op is one POST of one job (Jepsen's operation). Answered 2xx, it is
+// acknowledged with the id of the answer; with no answer (a connection
+// error, a timeout, a 5xx) its outcome is unknown: it may run or not, and
+// the loader posts the job again as a new op (a plain job under a new id,
+// a keyed one with its key, one with a client id with that id).
+type op struct {
+	Tag  string // "<run>-o<n>.<try>", in the payload
+	Spec jobSpec
+	ID   string    // the acknowledged id ("" while unknown)
+	At   time.Time // when the POST went out
+	// AckedAt is when the answer came; zero for an op of unknown outcome.
+	AckedAt time.Time
+}
+
+func (o *op) acked() bool { return !o.AckedAt.IsZero() }
+
+// group is the acknowledged job's group: a bulk group's item has its
+// group's id before the item's index (job.BulkID); the others none.
+func (o *op) group() string {
+	if o.Spec.Kind != kindGroup {
+		return ""
+	}
+	return o.ID[:max(0, strings.LastIndexByte(o.ID, '.'))]
 }
 
 // request is one POST to a gate, as the loader saw it.
@@ -79,20 +173,28 @@ type request struct {
 func (r request) failed() bool { return r.Status == 0 || r.Status >= 500 }
 
 // loader posts batches of jobs to the gates in turn at a steady rate, and
-// resends a batch's unaccepted jobs (same ids: the relay dedupes) until the
-// gate takes them. It keeps every request and every accepted job.
+// posts a job again until a gate acknowledges it. It keeps every request
+// and every op.
 type loader struct {
-	run   string
-	gates []string
-	rate  float64 // jobs per second
-	total int     // jobs to send at least
+	run    string
+	gates  []string
+	groups []string
+	rate   float64 // jobs per second
+	total  int     // jobs to send at least
+
+	// posting is read-held by each POST: pause takes it to hold the
+	// load back (a fault that reads the log whole).
+	posting sync.RWMutex
 
 	mu       sync.Mutex
 	requests []request
-	accepted map[string]jobSpec
+	ops      []*op          // every op, acknowledged or not
+	acked    map[string]*op // acknowledged ops by id (the first one)
+	rejected []string       // items refused with a 4xx: never an op
 	lastErr  string
 	began    time.Time // when the first batch was due
 	done     bool
+	tries    map[int]int // posts per job number
 }
 
 // finished says whether runUntil has returned.
@@ -103,9 +205,10 @@ func (l *loader) finished() bool {
 }
 
 func newLoader(run string, gates []*part, rate float64, total int) *loader {
-	l := &loader{run: run, rate: rate, total: total, accepted: map[string]jobSpec{}}
+	l := &loader{run: run, rate: rate, total: total, acked: map[string]*op{}, tries: map[int]int{}}
 	for _, g := range gates {
 		l.gates = append(l.gates, "http://"+g.listen+"/v1/topics/"+topic+"/jobs:batch")
+		l.groups = append(l.groups, "http://"+g.listen+"/v1/topics/"+topic+"/groups")
 	}
 	return l
 }
@@ -115,7 +218,7 @@ func newLoader(run string, gates []*part, rate float64, total int) *loader {
 // rate.
 const senders = 32
 
-// runUntil sends jobs until at least total were accepted and more is
+// runUntil sends jobs until at least total were acknowledged and more is
 // closed (or ctx ends). A batch goes out every batchSize/rate, to the
 // gates in turn, by whichever sender is free; a batch that fails is resent
 // to the other gate after a short backoff. When every sender is busy the
@@ -163,7 +266,8 @@ func (l *loader) runUntil(ctx context.Context, more <-chan struct{}) {
 	}
 }
 
-// send posts the batch of jobs first.. until the gates took all of it.
+// send posts the batch of jobs first.. until the gates acknowledged all
+// of it.
 func (l *loader) send(ctx context.Context, client *http.Client, first int) {
 	batch := make([]jobSpec, batchSize)
 	for i := range batch {
@@ -171,7 +275,11 @@ func (l *loader) send(ctx context.Context, client *http.Client, first int) {
 	}
 	gate := (first / batchSize) % len(l.gates)
 	for backoff := 20 * time.Millisecond; len(batch) > 0 && ctx.Err() == nil; backoff = min(2*backoff, time.Second) {
-		batch = l.post(ctx, client, gate, batch)
+		if batch[0].Kind == kindGroup {
+			batch = l.postGroup(ctx, client, gate, batch)
+		} else {
+			batch = l.post(ctx, client, gate, batch)
+		}
 		gate = (gate + 1) % len(l.gates)
 		if len(batch) > 0 {
 			select {
@@ -189,20 +297,45 @@ func (l *loader) beganAt() time.Time {
 	return l.began
 }
 
-// post sends one batch and returns the jobs the gate did not accept.
+// pause waits for the POSTs on their way and holds new ones back until
+// the returned resume is called.
+func (l *loader) pause() (resume func()) {
+	l.posting.Lock()
+	return l.posting.Unlock
+}
+
+// newOps makes one op per job of a POST about to go out.
+func (l *loader) newOps(batch []jobSpec, at time.Time) []*op {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	ops := make([]*op, len(batch))
+	for i, j := range batch {
+		l.tries[j.N]++
+		ops[i] = &op{Tag: fmt.Sprintf("%s-o%06d.%d", l.run, j.N, l.tries[j.N]), Spec: j, At: at}
+		l.ops = append(l.ops, ops[i])
+	}
+	return ops
+}
+
+// post sends one batch and returns the jobs to post again: those whose
+// outcome is unknown.
 func (l *loader) post(ctx context.Context, client *http.Client, gate int, batch []jobSpec) []jobSpec {
+	l.posting.RLock()
+	defer l.posting.RUnlock()
+	now := time.Now()
+	ops := l.newOps(batch, now)
 	var body bytes.Buffer
-	for _, j := range batch {
-		line, _ := json.Marshal(j.envelope())
+	for i, j := range batch {
+		line, _ := json.Marshal(j.envelope(ops[i].Tag, now))
 		body.Write(line)
 		body.WriteByte('\n')
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.gates[gate], &body)
 	req.Header.Set("Content-Type", "application/x-ndjson")
-	rec := request{At: time.Now(), Gate: gate, Jobs: len(batch)}
+	rec := request{At: now, Gate: gate, Jobs: len(batch)}
 	resp, err := client.Do(req)
 	if err != nil {
-		l.record(rec, nil, err.Error())
+		l.record(rec, err.Error())
 		return batch
 	}
 	defer resp.Body.Close()
@@ -212,43 +345,142 @@ func (l *loader) post(ctx context.Context, client *http.Client, gate int, batch 
 		Results []struct {
 			Index  int    `json:"index"`
 			Status int    `json:"status"`
+			ID     string `json:"id"`
 			Error  string `json:"error"`
 		} `json:"results"`
 	}
 	if json.Unmarshal(data, &answer) != nil || len(answer.Results) != len(batch) {
-		l.record(rec, nil, fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(data))))
+		l.record(rec, fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(data))))
 		return batch
 	}
-	var rest, ok []jobSpec
+	var rest []jobSpec
 	msg := ""
+	answered := time.Now()
+	l.mu.Lock()
 	for _, r := range answer.Results {
-		if r.Status >= 200 && r.Status < 300 {
-			ok = append(ok, batch[r.Index])
-		} else {
+		o := ops[r.Index]
+		switch {
+		case r.Status >= 200 && r.Status < 300:
+			o.ID, o.AckedAt = r.ID, answered
+			if o.Spec.ID != "" && r.ID != o.Spec.ID {
+				msg = fmt.Sprintf("item %d: the gate answered id %q for the client's %q", r.Index, r.ID, o.Spec.ID)
+			}
+			if l.acked[r.ID] == nil {
+				l.acked[r.ID] = o
+			}
+		case r.Status >= 400 && r.Status < 500 && r.Status != http.StatusRequestTimeout && r.Status != http.StatusTooManyRequests:
+			// Refused: never written, never an op. The workload sends
+			// only valid jobs, so the verdict fails on any.
+			l.rejected = append(l.rejected, fmt.Sprintf("%s: %d %s", o.Tag, r.Status, r.Error))
+			msg = fmt.Sprintf("item %d: %d %s", r.Index, r.Status, r.Error)
+		default:
 			rest = append(rest, batch[r.Index])
 			msg = fmt.Sprintf("item %d: %d %s", r.Index, r.Status, r.Error)
 		}
 	}
-	l.record(rec, ok, msg)
+	l.mu.Unlock()
+	l.record(rec, msg)
 	return rest
 }
 
-func (l *loader) record(r request, ok []jobSpec, errMsg string) {
+// postGroup sends the jobs as one bulk group (the gate assigns the group's
+// id; item i's id is job.BulkID(group, i)) and returns them all when the
+// outcome is unknown: a group answered otherwise than 202 may have been
+// written in part and cancelled, so its items may run or not, and the
+// items are posted again as a new group.
+func (l *loader) postGroup(ctx context.Context, client *http.Client, gate int, batch []jobSpec) []jobSpec {
+	l.posting.RLock()
+	defer l.posting.RUnlock()
+	now := time.Now()
+	ops := l.newOps(batch, now)
+	var body bytes.Buffer
+	body.WriteString(`{"type":"work"}` + "\n")
+	for _, o := range ops {
+		line, _ := json.Marshal(payload(o.Tag, ""))
+		body.Write(line)
+		body.WriteByte('\n')
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.groups[gate], &body)
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	rec := request{At: now, Gate: gate, Jobs: len(batch)}
+	resp, err := client.Do(req)
+	if err != nil {
+		l.record(rec, err.Error())
+		return batch
+	}
+	defer resp.Body.Close()
+	rec.Status = resp.StatusCode
+	data, _ := io.ReadAll(resp.Body)
+	var answer struct {
+		Group string `json:"group"`
+		Count int    `json:"count"`
+	}
+	if resp.StatusCode != http.StatusAccepted || json.Unmarshal(data, &answer) != nil || answer.Count != len(batch) {
+		l.record(rec, fmt.Sprintf("group: %d %s", resp.StatusCode, strings.TrimSpace(string(data))))
+		return batch
+	}
+	answered := time.Now()
+	l.mu.Lock()
+	for i, o := range ops {
+		o.ID, o.AckedAt = job.BulkID(answer.Group, int64(i)), answered
+		l.acked[o.ID] = o
+	}
+	l.mu.Unlock()
+	l.record(rec, "")
+	return nil
+}
+
+// postOne sends one job of a fault's own (kindKill, kindSlow) to the first
+// gate, as an op of the run, and returns it acknowledged, or an error.
+func (l *loader) postOne(ctx context.Context, j jobSpec) (*op, error) {
+	now := time.Now()
+	o := l.newOps([]jobSpec{j}, now)[0]
+	line, _ := json.Marshal(j.envelope(o.Tag, now))
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimSuffix(l.gates[0], ":batch"), bytes.NewReader(line))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var answer struct {
+		ID string `json:"id"`
+	}
+	if resp.StatusCode != http.StatusAccepted || json.Unmarshal(data, &answer) != nil || answer.ID == "" {
+		return nil, fmt.Errorf("posting a %s job: %d %s", j.Kind, resp.StatusCode, strings.TrimSpace(string(data)))
+	}
+	l.mu.Lock()
+	o.ID, o.AckedAt = answer.ID, time.Now()
+	l.acked[o.ID] = o
+	l.mu.Unlock()
+	return o, nil
+}
+
+func (l *loader) record(r request, errMsg string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.requests = append(l.requests, r)
-	for _, j := range ok {
-		l.accepted[j.ID] = j
-	}
 	if errMsg != "" {
 		l.lastErr = errMsg
 	}
 }
 
-func (l *loader) acceptedCount() int {
+// snapshot copies the ops so far and the acknowledged ones by id.
+func (l *loader) snapshot() (ops []op, acked map[string]op, rejected []string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return len(l.accepted)
+	ops = make([]op, len(l.ops))
+	for i, o := range l.ops {
+		ops[i] = *o
+	}
+	acked = make(map[string]op, len(l.acked))
+	for id, o := range l.acked {
+		acked[id] = *o
+	}
+	return ops, acked, append([]string(nil), l.rejected...)
 }
 
 // window counts the requests sent in [from, to] and those that failed.
@@ -343,6 +575,89 @@ func dlqSources(brokers []string) (map[string]string, error) {
 			case <-timeout:
 				pc.Close()
 				return nil, fmt.Errorf("reading %s.dlq/%d: timed out", topic, p)
+			}
+		}
+		pc.Close()
+	}
+	return out, nil
+}
+
+// logRecord is what the topic's log holds of one job id: how many
+// records (a producer's retry writes one twice), whether the id was the
+// client's (the relay keeps one, the others are deduplicated), and the
+// ops whose payload they carry.
+type logRecord struct {
+	Copies int
+	Given  bool
+	Ops    []string
+}
+
+// scanLog reads every job record of the topic's log, from its start to
+// its end: control records, canaries and poison are left out.
+func scanLog(brokers []string) (map[string]logRecord, error) {
+	cfg := sarama.NewConfig()
+	cfg.Metadata.AllowAutoTopicCreation = false
+	cfg.Consumer.Fetch.Default = 4 << 20
+	client, err := sarama.NewClient(brokers, cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	c, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	out := map[string]logRecord{}
+	for p := int32(0); p < kafkaPartitions; p++ {
+		first, err := client.GetOffset(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			return nil, err
+		}
+		end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		if err != nil {
+			return nil, err
+		}
+		if end <= first {
+			continue
+		}
+		pc, err := c.ConsumePartition(topic, p, first)
+		if err != nil {
+			return nil, err
+		}
+		timeout := time.After(2 * time.Minute)
+		for done := false; !done; {
+			select {
+			case m := <-pc.Messages():
+				done = m.Offset+1 >= end
+				control := false
+				for _, h := range m.Headers {
+					control = control || string(h.Key) == job.ControlHeader
+				}
+				var j struct {
+					ID      string `json:"id"`
+					IDGiven bool   `json:"id_given"`
+					Group   string `json:"group"`
+					Payload struct {
+						Op string `json:"op"`
+					} `json:"payload"`
+				}
+				if control || json.Unmarshal(m.Value, &j) != nil || j.ID == "" || strings.HasPrefix(j.Group, queue.CanaryGroupPrefix) {
+					continue
+				}
+				r := out[j.ID]
+				r.Copies++
+				r.Given = r.Given || j.IDGiven
+				if j.Payload.Op != "" {
+					r.Ops = append(r.Ops, j.Payload.Op)
+				}
+				out[j.ID] = r
+			case err := <-pc.Errors():
+				pc.Close()
+				return nil, err
+			case <-timeout:
+				pc.Close()
+				return nil, fmt.Errorf("reading %s/%d: timed out", topic, p)
 			}
 		}
 		pc.Close()
