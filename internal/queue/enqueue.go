@@ -114,12 +114,13 @@ type Result struct {
 // copying its entry.
 // Returns -1 when fenced (nothing written), else n codes, then two per
 // run: how many of its first jobs were duplicates, and one code for the
-// rest, then three per Kafka partition whose watermark belonged to
-// another topic id: the Kafka partition, that id and its offset. Codes: 1 queued, 2 delayed, 0 duplicate (nothing written: at or
-// below the watermark, or a client-chosen id seen within the TTL), 3
-// refused (a key of the job or its lane holds the wrong type; nothing left
-// written for it), 4 dropped (its group was cancelled), 5 closed (a close
-// item, recorded).
+// rest, then three per Kafka partition whose watermark was stored under
+// another topic id: the Kafka partition (a string), that id, and its
+// offset (an integer). Codes: 1 queued, 2 delayed, 0 duplicate (nothing
+// written: at or below the watermark, or a client-chosen id seen within
+// the TTL), 3 refused (a key of the job or its lane holds the wrong type;
+// nothing left written for it), 4 dropped (its group was cancelled), 5
+// closed (a close item, recorded).
 //
 // The fence comes first: a deposed relay changes nothing, not even counters
 // of its own. Then the watermark: the relay applies each Kafka partition's
