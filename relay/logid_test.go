@@ -2,6 +2,7 @@ package relay_test
 
 import (
 	"context"
+	"log/slog"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/relay"
 )
 
 // recreateTopic deletes the test topic and creates it again with as many
@@ -126,4 +128,34 @@ func (b *bed) heldIDs(t *testing.T) map[string]int {
 		}
 	}
 	return ids
+}
+
+// A relay that speaks a Kafka version before topic ids (--kafka-version
+// before 2.8.0) learns none: it says so once, in a warning that names the
+// flag, and the watermark compares offsets alone, as before ids.
+func TestWithoutATopicIDTheWatermarkComparesOffsetsAndSaysSo(t *testing.T) {
+	b := newBed(t)
+	b.produce(t, 0, 50)
+	cfg := b.config(func(c *relay.Config) { c.Kafka.Version = "2.7.0" })
+	var logs testenv.LogBuffer
+	r, err := relay.New(context.Background(), cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatalf("relay.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	b.waitRelayed(t, 50, 30*time.Second)
+	if n := strings.Count(logs.String(), "relaying without the topic's id"); n != 1 || !strings.Contains(logs.String(), "--kafka-version") {
+		t.Fatalf("the warning is logged %d times (want 1, naming --kafka-version):\n%s", n, logs.String())
+	}
+	for p := range b.layout.Partitions {
+		wm := b.redis.Client().HGetAll(context.Background(), b.layout.Keys(queue.Queue{Topic: topic, Part: p}).Watermark()).Val()
+		for field := range wm {
+			if strings.HasSuffix(field, ":topic_id") {
+				t.Fatalf("partition %d's watermark has a topic id without one known: %v", p, wm)
+			}
+		}
+	}
 }
