@@ -20,6 +20,7 @@ type metrics struct {
 	consumeErrors *prometheus.CounterVec // topic
 	rewinds       *prometheus.CounterVec // topic
 	replicaWaits  *prometheus.CounterVec // topic
+	logChanges    *prometheus.CounterVec // topic, partition
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -61,6 +62,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		replicaWaits: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_relay_replica_waits_failed_total", Help: "WAITs (--durable-after replicas:N) that fewer replicas answered in time, or that failed: the batch was written and waited for again, its offsets held back.",
 		}, []string{"topic"}),
+		logChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_relay_watermark_log_changes_total", Help: "Times a Redis partition's watermark of this Kafka partition belonged to another log of the topic (another topic id: deleted and created again): the batch was applied, not deduplicated against the old offsets, so records may run again.",
+		}, []string{"topic", "partition"}),
 		consumeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_relay_consume_errors_total", Help: "Errors reading from Kafka.",
 		}, []string{"topic"}),
@@ -74,6 +78,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 	}
 	reg.MustRegister(m.jobs, m.lag, m.rateWait, m.ratePaused, m.rateLimit, m.memPaused, m.memRatio,
-		m.lockHeld, m.lockAcquired, m.redisRetries, m.consumeErrors, m.rewinds, m.replicaWaits, m.batchSize, m.enqueueTime)
+		m.lockHeld, m.lockAcquired, m.redisRetries, m.consumeErrors, m.rewinds, m.replicaWaits, m.logChanges, m.batchSize, m.enqueueTime)
 	return m
 }

@@ -36,6 +36,9 @@ type Relay struct {
 	guards   map[redis.UniversalClient]*memGuard
 	holder   string
 	now      func() time.Time
+	// idMissing holds the topics whose id Kafka did not give, once the
+	// relay said so (logid.go).
+	idMissing sync.Map
 
 	mu   sync.Mutex
 	held map[string]bool

@@ -40,6 +40,7 @@ type topicRun struct {
 	consumer sarama.Consumer      // the topic's partition consumers come from it
 	om       sarama.OffsetManager // nil for a shadow, which never commits
 	durable  *durableMarks        // commits only what Redis kept (durable.go)
+	topicID  string               // the topic's Kafka id, its log's identity ("": unknown; logid.go)
 }
 
 // relayTopic relays every partition of topic while lctx lives (the lease).
@@ -114,6 +115,7 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 		progress[p].Store(-1)
 	}
 	run := &topicRun{r: r, topic: topic, lease: lease, th: th, log: log, consumer: consumer, om: om, durable: durable}
+	run.learnTopicID(client, parts)
 	run.co = newCoalescer(r.cfg.BatchSize*len(parts), run.enqueue)
 	coDone := make(chan struct{})
 	go func() { defer close(coDone); run.co.run(ctx) }()
@@ -146,6 +148,13 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 	// redelivered, deduped jobs, never lost ones).
 	lagDone := make(chan struct{})
 	go func() { defer close(lagDone); r.watchLag(ctx, client, topic, progress) }()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if err := run.watchTopicID(ctx, client); err != nil {
+			once.Do(func() { first = err; cancel() })
+		}
+	}()
 	var restarted atomic.Bool
 	committerDone := make(chan struct{})
 	go func() {
@@ -239,8 +248,10 @@ func (t *topicRun) managedPartition(ctx context.Context, partition int32, progre
 		return fmt.Errorf("offsets of %s/%d: %w", t.topic, partition, err)
 	}
 	// relayTopic closes pom after its last commit (durable.closeAll).
-	next, _ := pom.NextOffset()
-	mark := t.durable.track(partition, func(o int64) { pom.MarkOffset(o, "") }, pom.AsyncClose)
+	next, meta := pom.NextOffset()
+	next = t.startOf(partition, next, meta)
+	// The metadata names the log the offset belongs to (logid.go).
+	mark := t.durable.track(partition, func(o int64) { pom.MarkOffset(o, t.topicID) }, pom.AsyncClose)
 	return t.relayPartition(ctx, partition, next, mark, progress)
 }
 
@@ -374,6 +385,7 @@ func (t *topicRun) relayBatch(ctx context.Context, batch []*sarama.ConsumerMessa
 			// before this record, so cancel after enqueueing them.
 			cancels = append(cancels, it.Group)
 		default:
+			it.TopicID = t.topicID
 			items = append(items, it)
 			from = append(from, m)
 		}
@@ -582,7 +594,7 @@ func (t *topicRun) enqueue(ctx context.Context, items []queue.Item) ([]queue.Res
 		if !lease.Valid() {
 			return nil, errLeaseLost
 		}
-		results, err := r.pool.Enqueue(ctx, lease.Token(), items, r.now())
+		results, err := r.pool.EnqueueReporting(ctx, lease.Token(), items, r.now(), t.logChanged)
 		if err == nil {
 			// --durable-after replicas:N: settled only once the
 			// replicas have it; else written again, deduplicated.

@@ -27,6 +27,7 @@ func benchPool(b *testing.B) (*Pool, *testenv.RedisServer) {
 // BenchmarkEnqueueScript: batches of 256 jobs into one partition, as the
 // relay writes them (each with its Kafka position), on the shared lane
 // (groups=0: jobs without a group) or spread over few or many groups,
+// each with its Kafka topic id, which the script compares once per call,
 // reporting Redis's own time per job (INFO commandstats) and its CPU per
 // job (INFO cpu), the numbers that bound a relay.
 //
@@ -45,7 +46,7 @@ func BenchmarkEnqueueScript(b *testing.B) {
 				items = items[:min(cap(items), b.N-done)] // b.N jobs, no more
 				for i := range items {
 					items[i] = Item{ID: "j" + strconv.Itoa(done+i), Topic: "jobs", Weight: 1, Envelope: env,
-						HasPosition: true, Offset: int64(done + i)}
+						HasPosition: true, Offset: int64(done + i), TopicID: "Fh5nZy2rQ2ixv1u1qPA0QA"}
 					if groups > 0 {
 						items[i].Group = "g" + strconv.Itoa((done+i)%groups)
 					}

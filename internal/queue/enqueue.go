@@ -27,6 +27,12 @@ type Item struct {
 	// HasPosition says KafkaPartition and Offset are set; an item
 	// without one (written by a test or a tool) is not deduped by it.
 	HasPosition bool
+	// TopicID is the Kafka topic's id (Metadata v10+; sarama's Uuid
+	// string), the identity of the log the offset belongs to: a watermark
+	// written under another id is not compared with the offset (the topic
+	// was deleted and created again). Empty when unknown: the offset
+	// alone decides, as before topic ids.
+	TopicID string
 	// Weight is the group's fair-share weight: its priority class + 1.
 	Weight int
 	// RunAt delays the job; zero or past means ready now.
@@ -87,14 +93,16 @@ type Result struct {
 // KEYS[5] delayed         zset: entries by due time
 // KEYS[6] wake            list: wake-up token for idle consumers
 // KEYS[7] completed       list: bulk groups whose jobs have all ended
-// KEYS[8] wm:<topic>      hash: Kafka partition -> highest offset applied
+// KEYS[8] wm:<topic>      hash: Kafka partition -> highest offset applied,
+// and <Kafka partition>:topic_id -> the topic id that offset belongs to
 // KEYS[9] shared          hash: shared lanes' virtual finish times
 // KEYS[9+3l-2..9+3l]      lane l's keys (appendLaneKeys), l = 1..m
 // KEYS[9+3m+r]            job:<id> of record r, r = 1..q (client-chosen ids)
 // ARGV[1] lock token   ARGV[2] now, Unix ms   ARGV[3] topic   ARGV[4] n
 // ARGV[5] m   ARGV[6] seconds a client-chosen id is deduped   ARGV[7] r
-// ARGV[7+3l-2..7+3l]      lane l's fields (appendLaneArgs)
-// ARGV[7+3m+8(i-1)+1..8]  item i: Kafka partition, offset (-1: none),
+// ARGV[8] the Kafka topic id of every positioned item (empty: unknown)
+// ARGV[8+3l-2..8+3l]      lane l's fields (appendLaneArgs)
+// ARGV[8+3m+8(i-1)+1..8]  item i: Kafka partition, offset (-1: none),
 // lane index, due time Unix ms (0: now), record index (0: none), group
 // total (0: unknown), callback URL (may be empty), entry. An item with an
 // empty entry closes its bulk group (the lane's) instead.
@@ -106,21 +114,30 @@ type Result struct {
 // copying its entry.
 // Returns -1 when fenced (nothing written), else n codes, then two per
 // run: how many of its first jobs were duplicates, and one code for the
-// rest. Codes: 1 queued, 2 delayed, 0 duplicate (nothing written: at or
-// below the watermark, or a client-chosen id seen within the TTL), 3
-// refused (a key of the job or its lane holds the wrong type; nothing left
-// written for it), 4 dropped (its group was cancelled), 5 closed (a close
-// item, recorded).
+// rest, then three per Kafka partition whose watermark was stored under
+// another topic id: the Kafka partition (a string), that id, and its
+// offset (an integer). Codes: 1 queued, 2 delayed, 0 duplicate (nothing
+// written: at or below the watermark, or a client-chosen id seen within
+// the TTL), 3 refused (a key of the job or its lane holds the wrong type;
+// nothing left written for it), 4 dropped (its group was cancelled), 5
+// closed (a close item, recorded).
 //
 // The fence comes first: a deposed relay changes nothing, not even counters
 // of its own. Then the watermark: the relay applies each Kafka partition's
 // records in offset order and never a later batch before an earlier one is
 // confirmed, so a record at or below the watermark was applied already,
-// however old. The watermark moves in this same script, so an AOF that
-// lost the entries lost the watermark with them.
+// however old, as long as it is the same log: a watermark stored under
+// another topic id than ARGV[8] belongs to a deleted topic, so it is taken
+// as -1 (nothing of this log applied), the new id stored with the new
+// offset, and the change counted (stats wm_log_changed) and returned. A
+// watermark without an id (written before ids, or by a relay that could
+// not learn one) adopts ARGV[8]; an empty ARGV[8] compares offsets only.
+// The id is compared once per Kafka partition and call, never per job.
+// The watermark moves in this same script, so an AOF that lost the
+// entries lost the watermark with them.
 var enqueueScript = newScript(luaGroupEnded + luaFunnel + luaLanes + `
-local now, topic, n, m, ttl, nruns = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7])
-local base = 7 + 3*m
+local now, topic, n, m, ttl, nruns, topicID = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8]
+local base = 8 + 3*m
 -- Where each run starts in ARGV.
 local runAt, jobs = {}, n
 do
@@ -141,11 +158,13 @@ if token > fence then
   redis.call('SET', KEYS[1], ARGV[1])
 end
 local nowN = tonumber(now)
-local lanes = readLanes(m, 9, 7, topic)
+local lanes = readLanes(m, 9, 8, topic)
 local function failed(r) return type(r) == 'table' and r.err end
 
--- The watermark of each Kafka partition in the batch, read once.
+-- The watermark of each Kafka partition in the batch, read once, with
+-- the topic id it belongs to.
 local parts, wm, order = {}, {}, {}
+local relog, changed = {}, {}
 for a = base, base + 8*(n-1), 8 do
   local kp = ARGV[a+1]
   if not parts[kp] and ARGV[a+2] ~= '-1' then parts[kp] = true; order[#order+1] = kp end
@@ -155,8 +174,22 @@ for r = 1, nruns do
   if not parts[kp] then parts[kp] = true; order[#order+1] = kp end
 end
 if #order > 0 then
-  local got = redis.call('HMGET', KEYS[8], unpack(order))
-  for j, kp in ipairs(order) do wm[kp] = tonumber(got[j] or '-1') end
+  local fields = {}
+  for j, kp in ipairs(order) do fields[2*j-1], fields[2*j] = kp, kp .. ':topic_id' end
+  local got = redis.call('HMGET', KEYS[8], unpack(fields))
+  for j, kp in ipairs(order) do
+    local w, id = tonumber(got[2*j-1] or '-1'), got[2*j]
+    if topicID ~= '' and id ~= topicID then
+      if id then
+        -- Another log: the topic was deleted and created again. Its
+        -- offsets say nothing about this one; a rerun, never a drop.
+        changed[#changed+1], changed[#changed+2], changed[#changed+3] = kp, id, w
+        w = -1
+      end
+      relog[kp] = true
+    end
+    wm[kp] = w
+  end
 end
 local codes = {}
 local high, refusedAt = {}, {}
@@ -354,12 +387,18 @@ for li, c in pairs(per) do
     readied = readied + #c.ready
   end
 end
-local marks = {}
+local marks, moved = {}, {}
 for kp, off in pairs(high) do
   if refusedAt[kp] then off = math.min(off, refusedAt[kp] - 1) end
-  if off > wm[kp] then marks[#marks+1] = kp; marks[#marks+1] = off end
+  if off > wm[kp] then marks[#marks+1] = kp; marks[#marks+1] = off; moved[kp] = true end
+end
+for kp in pairs(relog) do
+  marks[#marks+1] = kp .. ':topic_id'; marks[#marks+1] = topicID
+  -- A changed log's old offset must go even if nothing was applied.
+  if not moved[kp] then marks[#marks+1] = kp; marks[#marks+1] = wm[kp] end
 end
 if #marks > 0 then redis.call('HSET', KEYS[8], unpack(marks)) end
+if #changed > 0 then redis.call('HINCRBY', KEYS[2], 'wm_log_changed', #changed / 3) end
 if relayed > 0 then redis.call('HINCRBY', KEYS[2], 'relayed', relayed) end
 if deduped > 0 then redis.call('HINCRBY', KEYS[2], 'deduped', deduped) end
 if readied > 0 then redis.call('HINCRBY', KEYS[2], 'ready', readied) end
@@ -373,6 +412,7 @@ end
 for r = 1, nruns do
   codes[n+2*r-1], codes[n+2*r] = runSkip[r], runCode[r]
 end
+for j = 1, #changed do codes[n+2*nruns+j] = changed[j] end
 return codes
 `)
 
@@ -389,6 +429,14 @@ const maxScriptBatch = 256
 // item is deduped by its Kafka position (or its client-chosen id). Otherwise each item has its result; an item Redis
 // refused for a reason of its own is Failed with the reason.
 func (p *Pool) Enqueue(ctx context.Context, token uint64, items []Item, now time.Time) ([]Result, error) {
+	return p.EnqueueReporting(ctx, token, items, now, nil)
+}
+
+// EnqueueReporting is Enqueue that also calls changed (if not nil) for
+// every Kafka partition whose watermark in a queue partition belonged to
+// another topic id than its items' (watermark.go). changed may be called
+// from several goroutines at once.
+func (p *Pool) EnqueueReporting(ctx context.Context, token uint64, items []Item, now time.Time, changed func(LogChange)) ([]Result, error) {
 	results := make([]Result, len(items))
 	byClient := map[redis.UniversalClient][]int{}
 	valid := "" // the last topic checked: a batch is mostly one topic's
@@ -412,7 +460,7 @@ func (p *Pool) Enqueue(ctx context.Context, token uint64, items []Item, now time
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := p.enqueueOn(ctx, c, token, items, idx, results, now); err != nil {
+			if err := p.enqueueOn(ctx, c, token, items, idx, results, now, changed); err != nil {
 				mu.Lock()
 				errs = append(errs, err)
 				mu.Unlock()
@@ -426,30 +474,38 @@ func (p *Pool) Enqueue(ctx context.Context, token uint64, items []Item, now time
 	return results, nil
 }
 
-// call is one script call: a batch of items of one queue partition.
+// call is one script call: a batch of items of one queue partition and
+// one topic id.
 type call struct {
-	q     Queue
-	items []int // indexes into the caller's items
+	q       Queue
+	topicID string
+	items   []int // indexes into the caller's items
 }
 
-func (p *Pool) enqueueOn(ctx context.Context, c redis.UniversalClient, token uint64, items []Item, idx []int, results []Result, now time.Time) error {
+func (p *Pool) enqueueOn(ctx context.Context, c redis.UniversalClient, token uint64, items []Item, idx []int, results []Result, now time.Time, changed func(LogChange)) error {
 	tok := strconv.FormatUint(token, 10)
 	var calls []call
-	byQueue := map[Queue][]int{}
-	var queues []Queue
-	for _, i := range idx {
-		q := p.layout.QueueOf(items[i].Topic, items[i].Group, items[i].ID)
-		if _, ok := byQueue[q]; !ok {
-			queues = append(queues, q)
-		}
-		byQueue[q] = append(byQueue[q], i)
+	// A batch is one topic id's: the key keeps a caller that mixes them
+	// from comparing the watermark with the wrong one.
+	type callKey struct {
+		q       Queue
+		topicID string
 	}
-	for _, q := range queues {
-		list := byQueue[q]
+	byKey := map[callKey][]int{}
+	var keys []callKey
+	for _, i := range idx {
+		k := callKey{p.layout.QueueOf(items[i].Topic, items[i].Group, items[i].ID), items[i].TopicID}
+		if _, ok := byKey[k]; !ok {
+			keys = append(keys, k)
+		}
+		byKey[k] = append(byKey[k], i)
+	}
+	for _, k := range keys {
+		list := byKey[k]
 		for len(list) > 0 {
-			k := min(len(list), maxScriptBatch)
-			calls = append(calls, call{q: q, items: list[:k]})
-			list = list[k:]
+			n := min(len(list), maxScriptBatch)
+			calls = append(calls, call{q: k.q, topicID: k.topicID, items: list[:n]})
+			list = list[n:]
 		}
 	}
 	for attempt := 0; len(calls) > 0; attempt++ {
@@ -483,14 +539,20 @@ func (p *Pool) enqueueOn(ctx context.Context, c redis.UniversalClient, token uin
 				}
 				continue
 			}
-			codes, _ := cmd.Int64Slice()
 			lay := lays[k]
-			if len(codes) != len(lay.single)+2*len(lay.runs) {
-				err := fmt.Errorf("enqueue script returned %d codes for %d items and %d runs", len(codes), len(lay.single), len(lay.runs))
+			codes, changes, err := enqueueCodes(cmd.Val(), len(lay.single)+2*len(lay.runs))
+			if err != nil {
+				err = fmt.Errorf("enqueue script for %d items and %d runs: %w", len(lay.single), len(lay.runs), err)
 				for _, i := range cl.items {
 					results[i] = Result{Outcome: Failed, Err: err}
 				}
 				continue
+			}
+			if changed != nil {
+				for _, ch := range changes {
+					ch.Queue, ch.NewTopicID = cl.q, cl.topicID
+					changed(ch)
+				}
 			}
 			for s, j := range lay.single {
 				i := cl.items[j]
@@ -576,8 +638,8 @@ func (p *Pool) enqueueArgs(cl call, items []Item, tok string, now time.Time) ([]
 	ks = append(ks, keys.Fence(), keys.Stats(), keys.Lanes(), keys.VirtualTime(), keys.Delayed(), keys.Wake(),
 		keys.Completed(), keys.Watermark(), keys.Shared())
 	ks = keys.appendLaneKeys(ks, lanes...)
-	args := make([]any, 0, 7+3*m+8*n+6*len(lay.runs)+len(cl.items)-n)
-	args = append(args, tok, strconv.FormatInt(nowMS, 10), topic, n, m, max(int64(p.idDedupeTTL/time.Second), 1), len(lay.runs))
+	args := make([]any, 0, 8+3*m+8*n+6*len(lay.runs)+len(cl.items)-n)
+	args = append(args, tok, strconv.FormatInt(nowMS, 10), topic, n, m, max(int64(p.idDedupeTTL/time.Second), 1), len(lay.runs), cl.topicID)
 	args = appendLaneArgs(args, lanes...)
 	rec := 0
 	for _, j := range lay.single {
