@@ -458,7 +458,10 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		case mark != "":
 			// Another job with the key runs now: look again after a
 			// lease, without spending an attempt on waiting.
-			if _, err := w.pool.Defer(context.WithoutCancel(ctx), h.q, cl, w.cfg.Now().Add(w.cfg.Lease)); err != nil {
+			if err := c.untilRedisAnswers(c.settling, "deferring a job", func(pool *queue.Pool) error {
+				_, err := pool.Defer(context.WithoutCancel(ctx), h.q, cl, w.cfg.Now().Add(w.cfg.Lease))
+				return err
+			}); err != nil {
 				c.log.Warn("deferring a job behind its idempotency key failed; its lease will expire", "job", cl.ID, "err", err)
 			}
 			w.count("idempotent_wait", j.Type, 1)
