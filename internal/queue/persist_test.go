@@ -190,3 +190,24 @@ func TestCheckEvictionRefusesAnEvictingPolicy(t *testing.T) {
 		t.Fatalf("Redis down: %v", err)
 	}
 }
+
+// On a Redis Cluster every master is checked: one evicting master is
+// enough to refuse, and the error names it.
+func TestCheckEvictionOnEveryClusterMaster(t *testing.T) {
+	c := testenv.NewRedisCluster(t, 3)
+	p := clusterPool(t, c, 4)
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	if err := p.CheckEviction(ctx, log); err != nil {
+		t.Fatalf("every master noeviction: %v", err)
+	}
+	last := c.Addrs()[len(c.Addrs())-1]
+	if err := c.Node(last).ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
+		t.Fatal(err)
+	}
+	err := p.CheckEviction(ctx, log)
+	var ev *EvictingError
+	if !errors.As(err, &ev) || !strings.Contains(err.Error(), "cluster master "+last) {
+		t.Fatalf("one master allkeys-lru (%s): %v", last, err)
+	}
+}
