@@ -63,7 +63,7 @@ func TestMISCONFIsTransientForEveryWrite(t *testing.T) {
 	p := newPool(t, 1, r.Addr(), nil)
 	ctx := context.Background()
 	enqueueOK(t, p, 1, positioned(0, 0, item("a", "g")), now)
-	claimed, err := p.Claim(ctx, jq(0), 1, now.Add(time.Hour))
+	claimed, err := p.Claim(ctx, jq(0), 1, time.Hour)
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim: %v %v", claimed, err)
 	}
