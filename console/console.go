@@ -115,10 +115,11 @@ func (con *Console) Registry() *prometheus.Registry { return con.reg }
 // a program that serves Handler on a server of its own, which it must stop
 // before ctx ends. The console has no work of its own between requests.
 func (con *Console) Run(ctx context.Context) error {
+	ctx, unsafe := con.checkSafe(ctx)
 	go con.follow(ctx)
 	<-ctx.Done()
 	con.closeClients()
-	return nil
+	return unsafe()
 }
 
 // Serve serves Handler, /healthz, /readyz and /metrics on ln until ctx
@@ -127,6 +128,7 @@ func (con *Console) Run(ctx context.Context) error {
 // console listens on Config.Listen.
 func (con *Console) Serve(ctx context.Context, ln net.Listener) error {
 	defer con.closeClients()
+	ctx, unsafe := con.checkSafe(ctx)
 	go con.follow(ctx)
 	if con.tls != nil {
 		ln = tls.NewListener(ln, con.tls)
@@ -140,6 +142,9 @@ func (con *Console) Serve(ctx context.Context, ln net.Listener) error {
 	con.log.Info("console serving", "addr", ln.Addr().String(), "https", con.tls != nil, "client_certs", con.tls != nil && con.tls.ClientCAs != nil, "stage", con.cfg.Stage, "partitions", con.cfg.Partitions)
 	err := ops.Serve(ctx, con.log, srv, ln, time.Second)
 	con.log.Info("console stopped")
+	if uerr := unsafe(); uerr != nil {
+		return uerr
+	}
 	return err
 }
 
@@ -173,6 +178,27 @@ func (con *Console) follow(ctx context.Context) {
 	reload.Watch(ctx, con.cfg.AdminTokensFile, "admin tokens", reload.Options{Every: con.cfg.TokensCheckEvery, Log: con.log},
 		func(string) (*admin.Auth, error) { return con.cfg.auth() },
 		func(a *admin.Auth) { con.auth.Store(a) })
+}
+
+// checkSafe checks, beside the console's serving, that Redis answers and
+// evicts no keys (queue.Pool.AwaitSafe): the console writes (a dead job
+// replayed or purged, a group cancelled). It serves meanwhile, so that a
+// Redis that is down can be looked into. The context it returns ends with
+// ctx, or once the check found Redis unsafe; unsafe then says why (nil
+// when ctx ended first), once the check is over.
+func (con *Console) checkSafe(ctx context.Context) (context.Context, func() error) {
+	ctx, stop := context.WithCancel(ctx)
+	var found error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := con.pool.AwaitSafe(ctx, con.log); err != nil && ctx.Err() == nil {
+			found = fmt.Errorf("console: %w", err)
+			con.log.Error("refusing to serve", "err", found)
+			stop()
+		}
+	}()
+	return ctx, func() error { stop(); <-done; return found }
 }
 
 // serverTLS loads the server TLS of s (nil when s serves plain HTTP); its

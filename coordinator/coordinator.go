@@ -160,8 +160,17 @@ func (c *Coordinator) Close() error {
 // parameters in Consul all along, so that a standby that takes over knows
 // them. It returns nil once ctx has ended and every watcher has stopped (a
 // watcher blocked on Redis takes up to GroupWait), and an error only when
-// contending cannot succeed.
+// contending cannot succeed, or when a Redis evicts keys
+// (queue.Pool.AwaitSafe: it waits for Redis to answer first).
 func (c *Coordinator) Run(ctx context.Context) error {
+	// It writes to Redis (commands, group results, canaries): a Redis
+	// that evicts keys is refused before it contends for the lock.
+	if err := c.pool.AwaitSafe(ctx, c.log); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	if c.cfg.ScaleEvery > 0 {
 		wctx, stop := context.WithCancel(ctx)
 		watched := make(chan struct{})

@@ -24,6 +24,8 @@ import (
 // lock (runTopic logs why and what to do).
 func (r *Relay) raiseFence(ctx context.Context, topic string, lease *consul.Lease, log *slog.Logger) error {
 	failures := 0
+	rw := r.redisWait("raising the fence of topic "+topic, log)
+	defer rw.end()
 	for {
 		if !lease.Valid() {
 			return errLeaseLost
@@ -37,6 +39,9 @@ func (r *Relay) raiseFence(ctx context.Context, topic string, lease *consul.Leas
 		}
 		if errors.Is(err, queue.ErrFenced) || ctx.Err() != nil {
 			return err
+		}
+		if queue.Transient(err) {
+			rw.failed(err, "") // counted in the relay's outage time
 		}
 		if failures == 0 {
 			log.Warn("cannot raise the fence in every Redis partition of the topic: holding the lock and writing nothing until it is raised; retrying with backoff",

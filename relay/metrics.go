@@ -2,6 +2,8 @@ package relay
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/internal/queue"
 )
 
 type metrics struct {
@@ -23,7 +25,7 @@ type metrics struct {
 	logChanges    *prometheus.CounterVec // topic, partition
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, outage *queue.Outage) *metrics {
 	m := &metrics{
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_relay_jobs_total",
@@ -77,6 +79,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: []float64{.0005, .001, .002, .005, .01, .025, .05, .1, .25, 1, 5},
 		}),
 	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_relay_redis_unavailable_seconds_total",
+		Help: "Time the relay waited for a Redis that could not serve or could not write (down, loading, MISCONF: unable to persist, read-only, OOM): writes retried, nothing dead-lettered; alert when it grows.",
+	}, outage.Seconds), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_relay_redis_unavailable", Help: "1 while the relay waits for a Redis that cannot serve or cannot write.",
+	}, func() float64 { return b2f(outage.Waiting()) }))
 	reg.MustRegister(m.jobs, m.lag, m.rateWait, m.ratePaused, m.rateLimit, m.memPaused, m.memRatio,
 		m.lockHeld, m.lockAcquired, m.redisRetries, m.consumeErrors, m.rewinds, m.replicaWaits, m.logChanges, m.batchSize, m.enqueueTime)
 	return m

@@ -34,6 +34,7 @@ type Relay struct {
 	reg      *prometheus.Registry
 	m        *metrics
 	guards   map[redis.UniversalClient]*memGuard
+	outage   *queue.Outage // waits on a Redis that cannot serve or write
 	holder   string
 	now      func() time.Time
 	// idMissing holds the topics whose id Kafka did not give, once the
@@ -45,7 +46,8 @@ type Relay struct {
 }
 
 // New connects to Kafka, Redis and Consul and checks what the relay needs:
-// the topics and their DLQ topics exist, the Lua scripts load.
+// the topics and their DLQ topics exist, the Lua scripts load, no Redis
+// evicts keys (queue.Pool.CheckEviction).
 func New(ctx context.Context, cfg Config, log *slog.Logger) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
@@ -56,10 +58,13 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Relay, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Relay{cfg: cfg, log: log, pool: pool, reg: ops.NewRegistry(), now: time.Now, held: map[string]bool{}}
+	r := &Relay{cfg: cfg, log: log, pool: pool, reg: ops.NewRegistry(), now: time.Now, held: map[string]bool{}, outage: queue.NewOutage(log, nil)}
 	fail := func(err error) (*Relay, error) { r.close(); return nil, err }
 	if !cfg.Shadow {
 		if err := pool.LoadScripts(ctx); err != nil {
+			return fail(err)
+		}
+		if err := pool.CheckEviction(ctx, log); err != nil {
 			return fail(err)
 		}
 		// Readers of every queue (stats, the admin API, the coordinator,
@@ -81,7 +86,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Relay, error) {
 			}
 		}
 	}
-	r.m = newMetrics(r.reg)
+	r.m = newMetrics(r.reg, r.outage)
 	host, _ := os.Hostname()
 	r.holder = fmt.Sprintf("%s/%d", host, os.Getpid())
 	servers, addrs := pool.Servers()

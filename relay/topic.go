@@ -469,28 +469,41 @@ func (t *topicRun) relayBatch(ctx context.Context, batch []*sarama.ConsumerMessa
 }
 
 // countStage adds to a stage of the topic's funnel that no script counts:
-// messages produced to Kafka again or to the DLQ. Best effort, after the
-// produce and before the commit: a relay that dies between the two counts
-// them again when it relays them again (the funnel's docs say so), and a
-// count Redis refuses is logged and lost, showing as a gap. Fenced by the
-// lease's token: a deposed relay's count is refused (the new holder counts
-// the same records when it relays them again), and the error wrapping
-// queue.ErrFenced, or errLeaseLost, is returned so that the relay stops.
+// messages produced to Kafka again or to the DLQ. After the produce and
+// before the commit: a relay that dies between the two counts them again
+// when it relays them again (the funnel's docs say so). A count Redis
+// refuses for a reason of its own is logged and lost, showing as a gap;
+// one refused because Redis cannot serve or write now (MISCONF, loading,
+// down) waits for it with the batch. Fenced by the lease's token: a
+// deposed relay's count is refused (the new holder counts the same records
+// when it relays them again), and the error wrapping queue.ErrFenced, or
+// errLeaseLost, is returned so that the relay stops.
 func (t *topicRun) countStage(ctx context.Context, stage string, n int, log *slog.Logger) error {
 	if n == 0 {
 		return nil
 	}
-	if !t.lease.Valid() {
-		return errLeaseLost
+	failures := 0
+	rw := t.r.redisWait("counting the funnel of topic "+t.topic, log)
+	defer rw.end()
+	for {
+		if !t.lease.Valid() {
+			return errLeaseLost
+		}
+		err := t.r.pool.CountStageFenced(ctx, t.lease.Token(), t.topic, stage, int64(n))
+		switch {
+		case err == nil || ctx.Err() != nil:
+			return nil
+		case errors.Is(err, queue.ErrFenced):
+			return err
+		case !queue.Transient(err):
+			log.Warn("counting the funnel's stage failed", "stage", stage, "jobs", n, "err", err)
+			return nil
+		}
+		rw.failed(err, "")
+		if waitBackoff(ctx, &failures) != nil {
+			return nil
+		}
 	}
-	err := t.r.pool.CountStageFenced(ctx, t.lease.Token(), t.topic, stage, int64(n))
-	if errors.Is(err, queue.ErrFenced) {
-		return err
-	}
-	if err != nil {
-		log.Warn("counting the funnel's stage failed", "stage", stage, "jobs", n, "err", err)
-	}
-	return nil
 }
 
 // cancelGroups cancels bulk groups whose submission failed halfway,
@@ -501,12 +514,15 @@ func (t *topicRun) cancelGroups(ctx context.Context, groups []string, log *slog.
 	r, topic := t.r, t.topic
 	for i, g := range groups {
 		failures := 0
+		rw := r.redisWait("cancelling a bulk group of topic "+topic, log)
 		for {
 			if !t.lease.Valid() {
+				rw.end()
 				return errLeaseLost
 			}
 			n, err := r.pool.CancelGroupFenced(ctx, t.lease.Token(), topic, g, r.now())
 			if errors.Is(err, queue.ErrFenced) {
+				rw.end()
 				r.m.jobs.WithLabelValues(topic, "fenced").Add(float64(len(groups) - i))
 				return err
 			}
@@ -515,15 +531,18 @@ func (t *topicRun) cancelGroups(ctx context.Context, groups []string, log *slog.
 				err = r.waitReplicas(ctx, topic, []queue.Queue{r.pool.Layout().QueueOf(topic, g, "")})
 			}
 			if err == nil {
+				rw.end()
 				log.Info("bulk group cancelled: its submission failed halfway", "group", g, "removed", n)
 				r.m.jobs.WithLabelValues(topic, "group_cancelled").Inc()
 				break
 			}
 			if ctx.Err() != nil {
+				rw.end()
 				return ctx.Err()
 			}
-			log.Warn("cancelling a bulk group failed; retrying", "group", g, "err", err)
+			rw.failed(err, "cancelling a bulk group failed; retrying", "group", g)
 			if err := waitBackoff(ctx, &failures); err != nil {
+				rw.end()
 				return err
 			}
 		}
@@ -578,7 +597,8 @@ func (t *topicRun) enqueue(ctx context.Context, items []queue.Item) ([]queue.Res
 	start := time.Now()
 	defer func() { r.m.enqueueTime.Observe(time.Since(start).Seconds()) }()
 	failures := 0
-	failing := false
+	rw := r.redisWait("relaying topic "+topic, log)
+	defer rw.end()
 	// Reserve each Redis's share of the batch with its memory guard, once.
 	bytes := map[redis.UniversalClient]uint64{}
 	layout := r.pool.Layout()
@@ -601,22 +621,59 @@ func (t *topicRun) enqueue(ctx context.Context, items []queue.Item) ([]queue.Res
 			err = r.waitReplicas(ctx, topic, queuesOf(layout, items))
 		}
 		if err == nil {
-			if failing {
-				log.Info("Redis serves again; relaying resumed")
-			}
 			return results, nil
 		}
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		if !failing {
-			log.Warn("Redis cannot take the batch; retrying with backoff, nothing committed", "err", err)
-			failing = true
-		}
+		rw.failed(err, "Redis cannot take the batch; retrying with backoff, nothing committed")
 		r.m.redisRetries.WithLabelValues(topic).Inc()
 		if err := waitBackoff(ctx, &failures); err != nil {
 			return nil, err
 		}
+	}
+}
+
+// redisWait is one call's retries of a write Redis must take: a Transient
+// failure (Redis down, loading, unable to persist) joins the relay's
+// outage, logged once per outage however many calls wait, and its time
+// counted; any other failure is logged once for the call. end closes it.
+type redisWait struct {
+	r      *Relay
+	what   string
+	log    *slog.Logger
+	done   func() // set while the call waits in the outage
+	logged bool   // a failure of another kind was logged
+}
+
+func (r *Relay) redisWait(what string, log *slog.Logger) *redisWait {
+	return &redisWait{r: r, what: what, log: log}
+}
+
+// failed records a failure that the caller retries; msg is how a failure
+// other than Redis's unavailability is logged.
+func (w *redisWait) failed(err error, msg string, args ...any) {
+	switch {
+	case queue.Transient(err):
+		if w.done == nil {
+			w.done = w.r.outage.Wait(w.what, err)
+		}
+	case !w.logged:
+		w.log.Warn(msg, append(args, "err", err)...)
+		w.logged = true
+	}
+}
+
+// end closes the call's wait, whether it went through or gave up; again,
+// it does nothing.
+func (w *redisWait) end() {
+	if w.done != nil {
+		w.done()
+		w.done = nil
+	}
+	if w.logged {
+		w.log.Info(w.what + ": Redis takes the writes again")
+		w.logged = false
 	}
 }
 

@@ -46,6 +46,10 @@ type consumer struct {
 	log    *slog.Logger
 	slots  *slots
 	acks   chan ackRequest
+	// settling lives while the worker runs and for up to Drain after it
+	// stops: writes that must not be dropped (acks, idempotency records,
+	// failures) wait out a Redis that cannot serve for that long.
+	settling context.Context
 
 	mu       sync.Mutex
 	held     map[heldKey]*heldJob   // claimed, not yet settled: waiting, running or acking
@@ -112,6 +116,24 @@ func (w *Worker) newConsumer(part int) *consumer {
 // waiting jobs back at once and gives running ones Drain to finish.
 func (c *consumer) run(ctx context.Context) {
 	w := c.w
+	// Before the acker's deferred drain, so that it ends after it.
+	settling, stopSettling := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopSettling()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-settling.Done():
+			return
+		}
+		t := time.NewTimer(w.cfg.Drain) // a stop does not wait for ever on a Redis that does not come back
+		defer t.Stop()
+		select {
+		case <-t.C:
+			stopSettling()
+		case <-settling.Done():
+		}
+	}()
+	c.settling = settling
 	w.m.workers.WithLabelValues(strconv.Itoa(c.part)).Set(float64(c.slots.size()))
 	// Running jobs outlive ctx by up to Drain: runCtx ends after that.
 	runCtx, stopRuns := context.WithCancel(context.WithoutCancel(ctx))
@@ -127,6 +149,12 @@ func (c *consumer) run(ctx context.Context) {
 	defer func() { stopKeeping(); <-keeperDone }()
 
 	failing := false
+	var claimWait func() // ends this consumer's wait in a Redis outage
+	defer func() {
+		if claimWait != nil {
+			claimWait()
+		}
+	}()
 	for ctx.Err() == nil {
 		c.startWaiting(runCtx, &running)
 		room, claimAt, changed := c.room()
@@ -162,12 +190,21 @@ func (c *consumer) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				break
 			}
-			if !failing {
+			switch {
+			case queue.Transient(err):
+				if claimWait == nil {
+					claimWait = w.outage.Wait("claiming jobs", err)
+				}
+			case !failing:
 				c.log.Warn("claiming from Redis failed; retrying", "err", err)
 				failing = true
 			}
 			c.waitForWork(ctx, time.Second)
 			continue
+		}
+		if claimWait != nil {
+			claimWait()
+			claimWait = nil
 		}
 		if failing {
 			c.log.Info("claiming from Redis works again")
@@ -401,7 +438,13 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	}
 	timeout := firstPositive(time.Duration(j.Timeout), defaults.timeout, w.cfg.Timeout)
 	if key := j.IdempotencyKey; key != "" {
-		mark, err := w.pool.IdempotencyBegin(ctx, key, cl.ID, cl.Attempt, timeout+w.cfg.Lease)
+		// A Redis that cannot write now is waited out: failing the
+		// attempt would spend it on an outage.
+		var mark string
+		err := c.untilRedisAnswers(ctx, "marking an idempotency key", func(pool *queue.Pool) (err error) {
+			mark, err = pool.IdempotencyBegin(ctx, key, cl.ID, cl.Attempt, timeout+w.cfg.Lease)
+			return err
+		})
 		switch {
 		case err != nil:
 			c.settle(ctx, h, nil, err, maxAttempts)
@@ -415,7 +458,10 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		case mark != "":
 			// Another job with the key runs now: look again after a
 			// lease, without spending an attempt on waiting.
-			if _, err := w.pool.Defer(context.WithoutCancel(ctx), h.q, cl, w.cfg.Now().Add(w.cfg.Lease)); err != nil {
+			if err := c.untilRedisAnswers(c.settling, "deferring a job", func(pool *queue.Pool) error {
+				_, err := pool.Defer(context.WithoutCancel(ctx), h.q, cl, w.cfg.Now().Add(w.cfg.Lease))
+				return err
+			}); err != nil {
 				c.log.Warn("deferring a job behind its idempotency key failed; its lease will expire", "job", cl.ID, "err", err)
 			}
 			w.count("idempotent_wait", j.Type, 1)
@@ -463,12 +509,13 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	c.ran(took, end)
 	w.m.execution.WithLabelValues(w.typeLabel(j.Type)).Observe(took.Seconds())
 	if key := j.IdempotencyKey; key != "" {
-		// As long as the running mark holds (timeout + lease from its
-		// start), no other attempt runs: keep trying that long. Recorded
+		// Kept until Redis takes it (a Redis that cannot persist, MISCONF,
+		// is an outage to wait out), even past the running mark's TTL:
+		// the end script records done on an expired mark too. Recorded
 		// even when the lease was lost meanwhile: the mark is this
 		// attempt's, and the next holder must find the key done (and
 		// skip the job) rather than free (and run it again).
-		if err := c.untilRedisAnswers("recording the idempotency key", timeout+w.cfg.Lease, func(pool *queue.Pool) error {
+		if err := c.untilRedisAnswers(c.settling, "recording an idempotency key", func(pool *queue.Pool) error {
 			return pool.IdempotencyEnd(context.WithoutCancel(ctx), key, cl.ID, cl.Attempt, herr == nil, w.cfg.IdempotencyTTL)
 		}); err != nil {
 			c.log.Warn("recording the idempotency key failed", "job", cl.ID, "key", key, "err", err)
@@ -561,7 +608,13 @@ func (c *consumer) settle(ctx context.Context, h *heldJob, result []byte, herr e
 		}
 		next = now.Add(delay)
 	}
-	res, err := w.pool.Fail(ctx, h.q, queue.Failure{Job: cl, Cause: herr.Error(), NextTry: next}, now, w.cfg.deadLimits())
+	// Waits out a Redis that cannot serve: a failure dropped would be
+	// reaped later, its error and a group's count lost.
+	var res int
+	err := c.untilRedisAnswers(c.settling, "recording a failure", func(pool *queue.Pool) (err error) {
+		res, err = pool.Fail(context.WithoutCancel(ctx), h.q, queue.Failure{Job: cl, Cause: herr.Error(), NextTry: next}, now, w.cfg.deadLimits())
+		return err
+	})
 	switch {
 	case err != nil:
 		c.log.Warn("recording a failure failed; the lease will expire and the job run again", "job", cl.ID, "err", err)
@@ -666,7 +719,7 @@ func (c *consumer) ack(batch []ackRequest) {
 	}
 	q := batch[0].job.q
 	var ok []bool
-	err := c.untilRedisAnswers("acking", w.cfg.Lease, func(pool *queue.Pool) (err error) {
+	err := c.untilRedisAnswers(c.settling, "acking", func(pool *queue.Pool) (err error) {
 		ok, err = pool.AckMany(context.Background(), q, done, w.cfg.Now(), w.cfg.ResultTTL)
 		return err
 	})
@@ -725,11 +778,13 @@ func byQueue[T any](items []T, queueOf func(T) queue.Queue) [][]T {
 }
 
 // untilRedisAnswers runs do again, with backoff, while Redis cannot serve
-// (restarting, loading its AOF, unreachable), for up to within. The job
-// stays held meanwhile, so the lease keeper keeps its lease once Redis is
-// back. Dropping the write instead would let the lease expire and the job
-// run again: an ack or an idempotency key lost to a Redis restart is a job
-// run twice with one key (found by the chaos suite).
+// (restarting, loading its AOF, unreachable, unable to persist: MISCONF),
+// until ctx ends: for a write that must not be dropped, c.settling. The
+// job stays held meanwhile, so the lease keeper keeps its lease once Redis
+// is back. Dropping the write instead would let the lease expire and the
+// job run again: an ack or an idempotency key lost to a Redis restart is
+// a job run twice with one key (found by the chaos suite). The wait joins
+// the worker's outage: one Warn per outage, its time counted.
 //
 // The retries go through fresh clients (queue.Pool.Fresh), at most
 // retryCap apart, so the write lands within about retryCap of Redis
@@ -737,27 +792,31 @@ func byQueue[T any](items []T, queueOf func(T) queue.Queue) [][]T {
 // a second of go-redis's dial backoff first, and a worker killed in that
 // second has run a job whose ack or idempotency key was never recorded
 // (the chaos suite measured 920 ms).
-func (c *consumer) untilRedisAnswers(what string, within time.Duration, do func(*queue.Pool) error) error {
-	deadline := time.Now().Add(within)
+func (c *consumer) untilRedisAnswers(ctx context.Context, what string, do func(*queue.Pool) error) error {
 	pool := c.w.pool
-	var fresh *queue.Pool
+	var (
+		fresh  *queue.Pool
+		waited func()
+	)
 	defer func() {
 		if fresh != nil {
 			fresh.Close()
 		}
+		if waited != nil {
+			waited()
+		}
 	}()
 	for attempt := 1; ; attempt++ {
 		err := do(pool)
-		if err == nil || !queue.Transient(err) || time.Now().After(deadline) {
-			if err == nil && attempt > 1 {
-				c.log.Info(what+": Redis answers again", "attempts", attempt)
-			}
+		if err == nil || !queue.Transient(err) || ctx.Err() != nil {
 			return err
 		}
-		if attempt == 1 {
-			c.log.Warn(what+" failed; retrying while Redis is away", "err", err)
+		if waited == nil {
+			waited = c.w.outage.Wait(what, err)
 		}
-		retry.Sleep(context.Background(), retry.Backoff(20*time.Millisecond, retryCap, attempt))
+		if retry.Sleep(ctx, retry.Backoff(20*time.Millisecond, retryCap, attempt)) != nil {
+			return err
+		}
 		if fresh != nil {
 			fresh.Close()
 		}

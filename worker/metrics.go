@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/internal/ops"
+	"github.com/sluicehq/sluice/internal/queue"
 )
 
 type metrics struct {
@@ -19,7 +20,7 @@ type metrics struct {
 	canaries      *prometheus.CounterVec // outcome
 }
 
-func newMetrics() *metrics {
+func newMetrics(outage *queue.Outage) *metrics {
 	buckets := []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300}
 	m := &metrics{
 		reg: ops.NewRegistry(),
@@ -47,6 +48,17 @@ func newMetrics() *metrics {
 			Name: "sluice_worker_canaries_total", Help: "Heartbeat canaries completed by the built-in handler, by outcome: done, late (a newer one was recorded first), bad (unreadable or not recorded). Canaries never count as jobs.",
 		}, []string{"outcome"}),
 	}
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_worker_redis_unavailable_seconds_total",
+		Help: "Time the worker waited for a Redis that could not serve or could not write (down, loading, MISCONF: unable to persist, read-only, OOM): claims paused, acks, idempotency records and failures held and retried, none dropped; alert when it grows.",
+	}, outage.Seconds), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_worker_redis_unavailable", Help: "1 while the worker waits for a Redis that cannot serve or cannot write.",
+	}, func() float64 {
+		if outage.Waiting() {
+			return 1
+		}
+		return 0
+	}))
 	m.reg.MustRegister(m.jobs, m.execution, m.queueWait, m.enqueueToDone, m.inflight, m.workers, m.canaries)
 	return m
 }

@@ -208,11 +208,17 @@ func (c *consumer) admit(ctx context.Context, h *heldJob, j *job.Job, handler Ha
 	throttles := 0
 	for {
 		now := cfg.Now()
-		slot, err := l.pool.Reserve(ctx, queue.Reservation{
-			Resource: key, Job: id, Limit: lim.String(),
-			Interval: slotInterval(lim, cfg.RateLimitMargin), Burst: lim.EffectiveBurst(),
-			Hold: cfg.RateLimitLead, NotBefore: notBefore, Throttles: throttles,
-		}, now)
+		// A Redis that cannot write now (MISCONF, ...) is waited out
+		// here: the deferral below could not be written either.
+		var slot queue.Slot
+		err := c.untilRedisAnswers(ctx, "reserving a rate-limit slot", func(*queue.Pool) (err error) {
+			slot, err = l.pool.Reserve(ctx, queue.Reservation{
+				Resource: key, Job: id, Limit: lim.String(),
+				Interval: slotInterval(lim, cfg.RateLimitMargin), Burst: lim.EffectiveBurst(),
+				Hold: cfg.RateLimitLead, NotBefore: notBefore, Throttles: throttles,
+			}, now)
+			return err
+		})
 		if err != nil {
 			// No slot can be known: look again later, without
 			// spending an attempt, rather than run unlimited.
@@ -322,16 +328,23 @@ func (l *limiter) recordStart(key, member string, slot queue.Slot, next Handler)
 // deferJob puts a claimed job in delayed until at without spending an
 // attempt, and frees its idempotency key meanwhile (another job with the
 // key need not wait for this one's slot). It reports whether the job was
-// deferred; if not, its lease expires and it comes back that way.
+// deferred; if not, its lease expires and it comes back that way (a reap
+// counts an attempt, so both writes wait out a Redis that cannot write).
 func (c *consumer) deferJob(ctx context.Context, h *heldJob, j *job.Job, at time.Time) bool {
 	w := c.w
 	ctx = context.WithoutCancel(ctx)
 	if key := j.IdempotencyKey; key != "" {
-		if err := w.pool.IdempotencyEnd(ctx, key, h.claimed.ID, h.claimed.Attempt, false, w.cfg.IdempotencyTTL); err != nil {
+		if err := c.untilRedisAnswers(c.settling, "freeing an idempotency key", func(pool *queue.Pool) error {
+			return pool.IdempotencyEnd(ctx, key, h.claimed.ID, h.claimed.Attempt, false, w.cfg.IdempotencyTTL)
+		}); err != nil {
 			c.log.Warn("freeing the idempotency key of a throttled job failed", "job", h.claimed.ID, "err", err)
 		}
 	}
-	ok, err := w.pool.Defer(ctx, h.q, h.claimed, at)
+	var ok bool
+	err := c.untilRedisAnswers(c.settling, "deferring a job", func(pool *queue.Pool) (err error) {
+		ok, err = pool.Defer(ctx, h.q, h.claimed, at)
+		return err
+	})
 	if err != nil {
 		c.log.Warn("deferring a throttled job failed; its lease will expire", "job", h.claimed.ID, "err", err)
 	}

@@ -35,6 +35,7 @@ type Worker struct {
 	mws      []Middleware
 	pools    map[int]*slots // by partition
 	limits   *limiter
+	outage   *queue.Outage // waits on a Redis that cannot serve or write
 }
 
 // New creates a worker; call Handle for each job type, then Run.
@@ -79,7 +80,8 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
-	w := &Worker{cfg: cfg, log: log, pool: pool, handlers: map[string]registered{}, m: newMetrics(), pools: map[int]*slots{}}
+	outage := queue.NewOutage(log, nil)
+	w := &Worker{cfg: cfg, log: log, pool: pool, handlers: map[string]registered{}, m: newMetrics(outage), pools: map[int]*slots{}, outage: outage}
 	for _, p := range cfg.Serve {
 		w.pools[p] = newSlots(cfg.Workers)
 	}
@@ -155,8 +157,12 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer w.limits.close()
 	// Redis may not be up yet (started together, or restarting): wait for
 	// it, saying so once, rather than give up with a pool that is closed.
+	// A Redis that evicts keys is refused (Misconfigured).
 	for attempt := 1; ; attempt++ {
 		err := w.pool.LoadScripts(ctx)
+		if err == nil {
+			err = w.pool.CheckEviction(ctx, w.log)
+		}
 		if err == nil {
 			if attempt > 1 {
 				w.log.Info("Redis answers: the worker starts")
@@ -168,8 +174,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 		if queue.Misconfigured(err) {
 			// A wrong password, a missing ACL permission, an untrusted
-			// certificate: waiting mends none of them. The error names
-			// the flag to fix.
+			// certificate, an evicting maxmemory-policy: waiting mends
+			// none of them. The error names the setting to fix.
 			return err
 		}
 		if attempt == 1 {

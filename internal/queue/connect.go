@@ -197,11 +197,15 @@ func explain(server string, err error) error {
 }
 
 // Misconfigured reports whether err says the pool's settings are wrong
-// (login, ACL, TLS trust) rather than that Redis is down: waiting will not
-// help, the operator must fix a flag.
+// (login, ACL, TLS trust) or Redis's (an evicting maxmemory-policy:
+// CheckEviction) rather than that Redis is down: waiting will not help,
+// the operator must fix a setting.
 func Misconfigured(err error) bool {
 	if err == nil {
 		return false
+	}
+	if evicting := (*EvictingError)(nil); errors.As(err, &evicting) {
+		return true
 	}
 	msg := err.Error()
 	for _, s := range []string{"WRONGPASS", "NOAUTH", "NOPERM", "x509:", "does not look like a TLS handshake"} {

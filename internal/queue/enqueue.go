@@ -159,7 +159,18 @@ if token > fence then
 end
 local nowN = tonumber(now)
 local lanes = readLanes(m, 9, 8, topic)
-local function failed(r) return type(r) == 'table' and r.err end
+-- A pcall's refusal about the job's own keys (the wrong type) refuses its
+-- jobs. Redis unable to write now (MISCONF: it cannot persist; OOM,
+-- READONLY, NOREPLICAS, MASTERDOWN) fails the whole call instead, as
+-- redis.call would: Redis refuses a script's first write then, so nothing
+-- was written, and the caller retries the batch (Transient), never
+-- requeueing or dead-lettering a job for it.
+local function failed(r)
+  if type(r) ~= 'table' or not r.err then return false end
+  local code = string.match(r.err, '^%u+')
+  if code == 'MISCONF' or code == 'OOM' or code == 'READONLY' or code == 'NOREPLICAS' or code == 'MASTERDOWN' then error(r) end
+  return true
+end
 
 -- The watermark of each Kafka partition in the batch, read once, with
 -- the topic id it belongs to.

@@ -30,13 +30,17 @@ return v
 // idemEndScript ends a job's run of an idempotency key: on success the
 // mark becomes "done:<id>" for the TTL; on failure it is removed, so the
 // next try (or another job with the key) may run. Only the job's own mark
-// is touched.
+// is touched, or a success recorded where no mark is left: the running
+// mark expired while Redis could not take the record (a long MISCONF
+// outage), and no attempt has taken the key since; the next holder must
+// find it done, not free.
 //
 // KEYS[1] idem:<key>
 // ARGV[1] "running:<id>:<attempt>"   ARGV[2] "done:<id>", or "" after a failure   ARGV[3] TTL, ms
-// Returns 1 when the mark was the job's, else 0.
+// Returns 1 when the mark was the job's (or none was left), else 0.
 var idemEndScript = newScript(`
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+local v = redis.call('GET', KEYS[1])
+if v ~= ARGV[1] and (v or ARGV[2] == '') then return 0 end
 if ARGV[2] == '' then
   redis.call('DEL', KEYS[1])
 else

@@ -203,9 +203,10 @@ func newScript(src string) *redis.Script {
 
 func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
 
-// Transient reports whether err says Redis cannot serve now (down,
-// loading, out of memory, read-only replica, ...) rather than that a
-// particular command was wrong: the whole batch should be retried later.
+// Transient reports whether err says Redis cannot serve, or cannot write,
+// now (down, loading, out of memory, read-only replica, unable to persist:
+// see unavailableCodes) rather than that a particular command was wrong:
+// the whole batch should be retried later, never failed or dropped.
 func Transient(err error) bool {
 	if err == nil {
 		return false
@@ -214,10 +215,49 @@ func Transient(err error) bool {
 	if !errors.As(err, &rerr) {
 		return true // not a Redis reply: the connection failed
 	}
-	msg := rerr.Error()
-	for _, prefix := range []string{"OOM", "LOADING", "BUSY", "READONLY", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN", "NOSCRIPT"} {
-		if strings.HasPrefix(msg, prefix) {
+	return unavailableReply(rerr.Error())
+}
+
+// unavailableCodes are the error codes (a reply's first word) by which
+// Redis 7 says it cannot serve or cannot write now, whatever the command:
+//
+//	MISCONF     it cannot persist: an RDB save failed with
+//	            stop-writes-on-bgsave-error, or writing the AOF failed
+//	            ("MISCONF Errors writing to the AOF file: No space left
+//	            on device"); writes (and PING) are refused until a save
+//	            or an AOF write works again
+//	READONLY    a replica (a failover in progress, a stale Sentinel view)
+//	LOADING     loading its dataset at start
+//	OOM         at maxmemory (the relay's memory guard should prevent it)
+//	MASTERDOWN  a replica cut off from its master
+//	NOREPLICAS  fewer replicas than min-replicas-to-write
+//	BUSY        a script or function runs past busy-reply-threshold
+//	TRYAGAIN, CLUSTERDOWN  a cluster resharding or without quorum
+//	NOSCRIPT    an empty script cache (a restart); callers reload
+//
+// Matched as the whole first word: BUSYKEY and BUSYGROUP are not BUSY.
+var unavailableCodes = []string{"MISCONF", "READONLY", "LOADING", "OOM", "MASTERDOWN", "NOREPLICAS", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "NOSCRIPT"}
+
+// unavailableReply reports whether a Redis error reply says Redis cannot
+// serve now. A write refused inside a script keeps its code in Redis 7
+// ("MISCONF ... script: <sha>, on @user_script:1."); Redis 6 wraps it
+// ("ERR Error running script (call to f_<sha>): @user_script:1: -MISCONF
+// ..."), so a script error is searched for "-<code> " too.
+func unavailableReply(msg string) bool {
+	code, _, _ := strings.Cut(msg, " ")
+	for _, c := range unavailableCodes {
+		if code == c {
 			return true
+		}
+	}
+	if strings.HasPrefix(msg, "ERR max number of clients reached") {
+		return true // maxclients: others hold the connections for now
+	}
+	if strings.HasPrefix(msg, "ERR Error running script") {
+		for _, c := range unavailableCodes {
+			if strings.Contains(msg, "-"+c+" ") {
+				return true
+			}
 		}
 	}
 	return false
