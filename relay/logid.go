@@ -64,6 +64,7 @@ func fetchTopicID(client sarama.Client, topic string) (string, error) {
 func (t *topicRun) learnTopicID(client sarama.Client, parts []int32) {
 	for _, p := range parts {
 		t.r.m.logChanges.WithLabelValues(t.topic, strconv.Itoa(int(p)))
+		t.r.m.truncations.WithLabelValues(t.topic, strconv.Itoa(int(p)))
 	}
 	id, err := fetchTopicID(client, t.topic)
 	if id != "" {
@@ -129,4 +130,36 @@ func (t *topicRun) logChanged(c queue.LogChange) {
 	t.log.Warn("the watermark belonged to another log of the topic (deleted and created again): not deduplicating against it, records may run again",
 		"partition", c.KafkaPartition, "redis_partition", c.Queue.Part,
 		"old_topic_id", c.OldTopicID, "new_topic_id", c.NewTopicID, "old_offset", c.OldOffset)
+}
+
+// lowerTruncated compares each partition's watermarks with its log's end
+// before the run relays it, and lowers those at or past it to below the
+// committed offset the run resumes at (queue.LowerTruncated): a truncated
+// log (an unclean leader election) writes new records at offsets the old
+// watermark holds, and they would be dropped as duplicates. It tells a
+// truncation only while the log has not grown back past the old
+// watermark, and saves only the new records at or after the committed
+// offset; both limits need the record batches' leader epochs, which
+// sarama does not give (docs/relay.md).
+func (t *topicRun) lowerTruncated(ctx context.Context, client sarama.Client, parts []int32, committed map[int32]int64) error {
+	for _, p := range parts {
+		end, err := client.GetOffset(t.topic, p, sarama.OffsetNewest)
+		if err != nil {
+			return fmt.Errorf("end offset of %s/%d: %w", t.topic, p, err)
+		}
+		resume := end
+		if c, ok := committed[p]; ok && c >= 0 {
+			resume = c
+		}
+		lowered, err := t.r.pool.LowerTruncated(ctx, t.lease.Token(), t.topic, p, end, resume)
+		for _, tr := range lowered {
+			t.r.m.truncations.WithLabelValues(t.topic, strconv.Itoa(int(p))).Inc()
+			t.log.Error("the log ends before the watermark: Kafka truncated it (an unclean leader election?); lowering the watermark so that the records written there now run, while records the truncation removed are lost to Kafka",
+				"partition", p, "redis_partition", tr.Queue.Part, "watermark", tr.OldOffset, "log_end", tr.End, "resume", tr.Resume)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -159,3 +159,56 @@ func TestWithoutATopicIDTheWatermarkComparesOffsetsAndSaysSo(t *testing.T) {
 		}
 	}
 }
+
+// A log truncated below records the relay applied (an unclean leader
+// election) ends before the watermark: Kafka writes its next records at
+// offsets the watermark holds. The state is made by raising every
+// watermark past the logs' ends while no relay runs, as a truncation
+// leaves it (kfake cannot truncate a log). The next holder lowers the
+// watermarks before it relays (counted and logged), so every new record
+// reaches Redis instead of being dropped as a duplicate.
+func TestALogTruncatedBelowTheWatermarkHasItsNewRecordsRelayed(t *testing.T) {
+	b := newBed(t)
+	r := b.start(t, "r1", nil)
+	b.produce(t, 0, 400)
+	b.waitRelayed(t, 400, 30*time.Second)
+	// The relay resumes at the committed offsets and applies everything
+	// from there: wait for them, or the old records run again too.
+	testenv.WaitFor(t, 30*time.Second, "every offset committed", func() bool { return b.committed(t, "sluice-relay."+topic) == 400 })
+	r.stop(t)
+
+	ctx := context.Background()
+	rdb := b.redis.Client()
+	raised := 0
+	for p := range b.layout.Partitions {
+		wm := b.layout.Keys(queue.Queue{Topic: topic, Part: p}).Watermark()
+		fields, err := rdb.HGetAll(ctx, wm).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for f := range fields {
+			if strings.Contains(f, ":") { // the topic id beside the offset
+				continue
+			}
+			if err := rdb.HIncrBy(ctx, wm, f, 1000).Err(); err != nil {
+				t.Fatal(err)
+			}
+			raised++
+		}
+	}
+	if raised == 0 {
+		t.Fatal("no watermark to raise")
+	}
+	b.produce(t, 1000, 100)
+	r2 := b.start(t, "r2", nil)
+	b.waitRelayed(t, 500, 60*time.Second)
+	for i := 1000; i < 1100; i++ {
+		id := "j" + strconv.Itoa(i)
+		if e := b.entry(t, "g"+strconv.Itoa(i/10), id); e.Envelope != string(b.sent[id]) {
+			t.Fatalf("job %s written after the truncation: %+v", id, e)
+		}
+	}
+	if n := metric(t, r2.relay, "sluice_relay_watermark_truncations_total"); n != float64(raised) {
+		t.Fatalf("sluice_relay_watermark_truncations_total %v, want %d (one per raised watermark)", n, raised)
+	}
+}

@@ -23,6 +23,7 @@ type metrics struct {
 	rewinds       *prometheus.CounterVec // topic
 	replicaWaits  *prometheus.CounterVec // topic
 	logChanges    *prometheus.CounterVec // topic, partition
+	truncations   *prometheus.CounterVec // topic, partition
 }
 
 func newMetrics(reg prometheus.Registerer, outage *queue.Outage) *metrics {
@@ -67,6 +68,9 @@ func newMetrics(reg prometheus.Registerer, outage *queue.Outage) *metrics {
 		logChanges: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_relay_watermark_log_changes_total", Help: "Times a Redis partition's watermark of this Kafka partition belonged to another log of the topic (another topic id: deleted and created again): the batch was applied, not deduplicated against the old offsets, so records may run again.",
 		}, []string{"topic", "partition"}),
+		truncations: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_relay_watermark_truncations_total", Help: "Times a Redis partition's watermark of this Kafka partition lay at or past the log's end when the relay started it: Kafka truncated the log (an unclean leader election); the watermark was lowered so that the records written at those offsets run.",
+		}, []string{"topic", "partition"}),
 		consumeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_relay_consume_errors_total", Help: "Errors reading from Kafka.",
 		}, []string{"topic"}),
@@ -86,6 +90,6 @@ func newMetrics(reg prometheus.Registerer, outage *queue.Outage) *metrics {
 		Name: "sluice_relay_redis_unavailable", Help: "1 while the relay waits for a Redis that cannot serve or cannot write.",
 	}, func() float64 { return b2f(outage.Waiting()) }))
 	reg.MustRegister(m.jobs, m.lag, m.rateWait, m.ratePaused, m.rateLimit, m.memPaused, m.memRatio,
-		m.lockHeld, m.lockAcquired, m.redisRetries, m.consumeErrors, m.rewinds, m.replicaWaits, m.logChanges, m.batchSize, m.enqueueTime)
+		m.lockHeld, m.lockAcquired, m.redisRetries, m.consumeErrors, m.rewinds, m.replicaWaits, m.logChanges, m.truncations, m.batchSize, m.enqueueTime)
 	return m
 }

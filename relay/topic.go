@@ -116,6 +116,11 @@ func (r *Relay) relayTopic(lctx context.Context, topic string, lease *consul.Lea
 	}
 	run := &topicRun{r: r, topic: topic, lease: lease, th: th, log: log, consumer: consumer, om: om, durable: durable}
 	run.learnTopicID(client, parts)
+	if !r.cfg.Shadow {
+		if err := run.lowerTruncated(lctx, client, parts, committed); err != nil {
+			return err
+		}
+	}
 	run.co = newCoalescer(r.cfg.BatchSize*len(parts), run.enqueue)
 	coDone := make(chan struct{})
 	go func() { defer close(coDone); run.co.run(ctx) }()
@@ -270,7 +275,7 @@ func (t *topicRun) relayPartition(ctx context.Context, partition int32, start in
 	pc, err := t.consumer.ConsumePartition(topic, partition, next)
 	if errors.Is(err, sarama.ErrOffsetOutOfRange) {
 		// The committed offset fell out of retention: relay what is left.
-		log.Warn("committed offset is gone from Kafka (retention); starting at the oldest", "offset", next)
+		log.Warn("committed offset is not in Kafka's log (retention removed it, or the log was truncated); starting at the oldest", "offset", next)
 		pc, err = t.consumer.ConsumePartition(topic, partition, sarama.OffsetOldest)
 	}
 	if err != nil {

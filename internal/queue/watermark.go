@@ -1,6 +1,7 @@
 package queue
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 )
@@ -45,4 +46,79 @@ func enqueueCodes(val any, want int) ([]int64, []LogChange, error) {
 		changes = append(changes, LogChange{KafkaPartition: int32(part), OldTopicID: old, OldOffset: off})
 	}
 	return codes, changes, nil
+}
+
+// truncatedScript lowers a Kafka partition's watermark in one queue
+// partition to just below where the relay resumes reading, when the
+// watermark lies at or past the log's end: every offset the watermark holds
+// was read from the log, so a log that now ends before it was truncated (an
+// unclean leader election), and the records Kafka wrote since at those
+// offsets are new ones that the old watermark would drop as duplicates.
+// Which of the records from the resume offset on are new cannot be told
+// (that takes the batches' leader epochs), so all of them apply: the old
+// ones among them run again. Fenced: a deposed relay lowers nothing.
+//
+// KEYS[1] fence:<topic>   string: newest lock token seen for the topic
+// KEYS[2] wm:<topic>      hash: Kafka partition -> highest offset applied
+// KEYS[3] stats           hash: partition counters (wm_truncated)
+// ARGV[1] lock token   ARGV[2] Kafka partition   ARGV[3] the log's end
+// offset (the next offset Kafka will write)   ARGV[4] the offset the relay
+// resumes at, at most the log's end
+// Returns -2 when fenced (nothing written), -1 when the watermark lies
+// below the log's end (nothing written), else the watermark it lowered.
+var truncatedScript = newScript(`
+if tonumber(ARGV[1]) < tonumber(redis.call('GET', KEYS[1]) or '0') then
+  return -2
+end
+local wm = tonumber(redis.call('HGET', KEYS[2], ARGV[2]) or '-1')
+local logEnd = tonumber(ARGV[3])
+if wm < logEnd then
+  return -1
+end
+redis.call('HSET', KEYS[2], ARGV[2], tonumber(ARGV[4]) - 1)
+redis.call('HINCRBY', KEYS[3], 'wm_truncated', 1)
+return wm
+`)
+
+// Truncation is a queue partition whose watermark for a Kafka partition
+// lay at or past the log's end: the log was truncated below records the
+// partition had applied. LowerTruncated set the watermark to Resume-1.
+type Truncation struct {
+	Queue          Queue
+	KafkaPartition int32
+	OldOffset      int64 // the watermark before, at or past End
+	End            int64 // the log's end offset when it was read
+	Resume         int64 // where the relay resumes reading
+}
+
+// LowerTruncated checks Kafka partition kp's watermark in every queue
+// partition of topic against logEnd, the log's end offset read from Kafka
+// just before (truncatedScript), and lowers each that lies at or past it to
+// resume-1, resume being where the relay will read from (at most logEnd).
+// The relay calls it before it relays a partition: a truncated log would
+// otherwise have its new records up to the old watermark dropped as
+// duplicates. It returns the watermarks it lowered; ErrFenced (wrapped)
+// when a newer lock holder exists.
+func (p *Pool) LowerTruncated(ctx context.Context, token uint64, topic string, kp int32, logEnd, resume int64) ([]Truncation, error) {
+	resume = min(resume, logEnd)
+	if err := ValidTopic(topic); err != nil {
+		return nil, err
+	}
+	tok, part := strconv.FormatUint(token, 10), strconv.Itoa(int(kp))
+	var lowered []Truncation
+	for qp := range p.layout.Partitions {
+		q := Queue{Topic: topic, Part: qp}
+		k := p.layout.Keys(q)
+		res, err := runScript(ctx, p.byPart[qp], truncatedScript, []string{k.Fence(), k.Watermark(), k.Stats()}, tok, part, logEnd, resume)
+		if err != nil {
+			return lowered, fmt.Errorf("checking the watermark of %s against the log's end: %w", q, err)
+		}
+		switch old, _ := res.(int64); {
+		case old == -2:
+			return lowered, fmt.Errorf("%w: checking the watermark of %s", ErrFenced, q)
+		case old >= 0:
+			lowered = append(lowered, Truncation{Queue: q, KafkaPartition: kp, OldOffset: old, End: logEnd, Resume: resume})
+		}
+	}
+	return lowered, nil
 }
