@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
@@ -133,7 +135,7 @@ var (
 		}
 		restore := func() error {
 			os.RemoveAll(dump)
-			if err := rc.BgSave(ctx).Err(); err != nil && !strings.Contains(err.Error(), "in progress") {
+			if err := bgsaveScheduled(ctx, rc); err != nil && !strings.Contains(err.Error(), "in progress") {
 				return fmt.Errorf("BGSAVE to restore: %w", err)
 			}
 			_, err := waitUntil(30*time.Second, "a snapshot to succeed again", func() bool { return bgsaveStatus(b) == "ok" })
@@ -141,7 +143,7 @@ var (
 			rc.ConfigSet(ctx, "stop-writes-on-bgsave-error", stopWrites)
 			return err
 		}
-		if err := rc.BgSave(ctx).Err(); err != nil {
+		if err := bgsaveScheduled(ctx, rc); err != nil {
 			restore()
 			return "", 0, fmt.Errorf("BGSAVE: %w", err)
 		}
@@ -433,4 +435,11 @@ func (b *bed) ranAckedAfter(t time.Time) func() bool {
 func (b *bed) workerKnows(flag string) bool {
 	out, _ := exec.Command(b.bin, "worker", flag, "--help").CombinedOutput()
 	return !strings.Contains(string(out), "flag provided but not defined")
+}
+
+// bgsaveScheduled starts a BGSAVE, or schedules it for when the child
+// that runs now (an AOF rewrite) ends: a plain BGSAVE is refused then
+// ("Another child process is active"), which once failed the MISCONF step.
+func bgsaveScheduled(ctx context.Context, rc *redis.Client) error {
+	return rc.Do(ctx, "BGSAVE", "SCHEDULE").Err()
 }

@@ -154,8 +154,9 @@ var (
 		// key's mark first says done:<id>.
 		var runs []execution
 		for _, e := range b.ledger.since(seen) {
-			// A periodic job carries no idempotency key: nothing to record.
-			if e.OK && !isPeriodic(e) && e.Answered.After(down) && e.Answered.Before(up) {
+			// Only a job with an idempotency key has a mark to record:
+			// plain jobs (most of the workload) and periodic ones have none.
+			if e.OK && e.Key != "" && e.Answered.After(down) && e.Answered.Before(up) {
 				runs = append(runs, e)
 			}
 		}
