@@ -107,6 +107,14 @@ type ApacheKafkaConfig struct {
 	// Properties are extra server properties for every broker, applied
 	// last (unclean.leader.election.enable=true, say).
 	Properties map[string]string
+	// ClientPorts are fixed CLIENT listener ports, one per broker; a 0
+	// entry, or none given, is a free port.
+	ClientPorts []int
+	// Persist keeps a cluster's storage across runs, as `sluice dev`
+	// does: a broker whose directory was formatted before starts from its
+	// data (its other ports may change). Default false: every start
+	// formats afresh.
+	Persist bool
 }
 
 // ApacheKafkaTLS is the CLIENT listener's TLS, from PEM files.
@@ -184,7 +192,7 @@ func StartApacheKafka(ctx context.Context, cfg ApacheKafkaConfig) (*ApacheKafka,
 		return nil, err
 	}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Topics)) {
-		if err := k.CreateTopic(ctx, name, cfg.Topics[name]); err != nil {
+		if err := k.CreateTopic(ctx, name, cfg.Topics[name]); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
 			k.Close()
 			return nil, err
 		}
@@ -197,16 +205,24 @@ func (k *ApacheKafka) startOnce(ctx context.Context) error {
 	k.brokers = nil
 	for i := range k.cfg.Brokers {
 		b := &apacheBroker{id: int32(i + 1), dir: filepath.Join(k.cfg.Dir, fmt.Sprintf("broker-%d", i+1))}
+		if i < len(k.cfg.ClientPorts) {
+			b.clientPort = k.cfg.ClientPorts[i]
+		}
 		for _, p := range []*int{&b.clientPort, &b.internal, &b.ctrlPt} {
+			if *p != 0 {
+				continue
+			}
 			port, err := FreePort()
 			if err != nil {
 				return err
 			}
 			*p = port
 		}
-		// A retry starts from nothing: the old storage names old ports.
-		if err := os.RemoveAll(b.dir); err != nil {
-			return err
+		if !k.cfg.Persist {
+			// A retry starts from nothing too.
+			if err := os.RemoveAll(b.dir); err != nil {
+				return err
+			}
 		}
 		if err := os.MkdirAll(b.dir, 0o755); err != nil {
 			return err
@@ -384,6 +400,9 @@ func (k *ApacheKafka) format(ctx context.Context) error {
 	errs := make([]error, len(k.brokers))
 	var wg sync.WaitGroup
 	for i, b := range k.brokers {
+		if _, err := os.Stat(filepath.Join(b.dir, "data", "meta.properties")); err == nil && k.cfg.Persist {
+			continue // formatted in an earlier run
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -591,6 +610,23 @@ func (b *apacheBroker) isPaused() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.paused
+}
+
+// Shutdown stops every broker gracefully, all at once, and waits; ctx's
+// end kills those still running. Use it before Close to keep the data
+// consistent (`sluice dev`).
+func (k *ApacheKafka) Shutdown(ctx context.Context) error {
+	errs := make([]error, len(k.brokers))
+	var wg sync.WaitGroup
+	for i, b := range k.brokers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = k.Stop(ctx, b.id)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // Close kills every broker (SIGKILL, which ends a paused one too): the
