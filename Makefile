@@ -171,9 +171,11 @@ loadtest: deps build
 ## bench-e2e: the end-to-end throughput (single-job and 100-job POSTs, 30 s each,
 ## then a tenth of the load for enqueue-to-start) with the yardsticks measured in
 ## the same run: the bare HTTP handler, kfake produce, redis-benchmark
-## (BENCHMARKS.md, "End to end").
+## (BENCHMARKS.md, "End to end"). KAFKA=apache runs `sluice dev` on a real
+## Apache Kafka broker (`sluice dev --kafka apache`, docs/kafka.md) instead of kfake.
+KAFKA ?= kfake
 bench-e2e: deps build
-	$(GO) run ./loadtest --start-dev --sluice-bin bin/sluice --yardsticks --size full $(LOADTEST_FLAGS) throughput
+	$(GO) run ./loadtest --start-dev --sluice-bin bin/sluice --yardsticks --size full --dev-flag=--kafka=$(KAFKA) $(LOADTEST_FLAGS) throughput
 
 ## chaos: the full chaos suite (docs/chaos.md): tens of thousands of jobs through
 ## 2 gates, 2 relays, 2 workers and 2 coordinators as real processes while every
