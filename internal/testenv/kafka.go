@@ -129,7 +129,8 @@ type kafkaBackend interface {
 }
 
 // KafkaCluster is a Kafka cluster for tests: in process mode a kfake cluster,
-// which also offers fault injection through Cluster.
+// which also offers fault injection through Cluster, or with ApacheKafka real
+// brokers, which offer the broker controls (KillBroker, PauseBroker, ...).
 type KafkaCluster struct {
 	f  failer
 	be kafkaBackend
