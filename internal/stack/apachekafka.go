@@ -670,6 +670,12 @@ func (k *ApacheKafka) adminClient() (*kgo.Client, error) {
 // min(brokers, 3), and waits until every running broker knows each
 // partition's leader. If it exists, the error wraps kerr.TopicAlreadyExists.
 func (k *ApacheKafka) CreateTopic(ctx context.Context, name string, partitions int32) error {
+	return k.CreateTopicWith(ctx, name, partitions, nil)
+}
+
+// CreateTopicWith is CreateTopic with topic configs (min.insync.replicas,
+// retention.ms, ...) over the brokers' defaults.
+func (k *ApacheKafka) CreateTopicWith(ctx context.Context, name string, partitions int32, configs map[string]string) error {
 	if partitions <= 0 {
 		return fmt.Errorf("stack: topic %s: partitions must be positive, got %d", name, partitions)
 	}
@@ -681,6 +687,11 @@ func (k *ApacheKafka) CreateTopic(ctx context.Context, name string, partitions i
 	req.TimeoutMillis = 30000
 	t := kmsg.NewCreateTopicsRequestTopic()
 	t.Topic, t.NumPartitions, t.ReplicationFactor = name, partitions, int16(k.replication())
+	for _, key := range slices.Sorted(maps.Keys(configs)) {
+		c := kmsg.NewCreateTopicsRequestTopicConfig()
+		c.Name, c.Value = key, kmsg.StringPtr(configs[key])
+		t.Configs = append(t.Configs, c)
+	}
 	req.Topics = append(req.Topics, t)
 	resp, err := req.RequestWith(ctx, cl)
 	if err != nil {

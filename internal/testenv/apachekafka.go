@@ -185,6 +185,15 @@ func (k *KafkaCluster) ResumeBroker(node int32) {
 	}
 }
 
+// CreateTopicWith creates a topic with topic configs over the brokers'
+// defaults (min.insync.replicas, say). Real brokers only.
+func (k *KafkaCluster) CreateTopicWith(name string, partitions int32, configs map[string]string) {
+	a := k.apache("CreateTopicWith")
+	k.f.do(startTimeout, "creating topic "+name, func(ctx context.Context) error {
+		return a.CreateTopicWith(ctx, name, partitions, configs)
+	})
+}
+
 // DeleteTopic deletes a topic and waits until no running broker lists it.
 // Real brokers only.
 func (k *KafkaCluster) DeleteTopic(name string) {
