@@ -1,8 +1,9 @@
 package relay_test
 
 import (
+	"context"
 	"log/slog"
-	"os"
+	"strconv"
 	"testing"
 	"time"
 
@@ -15,7 +16,7 @@ import (
 // (bin/kafka, `make kafka`), started once for its subtests; each subtest
 // gets the topic made anew (so its own log, from offset 0) and its own
 // Redis and Consul. What the real broker adds over kfake: offsets committed
-// to and fetched from its group coordinator, and topic deletion.
+// to and fetched from its group coordinator, topic ids, and topic deletion.
 func TestApacheKafkaRelay(t *testing.T) {
 	start := time.Now()
 	k := testenv.Kafka(t, testenv.ApacheKafka(), testenv.Topic(topic, kParts), testenv.Topic(topic+".dlq", 1))
@@ -66,19 +67,12 @@ func TestApacheKafkaRelay(t *testing.T) {
 	})
 
 	// The topic deleted and made again under a running relay: a new log
-	// whose offsets start at 0 again. Its jobs are new jobs, and must not
-	// be taken for the old log's records the watermark has seen.
+	// whose offsets start at 0 again, under a new topic id. Its jobs are
+	// new jobs: none may be taken for the old log's records the watermark
+	// has seen. Reruns are the documented price (docs/relay.md, "reruns,
+	// never drops"); drops were what the relay did before it kept the
+	// topic id (50 of these 100 jobs, on the real broker).
 	t.Run("topic recreated", func(t *testing.T) {
-		if os.Getenv("SLUICE_TEST_RELAY_RECREATE") == "" {
-			// Found by this test (issue 30): a relay running while its
-			// topic is deleted and recreated commits its old positions
-			// into the new topic and its watermark drops the new log's
-			// records at offsets it has seen: 50 of the 100 new jobs
-			// never reach Redis (30 counted as duplicates, the rest
-			// behind the stale committed offsets). Remove this skip with
-			// the relay's fix; SLUICE_TEST_RELAY_RECREATE=1 runs it now.
-			t.Skip("the relay loses jobs of a topic recreated under it (issue 30); SLUICE_TEST_RELAY_RECREATE=1 runs this")
-		}
 		b := apacheBed(t, k)
 		r := b.start(t, "r1", nil)
 		b.produce(t, 0, 100)
@@ -86,11 +80,43 @@ func TestApacheKafkaRelay(t *testing.T) {
 		k.DeleteTopic(topic)
 		k.CreateTopic(topic, kParts)
 		b.produce(t, 100, 100)
-		b.waitRelayed(t, 200, 60*time.Second)
-		if d := metricLabeled(t, r.relay, "sluice_relay_jobs_total", "outcome", "duplicate"); d != 0 {
-			t.Fatalf("%v jobs of the recreated topic were dropped as duplicates of the old log's", d)
+		missing := func() []string {
+			var out []string
+			for i := 100; i < 200; i++ {
+				id, group := "j"+strconv.Itoa(i), "g"+strconv.Itoa(i/10)
+				if !b.onLane(t, group, id) {
+					out = append(out, id)
+				}
+			}
+			return out
 		}
+		var gone []string
+		testenv.WaitFor(t, 60*time.Second, "every job of the recreated topic in Redis", func() bool {
+			gone = missing()
+			return len(gone) == 0
+		})
+		if n := metricLabeled(t, r.relay, "sluice_relay_watermark_log_changes_total", "", ""); n == 0 {
+			t.Fatal("the relay did not count the new log (sluice_relay_watermark_log_changes_total 0)")
+		}
+		jobs, _, _ := b.counts(t)
+		t.Logf("%d jobs held for 200 sent: %d reruns of the new log's jobs", jobs, jobs-200)
 	})
+}
+
+// onLane reports whether job id is on the lane of group.
+func (b *bed) onLane(t *testing.T, group, id string) bool {
+	t.Helper()
+	k := b.layout.Keys(queue.Queue{Topic: topic, Part: b.layout.PartitionOf(group)})
+	all, err := b.redis.Client().LRange(context.Background(), k.Lane(queue.LaneOf(group, "", topic, 0)), 0, -1).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range all {
+		if pe, err := queue.ParseEntry(e); err == nil && pe.ID == id {
+			return true
+		}
+	}
+	return false
 }
 
 // apacheBed is newBed on the shared cluster k: the topic is deleted and
