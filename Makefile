@@ -10,7 +10,7 @@ GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.slu
 TEST_P  ?= 2
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build run test deps run-deps jaeger redis chromium consul modules fuzz bench bench-gate bench-relay bench-asynq bench-asynq-e2e bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
+.PHONY: all build run test deps run-deps jaeger kafka redis chromium consul modules fuzz bench bench-gate bench-relay bench-asynq bench-asynq-e2e bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
 
 all: build
 
@@ -21,8 +21,10 @@ bin/sluice: $(GOFILES) go.mod go.sum
 
 ## deps: everything the tests need besides Go; run-deps: what `sluice dev`
 ## needs (not chromium, which only the dashboard's test drives, nor Jaeger,
-## which only `sluice dev --tracing` and its test start: `make jaeger`).
-deps: run-deps chromium jaeger
+## which only `sluice dev --tracing` and its test start: `make jaeger`, nor
+## the Apache Kafka broker, which only the real-broker tests and
+## `sluice dev --kafka apache` run: `make kafka`).
+deps: run-deps chromium jaeger kafka
 run-deps: redis consul modules
 
 # redis-server from Debian's package, when missing.
@@ -65,6 +67,27 @@ bin/jaeger: tools/jaeger/go.mod tools/jaeger/go.sum
 	cd tools/jaeger && $(GO) build -o ../../bin/jaeger github.com/jaegertracing/jaeger/cmd/jaeger
 	@./bin/jaeger version 2>/dev/null | head -1 || true
 
+# The Apache Kafka broker the real-broker tests run (internal/stack,
+# docs/kafka.md): its jars at the version pinned in tools/kafka/pom.xml
+# (Apache Kafka 4.1.1, Apache-2.0) and their dependencies, fetched from Maven
+# Central into bin/kafka/libs, run with Java 17. Java and Maven come from
+# apt when missing. The stamp makes later runs a no-op until the pom changes.
+kafka: bin/kafka/.fetched
+
+bin/kafka/.fetched: tools/kafka/pom.xml
+	@command -v java >/dev/null 2>&1 && command -v mvn >/dev/null 2>&1 || { \
+		echo "java or mvn not found: installing openjdk-17-jre-headless and maven with apt"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends openjdk-17-jre-headless maven >/dev/null; \
+	}
+	@java -version 2>&1 | grep -Eq 'version "(1[7-9]|[2-9][0-9])' || { \
+		echo "make kafka: the Kafka 4 broker needs Java 17 or later; java -version says:"; java -version; exit 1; }
+	@echo "fetching Apache Kafka (pinned in tools/kafka/pom.xml) into bin/kafka/libs with Maven"
+	rm -rf bin/kafka/libs
+	cd tools/kafka && mvn -q -B -Dstyle.color=never dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory=../../bin/kafka/libs
+	@ls bin/kafka/libs/kafka_2.13-*.jar
+	@touch $@
+
 modules:
 	$(GO) mod download
 
@@ -73,7 +96,7 @@ run: run-deps build
 	./bin/sluice dev
 
 ## test: vet, then every test, with the race detector, against real Redis,
-## Consul and Kafka (kfake).
+## Consul and Kafka (kfake, and the Apache broker where its behaviour matters).
 test: deps
 	$(GO) vet ./...
 	$(GO) test -count=1 -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...
@@ -148,9 +171,11 @@ loadtest: deps build
 ## bench-e2e: the end-to-end throughput (single-job and 100-job POSTs, 30 s each,
 ## then a tenth of the load for enqueue-to-start) with the yardsticks measured in
 ## the same run: the bare HTTP handler, kfake produce, redis-benchmark
-## (BENCHMARKS.md, "End to end").
+## (BENCHMARKS.md, "End to end"). KAFKA=apache runs `sluice dev` on a real
+## Apache Kafka broker (`sluice dev --kafka apache`, docs/kafka.md) instead of kfake.
+KAFKA ?= kfake
 bench-e2e: deps build
-	$(GO) run ./loadtest --start-dev --sluice-bin bin/sluice --yardsticks --size full $(LOADTEST_FLAGS) throughput
+	$(GO) run ./loadtest --start-dev --sluice-bin bin/sluice --yardsticks --size full --dev-flag=--kafka=$(KAFKA) $(LOADTEST_FLAGS) throughput
 
 ## chaos: the full chaos suite (docs/chaos.md): tens of thousands of jobs through
 ## 2 gates, 2 relays, 2 workers and 2 coordinators as real processes while every

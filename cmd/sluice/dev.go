@@ -35,9 +35,12 @@ func init() {
 }
 
 type devConfig struct {
-	Dir             string
-	GateAddr        string
-	KafkaAddr       string
+	Dir       string
+	GateAddr  string
+	KafkaAddr string
+	// Kafka is which Kafka runs: "kfake" (in process) or "apache" (a real
+	// broker from bin/kafka, `make kafka`, as a child process).
+	Kafka           string
 	RedisAddr       string
 	ConsulAddr      string
 	RelayAddr       string
@@ -78,7 +81,8 @@ type devConfig struct {
 func (c *devConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.Dir, "dir", ".sluice", "directory for Kafka, Redis and Consul data and logs")
 	fs.StringVar(&c.GateAddr, "gate-addr", "127.0.0.1:8080", "gate HTTP address")
-	fs.StringVar(&c.KafkaAddr, "kafka-addr", "127.0.0.1:9092", "Kafka (kfake) broker address")
+	fs.StringVar(&c.KafkaAddr, "kafka-addr", "127.0.0.1:9092", "Kafka broker address")
+	fs.StringVar(&c.Kafka, "kafka", devKafkaFake, "which Kafka runs: kfake (in process) or apache (a real Apache Kafka broker from bin/kafka, `make kafka`, as a child process; data in <dir>/kafka-apache)")
 	fs.StringVar(&c.RedisAddr, "redis-addr", "127.0.0.1:6390", "Redis address")
 	fs.StringVar(&c.ConsulAddr, "consul-addr", "127.0.0.1:8500", "Consul HTTP address")
 	fs.StringVar(&c.RelayAddr, "relay-addr", "127.0.0.1:8081", "relay's /healthz, /readyz and /metrics address")
@@ -152,6 +156,9 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	if cfg.Partitions < 1 {
 		return errors.New("--partitions must be at least 1")
 	}
+	if cfg.Kafka != devKafkaFake && cfg.Kafka != devKafkaApache {
+		return fmt.Errorf("--kafka %q: want %s or %s", cfg.Kafka, devKafkaFake, devKafkaApache)
+	}
 	dir, err := filepath.Abs(cfg.Dir)
 	if err != nil {
 		return err
@@ -207,15 +214,19 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	if err != nil {
 		return fmt.Errorf("--kafka-addr %q: port: %w", cfg.KafkaAddr, err)
 	}
+	topics := map[string]int32{
+		cfg.Topic:                   int32(cfg.Partitions),
+		kafka.RetryTopic(cfg.Topic): int32(cfg.Partitions),
+		kafka.DLQTopic(cfg.Topic):   1,
+	}
 	if _, err := run("kafka", func() (chan error, func(context.Context) error, error) {
+		if cfg.Kafka == devKafkaApache {
+			return startDevApacheKafka(startCtx, cfg, dir, port, topics, log)
+		}
 		broker, err := stack.StartKafka(startCtx, stack.KafkaConfig{
 			Ports:   []int{port},
 			DataDir: filepath.Join(dir, "kafka"),
-			Topics: map[string]int32{
-				cfg.Topic:                   int32(cfg.Partitions),
-				kafka.RetryTopic(cfg.Topic): int32(cfg.Partitions),
-				kafka.DLQTopic(cfg.Topic):   1,
-			},
+			Topics:  topics,
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("kafka: %w", err)
@@ -528,7 +539,7 @@ sluice dev is running (data in %s). Ctrl-C stops everything; jobs survive a rest
 
   gate     %s   (no authentication: development only)
   metrics  %s/metrics   health %s/healthz   ready %s/readyz
-  kafka    %s   topic %q with %d partitions, plus %s.retry and %s.dlq (kfake)
+  kafka    %s   topic %q with %d partitions, plus %s.retry and %s.dlq (%s)
   redis    %s   (AOF %s; maxmemory %s)
   consul   http://%s   (dev agent; KV starts empty on each start)
   relay    http://%s/metrics   topic %q into %d Redis partitions (rate: sluice/dev/relay/%s/rate in Consul)
@@ -544,7 +555,7 @@ Enqueue a job:
     -d '{"type":"hello","payload":{"greeting":"<hi> & welcome"}}'
 
 %s
-`, dir, gateURL, gateURL, gateURL, gateURL, cfg.KafkaAddr, cfg.Topic, cfg.Partitions, cfg.Topic, cfg.Topic,
+`, dir, gateURL, gateURL, gateURL, gateURL, cfg.KafkaAddr, cfg.Topic, cfg.Partitions, cfg.Topic, cfg.Topic, devKafkaName(cfg),
 		cfg.RedisAddr, onOff(cfg.RedisAOF), cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.Topic, cfg.RedisPartitions, cfg.Topic, workerLines(cfg), cfg.CoordinatorAddr,
 		canaryEvery(cfg.CanaryInterval), cfg.RedisAddr, cfg.RedisPartitions, cfg.KafkaAddr, gateURL, gateURL, cfg.Topic, adminLines(cfg, dir, adminToken))
 	if f, ok := w.(*os.File); ok {
@@ -604,3 +615,42 @@ func onOff(b bool) string {
 // machine, which a deployment's gate and coordinator refuse
 // (docs/secure/callbacks.md): dev listens on loopback alone.
 var devCallbackAllow = []string{"127.0.0.0/8", "::1", "localhost"}
+
+// The Kafkas `sluice dev --kafka` runs.
+const (
+	devKafkaFake   = "kfake"
+	devKafkaApache = "apache"
+)
+
+// devKafkaName is the banner's name of the Kafka running.
+func devKafkaName(cfg devConfig) string {
+	if cfg.Kafka != devKafkaApache {
+		return "kfake"
+	}
+	if home, err := stack.FindApacheKafka(); err == nil {
+		return "Apache Kafka " + stack.ApacheKafkaVersion(home) + ", from " + home
+	}
+	return "Apache Kafka"
+}
+
+// startDevApacheKafka runs one real broker on port, its data kept in
+// <dir>/kafka-apache across restarts, with both JIT compilers (for
+// measurements) and a 512 MiB heap; stopping shuts it down gracefully.
+func startDevApacheKafka(ctx context.Context, cfg devConfig, dir string, port int, topics map[string]int32, log *slog.Logger) (chan error, func(context.Context) error, error) {
+	data := filepath.Join(dir, "kafka-apache")
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return nil, nil, err
+	}
+	broker, err := stack.StartApacheKafka(ctx, stack.ApacheKafkaConfig{
+		Dir: data, ClientPorts: []int{port}, Persist: true, FullJIT: true, HeapMB: 512, Topics: topics,
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("kafka (--kafka %s): %w", devKafkaApache, err)
+	}
+	log.Info("kafka up", "addr", cfg.KafkaAddr, "kafka", devKafkaName(cfg), "data", data, "log", broker.LogFile(1))
+	return nil, func(ctx context.Context) error {
+		err := broker.Shutdown(ctx)
+		broker.Close()
+		return err
+	}, nil
+}

@@ -93,12 +93,14 @@ func (c *Config) Explain(ctx context.Context, sc *sarama.Config, err error) erro
 }
 
 // probeWorthy reports errors that a dial step by step may explain: the
-// connection closed, reset, timed out or answered garbage. A refused or
-// unresolvable address is what it says.
+// connection closed, reset, timed out or answered garbage, or every broker
+// failed for a reason sarama only logged (a real Kafka refusing the SASL
+// mechanism leaves just ErrOutOfBrokers). A refused or unresolvable
+// address is what it says: the probe cannot dial it either.
 func probeWorthy(err error) bool {
 	var nerr net.Error
 	var derr sarama.PacketDecodingError
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+	return errors.Is(err, io.EOF) || errors.Is(err, sarama.ErrOutOfBrokers) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE) || errors.As(err, &derr) ||
 		(errors.As(err, &nerr) && nerr.Timeout()) || errors.Is(err, os.ErrDeadlineExceeded)
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"testing"
 
@@ -23,6 +24,8 @@ type kafkaOpts struct {
 	sasl    stack.KafkaSASL
 	certs   *Certs
 	mutual  bool
+	apache  bool              // the test needs the real broker
+	props   map[string]string // brokers' extra server properties (real broker only)
 }
 
 // secured reports whether the options ask for SASL or TLS.
@@ -67,7 +70,54 @@ func KafkaMutualTLS(certs *Certs) KafkaOption {
 	return func(o *kafkaOpts) { o.certs, o.mutual = certs, true }
 }
 
-// kafkaBackend is what runs the cluster: kfake in process or a container.
+// ApacheKafka makes this cluster real Apache Kafka brokers whatever
+// SLUICE_TEST_KAFKA says: for a test that depends on how the broker behaves
+// (in-sync replicas, the group coordinator, topic deletion). The brokers run
+// as child processes from bin/kafka in both test bed modes; see EnvKafka for
+// what happens when it is missing.
+func ApacheKafka() KafkaOption { return func(o *kafkaOpts) { o.apache = true } }
+
+// KafkaProperty sets a server property on every real broker
+// (unclean.leader.election.enable=true, say), over the test bed's own. kfake
+// has no such settings, so it needs ApacheKafka or SLUICE_TEST_KAFKA=apache.
+func KafkaProperty(key, value string) KafkaOption {
+	return func(o *kafkaOpts) {
+		if o.props == nil {
+			o.props = make(map[string]string)
+		}
+		o.props[key] = value
+	}
+}
+
+// EnvKafka chooses the Kafka of every test bed cluster: "kfake" (the
+// default: kfake in process, fast, with fault injection) or "apache" (real
+// Apache Kafka brokers from bin/kafka, `make kafka`, for every test). A test
+// that needs the real broker asks for it with ApacheKafka. Where the real
+// broker is wanted but bin/kafka is missing, the test is skipped, saying how
+// to fetch it, unless CI=true: there it fails, since `make test` fetches
+// the broker first.
+const EnvKafka = "SLUICE_TEST_KAFKA"
+
+const (
+	kafkaKfake  = "kfake"
+	kafkaApache = "apache"
+)
+
+// wantApache reports whether the options and EnvKafka ask for the real
+// broker.
+func (o kafkaOpts) wantApache() (bool, error) {
+	switch v := os.Getenv(EnvKafka); v {
+	case "", kafkaKfake:
+		return o.apache, nil
+	case kafkaApache:
+		return true, nil
+	default:
+		return false, fmt.Errorf("testenv: unknown %s=%q: use %q (the default) or %q", EnvKafka, v, kafkaKfake, kafkaApache)
+	}
+}
+
+// kafkaBackend is what runs the cluster: kfake in process, real brokers as
+// child processes, or a container.
 type kafkaBackend interface {
 	brokers() []string
 	cluster() *kfake.Cluster // nil in docker mode
@@ -79,7 +129,8 @@ type kafkaBackend interface {
 }
 
 // KafkaCluster is a Kafka cluster for tests: in process mode a kfake cluster,
-// which also offers fault injection through Cluster.
+// which also offers fault injection through Cluster, or with ApacheKafka real
+// brokers, which offer the broker controls (KillBroker, PauseBroker, ...).
 type KafkaCluster struct {
 	f  failer
 	be kafkaBackend
@@ -105,6 +156,25 @@ func startKafka(tb testing.TB, opts []KafkaOption) (*KafkaCluster, error) {
 	o := kafkaOpts{brokers: 1}
 	for _, opt := range opts {
 		opt(&o)
+	}
+	apache, err := o.wantApache()
+	if err != nil {
+		return nil, err
+	}
+	if apache {
+		if tb != nil {
+			SkipWithoutApacheKafka(tb)
+		}
+		ctx, cancel := startCtx()
+		defer cancel()
+		be, err := startApacheKafka(ctx, tb, o)
+		if err != nil {
+			return nil, err
+		}
+		return &KafkaCluster{f: failer{tb}, be: be}, nil
+	}
+	if len(o.props) > 0 {
+		return nil, fmt.Errorf("testenv: KafkaProperty needs the real broker (ApacheKafka or %s=%s); kfake has no server properties", EnvKafka, kafkaApache)
 	}
 	be, err := startBackend(
 		func(ctx context.Context) (kafkaBackend, error) { return startKafkaProcess(ctx, o) },
@@ -173,15 +243,16 @@ func (p *kafkaProcess) createTopic(ctx context.Context, name string, partitions 
 func (k *KafkaCluster) Brokers() []string { return k.be.brokers() }
 
 // Cluster returns the kfake cluster for fault injection (MoveTopicPartition,
-// RemoveNode, Control, ...), or nil in docker mode, where real Kafka has no
-// such hooks. Restart replaces the cluster: call Cluster again afterwards.
+// RemoveNode, Control, ...), or nil for real Kafka (ApacheKafka, docker
+// mode), which has no such hooks: use the broker controls (KillBroker,
+// PauseBroker, ...) there. Restart replaces the cluster: call Cluster again afterwards.
 func (k *KafkaCluster) Cluster() *kfake.Cluster { return k.be.cluster() }
 
 // kfake returns the kfake cluster, failing if there is none.
 func (k *KafkaCluster) kfake(what string) *kfake.Cluster {
 	c := k.be.cluster()
 	if c == nil {
-		k.f.fatalf("testenv: KafkaCluster.%s needs the in-process kfake cluster, but %s=%s runs real Kafka, which has no fault injection; run this test with the process test bed", what, EnvMode, modeDocker)
+		k.f.fatalf("testenv: KafkaCluster.%s needs the in-process kfake cluster, but this cluster is real Kafka (ApacheKafka, %s=%s or %s=%s), which has no fault injection; use the broker controls (KillBroker, PauseBroker, ...) or run this test on kfake", what, EnvKafka, kafkaApache, EnvMode, modeDocker)
 	}
 	return c
 }

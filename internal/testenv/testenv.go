@@ -17,6 +17,12 @@
 // testcontainers-go instead: redis:7.4, hashicorp/consul:1.15.4 and
 // apache/kafka:3.9.0. A missing binary or Docker engine fails the test, it
 // never skips it: a test bed that silently runs nothing hides broken tests.
+//
+// Kafka has a second setting, SLUICE_TEST_KAFKA (EnvKafka): kfake, the
+// default, or real Apache Kafka brokers from bin/kafka as child processes
+// (KRaft), which a test that depends on the broker's behaviour asks for with
+// ApacheKafka(). Those tests skip, saying how to fetch the broker, when
+// bin/kafka is missing, except under CI=true (docs/kafka.md).
 package testenv
 
 import (

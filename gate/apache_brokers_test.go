@@ -1,0 +1,212 @@
+package gate_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+)
+
+// TestApacheKafkaThreeBrokers runs the gate against three real brokers
+// (replication factor 3, min.insync.replicas 2), started once for its
+// subtests.
+func TestApacheKafkaThreeBrokers(t *testing.T) {
+	start := time.Now()
+	k := newKafka(t, testenv.ApacheKafka(), testenv.Brokers(3))
+	t.Logf("three brokers started in %s", time.Since(start).Round(time.Millisecond))
+	g := startGate(t, k, nil)
+
+	// The leader of a busy partition killed with SIGKILL while acks=all
+	// jobs are posted: some requests fail (503, 504) during the election,
+	// but every job answered 2xx is in Kafka at the partition and offset
+	// the answer gave.
+	t.Run("leader killed under load", func(t *testing.T) {
+		leader := k.Partition("jobs", 0).Leader
+		var (
+			mu       sync.Mutex
+			acked    []accepted
+			refused  = map[int]int{}
+			stop     = make(chan struct{})
+			wg       sync.WaitGroup
+			postings = 4
+		)
+		for w := range postings {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					a := postNoFail(g.url+"/v1/topics/jobs/jobs?acks=all", fmt.Sprintf(`{"type":"t","id":"w%d-%d"}`, w, i))
+					mu.Lock()
+					if a.status == http.StatusAccepted {
+						var acc accepted
+						if err := json.Unmarshal(a.body, &acc); err == nil {
+							acked = append(acked, acc)
+						}
+					} else {
+						refused[a.status]++
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
+		testenv.WaitFor(t, 10*time.Second, "jobs flowing", func() bool { return count() >= 200 })
+		k.KillBroker(leader)
+		killed := time.Now()
+		testenv.WaitFor(t, 30*time.Second, "a new leader of jobs/0", func() bool {
+			l := k.Partition("jobs", 0).Leader
+			return l > 0 && l != leader
+		})
+		before := count()
+		testenv.WaitFor(t, 30*time.Second, "jobs flowing again after the failover", func() bool { return count() >= before+200 })
+		close(stop)
+		wg.Wait()
+		t.Logf("%d jobs acknowledged, refused %v; failover %s after the kill", len(acked), refused, time.Since(killed).Round(100*time.Millisecond))
+		for status := range refused {
+			if status != http.StatusServiceUnavailable && status != http.StatusGatewayTimeout {
+				t.Errorf("%d answers %d during the failover; want only 503 or 504", refused[status], status)
+			}
+		}
+		checkAllStored(t, k, acked)
+		k.StartBroker(leader)
+		testenv.WaitFor(t, 60*time.Second, "the restarted broker back in jobs/0's in-sync set", func() bool {
+			return len(k.Partition("jobs", 0).ISR) == 3
+		})
+	})
+
+	// When a partition's in-sync set falls below min.insync.replicas,
+	// Kafka refuses acks=all writes (NOT_ENOUGH_REPLICAS) and the gate
+	// must answer 503 saying so, never 2xx; acks=leader writes still go
+	// in; once the follower is back in sync, acks=all is accepted again.
+	//
+	// The topic has min.insync.replicas 3, not 2: each broker is also a
+	// KRaft controller, and with two of three stopped the quorum is gone
+	// and no in-sync set can shrink (the leader just waits, and the gate
+	// answers 504). One killed follower is enough at 3.
+	t.Run("not enough replicas", func(t *testing.T) {
+		k.CreateTopicWith("strict", 1, map[string]string{"min.insync.replicas": "3"})
+		url := g.url + "/v1/topics/strict/jobs?acks="
+		// The gate reads a topic it does not know again at most once a
+		// second.
+		testenv.WaitFor(t, 10*time.Second, "acks=all accepted with every replica in sync", func() bool {
+			return post(t, url+"all", `{"type":"t"}`).status == http.StatusAccepted
+		})
+		st := k.Partition("strict", 0)
+		i := slices.IndexFunc(st.ISR, func(n int32) bool { return n != st.Leader })
+		if len(st.ISR) != 3 || i < 0 {
+			t.Fatalf("strict/0: leader %d, in-sync %v; want three in sync", st.Leader, st.ISR)
+		}
+		follower := st.ISR[i]
+		k.KillBroker(follower)
+		killed := time.Now()
+		testenv.WaitFor(t, 60*time.Second, "the killed follower to leave strict/0's in-sync set", func() bool {
+			return !slices.Contains(k.Partition("strict", 0).ISR, follower)
+		})
+		t.Logf("the in-sync set shrank %s after the kill (broker.session.timeout.ms 6 s)", time.Since(killed).Round(100*time.Millisecond))
+
+		a := post(t, url+"all", `{"type":"t"}`)
+		if a.status != http.StatusServiceUnavailable || a.header.Get("Retry-After") == "" || !strings.Contains(string(a.body), "in-sync replicas") {
+			t.Fatalf("acks=all below min.insync.replicas: %d %s (Retry-After %q); want 503 naming the in-sync replicas", a.status, a.body, a.header.Get("Retry-After"))
+		}
+		// The leader alone may take acks=leader writes. (Not at once: the
+		// gate takes NOT_ENOUGH_REPLICAS for Kafka being unavailable and
+		// answers every request 503 until its next metadata refresh, up
+		// to a second; see docs/kafka.md.)
+		testenv.WaitFor(t, 10*time.Second, "acks=leader accepted below min.insync.replicas", func() bool {
+			return post(t, url+"leader", `{"type":"t"}`).status == http.StatusAccepted
+		})
+
+		k.StartBroker(follower)
+		testenv.WaitFor(t, 60*time.Second, "the follower back in strict/0's in-sync set", func() bool {
+			return len(k.Partition("strict", 0).ISR) == 3
+		})
+		testenv.WaitFor(t, 30*time.Second, "acks=all accepted again", func() bool {
+			return post(t, url+"all", `{"type":"t"}`).status == http.StatusAccepted
+		})
+	})
+}
+
+// postNoFail is post for a goroutine that is not the test's: a transport
+// error is status 0.
+func postNoFail(url, body string) answer {
+	resp, err := http.Post(url, "application/json", strings.NewReader(body))
+	if err != nil {
+		return answer{}
+	}
+	defer resp.Body.Close()
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := resp.Body.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			break
+		}
+	}
+	return answer{status: resp.StatusCode, header: resp.Header, body: []byte(b.String())}
+}
+
+// checkAllStored reads every partition of jobs to its end and checks that
+// each acknowledged job is the record at the partition and offset its
+// answer gave.
+func checkAllStored(t *testing.T, k *testenv.KafkaCluster, acked []accepted) {
+	t.Helper()
+	cfg := sarama.NewConfig()
+	cfg.Metadata.AllowAutoTopicCreation = false
+	client, err := sarama.NewClient(k.Brokers(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	type pos struct {
+		p int32
+		o int64
+	}
+	want := map[pos]string{}
+	for _, a := range acked {
+		want[pos{a.Partition, a.Offset}] = a.ID
+	}
+	lost := 0
+	for p := range int32(partitions) {
+		end, err := client.GetOffset("jobs", p, sarama.OffsetNewest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[int64]string{}
+		if end > 0 {
+			for _, m := range testenv.ReadRecords(t, k.Brokers(), "jobs", p, sarama.OffsetOldest, int(end)) {
+				var j struct {
+					ID string `json:"id"`
+				}
+				if err := json.Unmarshal(m.Value, &j); err != nil {
+					t.Fatalf("record jobs/%d/%d: %v", p, m.Offset, err)
+				}
+				got[m.Offset] = j.ID
+			}
+		}
+		for at, id := range want {
+			if at.p == p && got[at.o] != id {
+				lost++
+				if lost <= 5 {
+					t.Errorf("job %s acknowledged at jobs/%d/%d is not there (found %q)", id, p, at.o, got[at.o])
+				}
+			}
+		}
+	}
+	if lost > 0 {
+		t.Fatalf("%d of %d acknowledged jobs lost", lost, len(acked))
+	}
+}
