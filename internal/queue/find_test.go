@@ -56,10 +56,11 @@ func TestFindJobTellsEveryState(t *testing.T) {
 	if w := find("run", ""); w.Where != WhereRunning || w.Batch != byID["run"].Batch || w.Until.Before(before.Add(time.Minute)) || w.Until.After(after.Add(time.Minute)) || w.Attempts != 1 {
 		t.Fatalf("a running job: %+v", w)
 	}
+	failedAt := time.Now()
 	if res, err := p.Fail(ctx, jq(0), Failure{Job: byID["retry"], Cause: "boom", NextTry: later}, now, limits); res != FailRetrying || err != nil {
 		t.Fatal(res, err)
 	}
-	if w := find("retry", ""); w.Where != WhereDelayed || w.Why != DelayRetry || w.LastError != "boom" || w.Attempts != 1 || !w.Until.Equal(later) {
+	if w := find("retry", ""); w.Where != WhereDelayed || w.Why != DelayRetry || w.LastError != "boom" || w.Attempts != 1 || !dueAfter(w.Until, later.Sub(now), failedAt) {
 		t.Fatalf("a retrying job: %+v", w)
 	}
 	if ok, err := p.Defer(ctx, jq(0), byID["defer"], later); !ok || err != nil {
@@ -112,6 +113,7 @@ func TestListJobs(t *testing.T) {
 		byID[j.ID] = j
 	}
 	ack(t, p, 0, byID["a"])
+	failedAt := time.Now()
 	if res, err := p.Fail(ctx, jq(0), Failure{Job: byID["b"], Cause: "x", NextTry: later}, now, DeadLimits{Max: 10, Keep: time.Hour}); res != FailRetrying || err != nil {
 		t.Fatal(res, err)
 	}
@@ -126,7 +128,7 @@ func TestListJobs(t *testing.T) {
 		t.Fatalf("running: %+v", running)
 	}
 	if len(delayed) != 2 || delayed[0].ID != "b" || delayed[0].Why != DelayRetry || delayed[1].ID != "c" || delayed[1].Why != DelayDefer ||
-		!delayed[0].Until.Equal(later) {
+		!dueAfter(delayed[0].Until, later.Sub(now), failedAt) {
 		t.Fatalf("delayed: %+v", delayed)
 	}
 }
@@ -164,4 +166,12 @@ func TestGlobEscape(t *testing.T) {
 	if got := globEscape(`a*b?[c]\d`); got != `a\*b\?\[c\]\\d` {
 		t.Fatalf("globEscape = %q", got)
 	}
+}
+
+// dueAfter reports whether a retry's due time is delay after the failure by
+// Redis's clock: the failure was sent at from, by this machine's clock,
+// which Redis shares; the script ran between from and now.
+func dueAfter(due time.Time, delay time.Duration, from time.Time) bool {
+	// Redis's TIME is read in ms: allow the truncation below from.
+	return !due.Before(from.Add(delay-time.Millisecond)) && !due.After(time.Now().Add(delay))
 }

@@ -157,3 +157,35 @@ func TestLeasesGoByRedisClockNotTheWorkers(t *testing.T) {
 		t.Fatalf("reaped after %s, within its lease of %s", took, lease)
 	}
 }
+
+// A retry is due its backoff after the failure by Redis's clock, whatever
+// the failing worker's clock says: a worker 5 minutes ahead delayed its
+// retries by 5 minutes when the due time was its own (the chaos suite's
+// skewed worker left always-failing jobs "retrying" past the drain), and
+// one behind ran them at once.
+func TestARetryIsDueByRedisClockNotTheWorkers(t *testing.T) {
+	p, _ := onePartition(t)
+	ctx := context.Background()
+	for _, skew := range []time.Duration{5 * time.Minute, -5 * time.Minute} {
+		id := "skew" + skew.String()
+		if _, err := p.Enqueue(ctx, 1, []Item{item(id, "")}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		jobs, err := p.Claim(ctx, jq(0), 1, time.Minute)
+		if err != nil || len(jobs) != 1 {
+			t.Fatalf("claim: %v %v", jobs, err)
+		}
+		workerNow := time.Now().Add(skew)
+		failedAt := time.Now()
+		if res, err := p.Fail(ctx, jq(0), Failure{Job: jobs[0], Cause: "boom", NextTry: workerNow.Add(2 * time.Second)}, workerNow, DeadLimits{Max: 10, Keep: time.Hour}); res != FailRetrying || err != nil {
+			t.Fatal(res, err)
+		}
+		w, err := p.FindJob(ctx, JobLookup{Topic: "jobs", ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !dueAfter(w.Until, 2*time.Second, failedAt) {
+			t.Fatalf("clock %v off: the retry is due at %v, want 2s after %v", skew, w.Until, failedAt)
+		}
+	}
+}

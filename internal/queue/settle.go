@@ -377,14 +377,17 @@ func (x *indexer) add(name string) int {
 // KEYS[5] delayed   KEYS[6] dead   KEYS[7] stats: retried or dead,
 // inflight, and the same stage of the funnel   KEYS[8] completed
 // KEYS[9] results:<g> (unused without a group)   KEYS[10] settled:<batch>
-// ARGV[1] id  ARGV[2] error  ARGV[3] next try, Unix ms (0: dead)
-// ARGV[4] now, Unix ms  ARGV[5] most dead jobs kept  ARGV[6] seconds to
+// ARGV[1] id  ARGV[2] error  ARGV[3] next try, Unix ms (0: dead): a
+// retry is put ARGV[3]-ARGV[4] after Redis's clock (TIME), so that a
+// worker whose clock is off neither delays its retries by its error nor
+// runs them early; a deferral's time (a rate limit's slot) is kept as is
+// ARGV[4] now, Unix ms, the caller's clock   ARGV[5] most dead jobs kept  ARGV[6] seconds to
 // keep the record (at least: see luaKeepRecord)   ARGV[7] 1 for a deferral   ARGV[8] the group's name
 // ("" none)   ARGV[9] the queue's topic   ARGV[10] the
 // batch's name   ARGV[11] the job's place in the batch
 // Returns 1 retrying (or deferred), 2 dead, 0 when the job was no longer
 // held in its batch.
-var failScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaKeepRecord + luaSettle + luaBury + `
+var failScript = newScript(luaNow + luaGroupEnded + luaFunnel + luaLanes + luaKeepRecord + luaSettle + luaBury + `
 local _, held = settle(KEYS[2], KEYS[10], tonumber(ARGV[11]), '\1')
 if held == 0 then return 0 end
 local e = redis.call('LINDEX', KEYS[2], ARGV[11])
@@ -405,7 +408,7 @@ if string.match(e, '^%d+ ') then e = withAttempts(e, attempts) end
 redis.call('HSET', KEYS[3], 'last_error', ARGV[2], 'failed_ms', ARGV[4], 'attempts', attempts)
 if group then redis.call('HINCRBY', KEYS[4], 'failed', 1) end
 if tonumber(ARGV[3]) > 0 then
-  redis.call('ZADD', KEYS[5], ARGV[3], e)
+  redis.call('ZADD', KEYS[5], redisNow() + math.max(0, tonumber(ARGV[3]) - tonumber(ARGV[4])), e)
   redis.call('HSET', KEYS[3], 'state', 'retrying')
   keepRecord(KEYS[3], ARGV[6])
   if group then redis.call('HINCRBY', KEYS[4], 'delayed', 1) end
