@@ -177,7 +177,14 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 		}
 		log.Info("sluice dev stopped")
 	}()
-	startCtx, cancelStart := context.WithTimeout(ctx, time.Minute)
+	// A JVM broker formats its storage and starts in 4-10 s on an idle
+	// machine, and took over a minute while the machine ran two chaos
+	// suites beside the tests: give it more before calling it stuck.
+	startBudget := time.Minute
+	if cfg.Kafka == devKafkaApache {
+		startBudget = 3 * time.Minute
+	}
+	startCtx, cancelStart := context.WithTimeout(ctx, startBudget)
 	defer cancelStart()
 	// Before any child starts: they read the token the parent wrote.
 	adminToken, err := devAdminToken(cfg, dir)
