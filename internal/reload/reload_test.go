@@ -43,7 +43,7 @@ func TestWatchAppliesChangesAndKeepsTheLastGood(t *testing.T) {
 	}
 	// The first look applies what the file holds then: "one", or "two"
 	// if the write below came first.
-	os.WriteFile(file, []byte("two"), 0o600)
+	replaceFile(t, file, "two")
 	if v := next(); v == "one" {
 		if v = next(); v != "two" {
 			t.Fatalf("applied %q", v)
@@ -51,7 +51,7 @@ func TestWatchAppliesChangesAndKeepsTheLastGood(t *testing.T) {
 	} else if v != "two" {
 		t.Fatalf("applied %q", v)
 	}
-	os.WriteFile(file, []byte("bad value"), 0o600)
+	replaceFile(t, file, "bad value")
 	deadline := time.Now().Add(5 * time.Second)
 	for !strings.Contains(logs.String(), "refused content") {
 		if time.Now().After(deadline) {
@@ -67,7 +67,7 @@ func TestWatchAppliesChangesAndKeepsTheLastGood(t *testing.T) {
 		t.Fatalf("a refused content was applied: %q", v)
 	default:
 	}
-	os.WriteFile(file, []byte("three"), 0o600)
+	replaceFile(t, file, "three")
 	if v := next(); v != "three" {
 		t.Fatalf("applied %q", v)
 	}
@@ -77,4 +77,19 @@ func TestWatchAppliesChangesAndKeepsTheLastGood(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// replaceFile gives file new content in one step, as an operator's editor
+// or a secret manager's rename does: os.WriteFile truncates first, and a
+// look between the truncation and the write read an empty file, which this
+// test's parser takes (it failed once so, "a refused content was applied").
+func replaceFile(t *testing.T, file, content string) {
+	t.Helper()
+	tmp := file + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		t.Fatal(err)
+	}
 }
