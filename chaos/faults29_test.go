@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -177,6 +179,14 @@ var (
 	// past its session's TTL, lets the other take the lock and relay,
 	// then resumes it with SIGCONT: the zombie must write nothing more
 	// (the fence refuses it), and it must see it lost the lock.
+	//
+	// While the zombie runs again the new holder is held still (SIGSTOP,
+	// well within its lease, once Redis has read all it sent), so what
+	// Redis takes meanwhile is the zombie's alone. Subtracting the new
+	// holder's sluice_relay_jobs_total instead cannot tell: it counts a
+	// batch only after Redis applied it, and a batch of a holder catching
+	// up is thousands of jobs, so the difference swung by thousands either
+	// way with no zombie write (it once failed the step with 621).
 	faultZombieRelay = fault{"SIGSTOP the active relay past its TTL, SIGCONT (zombie)", func(b *bed) (string, time.Duration, error) {
 		h := b.holder(relayLock)
 		if h == nil {
@@ -193,33 +203,38 @@ var (
 		})
 		took := time.Since(at)
 		if err == nil {
+			// It raised the fence in every partition before this.
 			err = b.waitFlow("the new holder to relay")
 		}
-		// What Redis takes from now on beyond what the new holder writes
-		// is the zombie's. The zombie's own counter cannot say: a batch
-		// Redis applied before the SIGSTOP is counted once it runs again.
-		// Read in this order (the holder first, Redis last, then Redis
-		// first, the holder last), a batch of the holder's between two
-		// reads makes the difference smaller, never larger.
-		var newOwn0, redis0 int
-		if next != nil {
-			newOwn0 = relayOutcomeOf(next, "queued") + relayOutcomeOf(next, "delayed")
-			redis0 = b.funnel(queue.StageRelayed)
+		thaw := func() {}
+		if err == nil {
+			thaw, err = b.holdStill(next)
+		}
+		var before relayWrites
+		if err == nil {
+			before, err = b.relayWrites()
 		}
 		cont := time.Now()
 		syscall.Kill(h.pid(), syscall.SIGCONT)
 		if err != nil {
+			thaw()
 			return "", took, err
 		}
-		// The zombie learns it lost the lock once its session check runs.
-		down, err := waitUntil(2*lockTTL, "the zombie to see it lost the lock", func() bool {
+		// The zombie learns it lost the lock once its lease's timer fires,
+		// and lets go of it once every write it had under way returned.
+		// The new holder's lease (renewed every (TTL-TTL/5)/3) outlasts
+		// this wait.
+		down, err := waitUntil(zombieLetGo, "the zombie to see it lost the lock while the new holder is held still", func() bool {
 			v, ok := h.metric("sluice_relay_lock_held")
 			return ok && v == 0
 		})
+		after, rerr := b.relayWrites()
+		thaw()
+		err = errors.Join(err, rerr)
 		counted, refused := relayOutcomeOf(h, "queued")-queued, relayOutcomeOf(h, "fenced")-fenced
-		wrote := b.funnel(queue.StageRelayed) - redis0 - (relayOutcomeOf(next, "queued") + relayOutcomeOf(next, "delayed") - newOwn0)
-		m := fmt.Sprintf("%s stopped %s; %s took the lock in %s; after SIGCONT the zombie let go of the lock in %s; Redis took %d jobs the new holder did not write; the zombie's own counters: queued +%d (a batch applied before the SIGSTOP counts here), fenced +%d",
-			h.name, cont.Sub(at).Round(100*time.Millisecond), next.name, took.Round(100*time.Millisecond), down.Round(100*time.Millisecond), max(0, wrote), counted, refused)
+		wrote, fencedRedis := after.accepted-before.accepted, after.fenced-before.fenced
+		m := fmt.Sprintf("%s stopped %s; %s took the lock in %s; after SIGCONT the zombie let go of the lock in %s while %s was held still; meanwhile Redis took %d jobs (the zombie's) and refused %d; the zombie's own counters: queued +%d (a batch applied before the SIGSTOP counts here), fenced +%d",
+			h.name, cont.Sub(at).Round(100*time.Millisecond), next.name, took.Round(100*time.Millisecond), down.Round(100*time.Millisecond), next.name, wrote, fencedRedis, counted, refused)
 		if err != nil {
 			return m, took, err
 		}
@@ -398,6 +413,143 @@ func bgsaveStatus(b *bed) string {
 		}
 	}
 	return ""
+}
+
+// zombieLetGo is how long faultZombieRelay holds the new holder still
+// for the zombie to let go of the lock: with the time Redis takes to read
+// what the holder sent, less than the holder's lease window less a renew
+// interval.
+const zombieLetGo = 3 * time.Second
+
+// relayWrites is what the relays' writes have left in Redis's counters,
+// summed over the partitions: accepted, the jobs of the topic's stages
+// only a relay counts (relayed, deduplicated, dropped, dead-lettered,
+// requeued; user jobs and canaries), and fenced, the jobs the enqueue
+// script refused for an old lock token.
+type relayWrites struct{ accepted, fenced int }
+
+func (b *bed) relayWrites() (relayWrites, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	pipe := b.redis.Client().Pipeline()
+	var cmds []*redis.MapStringStringCmd
+	for p := range redisPartitions {
+		cmds = append(cmds, pipe.HGetAll(ctx, b.layout.Keys(queue.Queue{Topic: topic, Part: p}).Stats()))
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return relayWrites{}, fmt.Errorf("reading the partitions' stats: %w", err)
+	}
+	var w relayWrites
+	for _, c := range cmds {
+		for field, v := range c.Val() {
+			n, _ := strconv.Atoi(v)
+			if field == "fenced" {
+				w.fenced += n
+				continue
+			}
+			for _, stage := range []string{queue.StageRelayed, queue.StageDeduplicated, queue.StageDropped, queue.StageDeadLettered, queue.StageRequeued} {
+				if field == queue.FunnelField(topic, stage, false) || field == queue.FunnelField(topic, stage, true) {
+					w.accepted += n
+				}
+			}
+		}
+	}
+	return w, nil
+}
+
+// holdStill stops p with SIGSTOP and waits until Redis has read all p
+// sent it: until thaw (SIGCONT), p changes nothing in Redis. A command
+// p had only partly sent stays unread until then. On an error p runs
+// again, and thaw does nothing.
+func (b *bed) holdStill(p *part) (thaw func(), err error) {
+	pid := p.pid()
+	_, port, err := net.SplitHostPort(b.redis.Addr())
+	if err != nil {
+		return func() {}, err
+	}
+	syscall.Kill(pid, syscall.SIGSTOP)
+	thaw = func() { syscall.Kill(pid, syscall.SIGCONT) }
+	unread, rerr := -1, error(nil)
+	_, err = waitUntil(time.Second, "Redis to read all "+p.name+" sent before its SIGSTOP", func() bool {
+		if !processStopped(pid) {
+			return false
+		}
+		var conns int
+		unread, conns, rerr = unreadByRedis(pid, port)
+		if rerr == nil && conns == 0 {
+			rerr = errors.New("no connection to Redis found in /proc/net/tcp")
+		}
+		return rerr == nil && unread == 0
+	})
+	if err != nil {
+		thaw()
+		return func() {}, fmt.Errorf("%w (bytes unread: %d; %v)", err, unread, rerr)
+	}
+	return thaw, nil
+}
+
+// processStopped says whether the process is stopped by a signal: state T
+// in /proc/<pid>/stat, after the command's name in parentheses.
+func processStopped(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	i := strings.LastIndexByte(string(stat), ')')
+	return err == nil && i >= 0 && i+2 < len(stat) && stat[i+2] == 'T'
+}
+
+// unreadByRedis is how many bytes the process has sent to the Redis
+// listening on port (decimal) that Redis has not read yet:
+// the send queues of its connections to that port and the receive queues
+// of their other ends, from /proc/net/tcp{,6}; and how many such
+// connections it has.
+func unreadByRedis(pid int, port string) (unread, conns int, err error) {
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		if l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil {
+			if inode, ok := strings.CutPrefix(l, "socket:["); ok {
+				inodes[strings.TrimSuffix(inode, "]")] = true
+			}
+		}
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return 0, 0, err
+	}
+	redisPort := fmt.Sprintf("%04X", p)
+	type conn struct{ local, remote, queues, inode string }
+	var table []conn
+	for _, name := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(name)
+		if err != nil {
+			continue
+		}
+		// sl local_address rem_address st tx_queue:rx_queue ... inode
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			if f := strings.Fields(line); len(f) >= 10 {
+				table = append(table, conn{f[1][strings.LastIndexByte(f[1], ':')+1:], f[2][strings.LastIndexByte(f[2], ':')+1:], f[4], f[9]})
+			}
+		}
+	}
+	qlen := func(c conn, i int) int {
+		n, _ := strconv.ParseInt(strings.Split(c.queues, ":")[i], 16, 64)
+		return int(n)
+	}
+	ports := map[string]bool{} // the process's ends of its connections to Redis
+	for _, c := range table {
+		if inodes[c.inode] && c.remote == redisPort {
+			ports[c.local] = true
+			unread += qlen(c, 0) // tx_queue
+		}
+	}
+	for _, c := range table {
+		if c.local == redisPort && ports[c.remote] {
+			unread += qlen(c, 1) // rx_queue
+		}
+	}
+	return unread, len(ports), nil
 }
 
 // relayOutcome sums the relays' sluice_relay_jobs_total of an outcome.
