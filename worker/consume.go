@@ -508,7 +508,20 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	took := end.Sub(start)
 	c.ran(took, end)
 	w.m.execution.WithLabelValues(w.typeLabel(j.Type)).Observe(took.Seconds())
-	if key := j.IdempotencyKey; key != "" {
+	c.mu.Lock()
+	lost, why, draining := h.lost, h.why, c.draining
+	c.mu.Unlock()
+	switch key := j.IdempotencyKey; {
+	case key == "":
+	case lost && herr != nil:
+		// Cut short (or failed) after its lease was lost or given up:
+		// what the handler did is unknown (an HTTP call cancelled here
+		// may have been answered 2xx, or still run at its server).
+		// Freeing the key would let the next holder run the job at once,
+		// beside it; the running mark is left to expire (timeout plus a
+		// lease), as a killed worker's is.
+		c.log.WarnContext(ctx, "a run cut short after its lease was lost leaves its idempotency key's running mark to expire", "job", cl.ID, "key", key, "err", herr)
+	default:
 		// Kept until Redis takes it (a Redis that cannot persist, MISCONF,
 		// is an outage to wait out), even past the running mark's TTL:
 		// the end script records done on an expired mark too. Recorded
@@ -521,9 +534,6 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 			c.log.Warn("recording the idempotency key failed", "job", cl.ID, "key", key, "err", err)
 		}
 	}
-	c.mu.Lock()
-	lost, why, draining := h.lost, h.why, c.draining
-	c.mu.Unlock()
 	if h.trace.IsValid() {
 		c.endAttempt(ctx, span, h, maxAttempts, herr, lost, start, end)
 	}

@@ -320,3 +320,64 @@ func TestALeaseIsExtendedOnceRedisAnswersAgainNotGivenUp(t *testing.T) {
 		t.Errorf("the keyed job ran %d times, want once", n)
 	}
 }
+
+// A keyed job's run that the worker cut short because its lease could not
+// be extended (Redis stopped) does not free the key: what the handler did
+// is unknown (it may have done its work, as an HTTP call answered 2xx whose
+// answer the cancellation beat), so its running mark is left to expire,
+// and the job's next attempt waits for that instead of running at once.
+// Before: the cut-short run was recorded as failed once Redis was back,
+// which freed the key, and the reaped job ran again right away (the chaos
+// suite's keys run to a 2xx twice 0.6-0.8 s apart).
+func TestARunCutShortByALostLeaseLeavesItsKeyHeld(t *testing.T) {
+	b := newBedOf(t, 2, testenv.WithAOF())
+	const lease, timeout = 2 * time.Second, 3 * time.Second // the mark holds 5 s
+	var (
+		mu   sync.Mutex
+		runs []time.Time
+	)
+	started := make(chan struct{}, 1)
+	cut := make(chan error, 1)
+	b.start(t, func(c *worker.Config) { c.Lease, c.Timeout = lease, timeout }, func(w *worker.Worker) {
+		w.Handle("send", worker.HandlerFunc(func(ctx context.Context, _ *worker.Job) ([]byte, error) {
+			mu.Lock()
+			runs = append(runs, time.Now())
+			n := len(runs)
+			mu.Unlock()
+			if n > 1 {
+				return []byte("sent again"), nil
+			}
+			// Its work is done; its answer comes after the cancellation.
+			started <- struct{}{}
+			<-ctx.Done()
+			cut <- context.Cause(ctx)
+			return nil, ctx.Err()
+		}))
+	})
+	enqueued := time.Now()
+	b.enqueue(t, job.Job{ID: "a", Type: "send", Group: "g", IdempotencyKey: "order-1"})
+	<-started
+	b.redis.Stop()
+	select {
+	case cause := <-cut:
+		if cause == nil || !strings.Contains(cause.Error(), "lease could not be extended since") {
+			t.Fatalf("cut short with cause %v", cause)
+		}
+	case <-time.After(2 * lease):
+		t.Fatal("the handler was not cut short while Redis was down")
+	}
+	b.redis.Restart()
+	// The reaper returns the job (its lease ended while Redis was down);
+	// its next attempt must wait for the mark.
+	h := b.waitState(t, "a", "g", "done")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(runs) != 2 || h["attempts"] != "2" {
+		t.Fatalf("runs at %v, record %v: want a second run, done at attempt 2", runs, h)
+	}
+	if after := runs[1].Sub(enqueued); after < lease+timeout {
+		t.Fatalf("the job ran again %s after it was enqueued, before the cut-short run's mark (held %s from its begin) expired",
+			after.Round(time.Millisecond), lease+timeout)
+	}
+	t.Logf("ran again %s after the first run began (the mark held %s)", runs[1].Sub(runs[0]).Round(time.Millisecond), lease+timeout)
+}
