@@ -520,7 +520,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		// Freeing the key would let the next holder run the job at once,
 		// beside it; the running mark is left to expire (timeout plus a
 		// lease), as a killed worker's is.
-		c.log.WarnContext(ctx, "a run cut short after its lease was lost leaves its idempotency key's running mark to expire", "job", cl.ID, "key", key, "err", herr)
+		c.log.WarnContext(ctx, "a run cut short after its lease was lost leaves its idempotency key's running mark to expire", "job", cl.ID, "attempt", cl.Attempt, "key", key, "err", herr)
 	default:
 		// Kept until Redis takes it (a Redis that cannot persist, MISCONF,
 		// is an outage to wait out), even past the running mark's TTL:
