@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +33,10 @@ const (
 	lockTTL         = 10 * time.Second
 	lockDelay       = "0"
 	lease           = 3 * time.Second
+	// jobTimeout is the workers' --timeout: with the lease, how long an
+	// idempotency key's running mark holds (markHold).
+	jobTimeout = 10 * time.Second
+	markHold   = jobTimeout + lease
 	// durableAfter is the relay's --durable-after: it commits a Kafka
 	// offset only once Redis has kept the writes before it this long in
 	// one life (its AOF is fsynced every second), and relays again from
@@ -166,6 +171,8 @@ func newBed(t *testing.T) *bed {
 	t.Cleanup(func() {
 		if t.Failed() {
 			b.dumpLogs()
+		} else if d := os.Getenv("SLUICE_CHAOS_LOGS"); d != "" {
+			os.CopyFS(d, os.DirFS(b.logDir)) // kept for reading when asked, failed or not
 		}
 	})
 
@@ -196,7 +203,7 @@ func newBed(t *testing.T) *bed {
 				"--http", "work="+u+"/ok/"+who+",fail="+u+"/fail/"+who+",kill="+u+"/kill/"+who+",slow="+u+"/slow/"+who,
 				"--consul-addr", b.consul.Addr(), "--workers", strconv.Itoa(workersPerPart),
 				"--lease", lease.String(), "--maintain-every", "200ms", "--backoff", "100ms", "--max-backoff", "400ms",
-				"--timeout", "10s", "--drain-timeout", "2s", "--topics", topic)
+				"--timeout", jobTimeout.String(), "--drain-timeout", "2s", "--topics", topic)
 		}, "worker"))
 		b.coords = append(b.coords, b.newPart(fmt.Sprintf("coordinator%d", i), func(int) []string {
 			return append(slicesConcat(common, redisFlags), "--consul-addr", b.consul.Addr(),
@@ -493,6 +500,39 @@ func (b *bed) dumpLogs() {
 			b.t.Logf("--- %s log (tail)\n%s", p.name, b.tail(p.name, 3000))
 		}
 	}
+}
+
+// cutShortLine is what a worker logs when a keyed run ended (failed, or
+// cut short) after its lease was lost or given up: it left the key's
+// running mark to expire (worker/consume.go).
+const cutShortLine = `msg="a run cut short after its lease was lost leaves its idempotency key's running mark to expire"`
+
+var (
+	incarnationRe = regexp.MustCompile(`^=== (\S+) incarnation (\d+) at `)
+	cutShortRe    = regexp.MustCompile(` job=(\S+) attempt=(\d+) `)
+)
+
+// cutShortRuns reads the workers' logs for the keyed runs each incarnation
+// cut short after its lease was lost or given up, as "worker1.2/<id>/<attempt>".
+func (b *bed) cutShortRuns() map[string]bool {
+	out := map[string]bool{}
+	for _, w := range b.workers {
+		data, _ := os.ReadFile(filepath.Join(b.logDir, w.name+".log"))
+		who := ""
+		for _, line := range strings.Split(string(data), "\n") {
+			if m := incarnationRe.FindStringSubmatch(line); m != nil {
+				who = m[1] + "." + m[2]
+				continue
+			}
+			if !strings.Contains(line, cutShortLine) {
+				continue
+			}
+			if m := cutShortRe.FindStringSubmatch(line); m != nil {
+				out[who+"/"+m[1]+"/"+m[2]] = true
+			}
+		}
+	}
+	return out
 }
 
 // killedAt says when a worker incarnation ("worker1.2", as the ledger

@@ -309,6 +309,27 @@ func rerunAfterKill(b *bed, runs []execution) (excused bool, used time.Duration)
 	return true, used
 }
 
+// rerunAfterGiveUp says whether every 2xx run of a key but the last was
+// cut short by its worker after the lease could not be extended (or was
+// reaped) while it ran, as the worker logged (bed.cutShortRuns), and the
+// next run began only once that run's running mark had expired: the
+// worker could not keep the lease (Redis, or the worker itself, did not
+// answer for nine tenths of it), cancelled the handler and left the key's
+// mark to expire, since what the handler did is unknown; the call had
+// answered 2xx all the same. At least once, as after a kill. A next run
+// before the mark's end means the mark did not hold: not excused. The
+// mark is set before the handler's call arrives: a second is allowed for
+// that.
+func rerunAfterGiveUp(cut map[string]bool, runs []execution) bool {
+	sort.Slice(runs, func(i, k int) bool { return runs[i].At.Before(runs[k].At) })
+	for i, r := range runs[:len(runs)-1] {
+		if !cut[fmt.Sprintf("%s/%s/%d", r.Who, r.JobID, r.Attempt)] || runs[i+1].At.Before(r.At.Add(markHold-time.Second)) {
+			return false
+		}
+	}
+	return true
+}
+
 // describeRuns renders a key's runs with the kills of their workers.
 func describeRuns(b *bed, runs []execution) string {
 	var s []string

@@ -38,6 +38,7 @@ type verdict struct {
 	KeyedTwice       []string // keys run to a 2xx twice, not excused
 	KeyedExcused     []string // keys run again after a kill before their record, listed
 	TwiceAfterAnswer int      // ... of which a kill came after the handler answered
+	KeyedGaveUp      []string // keys run again after their worker gave the lease up mid-run, listed
 	GraceUsed        time.Duration
 
 	Reruns      int            // extra 2xx runs of plain-like acknowledged ids
@@ -225,6 +226,7 @@ func verdictOf(t *testing.T, b *bed, l *loader, poison int, drain time.Duration)
 
 	// Keys run to a 2xx twice (over every op with the key, acknowledged
 	// or not): each earlier run must have lost its record to a kill -9.
+	cut := b.cutShortRuns()
 	for key, runs := range okByKey {
 		if len(runs) < 2 {
 			continue
@@ -236,11 +238,14 @@ func verdictOf(t *testing.T, b *bed, l *loader, poison int, drain time.Duration)
 				v.TwiceAfterAnswer++
 				v.GraceUsed = max(v.GraceUsed, used)
 			}
+		} else if rerunAfterGiveUp(cut, runs) {
+			v.KeyedGaveUp = append(v.KeyedGaveUp, line)
 		} else {
 			v.KeyedTwice = append(v.KeyedTwice, line)
 		}
 	}
 	sort.Strings(v.KeyedExcused)
+	sort.Strings(v.KeyedGaveUp)
 	sort.Strings(v.KeyedTwice)
 
 	// The job records in Kafka: what landed of the ops of unknown
@@ -552,6 +557,7 @@ func (v verdict) table(outcomes []outcome) string {
 	row("keyed ids run twice", len(v.KeyedTwice), mark(len(v.KeyedTwice) == 0)+" (must be 0)")
 	row("  ... excused: killed before its record", len(v.KeyedExcused), fmt.Sprintf("listed below; the worker killed mid-run, or after the answer but within %s of Redis serving (%d, at most %s in)",
 		recordGrace, v.TwiceAfterAnswer, v.GraceUsed.Round(time.Millisecond)))
+	row("  ... excused: cut short by a lease given up", len(v.KeyedGaveUp), fmt.Sprintf("listed below; the worker cancelled the run when it could not extend the lease, and the next began after the key's running mark (%s) expired", markHold))
 	var why []string
 	for w, n := range v.RerunsBy {
 		why = append(why, fmt.Sprintf("%s: %d", w, n))
@@ -590,6 +596,12 @@ func (v verdict) table(outcomes []outcome) string {
 	if len(v.KeyedExcused) > 0 {
 		fmt.Fprintf(&s, "\n\nkeys run again after a kill before their record (excused):\n")
 		for _, k := range v.KeyedExcused {
+			fmt.Fprintf(&s, "- %s\n", k)
+		}
+	}
+	if len(v.KeyedGaveUp) > 0 {
+		fmt.Fprintf(&s, "\n\nkeys run again after their worker gave the lease up mid-run and the running mark expired (excused):\n")
+		for _, k := range v.KeyedGaveUp {
 			fmt.Fprintf(&s, "- %s\n", k)
 		}
 	}

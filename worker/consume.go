@@ -508,7 +508,20 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	took := end.Sub(start)
 	c.ran(took, end)
 	w.m.execution.WithLabelValues(w.typeLabel(j.Type)).Observe(took.Seconds())
-	if key := j.IdempotencyKey; key != "" {
+	c.mu.Lock()
+	lost, why, draining := h.lost, h.why, c.draining
+	c.mu.Unlock()
+	switch key := j.IdempotencyKey; {
+	case key == "":
+	case lost && herr != nil:
+		// Cut short (or failed) after its lease was lost or given up:
+		// what the handler did is unknown (an HTTP call cancelled here
+		// may have been answered 2xx, or still run at its server).
+		// Freeing the key would let the next holder run the job at once,
+		// beside it; the running mark is left to expire (timeout plus a
+		// lease), as a killed worker's is.
+		c.log.WarnContext(ctx, "a run cut short after its lease was lost leaves its idempotency key's running mark to expire", "job", cl.ID, "attempt", cl.Attempt, "key", key, "err", herr)
+	default:
 		// Kept until Redis takes it (a Redis that cannot persist, MISCONF,
 		// is an outage to wait out), even past the running mark's TTL:
 		// the end script records done on an expired mark too. Recorded
@@ -521,9 +534,6 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 			c.log.Warn("recording the idempotency key failed", "job", cl.ID, "key", key, "err", err)
 		}
 	}
-	c.mu.Lock()
-	lost, why, draining := h.lost, h.why, c.draining
-	c.mu.Unlock()
 	if h.trace.IsValid() {
 		c.endAttempt(ctx, span, h, maxAttempts, herr, lost, start, end)
 	}
@@ -859,12 +869,30 @@ func leaseMargin(lease time.Duration) time.Duration { return lease / 10 }
 // stalled) is dropped if waiting and cancelled if running: another holder
 // settles it. Beside it, watchLeases gives up the leases that could not be
 // extended in time.
+//
+// After a round that Redis could not serve (down, restarting, loading),
+// the next comes within retryCap, not a third of a lease later, and goes
+// through fresh clients (as untilRedisAnswers does: the worker's own wait
+// out go-redis's second of dial backoff): so the leases are extended about
+// as soon as Redis answers again. Waiting for the next tick instead let
+// watchLeases give up a lease that Redis would have extended: after a 2 s
+// Redis stop with the chaos suite's 3 s lease, no tick fell between
+// Redis's return and the give-up, the handler of a keyed job that had just
+// started was cancelled (its HTTP call answered 2xx all the same), its
+// failed run freed the key, and the reaped job ran again at attempt 2.
 func (c *consumer) keepLeases(ctx context.Context) {
 	w := c.w
 	watchDone := make(chan struct{})
 	go func() { defer close(watchDone); c.watchLeases(ctx) }()
 	defer func() { <-watchDone }()
-	t := time.NewTicker(w.cfg.Lease / 3)
+	var fresh *queue.Pool // while extensions fail
+	defer func() {
+		if fresh != nil {
+			fresh.Close()
+		}
+	}()
+	failures := 0 // rounds in a row that Redis could not serve
+	t := time.NewTimer(w.cfg.Lease / 3)
 	defer t.Stop()
 	for {
 		select {
@@ -872,70 +900,100 @@ func (c *consumer) keepLeases(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		// A batch is one claim's, of one queue: its lease is there.
-		type leased struct {
-			q     queue.Queue
-			batch string
+		pool := w.pool
+		if fresh != nil {
+			fresh.Close()
+			fresh = nil
 		}
-		c.mu.Lock()
-		seen := map[string]bool{}
-		batches := make([]leased, 0, 4)
-		for _, h := range c.held {
-			b := h.claimed.Batch
-			if seen[b] {
-				continue
-			}
-			seen[b] = true
-			if st := c.leases[b]; st == nil || !st.givenUp {
-				batches = append(batches, leased{h.q, b})
+		if failures > 0 {
+			if p, err := w.pool.Fresh(); err == nil {
+				fresh, pool = p, p
 			}
 		}
-		for b := range c.leases {
-			if !seen[b] {
-				delete(c.leases, b) // nothing of it is held any more
-			}
-		}
-		c.mu.Unlock()
-		gone := map[string]bool{}
-		for _, same := range byQueue(batches, func(l leased) queue.Queue { return l.q }) {
-			names := make([]string, len(same))
-			for i, l := range same {
-				names[i] = l.batch
-			}
-			// A call that hangs (Redis or the network stalled) must not
-			// outlast a tick: the next one tries again.
-			sent := time.Now()
-			callCtx, cancel := context.WithTimeout(ctx, w.cfg.Lease/3)
-			kept, err := w.pool.Extend(callCtx, same[0].q, names, w.cfg.Lease)
-			cancel()
-			c.mu.Lock()
-			for i, b := range names {
-				st := c.leases[b]
-				switch {
-				case err != nil && st != nil:
-					st.lastErr = err
-				case err != nil:
-				case !kept[i]:
-					gone[b] = true
-				case st != nil:
-					st.since, st.lastErr = sent, nil
-				}
-			}
-			c.mu.Unlock()
-			if err != nil && ctx.Err() == nil {
-				c.log.Warn("extending leases failed; retrying at the next tick", "queue", same[0].q.String(), "batches", len(names), "err", err)
-			}
-		}
-		if len(gone) == 0 {
+		if c.extendHeld(ctx, pool, failures == 0) {
+			failures++
+			t.Reset(min(retry.Backoff(20*time.Millisecond, retryCap, failures), w.cfg.Lease/3))
 			continue
 		}
-		c.mu.Lock()
-		dropped := c.abandon(gone, errLeaseReaped)
-		c.mu.Unlock()
-		if dropped {
-			c.slots.poke() // room grew
+		failures = 0
+		t.Reset(w.cfg.Lease / 3)
+	}
+}
+
+// extendHeld extends, through pool, the leases of the batches held here
+// that are not given up, in one call per queue, and abandons the jobs of
+// the batches found gone. It reports whether a call failed with a
+// Transient error (Redis could not serve: try again soon). warn logs a
+// failed call (the first of a run of failures).
+func (c *consumer) extendHeld(ctx context.Context, pool *queue.Pool, warn bool) (unavailable bool) {
+	w := c.w
+	// A batch is one claim's, of one queue: its lease is there.
+	type leased struct {
+		q     queue.Queue
+		batch string
+	}
+	c.mu.Lock()
+	seen := map[string]bool{}
+	batches := make([]leased, 0, 4)
+	for _, h := range c.held {
+		b := h.claimed.Batch
+		if seen[b] {
+			continue
+		}
+		seen[b] = true
+		if st := c.leases[b]; st == nil || !st.givenUp {
+			batches = append(batches, leased{h.q, b})
 		}
 	}
+	for b := range c.leases {
+		if !seen[b] {
+			delete(c.leases, b) // nothing of it is held any more
+		}
+	}
+	c.mu.Unlock()
+	gone := map[string]bool{}
+	for _, same := range byQueue(batches, func(l leased) queue.Queue { return l.q }) {
+		names := make([]string, len(same))
+		for i, l := range same {
+			names[i] = l.batch
+		}
+		// A call that hangs (Redis or the network stalled) must not
+		// outlast a tick: the next one tries again.
+		sent := time.Now()
+		callCtx, cancel := context.WithTimeout(ctx, w.cfg.Lease/3)
+		kept, err := pool.Extend(callCtx, same[0].q, names, w.cfg.Lease)
+		cancel()
+		if queue.Transient(err) && ctx.Err() == nil {
+			unavailable = true
+		}
+		c.mu.Lock()
+		for i, b := range names {
+			st := c.leases[b]
+			switch {
+			case err != nil && st != nil:
+				st.lastErr = err
+			case err != nil:
+			case !kept[i]:
+				gone[b] = true
+			case st != nil:
+				st.since, st.lastErr = sent, nil
+			}
+		}
+		c.mu.Unlock()
+		if err != nil && ctx.Err() == nil && (warn || !queue.Transient(err)) {
+			c.log.Warn("extending leases failed; retrying", "queue", same[0].q.String(), "batches", len(names), "err", err)
+		}
+	}
+	if len(gone) == 0 {
+		return unavailable
+	}
+	c.mu.Lock()
+	dropped := c.abandon(gone, errLeaseReaped)
+	c.mu.Unlock()
+	if dropped {
+		c.slots.poke() // room grew
+	}
+	return unavailable
 }
 
 // watchLeases gives up, a margin before it would end, the lease of a

@@ -6,11 +6,13 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/testenv"
 	"github.com/sluicehq/sluice/worker"
 )
 
@@ -225,4 +227,157 @@ func TestTheReaperKillsAJobWhoseWorkerDiedAtItsLastAttempt(t *testing.T) {
 	if len(ran) != 1 || ran[0] != "again" {
 		t.Fatalf("ran %v, want only the job with an attempt left", ran)
 	}
+}
+
+// A lease whose extensions failed while Redis was stopped is extended as
+// soon as Redis answers again, not given up: the handler that runs under
+// it is not cancelled, and its keyed job runs once. Redis stops right
+// after an extension, for two extension ticks (a third of the lease
+// apart), and is back a while before the worker would give the lease up
+// (a tenth of the lease before its end). Before: the keeper tried again
+// only at its next tick, after the give-up; the chaos suite's "stop Redis
+// 2s" with a 3 s lease so cancelled a keyed job's handler whose HTTP call
+// had answered 2xx, the failed run freed the key, and the reaped job ran
+// to a 2xx again at attempt 2.
+func TestALeaseIsExtendedOnceRedisAnswersAgainNotGivenUp(t *testing.T) {
+	b := newBedOf(t, 2, testenv.WithAOF())
+	// Long enough that the give-up comes 1.2 s after Redis is back.
+	const lease = 6 * time.Second
+	var runs atomic.Int32
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	cancelled := make(chan error, 1)
+	b.start(t, func(c *worker.Config) { c.Lease, c.Timeout = lease, time.Minute }, func(w *worker.Worker) {
+		w.Handle("send", worker.HandlerFunc(func(ctx context.Context, _ *worker.Job) ([]byte, error) {
+			if runs.Add(1) > 1 {
+				return []byte("sent again"), nil
+			}
+			started <- struct{}{}
+			select {
+			case <-release:
+				return []byte("sent"), nil
+			case <-ctx.Done():
+				cancelled <- context.Cause(ctx)
+				return nil, ctx.Err()
+			}
+		}))
+	})
+	b.enqueue(t, job.Job{ID: "a", Type: "send", Group: "g", IdempotencyKey: "order-1"})
+	<-started
+
+	ctx := context.Background()
+	rc := b.redis.Client()
+	leases := b.keys(b.layout.PartitionOf("g")).Leases()
+	// The batch's deadline by Redis's clock, Unix ms (0 when it cannot be
+	// read: a connection of the test's client lost to the restart).
+	deadline := func() float64 {
+		got, err := rc.ZRangeWithScores(ctx, leases, 0, -1).Result()
+		if err != nil || len(got) != 1 {
+			return 0
+		}
+		return got[0].Score
+	}
+	// Right after an extension: the worker's last answered one.
+	first := deadline()
+	var last float64
+	testenv.WaitFor(t, lease, "the lease to be extended", func() bool { last = deadline(); return last > first })
+	extended := time.Now()
+	b.redis.Stop()
+	// Down across the next two ticks (lease/3 apart), as the chaos suite's
+	// 2 s stop was with its 3 s lease; the stop's length is the fault's.
+	time.Sleep(time.Until(extended.Add(2*lease/3 + 100*time.Millisecond)))
+	b.redis.Restart()
+	back := time.Now()
+	giveUp := extended.Add(lease - lease/10)
+	if !back.Before(giveUp.Add(-500 * time.Millisecond)) {
+		t.Fatalf("Redis took until %s after the extension to come back, too close to the give-up at %s to tell", back.Sub(extended), giveUp.Sub(extended))
+	}
+	testenv.WaitFor(t, lease, "the lease to be extended after Redis came back", func() bool {
+		select {
+		case cause := <-cancelled:
+			t.Fatalf("the handler was cancelled %s after Redis came back: %v", time.Since(back).Round(time.Millisecond), cause)
+		default:
+		}
+		return deadline() > last
+	})
+	t.Logf("lease extended %s after Redis answered again (the give-up was due %s after)", time.Since(back).Round(time.Millisecond), giveUp.Sub(back).Round(time.Millisecond))
+	// Past the give-up: the handler still runs.
+	time.Sleep(time.Until(giveUp.Add(200 * time.Millisecond)))
+	select {
+	case cause := <-cancelled:
+		t.Fatalf("the handler was cancelled: %v", cause)
+	default:
+	}
+	close(release)
+	if h := b.waitState(t, "a", "g", "done"); h["attempts"] != "1" {
+		t.Errorf("done: %v, want at attempt 1", h)
+	}
+	idem := b.layout.PartKeys(b.layout.PartitionOf("order-1")).Idempotency("order-1")
+	if mark, _ := rc.Get(ctx, idem).Result(); mark != "done:a" {
+		t.Errorf("key mark %q, want done:a", mark)
+	}
+	if n := runs.Load(); n != 1 {
+		t.Errorf("the keyed job ran %d times, want once", n)
+	}
+}
+
+// A keyed job's run that the worker cut short because its lease could not
+// be extended (Redis stopped) does not free the key: what the handler did
+// is unknown (it may have done its work, as an HTTP call answered 2xx whose
+// answer the cancellation beat), so its running mark is left to expire,
+// and the job's next attempt waits for that instead of running at once.
+// Before: the cut-short run was recorded as failed once Redis was back,
+// which freed the key, and the reaped job ran again right away (the chaos
+// suite's keys run to a 2xx twice 0.6-0.8 s apart).
+func TestARunCutShortByALostLeaseLeavesItsKeyHeld(t *testing.T) {
+	b := newBedOf(t, 2, testenv.WithAOF())
+	const lease, timeout = 2 * time.Second, 3 * time.Second // the mark holds 5 s
+	var (
+		mu   sync.Mutex
+		runs []time.Time
+	)
+	started := make(chan struct{}, 1)
+	cut := make(chan error, 1)
+	b.start(t, func(c *worker.Config) { c.Lease, c.Timeout = lease, timeout }, func(w *worker.Worker) {
+		w.Handle("send", worker.HandlerFunc(func(ctx context.Context, _ *worker.Job) ([]byte, error) {
+			mu.Lock()
+			runs = append(runs, time.Now())
+			n := len(runs)
+			mu.Unlock()
+			if n > 1 {
+				return []byte("sent again"), nil
+			}
+			// Its work is done; its answer comes after the cancellation.
+			started <- struct{}{}
+			<-ctx.Done()
+			cut <- context.Cause(ctx)
+			return nil, ctx.Err()
+		}))
+	})
+	enqueued := time.Now()
+	b.enqueue(t, job.Job{ID: "a", Type: "send", Group: "g", IdempotencyKey: "order-1"})
+	<-started
+	b.redis.Stop()
+	select {
+	case cause := <-cut:
+		if cause == nil || !strings.Contains(cause.Error(), "lease could not be extended since") {
+			t.Fatalf("cut short with cause %v", cause)
+		}
+	case <-time.After(2 * lease):
+		t.Fatal("the handler was not cut short while Redis was down")
+	}
+	b.redis.Restart()
+	// The reaper returns the job (its lease ended while Redis was down);
+	// its next attempt must wait for the mark.
+	h := b.waitState(t, "a", "g", "done")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(runs) != 2 || h["attempts"] != "2" {
+		t.Fatalf("runs at %v, record %v: want a second run, done at attempt 2", runs, h)
+	}
+	if after := runs[1].Sub(enqueued); after < lease+timeout {
+		t.Fatalf("the job ran again %s after it was enqueued, before the cut-short run's mark (held %s from its begin) expired",
+			after.Round(time.Millisecond), lease+timeout)
+	}
+	t.Logf("ran again %s after the first run began (the mark held %s)", runs[1].Sub(runs[0]).Round(time.Millisecond), lease+timeout)
 }

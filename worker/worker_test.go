@@ -27,10 +27,10 @@ type bed struct {
 
 func newBed(t *testing.T) *bed { t.Helper(); return newBedOf(t, 2) }
 
-// newBedOf is a bed of parts partitions.
-func newBedOf(t *testing.T, parts int) *bed {
+// newBedOf is a bed of parts partitions, its Redis started with opts.
+func newBedOf(t *testing.T, parts int, opts ...testenv.RedisOption) *bed {
 	t.Helper()
-	r := testenv.Redis(t)
+	r := testenv.Redis(t, opts...)
 	layout := queue.Layout{Stage: "test", Partitions: parts}
 	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
 	if err != nil {
