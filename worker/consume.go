@@ -459,7 +459,8 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 			// Another job with the key runs now: look again after a
 			// lease, without spending an attempt on waiting.
 			if err := c.untilRedisAnswers(c.settling, "deferring a job", func(pool *queue.Pool) error {
-				_, err := pool.Defer(context.WithoutCancel(ctx), h.q, cl, w.cfg.Now().Add(w.cfg.Lease))
+				now := w.cfg.Now()
+				_, err := pool.Defer(context.WithoutCancel(ctx), h.q, cl, now.Add(w.cfg.Lease), now)
 				return err
 			}); err != nil {
 				c.log.Warn("deferring a job behind its idempotency key failed; its lease will expire", "job", cl.ID, "err", err)

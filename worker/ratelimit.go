@@ -342,7 +342,7 @@ func (c *consumer) deferJob(ctx context.Context, h *heldJob, j *job.Job, at time
 	}
 	var ok bool
 	err := c.untilRedisAnswers(c.settling, "deferring a job", func(pool *queue.Pool) (err error) {
-		ok, err = pool.Defer(ctx, h.q, h.claimed, at)
+		ok, err = pool.Defer(ctx, h.q, h.claimed, at, w.cfg.Now())
 		return err
 	})
 	if err != nil {

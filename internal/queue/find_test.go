@@ -63,7 +63,7 @@ func TestFindJobTellsEveryState(t *testing.T) {
 	if w := find("retry", ""); w.Where != WhereDelayed || w.Why != DelayRetry || w.LastError != "boom" || w.Attempts != 1 || !dueAfter(w.Until, later.Sub(now), failedAt) {
 		t.Fatalf("a retrying job: %+v", w)
 	}
-	if ok, err := p.Defer(ctx, jq(0), byID["defer"], later); !ok || err != nil {
+	if ok, err := p.Defer(ctx, jq(0), byID["defer"], later, now); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	if w := find("defer", ""); w.Where != WhereDelayed || w.Why != DelayDefer || w.Attempts != 0 {
@@ -117,7 +117,7 @@ func TestListJobs(t *testing.T) {
 	if res, err := p.Fail(ctx, jq(0), Failure{Job: byID["b"], Cause: "x", NextTry: later}, now, DeadLimits{Max: 10, Keep: time.Hour}); res != FailRetrying || err != nil {
 		t.Fatal(res, err)
 	}
-	if ok, err := p.Defer(ctx, jq(0), byID["c"], later.Add(time.Second)); !ok || err != nil {
+	if ok, err := p.Defer(ctx, jq(0), byID["c"], later.Add(time.Second), now); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
 	running, delayed, err := p.ListJobs(ctx, jq(0), 10)

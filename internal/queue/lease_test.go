@@ -159,10 +159,11 @@ func TestLeasesGoByRedisClockNotTheWorkers(t *testing.T) {
 }
 
 // A retry is due its backoff after the failure by Redis's clock, whatever
-// the failing worker's clock says: a worker 5 minutes ahead delayed its
-// retries by 5 minutes when the due time was its own (the chaos suite's
-// skewed worker left always-failing jobs "retrying" past the drain), and
-// one behind ran them at once.
+// the failing worker's clock says, and so is a deferral: a worker 5
+// minutes ahead delayed its retries and deferrals by 5 minutes when the
+// due time was its own (the chaos suite's skewed worker left always-failing
+// jobs "retrying", and keyed twins deferred, past the drain), and one
+// behind ran them at once.
 func TestARetryIsDueByRedisClockNotTheWorkers(t *testing.T) {
 	p, _ := onePartition(t)
 	ctx := context.Background()
@@ -186,6 +187,24 @@ func TestARetryIsDueByRedisClockNotTheWorkers(t *testing.T) {
 		}
 		if !dueAfter(w.Until, 2*time.Second, failedAt) {
 			t.Fatalf("clock %v off: the retry is due at %v, want 2s after %v", skew, w.Until, failedAt)
+		}
+
+		deferred := "defer" + skew.String()
+		if _, err := p.Enqueue(ctx, 1, []Item{item(deferred, "")}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if jobs, err = p.Claim(ctx, jq(0), 1, time.Minute); err != nil || len(jobs) != 1 || jobs[0].ID != deferred {
+			t.Fatalf("claim: %v %v", jobs, err)
+		}
+		workerNow, deferredAt := time.Now().Add(skew), time.Now()
+		if ok, err := p.Defer(ctx, jq(0), jobs[0], workerNow.Add(3*time.Second), workerNow); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if w, err = p.FindJob(ctx, JobLookup{Topic: "jobs", ID: deferred}); err != nil {
+			t.Fatal(err)
+		}
+		if !dueAfter(w.Until, 3*time.Second, deferredAt) {
+			t.Fatalf("clock %v off: the deferral is due at %v, want 3s after %v", skew, w.Until, deferredAt)
 		}
 	}
 }

@@ -377,11 +377,11 @@ func (x *indexer) add(name string) int {
 // KEYS[5] delayed   KEYS[6] dead   KEYS[7] stats: retried or dead,
 // inflight, and the same stage of the funnel   KEYS[8] completed
 // KEYS[9] results:<g> (unused without a group)   KEYS[10] settled:<batch>
-// ARGV[1] id  ARGV[2] error  ARGV[3] next try, Unix ms (0: dead): a
-// retry is put ARGV[3]-ARGV[4] after Redis's clock (TIME), so that a
-// worker whose clock is off neither delays its retries by its error nor
-// runs them early; a deferral's time (a rate limit's slot) is kept as is
-// ARGV[4] now, Unix ms, the caller's clock   ARGV[5] most dead jobs kept  ARGV[6] seconds to
+// ARGV[1] id  ARGV[2] error  ARGV[3] next try, Unix ms (0: dead): the
+// retry or deferral is put ARGV[3]-ARGV[4] after Redis's clock (TIME), so
+// that a worker whose clock is off neither delays it by its error nor
+// runs it early   ARGV[4] now, Unix ms, the caller's clock
+// ARGV[5] most dead jobs kept  ARGV[6] seconds to
 // keep the record (at least: see luaKeepRecord)   ARGV[7] 1 for a deferral   ARGV[8] the group's name
 // ("" none)   ARGV[9] the queue's topic   ARGV[10] the
 // batch's name   ARGV[11] the job's place in the batch
@@ -397,8 +397,10 @@ redis.call('HINCRBY', KEYS[7], 'inflight', -1)
 local group = ARGV[8] ~= ''
 if group then redis.call('HINCRBY', KEYS[4], 'running', -1) end
 local topic = ARGV[9]
+local nextTry = tonumber(ARGV[3])
+if nextTry > 0 then nextTry = redisNow() + math.max(0, nextTry - tonumber(ARGV[4])) end
 if ARGV[7] == '1' then
-  redis.call('ZADD', KEYS[5], ARGV[3], e)
+  redis.call('ZADD', KEYS[5], nextTry, e)
   if group then redis.call('HINCRBY', KEYS[4], 'delayed', 1) end
   return 1
 end
@@ -407,8 +409,8 @@ local attempts = (entryHead(e) or 0) + 1
 if string.match(e, '^%d+ ') then e = withAttempts(e, attempts) end
 redis.call('HSET', KEYS[3], 'last_error', ARGV[2], 'failed_ms', ARGV[4], 'attempts', attempts)
 if group then redis.call('HINCRBY', KEYS[4], 'failed', 1) end
-if tonumber(ARGV[3]) > 0 then
-  redis.call('ZADD', KEYS[5], redisNow() + math.max(0, tonumber(ARGV[3]) - tonumber(ARGV[4])), e)
+if nextTry > 0 then
+  redis.call('ZADD', KEYS[5], nextTry, e)
   redis.call('HSET', KEYS[3], 'state', 'retrying')
   keepRecord(KEYS[3], ARGV[6])
   if group then redis.call('HINCRBY', KEYS[4], 'delayed', 1) end
@@ -476,10 +478,11 @@ func (p *Pool) Fail(ctx context.Context, q Queue, f Failure, now time.Time, dead
 
 // Defer puts a claimed job in delayed until at without counting the attempt:
 // it could not run yet (another job holds its idempotency key, or its rate
-// limit's slot is later), which is not a failure. It reports false when
-// the job was no longer in its batch.
-func (p *Pool) Defer(ctx context.Context, q Queue, job Claimed, at time.Time) (bool, error) {
-	res, err := p.fail(ctx, q, Failure{Job: job}, at.UnixMilli(), at, DeadLimits{}, true)
+// limit's slot is later), which is not a failure. at is on the caller's
+// clock, which reads now: the job is due at-now after Redis's clock. It
+// reports false when the job was no longer in its batch.
+func (p *Pool) Defer(ctx context.Context, q Queue, job Claimed, at, now time.Time) (bool, error) {
+	res, err := p.fail(ctx, q, Failure{Job: job}, at.UnixMilli(), now, DeadLimits{}, true)
 	return res == FailRetrying, err
 }
 

@@ -485,10 +485,10 @@ func TestDeferDoesNotCountTheAttempt(t *testing.T) {
 	k := p.Layout().Keys(jq(0))
 	enqueueGroup(t, p, "g", 1, 1)
 	jobs, _ := p.Claim(ctx, jq(0), 1, time.Minute)
-	if ok, err := p.Defer(ctx, jq(0), jobs[0], now.Add(time.Second)); !ok || err != nil {
+	if ok, err := p.Defer(ctx, jq(0), jobs[0], now.Add(time.Second), now); !ok || err != nil {
 		t.Fatalf("defer: %v %v", ok, err)
 	}
-	if ok, _ := p.Defer(ctx, jq(0), jobs[0], now.Add(time.Second)); ok {
+	if ok, _ := p.Defer(ctx, jq(0), jobs[0], now.Add(time.Second), now); ok {
 		t.Fatal("deferred a job twice")
 	}
 	if n := r.Client().Exists(ctx, k.Job("g-0")).Val(); n != 0 {
