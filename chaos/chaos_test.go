@@ -217,10 +217,11 @@ func runScenario(t *testing.T, sc scenario) {
 	}
 
 	v := verdictOf(t, b, l, poison, sc.drain)
-	took := loadEnd.Sub(l.beganAt())
-	t.Logf("load: %d jobs acknowledged in %s (%.0f jobs/s, %.0f asked); settled %s after the load; %d handler calls; jobs completed at %.0f/s at best over 5 s",
-		v.Acked, took.Round(time.Second), float64(v.Acked)/took.Seconds(), sc.rate, v.Settled.Round(100*time.Millisecond), b.ledger.count(),
+	took, held := loadEnd.Sub(l.beganAt()), l.heldFor()
+	t.Logf("load: %d jobs acknowledged in %s (%.0f jobs/s, %.0f asked, leaving out the %s the suite held the load back); settled %s after the load; %d handler calls; jobs completed at %.0f/s at best over 5 s",
+		v.Acked, took.Round(time.Second), float64(v.Acked)/(took-held).Seconds(), sc.rate, held.Round(100*time.Millisecond), v.Settled.Round(100*time.Millisecond), b.ledger.count(),
 		completions.peak(5*time.Second))
+	t.Logf("load: %s; the fewest jobs acknowledged in 5 s: %s", l.lag(), l.slowest(5*time.Second, 6))
 	report := v.table(outcomes)
 	t.Log("\n" + report)
 	if path := os.Getenv("SLUICE_CHAOS_REPORT"); path != "" {
