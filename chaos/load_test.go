@@ -226,8 +226,8 @@ func newLoader(run string, gates []*part, rate float64, total int) *loader {
 // rate.
 const senders = 32
 
-// runUntil sends jobs until at least total were acknowledged and more is
-// closed (or ctx ends). Batch k is due batchSize*k/rate after the start,
+// runUntil sends jobs until at least total were sent and more is closed
+// (or ctx ends), then the batches that fell due before more closed. Batch k is due batchSize*k/rate after the start,
 // to the gates in turn, by whichever sender is free; a batch that fails
 // is resent to the other gate after a short backoff. The schedule is open
 // loop: when every sender is busy (a gate stalled) the batches that fall
@@ -258,27 +258,33 @@ func (l *loader) runUntil(ctx context.Context, more <-chan struct{}) {
 	l.mu.Unlock()
 	due := time.NewTimer(interval)
 	defer due.Stop()
+	// stopAt is when more was seen closed: the batches due until then
+	// are still sent, so that the load offered is the rate asked.
+	var stopAt time.Time
 	for n, k := 0, 1; ; n, k = n+batchSize, k+1 {
 		select {
 		case <-ctx.Done():
 			return
 		case <-due.C:
 		}
-		if n >= l.total {
+		dueAt := began.Add(l.heldFor() + time.Duration(k)*interval)
+		if n >= l.total && stopAt.IsZero() {
 			select {
 			case <-more:
-				return
+				stopAt = time.Now()
 			default:
 			}
+		}
+		if !stopAt.IsZero() && dueAt.After(stopAt) {
+			return
 		}
 		select {
 		case batches <- n:
 		case <-ctx.Done():
 			return
 		}
-		held := l.heldFor()
-		l.late(time.Since(began.Add(held + time.Duration(k)*interval)))
-		due.Reset(time.Until(began.Add(held + time.Duration(k+1)*interval)))
+		l.late(time.Since(dueAt))
+		due.Reset(time.Until(began.Add(l.heldFor() + time.Duration(k+1)*interval)))
 	}
 }
 
