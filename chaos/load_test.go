@@ -283,7 +283,8 @@ func (l *loader) runUntil(ctx context.Context, more <-chan struct{}) {
 		case <-ctx.Done():
 			return
 		}
-		l.late(time.Since(dueAt))
+		// A pause may have ended meanwhile: it moved the schedule on.
+		l.sentDue(began.Add(l.heldFor() + time.Duration(k)*interval))
 		due.Reset(time.Until(began.Add(l.heldFor() + time.Duration(k+1)*interval)))
 	}
 }
@@ -312,14 +313,23 @@ func (l *loader) send(ctx context.Context, client *http.Client, first int) {
 	}
 }
 
-// late notes how late a batch was handed to a sender.
-func (l *loader) late(d time.Duration) {
+// sentDue notes a batch handed to a sender, and when it was due.
+func (l *loader) sentDue(due time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.behind = d
-	if d > l.mostBehind {
-		l.mostBehind, l.mostBehindAt = d, time.Now()
+	l.behind = time.Since(due)
+	if l.behind > l.mostBehind {
+		l.mostBehind, l.mostBehindAt = l.behind, time.Now()
 	}
+}
+
+// behindAtEnd is how late the last batch went out: the backlog the load
+// ended with. The loader sends every batch due before the steps ended, so
+// a gate that cannot take the rate asked shows here.
+func (l *loader) behindAtEnd() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.behind
 }
 
 // lag says how far behind its schedule the load fell: at worst, and at
