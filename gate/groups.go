@@ -115,14 +115,15 @@ func (g *Gate) serveGroup(x *exchange) {
 	// A big group takes longer than the server's per-request deadlines:
 	// extend them as the body keeps coming.
 	rc := http.NewResponseController(x.w)
+	limits := g.cfg.HTTP.OrDefaults()
 	batch := make([]kafka.Message, 0, groupChunk)
 	var batchBytes int64
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		_ = rc.SetReadDeadline(time.Now().Add(g.cfg.ProduceTimeout + time.Minute))
-		_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.ProduceTimeout + time.Minute))
+		_ = rc.SetReadDeadline(time.Now().Add(g.cfg.ProduceTimeout + limits.ReadTimeout))
+		_ = rc.SetWriteDeadline(time.Now().Add(limits.WriteTimeout))
 		results, err := g.produce(x, acks, batch)
 		if err != nil {
 			return err
