@@ -117,3 +117,34 @@ func TestGroupJSONBoundMovesWithEachItem(t *testing.T) {
 		t.Fatalf("%d items, want %d", got, n)
 	}
 }
+
+// TestGroupNDJSONLineIsBoundedWhileRead: the NDJSON form's lines, the
+// fields' and each item's, are bounded the same way (they were before
+// issue 31 too; this keeps them so).
+func TestGroupNDJSONLineIsBoundedWhileRead(t *testing.T) {
+	for name, c := range map[string]struct {
+		body   *hugeBody
+		fields bool
+	}{
+		"fields": {newHugeBody(`{"type":"`, 'a', 64<<20, "\"}\n1\n"), true},
+		"item":   {newHugeBody("{\"type\":\"t\"}\n\"", 'a', 64<<20, "\"\n"), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := httptest.NewRequest("POST", "/v1/topics/jobs/groups", c.body)
+			r.Header.Set("Content-Type", "application/x-ndjson")
+			items, _, err := openGroupBody(r, groupTestLimit)
+			if !c.fields {
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, err = items.next()
+			}
+			if err == nil || !strings.Contains(err.Error(), "over the limit of 1048576 bytes") {
+				t.Errorf("error %.200v, want the line over the limit", err)
+			}
+			if c.body.read > readsAtMost {
+				t.Errorf("read %d bytes of the body for a %d-byte limit: not bounded while reading", c.body.read, groupTestLimit)
+			}
+		})
+	}
+}
