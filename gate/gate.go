@@ -217,9 +217,11 @@ func (g *Gate) validate(ctx context.Context, j *job.Job, topic string, now time.
 
 // followTokens re-reads TokensFile when it changes or on SIGHUP until ctx
 // ends: a token added or revoked takes effect within TokensCheckEvery,
-// without a restart. A file that no longer parses, or that would leave a
-// gate without AllowNoAuth with no token at all, is refused and the
-// tokens in force stay (internal/reload).
+// without a restart. A file that no longer parses, or that would leave the
+// gate with no token at all (which, with AllowNoAuth, would turn
+// authentication off), is refused and the tokens in force stay
+// (internal/reload). A gate that started without a token under
+// AllowNoAuth stays open.
 func (g *Gate) followTokens(ctx context.Context) {
 	if g.cfg.TokensFile == "" {
 		return
@@ -227,8 +229,12 @@ func (g *Gate) followTokens(ctx context.Context) {
 	reload.Watch(ctx, g.cfg.TokensFile, "gate tokens", reload.Options{Every: g.cfg.TokensCheckEvery, Log: g.log},
 		func(path string) (*Auth, error) {
 			a, err := LoadAuth(path, g.cfg.Tokens)
-			if err == nil && !a.Enabled() && !g.cfg.AllowNoAuth {
+			switch {
+			case err != nil:
+			case !a.Enabled() && !g.cfg.AllowNoAuth:
 				err = errors.New("no token left, and the gate does not run without (Config.AllowNoAuth)")
+			case !a.Enabled() && g.auth.Load().Enabled():
+				err = errors.New("no token left: with Config.AllowNoAuth that would turn authentication off; restart the gate to run without tokens")
 			}
 			return a, err
 		},
