@@ -201,9 +201,25 @@ func (g *Gate) checkCallback(ctx context.Context, url string) error {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.CallbackResolveTimeout)
 	defer cancel()
 	if err := g.guard.CheckURL(ctx, url); err != nil {
+		if errors.Is(context.Cause(ctx), errResolveBudget) {
+			err = errResolveBudget
+		}
 		return &job.FieldError{Field: "callback_url", Reason: err.Error()}
 	}
 	return nil
+}
+
+// errResolveBudget is the cause of a batch's callback lookups running
+// out of Config.CallbackResolveBudget.
+var errResolveBudget = errors.New("the batch's callback host lookups ran out of their time (--callback-resolve-budget): send fewer distinct callback hosts per batch, or this job again")
+
+// callbackChecks is the context of a batch's callback_url checks: each
+// host looked up once (callback.WithLookupCache), all of them within
+// Config.CallbackResolveBudget, so that a batch of slow hosts costs the
+// gate that long at most, not a lookup timeout per job. cancel ends it.
+func (g *Gate) callbackChecks(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeoutCause(ctx, g.cfg.CallbackResolveBudget, errResolveBudget)
+	return callback.WithLookupCache(ctx), cancel
 }
 
 // validate is a job's checks at the gate: the envelope's, then where its

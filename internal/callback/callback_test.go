@@ -278,6 +278,9 @@ func TestGuardRefusesItsOwnListeners(t *testing.T) {
 	if err := g.RefuseListener("[::]:9090"); err != nil {
 		t.Fatal(err)
 	}
+	if err := g.RefuseListener("localhost:7070"); err != nil {
+		t.Fatal(err)
+	}
 	ctx := context.Background()
 	for url, refused := range map[string]bool{
 		"http://127.0.0.1:8084/api/v1/dlq/purge": true,
@@ -288,6 +291,7 @@ func TestGuardRefusesItsOwnListeners(t *testing.T) {
 		"http://[::1]:9090/":                     true,
 		"http://127.0.0.1:8085/hook":             false,
 		"http://localhost:8085/hook":             false,
+		"http://127.0.0.1:7070/":                 true, // a listener given by name
 	} {
 		err := g.CheckURL(ctx, url)
 		var r *RefusedError

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Resolver turns a host name into addresses; *net.Resolver is one.
@@ -122,29 +123,46 @@ func (e *RefusedError) Public() string {
 // callback must not drive the part's admin API (sluice dev allows
 // loopback). An unspecified host (":8084", "[::]:8084") stands for its port
 // on loopback and on every address of the machine's interfaces.
+//
+// A host name ("localhost:8080", as an operator may give a listen
+// address) stands for the addresses it resolves to now.
 func (g *Guard) RefuseListener(hostport string) error {
-	ap, err := netip.ParseAddrPort(hostport)
-	if err != nil {
-		host, port, serr := net.SplitHostPort(hostport)
-		p, perr := strconv.ParseUint(port, 10, 16)
-		if serr != nil || perr != nil || host != "" {
-			return fmt.Errorf("callback guard: listener %q: want an address and a port", hostport)
-		}
-		ap = netip.AddrPortFrom(netip.IPv6Unspecified(), uint16(p))
+	host, port, err := net.SplitHostPort(hostport)
+	p, perr := strconv.ParseUint(port, 10, 16)
+	if err != nil || perr != nil {
+		return fmt.Errorf("callback guard: listener %q: want host:port", hostport)
 	}
-	ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+	var addrs []netip.Addr
+	switch ip, ierr := netip.ParseAddr(strings.Trim(host, "[]")); {
+	case host == "":
+		addrs = []netip.Addr{netip.IPv6Unspecified()}
+	case ierr == nil:
+		addrs = []netip.Addr{ip.Unmap()}
+	case strings.EqualFold(host, "localhost"):
+		addrs = []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.IPv6Loopback()}
+	default:
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if addrs, err = g.resolve(ctx, host); err != nil {
+			return fmt.Errorf("callback guard: listener %q: %w", hostport, err)
+		}
+	}
 	var local []netip.Addr
-	if ap.Addr().IsUnspecified() {
-		ifaddrs, _ := net.InterfaceAddrs()
-		for _, a := range ifaddrs {
-			if p, err := netip.ParsePrefix(a.String()); err == nil {
-				local = append(local, p.Addr().Unmap())
+	for _, a := range addrs {
+		if a.IsUnspecified() {
+			ifaddrs, _ := net.InterfaceAddrs()
+			for _, ia := range ifaddrs {
+				if pr, err := netip.ParsePrefix(ia.String()); err == nil {
+					local = append(local, pr.Addr().Unmap())
+				}
 			}
 		}
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.self = append(g.self, ap)
+	for _, a := range addrs {
+		g.self = append(g.self, netip.AddrPortFrom(a.Unmap(), uint16(p)))
+	}
 	g.local = append(g.local, local...)
 	return nil
 }
@@ -264,11 +282,46 @@ func (g *Guard) hostAllowed(host string) bool {
 	return g.hosts[strings.ToLower(strings.TrimSuffix(host, "."))]
 }
 
+// lookupCache keeps the lookups made under one context (WithLookupCache).
+type lookupCache struct {
+	mu sync.Mutex
+	m  map[string]lookupResult
+}
+
+type lookupResult struct {
+	addrs []netip.Addr
+	err   error
+}
+
+type lookupCacheKey struct{}
+
+// WithLookupCache returns a context under which the guard looks each host
+// name up once, failures included: a batch of jobs whose callback_urls
+// share a host (or a slow one) costs one lookup, not one per job.
+func WithLookupCache(ctx context.Context) context.Context {
+	return context.WithValue(ctx, lookupCacheKey{}, &lookupCache{m: map[string]lookupResult{}})
+}
+
 // resolve returns host's addresses: itself when it is one.
 func (g *Guard) resolve(ctx context.Context, host string) ([]netip.Addr, error) {
 	if ip, err := netip.ParseAddr(strings.Trim(host, "[]")); err == nil {
 		return []netip.Addr{ip.Unmap()}, nil
 	}
+	if c, ok := ctx.Value(lookupCacheKey{}).(*lookupCache); ok {
+		key := strings.ToLower(host)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if r, ok := c.m[key]; ok {
+			return r.addrs, r.err
+		}
+		addrs, err := g.lookup(ctx, host)
+		c.m[key] = lookupResult{addrs, err}
+		return addrs, err
+	}
+	return g.lookup(ctx, host)
+}
+
+func (g *Guard) lookup(ctx context.Context, host string) ([]netip.Addr, error) {
 	addrs, err := g.Resolver.LookupNetIP(ctx, "ip", host)
 	if err != nil {
 		return nil, fmt.Errorf("callback host %s: %w", host, err)
