@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -99,8 +100,8 @@ func publicReason(err error) string {
 // post sends one attempt of a group's callback. It returns the answer and
 // nil for a 2xx, else an error that says what went wrong, with the start
 // of the answer's body, for the log (publicReason is what the submitter
-// sees). A URL the guard refuses is a permanent error. At most
-// Config.CallbackHostDeliveries POSTs go to one host at once.
+// sees). A URL the guard refuses is a permanent error. The caller holds
+// one of the receiver host's turns (hostSlots).
 func (c *Coordinator) post(ctx context.Context, url, group string, attempt int, body Body) (answer, error) {
 	if err := c.guard.CheckURL(ctx, url); err != nil {
 		if callback.IsRefused(err) {
@@ -136,11 +137,6 @@ func (c *Coordinator) post(ctx context.Context, url, group string, attempt int, 
 		}
 		req.Header.Set(callback.HeaderSignature, sig)
 	}
-	release, err := c.hosts.acquire(ctx, req.URL.Hostname())
-	if err != nil {
-		return answer{}, err
-	}
-	defer release()
 	resp, err := c.http.Do(req)
 	if err != nil {
 		if callback.IsRefused(err) {
@@ -189,8 +185,10 @@ type hostSlot struct {
 
 func newHostSlots(n int) *hostSlots { return &hostSlots{n: n, hosts: map[string]*hostSlot{}} }
 
-// acquire waits for a slot of host (or ctx); release gives it back.
-func (h *hostSlots) acquire(ctx context.Context, host string) (release func(), err error) {
+// acquire waits for a slot of host (or ctx); release gives it back. busy,
+// if not nil, is called once before waiting when none is free: the
+// caller gives back what it must not hold while it waits.
+func (h *hostSlots) acquire(ctx context.Context, host string, busy func()) (release func(), err error) {
 	host = strings.ToLower(strings.TrimSuffix(host, "."))
 	h.mu.Lock()
 	s := h.hosts[host]
@@ -210,10 +208,28 @@ func (h *hostSlots) acquire(ctx context.Context, host string) (release func(), e
 	select {
 	case s.ch <- struct{}{}:
 		return func() { <-s.ch; done() }, nil
+	default:
+	}
+	if busy != nil {
+		busy()
+	}
+	select {
+	case s.ch <- struct{}{}:
+		return func() { <-s.ch; done() }, nil
 	case <-ctx.Done():
 		done()
 		return nil, ctx.Err()
 	}
+}
+
+// urlHost is the host a callback URL names ("" when it names none: the
+// POST then fails on its own).
+func urlHost(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return ""
+	}
+	return u.Hostname()
 }
 
 // retryAfter reads a Retry-After value: seconds, or an HTTP date. 0 when

@@ -464,7 +464,20 @@ func (w *groupWatcher) send(ctx context.Context, log *slog.Logger, name string, 
 		}) {
 			return
 		}
-		got, err := c.post(ctx, st.CallbackURL, name, attempts, body)
+		// One of the receiver host's turns, waited for without the
+		// partition's slot: a busy receiver must not hold the slots of
+		// the partition's other groups.
+		release, err := c.hosts.acquire(ctx, urlHost(st.CallbackURL), sl.release)
+		if err == nil {
+			err = sl.take(ctx)
+		}
+		var got answer
+		if err == nil {
+			got, err = c.post(ctx, st.CallbackURL, name, attempts, body)
+		}
+		if release != nil {
+			release()
+		}
 		status := got.status
 		if ctx.Err() != nil {
 			// Stopped mid-POST: the attempt counts, the next holder

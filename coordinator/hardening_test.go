@@ -97,10 +97,11 @@ func TestARetryingCallbackHoldsNoSlot(t *testing.T) {
 }
 
 // TestOneReceiverHostHoldsAtMostItsDeliveries: a receiver that hangs gets
-// at most CallbackHostDeliveries POSTs at once, from groups on every
-// queue partition, while another receiver's callback is delivered.
+// at most CallbackHostDeliveries POSTs at once, and its groups waiting for
+// a turn hold none of the partition's delivery slots: another receiver's
+// callback on the same partition is delivered meanwhile.
 func TestOneReceiverHostHoldsAtMostItsDeliveries(t *testing.T) {
-	b := newBed(t, 2)
+	b := newBed(t, 1)
 	var inFlight, most atomic.Int32
 	release := make(chan struct{})
 	var once sync.Once
@@ -119,6 +120,7 @@ func TestOneReceiverHostHoldsAtMostItsDeliveries(t *testing.T) {
 	t.Cleanup(unblock) // before Close, which waits for the handlers
 	good := newReceiver(t, nil)
 	r := b.start(t, "c", func(c *coordinator.Config) {
+		c.Deliveries = 3 // 2 POSTs in flight, one slot left for the others
 		c.CallbackHostDeliveries = 2
 		c.CallbackTimeout = time.Minute
 		c.CallbackResolver = loopbackNames{"slow.test": {"127.0.0.1"}, "good.test": {"127.0.0.1"}}
