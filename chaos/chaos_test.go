@@ -101,6 +101,11 @@ func TestRegressionKeyRecordedOnceRedisAnswers(t *testing.T) {
 	})
 }
 
+// maxBehindAtEnd is how far behind its schedule the load may end: the
+// time the gates take to answer the last batches due, and to work off a
+// stall of the last step. More means they did not take the rate asked.
+const maxBehindAtEnd = 5 * time.Second
+
 // TestChaosFull is `make chaos`: 300,000 jobs at 3,000 jobs/s, every fault
 // one at a time, then mixed. It runs only with SLUICE_CHAOS_FULL=1 (it
 // takes minutes).
@@ -217,10 +222,14 @@ func runScenario(t *testing.T, sc scenario) {
 	}
 
 	v := verdictOf(t, b, l, poison, sc.drain)
-	took := loadEnd.Sub(l.beganAt())
-	t.Logf("load: %d jobs acknowledged in %s (%.0f jobs/s, %.0f asked); settled %s after the load; %d handler calls; jobs completed at %.0f/s at best over 5 s",
-		v.Acked, took.Round(time.Second), float64(v.Acked)/took.Seconds(), sc.rate, v.Settled.Round(100*time.Millisecond), b.ledger.count(),
+	took, held := loadEnd.Sub(l.beganAt()), l.heldFor()
+	t.Logf("load: %d jobs acknowledged in %s (%.0f jobs/s, %.0f asked, leaving out the %s the suite held the load back); settled %s after the load; %d handler calls; jobs completed at %.0f/s at best over 5 s",
+		v.Acked, took.Round(time.Second), float64(v.Acked)/(took-held).Seconds(), sc.rate, held.Round(100*time.Millisecond), v.Settled.Round(100*time.Millisecond), b.ledger.count(),
 		completions.peak(5*time.Second))
+	t.Logf("load: %s; the fewest jobs acknowledged in 5 s: %s", l.lag(), l.slowest(5*time.Second, 6))
+	if behind := l.behindAtEnd(); behind > maxBehindAtEnd {
+		t.Errorf("the load ended %s behind its schedule (more than %s): the gates did not take the %.0f jobs/s asked", behind.Round(time.Millisecond), maxBehindAtEnd, sc.rate)
+	}
 	report := v.table(outcomes)
 	t.Log("\n" + report)
 	if path := os.Getenv("SLUICE_CHAOS_REPORT"); path != "" {

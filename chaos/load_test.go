@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -193,8 +194,15 @@ type loader struct {
 	rejected []string       // items refused with a 4xx: never an op
 	lastErr  string
 	began    time.Time // when the first batch was due
-	done     bool
-	tries    map[int]int // posts per job number
+	// behind is how late batches went out against the schedule: the
+	// latest lag, and the longest.
+	behind, mostBehind time.Duration
+	mostBehindAt       time.Time
+	// held is how long pause held the load back: the schedule moves on by
+	// it, and the rate leaves it out.
+	held  time.Duration
+	done  bool
+	tries map[int]int // posts per job number
 }
 
 // finished says whether runUntil has returned.
@@ -218,12 +226,15 @@ func newLoader(run string, gates []*part, rate float64, total int) *loader {
 // rate.
 const senders = 32
 
-// runUntil sends jobs until at least total were acknowledged and more is
-// closed (or ctx ends). A batch goes out every batchSize/rate, to the
-// gates in turn, by whichever sender is free; a batch that fails is resent
-// to the other gate after a short backoff. When every sender is busy the
-// batch waits (and the ticker drops ticks): the rate reached is what
-// rate() reports.
+// runUntil sends jobs until at least total were sent and more is closed
+// (or ctx ends), then the batches that fell due before more closed. Batch k is due batchSize*k/rate after the start,
+// to the gates in turn, by whichever sender is free; a batch that fails
+// is resent to the other gate after a short backoff. The schedule is open
+// loop: when every sender is busy (a gate stalled) the batches that fall
+// due meanwhile are sent as soon as senders free up, as a population of
+// clients would keep producing through a stall, so the rate asked is the
+// rate offered (no coordinated omission). rate() reports what the gates
+// took.
 func (l *loader) runUntil(ctx context.Context, more <-chan struct{}) {
 	defer func() { l.mu.Lock(); l.done = true; l.mu.Unlock() }()
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: senders}}
@@ -240,29 +251,41 @@ func (l *loader) runUntil(ctx context.Context, more <-chan struct{}) {
 	}
 	defer wg.Wait()
 	defer close(batches)
-	tick := time.NewTicker(time.Duration(float64(time.Second) * batchSize / l.rate))
-	defer tick.Stop()
+	interval := time.Duration(float64(time.Second) * batchSize / l.rate)
+	began := time.Now()
 	l.mu.Lock()
-	l.began = time.Now()
+	l.began = began
 	l.mu.Unlock()
-	for n := 0; ; n += batchSize {
+	due := time.NewTimer(interval)
+	defer due.Stop()
+	// stopAt is when more was seen closed: the batches due until then
+	// are still sent, so that the load offered is the rate asked.
+	var stopAt time.Time
+	for n, k := 0, 1; ; n, k = n+batchSize, k+1 {
 		select {
 		case <-ctx.Done():
 			return
-		case <-tick.C:
+		case <-due.C:
 		}
-		if n >= l.total {
+		dueAt := began.Add(l.heldFor() + time.Duration(k)*interval)
+		if n >= l.total && stopAt.IsZero() {
 			select {
 			case <-more:
-				return
+				stopAt = time.Now()
 			default:
 			}
+		}
+		if !stopAt.IsZero() && dueAt.After(stopAt) {
+			return
 		}
 		select {
 		case batches <- n:
 		case <-ctx.Done():
 			return
 		}
+		// A pause may have ended meanwhile: it moved the schedule on.
+		l.sentDue(began.Add(l.heldFor() + time.Duration(k)*interval))
+		due.Reset(time.Until(began.Add(l.heldFor() + time.Duration(k+1)*interval)))
 	}
 }
 
@@ -290,6 +313,61 @@ func (l *loader) send(ctx context.Context, client *http.Client, first int) {
 	}
 }
 
+// sentDue notes a batch handed to a sender, and when it was due.
+func (l *loader) sentDue(due time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.behind = time.Since(due)
+	if l.behind > l.mostBehind {
+		l.mostBehind, l.mostBehindAt = l.behind, time.Now()
+	}
+}
+
+// behindAtEnd is how late the last batch went out: the backlog the load
+// ended with. The loader sends every batch due before the steps ended, so
+// a gate that cannot take the rate asked shows here.
+func (l *loader) behindAtEnd() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.behind
+}
+
+// lag says how far behind its schedule the load fell: at worst, and at
+// its last batch (the backlog it ended with).
+func (l *loader) lag() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprintf("batches went out at worst %s behind their schedule (%s into the load), the last %s behind",
+		l.mostBehind.Round(time.Millisecond), l.mostBehindAt.Sub(l.began).Round(time.Second), l.behind.Round(time.Millisecond))
+}
+
+// slowest gives the n windows of width w in which the gates acknowledged
+// the fewest jobs, with their counts: where the rate went.
+func (l *loader) slowest(w time.Duration, n int) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.requests) == 0 {
+		return "no requests"
+	}
+	last := l.requests[len(l.requests)-1].At
+	counts := make([]int, int(last.Sub(l.began)/w)+1)
+	for _, r := range l.requests {
+		if i := int(r.At.Sub(l.began) / w); i >= 0 && i < len(counts) && !r.failed() && r.Status < 300 {
+			counts[i] += r.Jobs
+		}
+	}
+	idx := make([]int, len(counts)-1) // the last window is partial
+	for i := range idx {
+		idx[i] = i
+	}
+	sort.Slice(idx, func(a, b int) bool { return counts[idx[a]] < counts[idx[b]] })
+	var parts []string
+	for _, i := range idx[:min(n, len(idx))] {
+		parts = append(parts, fmt.Sprintf("%d jobs at %s", counts[i], (time.Duration(i)*w).Round(time.Second)))
+	}
+	return strings.Join(parts, ", ")
+}
+
 // beganAt is when the first batch was due.
 func (l *loader) beganAt() time.Time {
 	l.mu.Lock()
@@ -298,10 +376,24 @@ func (l *loader) beganAt() time.Time {
 }
 
 // pause waits for the POSTs on their way and holds new ones back until
-// the returned resume is called.
+// the returned resume is called. The time held is the suite's, not the
+// load's: the schedule resumes where it stopped, and heldFor says how long.
 func (l *loader) pause() (resume func()) {
 	l.posting.Lock()
-	return l.posting.Unlock
+	at := time.Now()
+	return func() {
+		l.mu.Lock()
+		l.held += time.Since(at)
+		l.mu.Unlock()
+		l.posting.Unlock()
+	}
+}
+
+// heldFor is how long pauses held the load back so far.
+func (l *loader) heldFor() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.held
 }
 
 // newOps makes one op per job of a POST about to go out.

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/scaling"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
@@ -27,6 +28,11 @@ type Config struct {
 	// dashboard, /healthz, /readyz and /metrics on (Serve); a program that
 	// embeds the console serves Handler itself. Default ":8084".
 	Listen string
+	// HTTP bounds each connection of Serve's listener (the admin API, the dashboard, /healthz, /readyz and /metrics): header,
+	// body, answer and keep-alive timeouts, header size
+	// (ops.HTTPLimits; a zero field: its default). Default:
+	// ops.DefaultHTTPLimits.
+	HTTP ops.HTTPLimits
 	// TLS, with a certificate and key, makes Serve answer HTTPS only on
 	// its listener (the admin API, the dashboard, /healthz, /readyz and
 	// /metrics alike), with a renewed certificate picked up from the same
@@ -137,6 +143,7 @@ type Coordinator interface {
 // DefaultConfig is the configuration sluice console starts from.
 func DefaultConfig() Config {
 	return Config{
+		HTTP:             ops.DefaultHTTPLimits(),
 		Listen:           ":8084",
 		Location:         queue.DefaultLocation(),
 		Config:           consul.DefaultConfig(),
@@ -161,6 +168,7 @@ func init() {
 // fallbacks.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address to serve the admin API, the dashboard, /healthz, /readyz and /metrics on")
+	c.HTTP.RegisterFlags(fs, "the console's --listen")
 	c.TLS.Register(fs, "", "the console (the admin API, the dashboard, /healthz, /readyz and /metrics)")
 	c.Location.RegisterFlags(fs)
 	fs.Lookup("redis-partitions").Usage = "Redis partitions in the layout (as the other parts')"

@@ -138,7 +138,7 @@ func (con *Console) Serve(ctx context.Context, ln net.Listener) error {
 	mux.Handle("/", con.handler)
 	// ErrorLog: refused handshakes (an untrusted client, plain HTTP to
 	// HTTPS) go to the console's log, not the process's stderr.
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(con.log.Handler(), slog.LevelWarn)}
+	srv := ops.NewServer(mux, con.cfg.HTTP, con.log)
 	con.log.Info("console serving", "addr", ln.Addr().String(), "https", con.tls != nil, "client_certs", con.tls != nil && con.tls.ClientCAs != nil, "stage", con.cfg.Stage, "partitions", con.cfg.Partitions)
 	err := ops.Serve(ctx, con.log, srv, ln, time.Second)
 	con.log.Info("console stopped")

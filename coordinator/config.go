@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/callback"
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/consul"
+	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
@@ -25,6 +26,11 @@ type Config struct {
 	// that embeds the coordinator listens itself, or calls Run, which
 	// serves no HTTP. Default ":8083".
 	Listen string
+	// HTTP bounds each connection of Serve's listener (and, with sluice coordinator, the console on it): header,
+	// body, answer and keep-alive timeouts, header size
+	// (ops.HTTPLimits; a zero field: its default). Default:
+	// ops.DefaultHTTPLimits.
+	HTTP ops.HTTPLimits
 	// Handler serves every path of Serve's listener but /healthz, /readyz
 	// and /metrics: sluice coordinator puts the console's there (package
 	// console: the admin API under /api/v1/ and the dashboard at /), so a
@@ -199,6 +205,7 @@ type Config struct {
 // DefaultConfig is the configuration sluice coordinator starts from.
 func DefaultConfig() Config {
 	return Config{
+		HTTP:                ops.DefaultHTTPLimits(),
 		Listen:              ":8083",
 		Location:            queue.DefaultLocation(),
 		Config:              consul.DefaultConfig(),
@@ -245,6 +252,7 @@ func init() {
 // SLUICE_* fallbacks.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address for /healthz, /readyz and /metrics (and the console's admin API and dashboard, with --console)")
+	c.HTTP.RegisterFlags(fs, "the coordinator's --listen (and the console on it)")
 	c.Location.RegisterFlags(fs)
 	fs.Lookup("redis-partitions").Usage = "Redis partitions in the layout (as the relay's and the workers')"
 	cli.StringsVar(fs, &c.Topics, "topics", c.Topics, "topics whose queues are read besides those the relays registered (their relays have not started yet), comma-separated; default none")

@@ -258,7 +258,7 @@ func (c *Coordinator) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	// ErrorLog: refused TLS handshakes (sluice coordinator serves ln over
 	// HTTPS with the console's --tls-*) go to the coordinator's log.
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: slog.NewLogLogger(c.log.Handler(), slog.LevelWarn)}
+	srv := ops.NewServer(mux, c.cfg.HTTP, c.log)
 	opsDone := make(chan error, 1)
 	go func() { opsDone <- ops.Serve(ctx, c.log, srv, ln, time.Second) }()
 	err := c.Run(ctx)

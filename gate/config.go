@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice/internal/callback"
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
@@ -98,9 +99,20 @@ type Config struct {
 	// MetadataRefresh is how often Kafka's topic list is read again.
 	// Default 10s.
 	MetadataRefresh time.Duration
-	// Pprof serves Go's profiler under /debug/pprof/ (diagnosis only).
+	// Pprof serves Go's profiler under /debug/pprof/ on PprofListen
+	// (diagnosis only): never on Listen, since it authenticates no one;
+	// /debug/pprof/cmdline is not served (inline secrets). Serve only.
 	// Default false.
 	Pprof bool
+	// PprofListen is the loopback address Pprof serves on; New refuses
+	// any other. Default "127.0.0.1:6060".
+	PprofListen string
+	// HTTP bounds each connection of Serve's listener: header, body,
+	// answer and keep-alive timeouts, header size (ops.HTTPLimits). A
+	// bulk group's body extends the read deadline by HTTP.ReadTimeout
+	// after each chunk of items it wrote. Default: ops.DefaultHTTPLimits,
+	// WriteTimeout ProduceTimeout plus 1m (65s).
+	HTTP ops.HTTPLimits
 }
 
 // DefaultConfig is the configuration sluice gate starts from.
@@ -123,7 +135,17 @@ func DefaultConfig() Config {
 		RetryAfter:             time.Second,
 		DrainTimeout:           15 * time.Second,
 		MetadataRefresh:        10 * time.Second,
+		PprofListen:            "127.0.0.1:6060",
+		HTTP:                   gateHTTPLimits(5 * time.Second),
 	}
+}
+
+// gateHTTPLimits are the default limits with an answer's time for a
+// produce's wait.
+func gateHTTPLimits(produceTimeout time.Duration) ops.HTTPLimits {
+	l := ops.DefaultHTTPLimits()
+	l.WriteTimeout = produceTimeout + time.Minute
+	return l
 }
 
 func init() {
@@ -163,7 +185,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.RetryAfter, "retry-after", c.RetryAfter, "Retry-After sent with 503 while Kafka is unreachable")
 	cli.DurationVar(fs, &c.DrainTimeout, "drain-timeout", c.DrainTimeout, "on SIGTERM, how long in-flight requests may take to finish")
 	cli.DurationVar(fs, &c.MetadataRefresh, "metadata-refresh", c.MetadataRefresh, "how often to re-read Kafka's topic list")
-	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve Go's profiler under /debug/pprof/ (diagnosis only)")
+	fs.BoolVar(&c.Pprof, "pprof", c.Pprof, "serve Go's profiler under /debug/pprof/ on --pprof-listen (diagnosis only; not on --listen: it authenticates no one)")
+	fs.StringVar(&c.PprofListen, "pprof-listen", c.PprofListen, "loopback address --pprof serves on (127.0.0.1:PORT, [::1]:PORT or localhost:PORT; reach it from elsewhere with ssh -L)")
+	c.HTTP.RegisterFlags(fs, "the gate's --listen")
 }
 
 // validate checks what New cannot do without; its errors name the field.
@@ -179,6 +203,13 @@ func (c *Config) validate() error {
 		return errors.New("gate: Config.CallbackResolveTimeout: must be positive")
 	case c.CallbackResolveBudget <= 0:
 		return errors.New("gate: Config.CallbackResolveBudget: must be positive")
+	case c.HTTP.OrDefaults().WriteTimeout <= c.ProduceTimeout:
+		return fmt.Errorf("gate: Config.HTTP.WriteTimeout (%s) must be longer than Config.ProduceTimeout (%s): an answer waits for Kafka's", c.HTTP.OrDefaults().WriteTimeout, c.ProduceTimeout)
+	}
+	if c.Pprof {
+		if err := ops.CheckLoopback(c.PprofListen); err != nil {
+			return fmt.Errorf("gate: Config.PprofListen %w", err)
+		}
 	}
 	if c.RedisAddr != "" {
 		if err := c.Location.Validate(); err != nil {

@@ -100,9 +100,6 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 	mux.HandleFunc("/v1/groups/{id}", g.instrument("group_status", g.serveGroupStatus))
 	mux.HandleFunc("/v1/topics/{topic}/jobs/{id}", g.instrument("job_lookup", g.serveJobLookup))
 	ops.Mount(mux, g.reg, g.catalog.Ready)
-	if cfg.Pprof {
-		ops.MountPprof(mux)
-	}
 	g.handler = mux
 	if !auth.Enabled() {
 		log.Warn("authentication is off: any client may write any allowed topic (Config.AllowNoAuth)")
@@ -136,6 +133,15 @@ func (g *Gate) Run(ctx context.Context) error {
 // With Config.TLS it serves HTTPS (only) on ln. sluice gate listens on
 // Config.Listen.
 func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
+	if g.cfg.Pprof {
+		stop, err := g.servePprof(ctx)
+		if err != nil {
+			ln.Close()
+			g.close()
+			return err
+		}
+		defer stop()
+	}
 	if g.tls != nil {
 		ln = tls.NewListener(ln, g.tls)
 	}
@@ -155,14 +161,7 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 		g.followTokens(cctx)
 	}()
 	defer func() { <-following }()
-	srv := &http.Server{
-		Handler:           g.handler,
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       time.Minute,
-		WriteTimeout:      g.cfg.ProduceTimeout + time.Minute,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
-	}
+	srv := ops.NewServer(g.handler, g.cfg.HTTP, g.log)
 	g.log.Info("gate serving", "addr", ln.Addr().String(), "https", g.tls != nil, "client_certs", g.tls != nil && g.tls.ClientCAs != nil, "brokers", strings.Join(g.cfg.Kafka.Brokers, ","))
 	err := ops.Serve(ctx, g.log, srv, ln, g.cfg.DrainTimeout)
 	cancel()
@@ -179,6 +178,27 @@ func (g *Gate) Serve(ctx context.Context, ln net.Listener) error {
 	}
 	g.log.Info("gate stopped")
 	return err
+}
+
+// servePprof serves Go's profiler on Config.PprofListen, a loopback
+// address, until ctx ends or stop, which waits for it.
+func (g *Gate) servePprof(ctx context.Context) (stop func(), err error) {
+	ln, err := ops.ListenLoopback(g.cfg.PprofListen)
+	if err != nil {
+		return nil, fmt.Errorf("gate: Config.PprofListen %w", err)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	g.log.Warn("serving Go's profiler without authentication on a loopback address (Config.Pprof)", "addr", ln.Addr().String())
+	// Profiles take up to their ?seconds= (30 by default) to write.
+	l := ops.DefaultHTTPLimits()
+	l.WriteTimeout = 2 * time.Minute
+	srv := ops.NewServer(ops.PprofHandler(), l, g.log)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = ops.Serve(ctx, g.log, srv, ln, time.Second)
+	}()
+	return func() { cancel(); <-done }, nil
 }
 
 // close flushes the producer and closes the Redis clients.

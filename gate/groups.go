@@ -30,6 +30,8 @@ type groupFields = job.GroupFields
 
 // groupChunk is how many items go to Kafka in one produce call: large
 // enough to batch, small enough that memory stays flat whatever the size.
+// A chunk also goes once its records reach Config.MaxBatchBytes, so that
+// large items do not pile up to groupChunk times Config.MaxBodyBytes.
 const groupChunk = 1000
 
 // groupAnswer is the answer to a bulk submission.
@@ -113,13 +115,15 @@ func (g *Gate) serveGroup(x *exchange) {
 	// A big group takes longer than the server's per-request deadlines:
 	// extend them as the body keeps coming.
 	rc := http.NewResponseController(x.w)
+	limits := g.cfg.HTTP.OrDefaults()
 	batch := make([]kafka.Message, 0, groupChunk)
+	var batchBytes int64
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		_ = rc.SetReadDeadline(time.Now().Add(g.cfg.ProduceTimeout + time.Minute))
-		_ = rc.SetWriteDeadline(time.Now().Add(g.cfg.ProduceTimeout + time.Minute))
+		_ = rc.SetReadDeadline(time.Now().Add(g.cfg.ProduceTimeout + limits.ReadTimeout))
+		_ = rc.SetWriteDeadline(time.Now().Add(limits.WriteTimeout))
 		results, err := g.produce(x, acks, batch)
 		if err != nil {
 			return err
@@ -130,7 +134,8 @@ func (g *Gate) serveGroup(x *exchange) {
 			}
 		}
 		g.metrics.jobs.with(topic, "accepted").Add(float64(len(batch)))
-		batch = batch[:0]
+		clear(batch) // the records' bytes go now, not when the slots are reused
+		batch, batchBytes = batch[:0], 0
 		return nil
 	}
 	for {
@@ -153,9 +158,11 @@ func (g *Gate) serveGroup(x *exchange) {
 		if groupSpan != nil {
 			j.Traceparent = itemTrace(x.r.Context(), groupSpan, topic, &j)
 		}
-		batch = append(batch, kafka.Message{Topic: topic, Key: []byte(fields.ID), Value: j.AppendJSON(make([]byte, 0, len(payload)+256)), Partition: partition})
+		value := j.AppendJSON(make([]byte, 0, len(payload)+256))
+		batch = append(batch, kafka.Message{Topic: topic, Key: []byte(fields.ID), Value: value, Partition: partition})
+		batchBytes += int64(len(value))
 		n++
-		if len(batch) == groupChunk {
+		if len(batch) == groupChunk || batchBytes >= g.cfg.MaxBatchBytes {
 			// A chunk whose produce failed may still land (a timeout says
 			// nothing of it): its items count as written, so they are
 			// cancelled too.
@@ -265,14 +272,25 @@ func openGroupBody(r *http.Request, maxItem int64) (itemReader, groupFields, err
 		lr.lineNo = 1
 		return lr, f, nil
 	case "", "application/json":
-		dec := json.NewDecoder(r.Body)
+		// A json.Decoder buffers a value whole before it decodes it: the
+		// body is read through a bound that each field and item moves on,
+		// so a huge field or item fails once past its limit instead of
+		// filling memory first.
+		br := &boundedReader{r: r.Body, limit: maxItem + boundSlack}
+		dec := json.NewDecoder(br)
 		dec.UseNumber()
 		if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+			if errors.Is(err, errOverBound) {
+				return nil, f, fmt.Errorf("the group's fields (everything before \"items\") are over the limit of %d bytes (--max-body-bytes)", maxItem)
+			}
 			return nil, f, errors.New(`want a JSON object {"type": ..., "items": [...]} (or Content-Type: application/x-ndjson)`)
 		}
 		raw := map[string]json.RawMessage{}
 		for dec.More() {
 			t, err := dec.Token()
+			if errors.Is(err, errOverBound) {
+				return nil, f, fmt.Errorf("the group's fields (everything before \"items\") are over the limit of %d bytes (--max-body-bytes)", maxItem)
+			}
 			if err != nil {
 				return nil, f, fmt.Errorf("reading the group's fields: %v", err)
 			}
@@ -285,10 +303,13 @@ func openGroupBody(r *http.Request, maxItem int64) (itemReader, groupFields, err
 				if t, err := dec.Token(); err != nil || t != json.Delim('[') {
 					return nil, f, errors.New(`"items" must be an array`)
 				}
-				return &jsonItems{dec: dec}, f, nil
+				return &jsonItems{dec: dec, bound: br, max: maxItem}, f, nil
 			}
 			var v json.RawMessage
 			if err := dec.Decode(&v); err != nil {
+				if errors.Is(err, errOverBound) {
+					return nil, f, fmt.Errorf("field %q: the group's fields (everything before \"items\") are over the limit of %d bytes (--max-body-bytes)", name, maxItem)
+				}
 				return nil, f, fmt.Errorf("field %q: %v", name, err)
 			}
 			raw[name] = v
@@ -304,16 +325,51 @@ func strictUnmarshal(b []byte, v any) error {
 	return dec.Decode(v)
 }
 
+// boundSlack is what a bounded read allows beyond an item's limit: the
+// separators and whitespace around it, and the byte after a number that
+// tells where it ends.
+const boundSlack = 4 << 10
+
+// errOverBound is boundedReader's error once its bound is reached.
+var errOverBound = errors.New("over the limit")
+
+// boundedReader reads r until limit bytes were read in all, then fails
+// with errOverBound: the JSON form of a bulk group moves limit on before
+// each item, so the decoder above it never holds more than one item's
+// limit of the body.
+type boundedReader struct {
+	r     io.Reader
+	read  int64
+	limit int64
+}
+
+func (b *boundedReader) Read(p []byte) (int, error) {
+	if b.read >= b.limit {
+		return 0, errOverBound
+	}
+	if left := b.limit - b.read; int64(len(p)) > left {
+		p = p[:left]
+	}
+	n, err := b.r.Read(p)
+	b.read += int64(n)
+	return n, err
+}
+
 type jsonItems struct {
-	dec  *json.Decoder
-	n    int
-	done bool
+	dec   *json.Decoder
+	bound *boundedReader
+	max   int64
+	n     int
+	done  bool
 }
 
 func (j *jsonItems) next() (json.RawMessage, error) {
 	if j.done {
 		return nil, io.EOF
 	}
+	// From where the decoder stands, the next item (and what separates it
+	// from the last) may take its limit and no more.
+	j.bound.limit = j.dec.InputOffset() + j.max + boundSlack
 	if !j.dec.More() {
 		// The array's end, then the object's: nothing may follow "items".
 		if _, err := j.dec.Token(); err != nil {
@@ -327,6 +383,9 @@ func (j *jsonItems) next() (json.RawMessage, error) {
 	}
 	var v json.RawMessage
 	if err := j.dec.Decode(&v); err != nil {
+		if errors.Is(err, errOverBound) {
+			return nil, itemError{fmt.Errorf("item %d: over the limit of %d bytes (--max-body-bytes)", j.n, j.max)}
+		}
 		return nil, itemError{fmt.Errorf("item %d: %v", j.n, err)}
 	}
 	j.n++

@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"io"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
 // FuzzGroupBody: whatever the body, reading a bulk group's fields and items
-// never panics or loops, every item it yields is valid JSON, and an error
-// ends the items.
+// never panics or loops, every item it yields is valid JSON and within its
+// limit (the JSON form reads each through a bound), and an error ends the
+// items.
 //
 //	go test ./gate -run '^$' -fuzz FuzzGroupBody -fuzztime 30s
 func FuzzGroupBody(f *testing.F) {
@@ -21,6 +23,8 @@ func FuzzGroupBody(f *testing.F) {
 		{"application/x-ndjson", "{\"type\":\"t\"}\n1\n\n{\"a\":1}\n{bad\n"},
 		{"application/x-ndjson", ""},
 		{"", `{"items":{}}`},
+		{"application/json", `{"type":"t","junk":"` + strings.Repeat("a", 2<<10) + `","items":[1]}`},
+		{"application/json", `{"type":"t","items":[1,   "` + strings.Repeat("a", 2<<10) + `"]}`},
 	} {
 		f.Add(seed.ctype, []byte(seed.body))
 	}
@@ -41,6 +45,9 @@ func FuzzGroupBody(f *testing.F) {
 			}
 			if !json.Valid(item) {
 				t.Fatalf("item %d is not JSON: %q", n, item)
+			}
+			if len(item) > 1<<10+boundSlack {
+				t.Fatalf("item %d: %d bytes, past the limit and its slack", n, len(item))
 			}
 		}
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/kafka"
+	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
@@ -21,6 +22,11 @@ type Config struct {
 	// /metrics on (Serve); a program that embeds the relay listens
 	// itself. Default ":8081".
 	Listen string
+	// HTTP bounds each connection of Serve's listener (/healthz, /readyz and /metrics): header,
+	// body, answer and keep-alive timeouts, header size
+	// (ops.HTTPLimits; a zero field: its default). Default:
+	// ops.DefaultHTTPLimits.
+	HTTP ops.HTTPLimits
 	// Location is where the Redis partitions live; its Stage also names
 	// the relay's Consul keys (sluice/<stage>/relay/<topic>/). Default:
 	// stage "dev", 8 partitions on 127.0.0.1:6379.
@@ -111,6 +117,7 @@ type Config struct {
 // DefaultConfig is the configuration sluice relay starts from.
 func DefaultConfig() Config {
 	return Config{
+		HTTP:          ops.DefaultHTTPLimits(),
 		Listen:        ":8081",
 		Location:      queue.DefaultLocation(),
 		Topics:        []string{"jobs"},
@@ -143,6 +150,7 @@ func init() {
 // SLUICE_* fallbacks.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address for /healthz, /readyz and /metrics")
+	c.HTTP.RegisterFlags(fs, "the relay's --listen")
 	c.Location.RegisterFlags(fs)
 	cli.StringsVar(fs, &c.Topics, "topics", c.Topics, "topics to relay, comma-separated; each needs its <topic>.dlq")
 	cli.KeepValues(fs, &c.Kafka, func() { c.Kafka.Register(fs, c.Kafka.ClientID) })

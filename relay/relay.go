@@ -183,7 +183,7 @@ func (r *Relay) Run(ctx context.Context) error {
 func (r *Relay) Serve(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	ops.Mount(mux, r.reg, r.ready)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := ops.NewServer(mux, r.cfg.HTTP, r.log)
 	opsDone := make(chan error, 1)
 	go func() { opsDone <- ops.Serve(ctx, r.log, srv, ln, time.Second) }()
 	err := r.Run(ctx)

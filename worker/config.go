@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/consul"
+	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
@@ -19,6 +20,11 @@ type Config struct {
 	// /metrics on (Serve); a program that embeds the worker listens
 	// itself, or calls Run, which serves no HTTP. Default ":8082".
 	Listen string
+	// HTTP bounds each connection of Serve's listener (/healthz, /readyz and /metrics): header,
+	// body, answer and keep-alive timeouts, header size
+	// (ops.HTTPLimits; a zero field: its default). Default:
+	// ops.DefaultHTTPLimits.
+	HTTP ops.HTTPLimits
 	// Location is where the Redis partitions live (Stage, RedisAddr,
 	// Partitions, PartitionAddrs, as the relay's); Stage also names the
 	// Consul keys of the rate limits. Default: stage "dev", 8 partitions
@@ -127,6 +133,7 @@ type Config struct {
 // defaults documented in docs/worker.md.
 func DefaultConfig() Config {
 	return Config{
+		HTTP:     ops.DefaultHTTPLimits(),
 		Listen:   ":8082",
 		Location: queue.DefaultLocation(),
 		Workers:  10,
@@ -144,6 +151,7 @@ func DefaultConfig() Config {
 // fallbacks. (sluice worker adds its built-in handlers' flags.)
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address for /healthz, /readyz and /metrics")
+	c.HTTP.RegisterFlags(fs, "the worker's --listen")
 	c.Location.RegisterFlags(fs)
 	cli.IntRangesVar(fs, &c.Serve, "partitions", c.Serve, "partitions to consume: \"0-7\", \"0,2,4\"; empty: all")
 	fs.Var(topicsValue{&c.Topics}, "topics", "topics (queues) to serve, with weights: \"critical=6,default=3,low=1\" (a topic without =w weighs 1); each partition's consumer claims from them weighted fair by jobs served")

@@ -16,7 +16,7 @@ import (
 func (w *Worker) Serve(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	ops.Mount(mux, w.m.reg, w.ready)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := ops.NewServer(mux, w.cfg.HTTP, w.log)
 	opsDone := make(chan error, 1)
 	go func() { opsDone <- ops.Serve(ctx, w.log, srv, ln, time.Second) }()
 	w.log.Info("worker running", "partitions", fmt.Sprint(w.cfg.Serve), "topics", topicsValue{&w.cfg.Topics}.String(), "strict", w.cfg.Strict, "workers", w.cfg.Workers, "stage", w.cfg.Stage)

@@ -31,6 +31,7 @@ func init() {
 type canaryCmdFlags struct {
 	cfg     coordinator.CanaryConfig
 	listen  string
+	http    ops.HTTPLimits
 	redis   queue.Location
 	logging cli.Logging
 }
@@ -39,6 +40,8 @@ func (f *canaryCmdFlags) register(fs *flag.FlagSet) {
 	f.cfg = coordinator.DefaultCanaryConfig()
 	f.redis = queue.DefaultLocation()
 	fs.StringVar(&f.listen, "listen", ":8084", "address for /healthz, /readyz and /metrics")
+	f.http = ops.DefaultHTTPLimits()
+	f.http.RegisterFlags(fs, "the canary monitor's --listen")
 	f.redis.RegisterFlags(fs)
 	f.cfg.RegisterFlags(fs)
 	f.logging.Register(fs)
@@ -76,7 +79,7 @@ func runCanary(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	mux := http.NewServeMux()
 	ops.Mount(mux, reg, pool.Ping)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := ops.NewServer(mux, f.http, log)
 	opsDone := make(chan error, 1)
 	go func() { opsDone <- ops.Serve(ctx, log, srv, ln, time.Second) }()
 	mon.Run(ctx, func() bool { return true })

@@ -79,7 +79,19 @@ func coordinatorConsoleConfig() console.Config {
 // Config defines already: one flag sets both (share).
 // Every flag of the embedded queue.Location is one (share copies it whole).
 // So is every flag of the embedded consul.Config (share copies it whole).
-var sharedConsoleFlags = append(append([]string{"listen", "topics", "consumer-ttl"}, locationFlags()...), consulFlags()...)
+// So is every flag of the listener's ops.HTTPLimits: one listener, one set
+// of limits (share copies them).
+var sharedConsoleFlags = append(append(append([]string{"listen", "topics", "consumer-ttl"}, locationFlags()...), consulFlags()...), httpFlags()...)
+
+// httpFlags are the names of ops.HTTPLimits' flags.
+func httpFlags() []string {
+	var l ops.HTTPLimits
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	l.RegisterFlags(fs, "")
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	return names
+}
 
 // locationFlags are the names of queue.Location's flags.
 func locationFlags() []string {
@@ -130,6 +142,7 @@ func (cc *coordinatorConsole) share(cfg coordinator.Config) {
 	cc.cfg.Topics = cfg.Topics
 	cc.cfg.Config = cfg.Config // Consul: address, token, TLS
 	cc.cfg.ConsumerTTL = cfg.ConsumerTTL
+	cc.cfg.HTTP = cfg.HTTP // the coordinator's server serves the console
 }
 
 // coordinatorProcess is what sluice coordinator and sluice dev serve on the

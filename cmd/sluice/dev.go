@@ -60,6 +60,7 @@ type devConfig struct {
 	Worker      bool
 	StopTimeout time.Duration
 	Pprof       bool
+	PprofListen string
 	// AdminTokens are the coordinator's admin API tokens ("<token> <role>;
 	// ..."); empty: one admin token is generated and written to
 	// <dir>/admin-token, unless AdminInsecure.
@@ -98,7 +99,8 @@ func (c *devConfig) register(fs *flag.FlagSet) {
 	cli.IntRangesVar(fs, &c.WorkerServe, "worker-partitions", nil, "Redis partitions the dev worker consumes: \"0-6\", \"0,2\"; empty: all (leave one out to see its canary alert)")
 	cli.DurationVar(fs, &c.CanaryInterval, "canary-interval", 10*time.Second, "time between heartbeat canaries along each path (0: none)")
 	cli.DurationVar(fs, &c.StopTimeout, "stop-timeout", 15*time.Second, "how long each part may take to stop")
-	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go's profiler under the gate's /debug/pprof/")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve the gate's Go profiler under /debug/pprof/ on --pprof-listen (not on the gate's address: it authenticates no one)")
+	fs.StringVar(&c.PprofListen, "pprof-listen", "127.0.0.1:6060", "loopback address --pprof serves the gate's profiler on")
 	fs.StringVar(&c.AdminTokens, "admin-tokens", "", "the coordinator's admin API tokens, \"<token> admin;<token> read\"; empty: an admin token is generated into <dir>/admin-token and printed")
 	fs.BoolVar(&c.AdminInsecure, "admin-insecure", false, "serve the admin API and dashboard without tokens (anyone who reaches the coordinator's address is admin)")
 	fs.BoolVar(&c.SplitProcesses, "split-processes", false, "run Kafka (kfake) and each part (relay, worker, coordinator, gate) in a process of its own, so that each one's CPU and memory can be measured apart (the loadtest's per-part CPU); default: all in this process")
@@ -375,7 +377,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	gcfg.AllowNoAuth = true
 	gcfg.CallbackAllow = devCallbackAllow
 	gcfg.DrainTimeout = cfg.StopTimeout
-	gcfg.Pprof = cfg.Pprof
+	gcfg.Pprof, gcfg.PprofListen = cfg.Pprof, cfg.PprofListen
 	gcfg.RedisAddr, gcfg.Partitions = cfg.RedisAddr, cfg.RedisPartitions // GET/DELETE /v1/groups/{id}
 	gateDone, err := run("gate", func() (chan error, func(context.Context) error, error) {
 		return startPart("gate", cfg.GateAddr, func() (*gate.Gate, error) {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/loadtest/scenario"
 )
 
@@ -60,7 +61,7 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		ctx, stop := cli.SignalContext(ctx, discardLogger())
 		defer stop()
-		srv := &http.Server{Handler: scenario.BareHandler()}
+		srv := ops.NewServer(scenario.BareHandler(), ops.DefaultHTTPLimits(), nil)
 		go func() { <-ctx.Done(); srv.Close() }()
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err

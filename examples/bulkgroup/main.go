@@ -61,7 +61,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		return err
 	}
 	callbacks := make(chan client.GroupCallback, 1)
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// A receiver faces the network: bound how long a connection may hold
+	// it (headers, body, answer, keep-alive), as sluice's own servers do.
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: time.Minute, IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10}
+	srv.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var cb client.GroupCallback
 		if err := json.NewDecoder(r.Body).Decode(&cb); err != nil {
 			http.Error(w, err.Error(), http.StatusBadRequest) // the coordinator retries
@@ -72,7 +75,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		case callbacks <- cb:
 		default: // a redelivery: the first one is being handled
 		}
-	})}
+	})
 	go srv.Serve(ln)
 	defer srv.Close()
 	callbackURL := "http://" + ln.Addr().String() + "/sluice/done"

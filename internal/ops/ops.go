@@ -52,14 +52,50 @@ func Mount(mux *http.ServeMux, reg *prometheus.Registry, ready ReadyFunc) {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 }
 
-// MountPprof adds Go's profiler under /debug/pprof/. Parts offer it behind a
-// flag, off by default: profiles cost CPU and reveal internals.
-func MountPprof(mux *http.ServeMux) {
+// PprofHandler serves Go's profiler under /debug/pprof/, but for
+// /debug/pprof/cmdline: a process's command line may hold secrets given
+// inline (tokens), and it answers 404 like any unknown profile. It
+// authenticates no one: serve it only on a loopback listener
+// (ListenLoopback), never beside a part's API.
+func PprofHandler() http.Handler {
+	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+// CheckLoopback says why addr is not a loopback host (127.0.0.1, ::1 or
+// localhost) and a port, or nil: for listeners that authenticate no one,
+// reached from elsewhere only through what reaches the host (ssh -L,
+// kubectl port-forward).
+func CheckLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("%q: %v", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("%q: must be a loopback address (127.0.0.1:PORT, [::1]:PORT or localhost:PORT): what it serves is not authenticated; reach it from elsewhere with ssh -L or kubectl port-forward", addr)
+	}
+	return nil
+}
+
+// ListenLoopback listens on addr, which CheckLoopback accepts, and makes
+// sure the listener is on a loopback address.
+func ListenLoopback(addr string) (net.Listener, error) {
+	if err := CheckLoopback(addr); err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if tcp, ok := ln.Addr().(*net.TCPAddr); !ok || !tcp.IP.IsLoopback() {
+		ln.Close()
+		return nil, fmt.Errorf("%q: listens on %s, not a loopback address", addr, ln.Addr())
+	}
+	return ln, nil
 }
 
 // Server is a part that serves on a listener until its context ends.

@@ -44,8 +44,21 @@ type CPUUse struct {
 	// Redis and the generator. A process is never split between parts nor
 	// counted twice: processes are told apart by pid and start time.
 	Parts []PartCPU `json:"parts,omitempty"`
+	// RedisCommands are Redis's commands during the phase (its INFO
+	// commandstats), the costliest first: calls per job tell round trips
+	// added to a job's path, which a script's own cost does not show.
+	RedisCommands []RedisCommand `json:"redis_commands,omitempty"`
 	// Errors name the readings that failed; the numbers then leave them out.
 	Errors []string `json:"errors,omitempty"`
+}
+
+// RedisCommand is one command's use in a phase, per job. Microseconds are
+// the time Redis spent executing it, without reading and writing the
+// connection (which INFO cpu counts).
+type RedisCommand struct {
+	Name         string  `json:"name"`
+	CallsPerJob  float64 `json:"calls_per_job"`
+	MicrosPerJob float64 `json:"us_per_job"`
 }
 
 // PartCPU is one process's CPU during a phase.
@@ -74,6 +87,8 @@ type cpuMark struct {
 	at                         time.Time
 	pipeline, redis, generator float64
 	pipelineErr, redisErr      error
+	// commands is Redis's INFO commandstats (nil when unread).
+	commands map[string]commandStat
 	// procs are the stack's processes when known; pipeline is then left
 	// to cpuUse, from them.
 	procs []procMark
@@ -95,6 +110,9 @@ func (t *target) cpuMark(ctx context.Context) cpuMark {
 		m.pipeline, m.pipelineErr = t.pipelineCPU(ctx)
 	}
 	m.redis, m.redisErr = redisCPU(ctx, t.rdb)
+	if m.redisErr == nil {
+		m.commands, _ = redisCommands(ctx, t.rdb)
+	}
 	return m
 }
 
@@ -162,6 +180,7 @@ func cpuUse(a, b cpuMark, jobs int) CPUUse {
 	if jobs <= 0 || u.WallSeconds <= 0 {
 		return u
 	}
+	u.RedisCommands = commandUse(a.commands, b.commands, jobs)
 	per := func(s float64) float64 { return round3(s * 1e6 / float64(jobs)) }
 	u.PipelineMicrosPerJob = per(u.PipelineSeconds)
 	u.RedisMicrosPerJob = per(u.RedisSeconds)
@@ -253,6 +272,18 @@ func (u *CPUUse) describeParts() []string {
 			p.Name, p.MicrosPerJob, p.Share*100, p.CoresBusy, oneCore, p.note()))
 	}
 	return out
+}
+
+// describeCommands is one line of Redis's costliest commands per job.
+func (u *CPUUse) describeCommands(n int) string {
+	var parts []string
+	for _, c := range u.RedisCommands[:min(n, len(u.RedisCommands))] {
+		parts = append(parts, fmt.Sprintf("%s %.3g calls %.2g µs", strings.ToLower(c.Name), c.CallsPerJob, c.MicrosPerJob))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "Redis commands per job: " + strings.Join(parts, ", ")
 }
 
 // note says what a process without a part of its own is.

@@ -174,3 +174,22 @@ func TestCPUUseWithoutProcesses(t *testing.T) {
 		t.Fatalf("%+v", u)
 	}
 }
+
+func TestRedisCommandsPerJobComeFromCommandstats(t *testing.T) {
+	a := parseCommandStats("# Commandstats\r\ncmdstat_evalsha:calls=100,usec=1000,usec_per_call=10.00,rejected_calls=0,failed_calls=0\r\ncmdstat_time:calls=5,usec=5,usec_per_call=1.00\r\n")
+	b := parseCommandStats("# Commandstats\r\ncmdstat_evalsha:calls=300,usec=5000,usec_per_call=16.67,rejected_calls=0,failed_calls=0\r\ncmdstat_time:calls=5,usec=5,usec_per_call=1.00\r\ncmdstat_hincrby:calls=100,usec=100,usec_per_call=1.00\r\n")
+	got := commandUse(a, b, 1000)
+	if len(got) != 2 {
+		t.Fatalf("commands with calls in the phase: %+v, want evalsha and hincrby (time had no new calls)", got)
+	}
+	if got[0] != (RedisCommand{Name: "evalsha", CallsPerJob: 0.2, MicrosPerJob: 4}) || got[1] != (RedisCommand{Name: "hincrby", CallsPerJob: 0.1, MicrosPerJob: 0.1}) {
+		t.Fatalf("per job: %+v", got)
+	}
+	u := CPUUse{RedisCommands: got}
+	if l := u.describeCommands(6); !strings.Contains(l, "evalsha 0.2 calls 4 µs") {
+		t.Fatalf("described: %q", l)
+	}
+	if commandUse(nil, b, 1000) != nil {
+		t.Fatal("a missing reading gives no commands")
+	}
+}

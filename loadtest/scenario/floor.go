@@ -3,7 +3,9 @@ package scenario
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -270,6 +272,73 @@ func redisCPU(ctx context.Context, rdb redis.UniversalClient) (float64, error) {
 		total += f
 	}
 	return total, nil
+}
+
+// commandStat is one line of INFO commandstats.
+type commandStat struct {
+	calls int64
+	usec  float64
+}
+
+// redisCommands reads INFO commandstats: calls and microseconds by command.
+func redisCommands(ctx context.Context, rdb redis.UniversalClient) (map[string]commandStat, error) {
+	info, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		return nil, err
+	}
+	return parseCommandStats(info), nil
+}
+
+// parseCommandStats reads the lines cmdstat_<name>:calls=N,usec=U,... of
+// INFO commandstats.
+func parseCommandStats(info string) map[string]commandStat {
+	out := map[string]commandStat{}
+	for line := range strings.SplitSeq(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
+		name, isCmd := strings.CutPrefix(name, "cmdstat_")
+		if !ok || !isCmd {
+			continue
+		}
+		var st commandStat
+		for field := range strings.SplitSeq(rest, ",") {
+			k, v, _ := strings.Cut(field, "=")
+			switch k {
+			case "calls":
+				st.calls, _ = strconv.ParseInt(v, 10, 64)
+			case "usec":
+				st.usec, _ = strconv.ParseFloat(v, 64)
+			}
+		}
+		out[name] = st
+	}
+	return out
+}
+
+// commandUse is each command's calls and time per job between two
+// readings, the costliest first; nil when either reading is missing.
+func commandUse(a, b map[string]commandStat, jobs int) []RedisCommand {
+	if a == nil || b == nil || jobs <= 0 {
+		return nil
+	}
+	var out []RedisCommand
+	for name, sb := range b {
+		sa := a[name]
+		if sb.calls <= sa.calls {
+			continue
+		}
+		out = append(out, RedisCommand{
+			Name:         name,
+			CallsPerJob:  round3(float64(sb.calls-sa.calls) / float64(jobs)),
+			MicrosPerJob: round3((sb.usec - sa.usec) / float64(jobs)),
+		})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].MicrosPerJob != out[j].MicrosPerJob {
+			return out[i].MicrosPerJob > out[j].MicrosPerJob
+		}
+		return out[i].Name < out[j].Name
+	})
+	return out
 }
 
 // cleanFloor deletes the floor's keys: its jobs would otherwise stay for

@@ -253,6 +253,9 @@ func (r *Report) WriteText(w io.Writer) {
 		}
 		if c := ph.CPU; c != nil && c.TotalMicrosPerJob > 0 {
 			fmt.Fprintf(w, "  %s\n", c.describe())
+			if l := c.describeCommands(6); l != "" {
+				fmt.Fprintf(w, "  %s\n", l)
+			}
 			for _, l := range c.describeParts() {
 				fmt.Fprintf(w, "    %s\n", l)
 			}

@@ -16,6 +16,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/internal/ops"
 )
 
 // Yardsticks are this machine's physical limits, measured in the same run
@@ -94,7 +96,7 @@ func bareHTTP(ctx context.Context, bin string, d time.Duration) (float64, error)
 		if err != nil {
 			return 0, err
 		}
-		srv := &http.Server{Handler: BareHandler()}
+		srv := ops.NewServer(BareHandler(), ops.DefaultHTTPLimits(), nil)
 		go srv.Serve(ln)
 		defer srv.Close()
 	}
