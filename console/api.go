@@ -6,8 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
+	"net"
 	"net/http"
+	"net/netip"
+	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice/console/dashboard"
@@ -92,6 +97,11 @@ func (con *Console) serve(w http.ResponseWriter, r *http.Request, h handlerFunc)
 	if auth == nil {
 		auth = &admin.Auth{}
 	}
+	if aerr := crossSite(r, auth.Insecure()); aerr != nil {
+		con.log.Warn("admin request refused: it may come from another site", "method", r.Method, "path", r.URL.Path,
+			"host", r.Host, "origin", r.Header.Get("Origin"), "err", aerr.Message)
+		return writeJSON(w, aerr.Status, aerr)
+	}
 	caller, aerr := auth.Identify(r)
 	role := caller.Role
 	if aerr != nil {
@@ -129,6 +139,49 @@ func (con *Console) serve(w http.ResponseWriter, r *http.Request, h handlerFunc)
 		con.log.Debug("admin read", "path", r.URL.Path, "token", caller.Name, "role", role.String())
 	}
 	return writeJSON(w, http.StatusOK, body)
+}
+
+// crossSite refuses what a page of another site could make a browser send
+// (docs/admin.md#browsers): a browser sends no bearer token of its own,
+// but with AdminInsecure none is needed.
+//   - A change (not GET or HEAD) must carry Content-Type application/json
+//     or an Authorization header: a page can send neither without a CORS
+//     preflight, which the API never grants; and it must not come from
+//     another origin (Origin, Sec-Fetch-Site).
+//   - With AdminInsecure, the Host must be an IP address or localhost: a
+//     name of an attacker's that resolves to 127.0.0.1 (DNS rebinding)
+//     would make its page same-origin with the API.
+func crossSite(r *http.Request, insecure bool) *admin.Error {
+	if insecure {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.Trim(host, "[]")
+		if _, err := netip.ParseAddr(host); err != nil && !strings.EqualFold(host, "localhost") {
+			return &admin.Error{Status: http.StatusForbidden, Message: fmt.Sprintf("Host %q: without tokens (--admin-insecure) the admin API answers only requests to an IP address or localhost", r.Host),
+				Fix: "reach the API by its address (http://127.0.0.1:<port>), or give it admin tokens"}
+		}
+	}
+	if r.Method == http.MethodGet || r.Method == http.MethodHead {
+		return nil
+	}
+	if site := r.Header.Get("Sec-Fetch-Site"); site == "cross-site" || site == "same-site" {
+		return &admin.Error{Status: http.StatusForbidden, Message: "a change sent by a page of another site (Sec-Fetch-Site " + site + ")",
+			Fix: "use the dashboard the API serves, or the sluice admin commands"}
+	}
+	if origin := r.Header.Get("Origin"); origin != "" {
+		if u, err := url.Parse(origin); err != nil || !strings.EqualFold(u.Host, r.Host) {
+			return &admin.Error{Status: http.StatusForbidden, Message: fmt.Sprintf("a change sent from origin %q to host %q", origin, r.Host),
+				Fix: "use the dashboard the API serves, or the sluice admin commands"}
+		}
+	}
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt != "application/json" && r.Header.Get("Authorization") == "" {
+		return &admin.Error{Status: http.StatusUnsupportedMediaType, Message: fmt.Sprintf("a change needs Content-Type application/json (got %q)", r.Header.Get("Content-Type")),
+			Fix: "send Content-Type: application/json, even without a body (the sluice admin commands and the dashboard do)"}
+	}
+	return nil
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) int {

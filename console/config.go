@@ -66,14 +66,18 @@ type Config struct {
 	// "<token> admin;<token> read" (kept as SHA-256 hashes). Default "".
 	AdminTokens string
 	// AdminTokensFile is a file of admin API tokens, one "<token> <role>"
-	// per line (role read or admin), # comments. Default "".
+	// per line (role read or admin), # comments, readable by its owner
+	// only (docs/security.md#secret-files). Re-read when it changes; a
+	// content that leaves no token is refused and logged, and the last
+	// good tokens stay in force. Default "".
 	AdminTokensFile string
 	// TokensCheckEvery is how often AdminTokensFile is looked at for a
 	// change (SIGHUP reads it at once). Default 1s.
 	TokensCheckEvery time.Duration
 	// AdminInsecure, without tokens, serves the admin API to anyone as
 	// admin (sluice dev on localhost only); without it and without tokens
-	// the API answers 403. Default false.
+	// the API answers 403. With AdminTokens or AdminTokensFile it is an
+	// error of New. Default false.
 	AdminInsecure bool
 	// Auth checks the bearer tokens. No flag: New builds it from
 	// AdminTokens, AdminTokensFile and AdminInsecure when it is nil.
@@ -197,6 +201,11 @@ func (c *Config) check() error {
 		if err := queue.ValidTopic(t); err != nil {
 			return fmt.Errorf("console: Config.Topics: %w", err)
 		}
+	}
+	if c.AdminInsecure && (c.AdminTokens != "" || c.AdminTokensFile != "") {
+		// Insecure with tokens would open the API to anyone the moment
+		// the tokens went (an emptied file): one or the other.
+		return errors.New("console: Config.AdminInsecure with Config.AdminTokens or Config.AdminTokensFile: choose one; the insecure mode (anyone is admin, for sluice dev on localhost) and tokens do not mix")
 	}
 	return nil
 }

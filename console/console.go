@@ -170,13 +170,21 @@ func (con *Console) registered(ctx context.Context) ([]string, error) {
 
 // follow re-reads AdminTokensFile when it changes or on SIGHUP until ctx
 // ends, so that a token is added or revoked without a restart; a file that
-// no longer parses keeps the tokens in force (internal/reload).
+// no longer parses, or that leaves the API with no token at all (emptied,
+// or half written), keeps the tokens in force (internal/reload): the API
+// must not lock every operator out on a truncated write.
 func (con *Console) follow(ctx context.Context) {
 	if con.cfg.AdminTokensFile == "" || con.cfg.Auth != nil {
 		return
 	}
 	reload.Watch(ctx, con.cfg.AdminTokensFile, "admin tokens", reload.Options{Every: con.cfg.TokensCheckEvery, Log: con.log},
-		func(string) (*admin.Auth, error) { return con.cfg.auth() },
+		func(string) (*admin.Auth, error) {
+			a, err := con.cfg.auth()
+			if err == nil && !a.Configured() {
+				err = errors.New("no token left in the file nor in Config.AdminTokens; to revoke every token, give the file another one (or stop the console)")
+			}
+			return a, err
+		},
 		func(a *admin.Auth) { con.auth.Store(a) })
 }
 

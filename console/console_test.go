@@ -143,6 +143,9 @@ func (r *running) call(t *testing.T, method, path, token string, body any) (int,
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
+	if method != http.MethodGet {
+		req.Header.Set("Content-Type", "application/json") // as the admin client sends
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

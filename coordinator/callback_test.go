@@ -68,8 +68,8 @@ func TestCallbacksAimedInsideAreRefused(t *testing.T) {
 	cases := map[string]struct{ url, want string }{
 		"admin":    {admin + "/api/v1/dlq/purge", "loopback"},
 		"loopback": {other + "/hook", "loopback"},
-		"private":  {"http://inside.test/hook", "10.0.0.5, a private address"},
-		"redirect": {"http://hooks.test:" + port + "/hook", "redirects are not followed"},
+		"private":  {"http://inside.test/hook", "resolves to a private address"},
+		"redirect": {"http://hooks.test:" + port + "/hook", "a redirect, which is not followed"},
 	}
 	for group, c := range cases {
 		b.completeGroup(t, group, c.url, allDone(1))
@@ -94,7 +94,8 @@ func TestCallbacksAimedInsideAreRefused(t *testing.T) {
 func TestSignedCallbackVerifies(t *testing.T) {
 	b := newBed(t, 1)
 	secretFile := filepath.Join(t.TempDir(), "secrets")
-	if err := os.WriteFile(secretFile, []byte("new-secret\nold-secret\n"), 0o600); err != nil {
+	newSecret, oldSecret := strings.Repeat("n", 32), strings.Repeat("o", 32)
+	if err := os.WriteFile(secretFile, []byte(newSecret+"\n"+oldSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	var verified, forged error
@@ -102,8 +103,9 @@ func TestSignedCallbackVerifies(t *testing.T) {
 	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		sig := r.Header.Get(callback.HeaderSignature)
-		verified = callback.Verify(sig, body, [][]byte{[]byte("old-secret")}, time.Now(), 0)
-		forged = callback.Verify(sig, body, [][]byte{[]byte("someone-else")}, time.Now(), 0)
+		signed := callback.Signed{Group: r.Header.Get("Sluice-Group"), Attempt: r.Header.Get("Sluice-Attempt")}
+		verified = callback.Verify(sig, body, signed, [][]byte{[]byte(oldSecret)}, time.Now(), callback.VerifyOptions{V2Only: true})
+		forged = callback.Verify(sig, body, signed, [][]byte{[]byte(strings.Repeat("x", 32))}, time.Now(), callback.VerifyOptions{})
 		got <- struct{}{}
 	}))
 	t.Cleanup(rc.Close)

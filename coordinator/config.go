@@ -78,9 +78,11 @@ type Config struct {
 	// RescanEvery is how often a watcher looks for groups left on its
 	// queue partition's completing list by an earlier holder. Default 1m.
 	RescanEvery time.Duration
-	// Deliveries is how many groups a queue partition's watcher delivers
-	// at once: a receiver that keeps failing holds one slot, not the
-	// queue partition. Default 8.
+	// Deliveries is how many groups a queue partition's watcher
+	// aggregates or POSTs at once. A callback waiting for its retry holds
+	// no slot, so a receiver that keeps failing delays only its own
+	// groups (CallbackHostDeliveries bounds what one receiver holds while
+	// POSTs are in flight). Default 8.
 	Deliveries int
 	// WaitConns is how many watchers may block on one Redis server at
 	// once: each blocked BLMOVE holds a connection of a client pool kept
@@ -122,8 +124,28 @@ type Config struct {
 	CallbackAllow []string
 	// CallbackSecretFile holds the secrets callbacks are signed with
 	// (header Sluice-Signature), one per line, at most two during a
-	// rotation; re-read before every attempt. Default "": not signed.
+	// rotation, each at least 32 bytes, the file readable by its owner
+	// only (docs/security.md#secret-files). New reads it, and fails on a
+	// content it refuses; it is re-read before every attempt, and a
+	// content refused then (emptied, a short secret) is logged and the
+	// last good secrets sign on. Default "": not signed.
 	CallbackSecretFile string
+	// CallbackSignV1 also signs each callback with v1 (the body and time
+	// only) beside v2 (which covers the group and attempt too), for
+	// receivers that verify v1 only: the transition
+	// (docs/secure/callbacks.md#signatures). Default true; a later
+	// release turns it off.
+	CallbackSignV1 bool
+	// CallbackHostDeliveries is how many callback POSTs may be in flight
+	// at once to one receiver host, across every queue partition: a slow
+	// receiver holds that many, and other receivers' callbacks go on.
+	// Default 4.
+	CallbackHostDeliveries int
+	// CallbackRefuse are more listeners of this process (host:port)
+	// that callbacks may not reach whatever CallbackAllow, besides the
+	// listener Serve serves on. No flag: sluice dev sets its other
+	// parts'. Default none.
+	CallbackRefuse []string
 	// CallbackResolver resolves callback hosts. No flag: set it in code
 	// (tests). Default nil: net.DefaultResolver.
 	CallbackResolver callback.Resolver
@@ -207,6 +229,9 @@ func DefaultConfig() Config {
 		StatsEvery:          5 * time.Second,
 		Canary:              DefaultCanaryConfig(),
 		Periodic:            DefaultPeriodicConfig(),
+
+		// Callbacks' signatures and per-host deliveries (issue 31).
+		CallbackSignV1: true, CallbackHostDeliveries: 4,
 	}
 }
 
@@ -236,7 +261,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.LockDelay, "lock-delay", c.LockDelay, "Consul lock-delay after a holder's session expires; 0 for none")
 	cli.DurationVar(fs, &c.GroupWait, "group-wait", c.GroupWait, "how long a queue partition's watcher blocks for a completed group (whole seconds); also bounds how long stopping takes, and is how often the registered topics are read for new ones to watch")
 	cli.DurationVar(fs, &c.RescanEvery, "rescan-every", c.RescanEvery, "how often to look for groups an earlier coordinator left mid-delivery")
-	fs.IntVar(&c.Deliveries, "deliveries", c.Deliveries, "groups delivered at once per queue partition (a failing receiver holds one)")
+	fs.IntVar(&c.Deliveries, "deliveries", c.Deliveries, "groups aggregated or POSTed at once per queue partition (a callback waiting for its retry holds none)")
 	fs.IntVar(&c.WaitConns, "wait-conns", c.WaitConns, "Redis connections per Redis server for the watchers' blocking waits, one per queue partition (topics x partitions) waiting; beyond that they take turns")
 	fs.IntVar(&c.ReadChunk, "read-chunk", c.ReadChunk, "items' states read per Redis round trip when aggregating a group")
 	cli.DurationVar(fs, &c.Keep, "keep", c.Keep, "how long a finished group's status (GET /v1/groups/{id}) is kept")
@@ -246,7 +271,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.CallbackMaxAttempts, "callback-max-attempts", c.CallbackMaxAttempts, "give up after this many attempts (0: no limit)")
 	cli.DurationVar(fs, &c.CallbackGiveUp, "callback-give-up", c.CallbackGiveUp, "give up once the next attempt would start this long after the first (0: no limit)")
 	cli.StringsVar(fs, &c.CallbackAllow, "callback-allow", c.CallbackAllow, "addresses callbacks may reach besides public ones: CIDR prefixes, addresses and host names, comma-separated; beyond them loopback, private, link-local and the like are refused")
-	fs.StringVar(&c.CallbackSecretFile, "callback-secret-file", c.CallbackSecretFile, "file of the secrets callbacks are signed with (header Sluice-Signature), one per line, two during a rotation; re-read before every attempt")
+	fs.StringVar(&c.CallbackSecretFile, "callback-secret-file", c.CallbackSecretFile, "file of the secrets callbacks are signed with (header Sluice-Signature), one per line, two during a rotation, each at least 32 bytes, the file mode 0600; re-read before every attempt (a refused content keeps the last good secrets)")
+	fs.BoolVar(&c.CallbackSignV1, "callback-sign-v1", c.CallbackSignV1, "also sign callbacks with v1 (body and time only) beside v2, for receivers that verify v1 only (the transition; docs/secure/callbacks.md)")
+	fs.IntVar(&c.CallbackHostDeliveries, "callback-host-deliveries", c.CallbackHostDeliveries, "callback POSTs in flight at once to one receiver host, across every queue partition")
 	fs.Int64Var(&c.SpillAbove, "spill-above", c.SpillAbove, "callback bodies larger than this many bytes are built in a temporary file, not in memory")
 	fs.StringVar(&c.SpillDir, "spill-dir", c.SpillDir, "directory for those files (default: the system's temporary directory)")
 	cli.DurationVar(fs, &c.ScaleEvery, "scale-every", c.ScaleEvery, "scaling cycle: every partition's ready depth (summed over the topics) and live workers are read this often (0: no scaling)")
@@ -284,6 +311,8 @@ func (c *Config) check() error {
 	switch {
 	case c.Deliveries < 1:
 		return errors.New("coordinator: Config.Deliveries: must be at least 1")
+	case c.CallbackHostDeliveries < 1:
+		return errors.New("coordinator: Config.CallbackHostDeliveries: must be at least 1")
 	case c.WaitConns < 1:
 		return errors.New("coordinator: Config.WaitConns: must be at least 1")
 	case c.ReadChunk < 1:

@@ -38,8 +38,10 @@ type Coordinator struct {
 	waitTurns map[redis.UniversalClient]chan struct{}
 	waitsFull atomic.Bool // the watchers took turns (logged once)
 	consul    *consulapi.Client
-	guard     *callback.Guard // where callbacks may go
-	http      *http.Client    // the callbacks'
+	guard     *callback.Guard       // where callbacks may go
+	http      *http.Client          // the callbacks'
+	secrets   *callback.SecretsFile // nil: callbacks unsigned
+	hosts     *hostSlots            // POSTs in flight per receiver host
 	reg       *prometheus.Registry
 	m         *metrics
 	held      atomic.Bool
@@ -103,6 +105,21 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 		waits.Close()
 		return nil, fmt.Errorf("coordinator: Config.CallbackAllow: %w", err)
 	}
+	for _, addr := range cfg.CallbackRefuse {
+		if err := guard.RefuseListener(addr); err != nil {
+			pool.Close()
+			waits.Close()
+			return nil, fmt.Errorf("coordinator: Config.CallbackRefuse: %w", err)
+		}
+	}
+	var secrets *callback.SecretsFile
+	if cfg.CallbackSecretFile != "" {
+		if secrets, err = callback.OpenSecrets(cfg.CallbackSecretFile, log); err != nil {
+			pool.Close()
+			waits.Close()
+			return nil, fmt.Errorf("coordinator: Config.CallbackSecretFile: %w", err)
+		}
+	}
 	cc, err := cfg.Config.Client("coordinator")
 	if err != nil {
 		pool.Close()
@@ -112,6 +129,7 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 	reg := ops.NewRegistry()
 	c := &Coordinator{
 		cfg: cfg, log: log, pool: pool, waits: waits, waitTurns: turns, consul: cc, guard: guard, http: newCallbackClient(cfg, guard),
+		secrets: secrets, hosts: newHostSlots(cfg.CallbackHostDeliveries),
 		reg: reg, m: newMetrics(reg), targets: make([]atomic.Int64, cfg.Partitions),
 	}
 	p := cfg.Scaling
@@ -228,6 +246,11 @@ func (c *Coordinator) setHeld(held bool) {
 // path, then closes it. sluice coordinator listens on Config.Listen.
 func (c *Coordinator) Serve(ctx context.Context, ln net.Listener) error {
 	defer c.Close()
+	// A callback aimed at this listener would drive the console's admin
+	// API with the coordinator's own hands (sluice dev allows loopback).
+	if err := c.guard.RefuseListener(ln.Addr().String()); err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
 	mux := http.NewServeMux()
 	ops.Mount(mux, c.reg, c.ready)
 	if c.cfg.Handler != nil {

@@ -183,9 +183,38 @@ func (w *groupWatcher) run(ctx context.Context) {
 			continue
 		}
 		w.wg.Go(func() {
-			defer func() { w.end(group); <-w.slots }()
-			w.deliver(ctx, group)
+			sl := &slot{w: w, held: true}
+			defer func() { w.end(group); sl.release() }()
+			w.deliver(ctx, group, sl)
 		})
+	}
+}
+
+// slot is a delivery's hold on one of its watcher's Deliveries: held while
+// it aggregates or POSTs, given back while its callback waits for the next
+// attempt, so that a receiver that keeps failing stalls no other group.
+type slot struct {
+	w    *groupWatcher
+	held bool
+}
+
+func (s *slot) release() {
+	if s.held {
+		<-s.w.slots
+		s.held = false
+	}
+}
+
+func (s *slot) take(ctx context.Context) error {
+	if s.held {
+		return nil
+	}
+	select {
+	case s.w.slots <- struct{}{}:
+		s.held = true
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -271,7 +300,7 @@ func (w *groupWatcher) redo(ctx context.Context, log *slog.Logger, what string, 
 // finishes the group (keeps its status for Keep and takes it off the
 // completing list). It returns early, leaving the group on completing, when
 // ctx ends.
-func (w *groupWatcher) deliver(ctx context.Context, group string) {
+func (w *groupWatcher) deliver(ctx context.Context, group string, sl *slot) {
 	c := w.c
 	log := w.log.With("group", group)
 	c.m.delivering.Inc()
@@ -315,7 +344,8 @@ func (w *groupWatcher) deliver(ctx context.Context, group string) {
 		return
 	}
 	if err != nil {
-		w.giveUp(ctx, log, group, int(st.CallbackAttempts), fmt.Errorf("building the callback body: %w", err))
+		w.giveUp(ctx, log, group, int(st.CallbackAttempts), &attemptError{
+			public: "the coordinator could not build the callback body (its log says why)", err: fmt.Errorf("building the callback body: %w", err)})
 		return
 	}
 	defer func() {
@@ -329,7 +359,7 @@ func (w *groupWatcher) deliver(ctx context.Context, group string) {
 	if ms, _ := strconv.ParseInt(extra[0], 10, 64); ms > 0 {
 		first = time.UnixMilli(ms)
 	}
-	w.send(ctx, log, group, st, first, body)
+	w.send(ctx, log, group, st, first, body, sl)
 }
 
 // aggregate reads the group's items in chunks, in index order, and feeds
@@ -404,16 +434,21 @@ func itemResult(index int64, js queue.JobState) ItemResult {
 }
 
 // send POSTs the body until the receiver answers 2xx or the attempts or
-// time run out, recording each attempt on the group's hash.
-func (w *groupWatcher) send(ctx context.Context, log *slog.Logger, name string, st queue.GroupStatus, first time.Time, body Body) {
+// time run out, recording each attempt on the group's hash. It holds sl
+// for each POST and gives it back while it waits for the next attempt.
+func (w *groupWatcher) send(ctx context.Context, log *slog.Logger, name string, st queue.GroupStatus, first time.Time, body Body, sl *slot) {
 	c := w.c
 	attempts := int(st.CallbackAttempts)
 	maxAttempts := c.cfg.CallbackMaxAttempts
 	for {
 		if maxAttempts > 0 && attempts >= maxAttempts {
 			// An earlier holder used them all and died before giving up.
-			w.giveUp(ctx, log, name, attempts, errors.New(st.CallbackError))
+			// Its error, as recorded, is already what the submitter reads.
+			w.giveUp(ctx, log, name, attempts, &attemptError{public: st.CallbackError, err: errors.New(st.CallbackError)})
 			return
+		}
+		if sl.take(ctx) != nil {
+			return // stopping: the next holder goes on
 		}
 		if !w.valid() {
 			return // the lock is going: ctx ends next
@@ -429,7 +464,20 @@ func (w *groupWatcher) send(ctx context.Context, log *slog.Logger, name string, 
 		}) {
 			return
 		}
-		got, err := c.post(ctx, st.CallbackURL, name, attempts, body)
+		// One of the receiver host's turns, waited for without the
+		// partition's slot: a busy receiver must not hold the slots of
+		// the partition's other groups.
+		release, err := c.hosts.acquire(ctx, urlHost(st.CallbackURL), sl.release)
+		if err == nil {
+			err = sl.take(ctx)
+		}
+		var got answer
+		if err == nil {
+			got, err = c.post(ctx, st.CallbackURL, name, attempts, body)
+		}
+		if release != nil {
+			release()
+		}
 		status := got.status
 		if ctx.Err() != nil {
 			// Stopped mid-POST: the attempt counts, the next holder
@@ -469,11 +517,12 @@ func (w *groupWatcher) send(ctx context.Context, log *slog.Logger, name string, 
 		log.Warn("group callback failed; retrying", "attempt", attempts, "err", err, "retry_in", delay.String())
 		if !w.redo(ctx, log, "recording a failed callback attempt", func() error {
 			return c.pool.SetGroupFields(ctx, w.q.Topic, name, map[string]any{
-				"callback_state": CallbackPending, "callback_error": err.Error(), "callback_next_ms": next.UnixMilli(),
+				"callback_state": CallbackPending, "callback_error": publicReason(err), "callback_next_ms": next.UnixMilli(),
 			})
 		}) {
 			return
 		}
+		sl.release()
 		if c.cfg.Sleep(ctx, delay) != nil {
 			return
 		}
@@ -481,14 +530,15 @@ func (w *groupWatcher) send(ctx context.Context, log *slog.Logger, name string, 
 }
 
 // giveUp finishes a group whose callback will not be delivered: its status
-// shows callback_state failed with the last error.
+// shows callback_state failed with what the submitter may read of the last
+// error (publicReason); the log has all of it.
 func (w *groupWatcher) giveUp(ctx context.Context, log *slog.Logger, group string, attempts int, last error) {
-	msg := "gave up"
+	msg, public := "gave up", "gave up"
 	if last != nil && last.Error() != "" {
-		msg = last.Error()
+		msg, public = last.Error(), publicReason(last)
 	}
 	log.Error("group callback given up", "attempts", attempts, "err", msg)
-	fields := map[string]any{"callback_state": CallbackFailed, "callback_error": msg, "finished_ms": w.c.cfg.Now().UnixMilli()}
+	fields := map[string]any{"callback_state": CallbackFailed, "callback_error": public, "finished_ms": w.c.cfg.Now().UnixMilli()}
 	if w.redo(ctx, log, "recording a given-up callback", func() error { return w.c.pool.SetGroupFields(ctx, w.q.Topic, group, fields) }) {
 		w.finish(ctx, log, group, CallbackFailed, fields)
 	}

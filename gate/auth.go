@@ -2,12 +2,14 @@ package gate
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/secretfile"
 )
 
 // Auth maps bearer tokens to the topics they may write. A token is kept only
@@ -56,7 +58,7 @@ func ParseTokens(r io.Reader, source string) (*Auth, error) {
 				return nil, fmt.Errorf("%s line %d: want \"<token> <topic>[,<topic>...]\" or \"<token> *\"", source, line)
 			}
 			if len(tok) < 16 {
-				return nil, fmt.Errorf("%s line %d: token shorter than 16 characters", source, line)
+				return nil, fmt.Errorf("%s line %d: the token is %d characters, want at least 16 (`openssl rand -hex 16` makes one)", source, line, len(tok))
 			}
 			s := scope{name: fmt.Sprintf("%s:%d", source, line), topics: map[string]bool{}}
 			if list, name, ok := cutAny(topics, " \t"); ok && strings.TrimSpace(name) != "" {
@@ -96,12 +98,11 @@ func cutAny(s, seps string) (before, after string, found bool) {
 func LoadAuth(file, inline string) (*Auth, error) {
 	a := &Auth{scopes: map[[32]byte]scope{}}
 	if file != "" {
-		f, err := os.Open(file)
+		raw, err := secretfile.Read(file)
 		if err != nil {
 			return nil, fmt.Errorf("Config.TokensFile: %w", err)
 		}
-		defer f.Close()
-		fa, err := ParseTokens(f, file)
+		fa, err := ParseTokens(bytes.NewReader(raw), file)
 		if err != nil {
 			return nil, err
 		}

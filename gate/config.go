@@ -70,6 +70,11 @@ type Config struct {
 	// CallbackResolveTimeout bounds the lookup of a callback_url's host.
 	// Default 2s.
 	CallbackResolveTimeout time.Duration
+	// CallbackResolveBudget bounds all the callback_url lookups of one
+	// batch (POST .../jobs:batch), each host looked up once: the jobs
+	// whose lookup would start or run past it are rejected (400) with a
+	// reason that says so, the others go on. Default 5s.
+	CallbackResolveBudget time.Duration
 	// CallbackResolver resolves callback_url hosts. No flag: set it in
 	// code (tests). Default nil: net.DefaultResolver.
 	CallbackResolver callback.Resolver
@@ -121,6 +126,7 @@ func DefaultConfig() Config {
 		MaxBatchBytes:          16 << 20,
 		MaxBatchJobs:           1000,
 		CallbackResolveTimeout: 2 * time.Second,
+		CallbackResolveBudget:  5 * time.Second,
 		TokensCheckEvery:       time.Second,
 		MaxGroupItems:          10_000_000,
 		Location:               loc,
@@ -169,6 +175,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxGroupItems, "max-group-items", c.MaxGroupItems, "most items in one bulk group (the submission is cancelled above)")
 	cli.StringsVar(fs, &c.CallbackAllow, "callback-allow", c.CallbackAllow, "addresses a callback_url may reach besides public ones: CIDR prefixes, addresses and host names, comma-separated; beyond them loopback, private, link-local and the like are refused with a 400")
 	cli.DurationVar(fs, &c.CallbackResolveTimeout, "callback-resolve-timeout", c.CallbackResolveTimeout, "time limit of the lookup of a callback_url's host")
+	cli.DurationVar(fs, &c.CallbackResolveBudget, "callback-resolve-budget", c.CallbackResolveBudget, "time limit of all the callback_url lookups of one batch (each host once); jobs past it are rejected")
 	c.Location.RegisterFlags(fs)
 	fs.Lookup("redis-addr").Usage = "Redis of the queue, for GET and DELETE /v1/groups/{id} (empty: those answer 501)"
 	fs.Lookup("stage").Usage = "stage name (as the relay's), for the group routes"
@@ -194,6 +201,8 @@ func (c *Config) validate() error {
 		return errors.New("gate: Config.MaxBatchJobs: must be positive")
 	case c.CallbackResolveTimeout <= 0:
 		return errors.New("gate: Config.CallbackResolveTimeout: must be positive")
+	case c.CallbackResolveBudget <= 0:
+		return errors.New("gate: Config.CallbackResolveBudget: must be positive")
 	case c.HTTP.OrDefaults().WriteTimeout <= c.ProduceTimeout:
 		return fmt.Errorf("gate: Config.HTTP.WriteTimeout (%s) must be longer than Config.ProduceTimeout (%s): an answer waits for Kafka's", c.HTTP.OrDefaults().WriteTimeout, c.ProduceTimeout)
 	}

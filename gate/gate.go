@@ -221,9 +221,25 @@ func (g *Gate) checkCallback(ctx context.Context, url string) error {
 	ctx, cancel := context.WithTimeout(ctx, g.cfg.CallbackResolveTimeout)
 	defer cancel()
 	if err := g.guard.CheckURL(ctx, url); err != nil {
+		if errors.Is(context.Cause(ctx), errResolveBudget) {
+			err = errResolveBudget
+		}
 		return &job.FieldError{Field: "callback_url", Reason: err.Error()}
 	}
 	return nil
+}
+
+// errResolveBudget is the cause of a batch's callback lookups running
+// out of Config.CallbackResolveBudget.
+var errResolveBudget = errors.New("the batch's callback host lookups ran out of their time (--callback-resolve-budget): send fewer distinct callback hosts per batch, or this job again")
+
+// callbackChecks is the context of a batch's callback_url checks: each
+// host looked up once (callback.WithLookupCache), all of them within
+// Config.CallbackResolveBudget, so that a batch of slow hosts costs the
+// gate that long at most, not a lookup timeout per job. cancel ends it.
+func (g *Gate) callbackChecks(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithTimeoutCause(ctx, g.cfg.CallbackResolveBudget, errResolveBudget)
+	return callback.WithLookupCache(ctx), cancel
 }
 
 // validate is a job's checks at the gate: the envelope's, then where its
@@ -237,9 +253,11 @@ func (g *Gate) validate(ctx context.Context, j *job.Job, topic string, now time.
 
 // followTokens re-reads TokensFile when it changes or on SIGHUP until ctx
 // ends: a token added or revoked takes effect within TokensCheckEvery,
-// without a restart. A file that no longer parses, or that would leave a
-// gate without AllowNoAuth with no token at all, is refused and the
-// tokens in force stay (internal/reload).
+// without a restart. A file that no longer parses, or that would leave the
+// gate with no token at all (which, with AllowNoAuth, would turn
+// authentication off), is refused and the tokens in force stay
+// (internal/reload). A gate that started without a token under
+// AllowNoAuth stays open.
 func (g *Gate) followTokens(ctx context.Context) {
 	if g.cfg.TokensFile == "" {
 		return
@@ -247,8 +265,12 @@ func (g *Gate) followTokens(ctx context.Context) {
 	reload.Watch(ctx, g.cfg.TokensFile, "gate tokens", reload.Options{Every: g.cfg.TokensCheckEvery, Log: g.log},
 		func(path string) (*Auth, error) {
 			a, err := LoadAuth(path, g.cfg.Tokens)
-			if err == nil && !a.Enabled() && !g.cfg.AllowNoAuth {
+			switch {
+			case err != nil:
+			case !a.Enabled() && !g.cfg.AllowNoAuth:
 				err = errors.New("no token left, and the gate does not run without (Config.AllowNoAuth)")
+			case !a.Enabled() && g.auth.Load().Enabled():
+				err = errors.New("no token left: with Config.AllowNoAuth that would turn authentication off; restart the gate to run without tokens")
 			}
 			return a, err
 		},

@@ -410,6 +410,8 @@ func (g *Gate) serveBatch(x *exchange) {
 		_, span = startProduce(x.r, topic)
 		traceparent = tracing.Traceparent(span.SpanContext())
 	}
+	checks, endChecks := g.callbackChecks(x.r.Context())
+	defer endChecks()
 	stream := job.NewStream(body)
 	for {
 		j, err := stream.Next()
@@ -429,7 +431,7 @@ func (g *Gate) serveBatch(x *exchange) {
 			x.failDecode(err)
 			return
 		}
-		if err := g.validate(x.r.Context(), j, topic, now); err != nil {
+		if err := g.validate(checks, j, topic, now); err != nil {
 			results = append(results, rejectedItem(len(results), err))
 			continue
 		}

@@ -65,3 +65,44 @@ func TestATokenRemovedFromItsFileIsRefusedWithoutARestart(t *testing.T) {
 		t.Errorf("the token kept through it all: %d", s)
 	}
 }
+
+// TestAnEmptiedTokensFileDoesNotTurnAuthenticationOff: a gate run with
+// --allow-no-auth and a tokens file that had tokens refuses the file left
+// with none: authentication stays on with the tokens in force (before,
+// the gate took the empty file and let anyone in).
+func TestAnEmptiedTokensFileDoesNotTurnAuthenticationOff(t *testing.T) {
+	k := newKafka(t)
+	file := filepath.Join(t.TempDir(), "tokens")
+	write := func(s string) {
+		t.Helper()
+		tmp := file + ".new"
+		if err := os.WriteFile(tmp, []byte(s), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("kept-token-0123456789 jobs ops\n")
+	g := startGate(t, k, func(c *gate.Config) {
+		c.AllowNoAuth = true
+		c.TokensFile = file
+		c.TokensCheckEvery = 50 * time.Millisecond
+	})
+	status := func(token string) int {
+		return post(t, g.url+"/v1/topics/jobs/jobs", `{"type":"t","payload":{}}`, "Authorization", "Bearer "+token).status
+	}
+	if s := status("kept-token-0123456789"); s != http.StatusAccepted {
+		t.Fatalf("before: %d", s)
+	}
+	write("")
+	testenv.WaitFor(t, 5*time.Second, "the empty file to be refused", func() bool {
+		return strings.Contains(g.logs.String(), "would turn authentication off")
+	})
+	if s := status("anyone-at-all-0123456789"); s != http.StatusUnauthorized {
+		t.Errorf("an unknown token after the empty file: %d, want 401", s)
+	}
+	if s := status("kept-token-0123456789"); s != http.StatusAccepted {
+		t.Errorf("the token in force: %d", s)
+	}
+}

@@ -1271,8 +1271,8 @@ func composeCheckTopics(t *testing.T, f *composeFile, byCmd map[string][]*compos
 			fields := strings.Fields(entry)
 			switch {
 			case len(fields) == 0:
-			case len(fields) != 2 || len(fields[0]) < 8 || fields[1] != "read" && fields[1] != "admin":
-				t.Errorf("%s: entry %q: want \"<token of 8+ characters> read|admin\"", c.where("admin-tokens"), entry)
+			case len(fields) != 2 || len(fields[0]) < 16 || fields[1] != "read" && fields[1] != "admin":
+				t.Errorf("%s: entry %q: want \"<token of 16+ characters> read|admin\"", c.where("admin-tokens"), entry)
 			default:
 				roles[fields[1]] = true
 			}

@@ -335,6 +335,11 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	ccfg.LockDelay = 0                               // one coordinator: nobody to protect from a stale holder
 	ccfg.Periodic.GateURL = "http://" + cfg.GateAddr // the dev gate takes no token
 	ccfg.CallbackAllow = devCallbackAllow
+	// Loopback is open to callbacks here, the stack's own listeners not:
+	// a group's callback must not drive the gate, the relay or the worker
+	// (the coordinator's own listener, with the console's admin API, is
+	// refused by the coordinator itself).
+	ccfg.CallbackRefuse = []string{cfg.GateAddr, cfg.RelayAddr, cfg.WorkerAddr}
 	// The console on the coordinator's listener, as sluice coordinator
 	// serves it (docs/admin.md): the dev Kafka for the DLQ and the relay's
 	// lag, the dev gate's counters for the funnel.

@@ -5,12 +5,14 @@ package admin
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"crypto/subtle"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/secretfile"
 )
 
 // Role is what a token may do.
@@ -80,13 +82,16 @@ func parseTokens(s, source string) ([]tokenHash, error) {
 		if err != nil {
 			return nil, fmt.Errorf("token entry %d: %v", len(out)+1, err)
 		}
-		if len(f[0]) < 8 {
-			return nil, fmt.Errorf("token entry %d: the token is shorter than 8 characters", len(out)+1)
+		if len(f[0]) < MinTokenLen {
+			return nil, fmt.Errorf("token entry %d: the token is %d characters, want at least %d, as the gate's (`openssl rand -hex 16` makes one)", len(out)+1, len(f[0]), MinTokenLen)
 		}
 		out = append(out, tokenHash{sum: sha256.Sum256([]byte(f[0])), role: role, name: name})
 	}
 	return out, nil
 }
+
+// MinTokenLen is the shortest admin token: 16 characters, as the gate's.
+const MinTokenLen = 16
 
 // Tokens are bearer tokens with their roles, kept as their SHA-256 hashes
 // only (ParseTokens, ReadTokens).
@@ -107,18 +112,18 @@ func ParseTokens(s string) (Tokens, error) {
 
 // ReadTokens reads a file of tokens, one "<token> <role> [<name>]" per
 // line, as ParseTokens does (default name "<path>#<entry number>"); "" is
-// no file and no tokens.
+// no file and no tokens. The file must be readable by its owner only
+// (internal/secretfile).
 func ReadTokens(path string) (Tokens, error) {
 	if path == "" {
 		return Tokens{}, nil
 	}
-	f, err := os.Open(path)
+	raw, err := secretfile.Read(path)
 	if err != nil {
 		return Tokens{}, err
 	}
-	defer f.Close()
 	var b strings.Builder
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for sc.Scan() {
 		b.WriteString(sc.Text())
 		b.WriteByte('\n')

@@ -10,10 +10,10 @@ import (
 
 func TestAuthRoles(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "tokens")
-	if err := os.WriteFile(file, []byte("# operators\nfile-admin-token admin\n\nfile-read-token read\n"), 0o600); err != nil {
+	if err := os.WriteFile(file, []byte("# operators\nfile-admin-token admin\n\nfile-read-token-1 read\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	inline, err := ParseTokens("inline-admin-1 admin; inline-read-1 read")
+	inline, err := ParseTokens("inline-admin-token-1 admin; inline-read-token-1 read")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,11 +31,11 @@ func TestAuthRoles(t *testing.T) {
 		{"GET", "Bearer ", RoleNone, 401},
 		{"GET", "Basic aW5saW5lLWFkbWluLTE=", RoleNone, 401},
 		{"GET", "Bearer nope-nope-nope", RoleNone, 401},
-		{"GET", "Bearer inline-read-1", RoleRead, 0},
-		{"HEAD", "Bearer file-read-token", RoleRead, 0},
-		{"POST", "Bearer inline-read-1", RoleRead, 403},
-		{"DELETE", "Bearer file-read-token", RoleRead, 403},
-		{"POST", "Bearer inline-admin-1", RoleAdmin, 0},
+		{"GET", "Bearer inline-read-token-1", RoleRead, 0},
+		{"HEAD", "Bearer file-read-token-1", RoleRead, 0},
+		{"POST", "Bearer inline-read-token-1", RoleRead, 403},
+		{"DELETE", "Bearer file-read-token-1", RoleRead, 403},
+		{"POST", "Bearer inline-admin-token-1", RoleAdmin, 0},
 		{"PUT", "Bearer file-admin-token", RoleAdmin, 0},
 	} {
 		r := httptest.NewRequest(tc.method, "/api/v1/x", nil)
@@ -63,7 +63,7 @@ func TestAuthRoles(t *testing.T) {
 		t.Errorf("insecure: %v %v", role, e)
 	}
 	// Tokens configured: --admin-insecure does not open the door.
-	admin1, _ := ParseTokens("inline-admin-1 admin")
+	admin1, _ := ParseTokens("inline-admin-token-1 admin")
 	both := NewAuth(true, admin1)
 	if _, e := both.Check(httptest.NewRequest("GET", "/", nil)); e == nil || e.Status != 401 || both.Insecure() {
 		t.Errorf("tokens and insecure: %v", e)
@@ -74,11 +74,11 @@ func TestAuthRoles(t *testing.T) {
 // or the file, never a flag or a Config field: the server adds which of
 // its settings held it.
 func TestTokensErrorsNameNoSetting(t *testing.T) {
-	if _, err := ParseTokens("ok-token-1 admin; bad"); err == nil || !strings.HasPrefix(err.Error(), "token entry 2:") {
+	if _, err := ParseTokens("ok-token-1-long-enough admin; bad"); err == nil || !strings.HasPrefix(err.Error(), "token entry 2:") {
 		t.Errorf("a bad second entry: %v", err)
 	}
 	file := filepath.Join(t.TempDir(), "tokens")
-	os.WriteFile(file, []byte("ok-token-1 root\n"), 0o600)
+	os.WriteFile(file, []byte("ok-token-1-long-enough root\n"), 0o600)
 	if _, err := ReadTokens(file); err == nil || !strings.HasPrefix(err.Error(), file+": token entry 1:") {
 		t.Errorf("a bad file: %v", err)
 	}
@@ -106,7 +106,7 @@ func TestParseTokensNeverEchoesATokenInErrors(t *testing.T) {
 // FuzzParseTokens: whatever the flag or file holds, parsing never panics,
 // and an accepted entry's token authenticates with its role.
 func FuzzParseTokens(f *testing.F) {
-	for _, s := range []string{"tok1tok1 admin;tok2tok2 read", "# c\nabcdefgh read\n", ";;", "x y z", "abcdefgh\tadmin"} {
+	for _, s := range []string{"tok1tok1tok1tok1 admin;tok2tok2tok2tok2 read", "# c\nabcdefghabcdefgh read\n", ";;", "x y z", "abcdefghabcdefgh\tadmin"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -131,18 +131,51 @@ func FuzzParseTokens(f *testing.F) {
 // TestEachTokenHasAName: the name a token's uses are logged by, its own
 // or its entry's.
 func TestEachTokenHasAName(t *testing.T) {
-	tok, err := ParseTokens("token-of-ops-1 admin alice;token-of-ci-12 read")
+	tok, err := ParseTokens("token-of-ops-team-1 admin alice;token-of-ci-jobs-12 read")
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := NewAuth(false, tok)
 	for token, want := range map[string]Caller{
-		"token-of-ops-1": {RoleAdmin, "alice"},
-		"token-of-ci-12": {RoleRead, "inline#2"},
-		"someone-else-1": {},
+		"token-of-ops-team-1": {RoleAdmin, "alice"},
+		"token-of-ci-jobs-12": {RoleRead, "inline#2"},
+		"someone-else-1":      {},
 	} {
 		if got := a.lookup(token); got != want {
 			t.Errorf("%s: %+v, want %+v", token, got, want)
 		}
+	}
+}
+
+// TestAdminTokensNeedSixteenCharacters: an admin token is as long as a
+// gate token at least (16 characters); the error says how long it is and
+// how to make one, never the token.
+func TestAdminTokensNeedSixteenCharacters(t *testing.T) {
+	for _, tok := range []string{"abcdefgh", "abcdefghijklmno"} { // 8 and 15
+		_, err := ParseTokens(tok + " admin")
+		if err == nil || !strings.Contains(err.Error(), "want at least 16") || strings.Contains(err.Error(), tok) {
+			t.Errorf("a %d-character token: %v", len(tok), err)
+		}
+	}
+	if _, err := ParseTokens("abcdefghijklmnop admin"); err != nil {
+		t.Errorf("a 16-character token: %v", err)
+	}
+}
+
+// TestATokensFileOthersCanReadIsRefused: a tokens file the process's user
+// owns must be readable by that user only; the error names the file and
+// the chmod that fixes it.
+func TestATokensFileOthersCanReadIsRefused(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(file, []byte("file-admin-token admin\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(file, 0o644)
+	if _, err := ReadTokens(file); err == nil || !strings.Contains(err.Error(), "chmod 600 "+file) {
+		t.Errorf("a 0644 tokens file: %v", err)
+	}
+	os.Chmod(file, 0o600)
+	if _, err := ReadTokens(file); err != nil {
+		t.Errorf("a 0600 tokens file: %v", err)
 	}
 }

@@ -59,7 +59,10 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 	if err != nil {
 		return fmt.Errorf("--admin-url %q: %w", c.BaseURL, err)
 	}
-	if in != nil {
+	if in != nil || method != http.MethodGet && method != http.MethodHead {
+		// Even without a body: the console refuses a change without
+		// it when no token is sent (--admin-insecure), as a page of
+		// another site could send one.
 		req.Header.Set("Content-Type", "application/json")
 	}
 	req.Header.Set("Accept", "application/json")

@@ -6,14 +6,16 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
-	"os"
 	"strconv"
 	"strings"
+
+	"github.com/sluicehq/sluice/internal/secretfile"
 )
 
 // Secret is a credential (a password, a token): given inline by a flag or
 // its SLUICE_* variable, or, better, by a file that only the process's user
-// can read. The file is re-read on every Read, so a rotated secret needs no
+// can read (Read refuses one the user owns that others may read:
+// internal/secretfile). The file is re-read on every Read, so a rotated secret needs no
 // restart where the caller reads it again. A Secret never prints its value:
 // not in --help, a log line or an error.
 type Secret struct {
@@ -34,7 +36,7 @@ func (s Secret) Read() (string, error) {
 	if s.File == "" {
 		return s.Value, nil
 	}
-	b, err := os.ReadFile(s.File)
+	b, err := secretfile.Read(s.File)
 	if err != nil {
 		return "", fmt.Errorf("secret file: %w", err)
 	}

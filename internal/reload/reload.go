@@ -3,7 +3,11 @@
 // content changes (compared every Options.Every, so an editor's rename and
 // a Kubernetes secret's symlink swap are both seen) and on SIGHUP. A new content that does not parse is
 // logged and the last good one stays in force: a typo must not lock every
-// client out, nor let anyone in.
+// client out, nor let anyone in. The callers' load functions also refuse a
+// content that would leave the part with no credential at all (an emptied
+// or half-written file), for the same reason. The coordinator's callback
+// secrets, read before each attempt, keep their last good set the same way
+// (callback.SecretsFile).
 package reload
 
 import (

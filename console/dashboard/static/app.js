@@ -130,10 +130,10 @@
     if (token) headers.Authorization = 'Bearer ' + token;
     const init = { method, headers, cache: 'no-store', credentials: 'omit', redirect: 'error' };
     if (typeof AbortSignal.timeout === 'function') init.signal = AbortSignal.timeout(REQUEST_TIMEOUT_MS);
-    if (body !== undefined) {
-      headers['Content-Type'] = 'application/json';
-      init.body = JSON.stringify(body);
-    }
+    // A change carries Content-Type application/json even without a body:
+    // the API refuses one without it when it takes no token (--admin-insecure).
+    if (body !== undefined || (method !== 'GET' && method !== 'HEAD')) headers['Content-Type'] = 'application/json';
+    if (body !== undefined) init.body = JSON.stringify(body);
     let resp;
     try {
       resp = await fetch(API + path, init);
