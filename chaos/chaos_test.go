@@ -209,7 +209,7 @@ func TestChaosUncleanElection(t *testing.T) {
 	}
 	var b *bed
 	runScenario(t, scenario{
-		name: "unclean", rate: 1000, total: 30000, poison: 12, drain: 2 * time.Minute,
+		name: "unclean", rate: 1500, total: 60000, poison: 12, drain: 2 * time.Minute,
 		steps: [][]fault{
 			{faultKafkaKillLeader},
 			{faultNotEnoughReplicas},
@@ -222,6 +222,9 @@ func TestChaosUncleanElection(t *testing.T) {
 		bed:       &b,
 	})
 	if b != nil {
+		if v, err := topicConfig(b, "unclean.leader.election.enable"); err != nil || v != "true" {
+			t.Errorf("the job topic's unclean.leader.election.enable is %q (%v); want true: the run proved nothing about unclean elections", v, err)
+		}
 		elected, triggered := uncleanElections(b)
 		t.Logf("unclean elections: %d logged by the controllers (%d triggered for offline partitions)", elected, triggered)
 	}

@@ -431,3 +431,26 @@ func uncleanElections(b *bed) (elected, triggered int) {
 	}
 	return elected, triggered
 }
+
+// topicConfig reads one config of the job topic as the brokers apply it
+// (a server property is the topic's default).
+func topicConfig(b *bed, name string) (string, error) {
+	cfg := sarama.NewConfig()
+	cfg.Version = sarama.V3_6_0_0
+	cfg.Metadata.AllowAutoTopicCreation = false
+	admin, err := sarama.NewClusterAdmin(b.kafka.Brokers(), cfg)
+	if err != nil {
+		return "", err
+	}
+	defer admin.Close()
+	entries, err := admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{name}})
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		if e.Name == name {
+			return e.Value, nil
+		}
+	}
+	return "", fmt.Errorf("no config %s for topic %s", name, topic)
+}
