@@ -181,9 +181,13 @@ bench-e2e: deps build
 ## 2 gates, 2 relays, 2 workers and 2 coordinators as real processes while every
 ## fault strikes, one at a time and mixed, and the regression tests of the bugs
 ## it found (about 4 minutes; they fail until those are fixed); prints the verdict table. The short version runs
-## in `make test`.
+## in `make test`. KAFKA=apache runs it on three real Apache Kafka brokers
+## (`make kafka`; RF 3, min.insync.replicas 2, acks=all) with the Kafka faults
+## of docs/chaos.md: TestChaosFull's real-broker steps, then
+## TestChaosUncleanElection (about 15 minutes).
 chaos: deps
-	SLUICE_CHAOS_FULL=1 $(GO) test ./chaos/ -count=1 -v -timeout 30m
+	SLUICE_CHAOS_FULL=1 SLUICE_TEST_KAFKA=$(KAFKA) $(GO) test ./chaos/ -count=1 -v -timeout $(if $(filter apache,$(KAFKA)),40m,30m) $(CHAOS_RUN)
+CHAOS_RUN = $(if $(filter apache,$(KAFKA)),-run '^(TestChaosFull|TestChaosUncleanElection)$$')
 
 clean:
 	rm -rf bin .sluice

@@ -152,15 +152,20 @@ type part struct {
 	killed map[int]time.Time // incarnation -> when it was killed with SIGKILL
 }
 
-func newBed(t *testing.T) *bed {
+func newBed(t *testing.T) *bed { t.Helper(); return newBedWith(t) }
+
+// newBedWith is newBed with more options for its Kafka cluster (real
+// brokers, their server properties).
+func newBedWith(t *testing.T, kafkaOpts ...testenv.KafkaOption) *bed {
 	t.Helper()
 	b := &bed{t: t, logDir: t.TempDir(), layout: queue.Layout{Stage: stage, Partitions: redisPartitions}}
 	bin := make(chan string, 1)
 	go func() { bin <- testenv.BuildSluice(t) }()
 	b.redis = testenv.Redis(t, testenv.WithAOF(), testenv.WithMaxMemory("512mb"))
 	b.consul = testenv.Consul(t)
-	b.kafka = testenv.Kafka(t, testenv.Brokers(3),
-		testenv.Topic(topic, kafkaPartitions), testenv.Topic(topic+".dlq", kafkaPartitions), testenv.Topic(topic+".retry", kafkaPartitions))
+	b.kafka = testenv.Kafka(t, append([]testenv.KafkaOption{testenv.Brokers(3),
+		testenv.Topic(topic, kafkaPartitions), testenv.Topic(topic+".dlq", kafkaPartitions), testenv.Topic(topic+".retry", kafkaPartitions)},
+		kafkaOpts...)...)
 	b.ledger = newLedger(t)
 	b.ledger.kill = b.killWorker
 	b.workerRedis = newProxy(t, b.redis.Addr())

@@ -1,7 +1,9 @@
 // Package chaos is sluice's chaos suite: it runs the real binaries as
 // separate processes (two gates, two relays, two workers, two coordinators)
 // against real Redis (AOF everysec), a Consul agent and a 3-broker kfake
-// cluster, breaks them one at a time and mixed while jobs flow, and checks
+// cluster (or three real Apache Kafka brokers, with the Kafka faults:
+// make chaos KAFKA=apache), breaks them one at a time and mixed while
+// jobs flow, and checks
 // the guarantees of docs/chaos.md by job id (a set workload of mostly
 // plain jobs): nothing the gate acknowledged is lost, no idempotency key
 // runs twice, every rerun of a job without a key is explained, only

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/stack"
 )
 
 // The faults of issue 29: what trusted systems' tests break (Jepsen's
@@ -256,8 +257,11 @@ var (
 			resume()
 			return "", 0, fmt.Errorf("reading the log before the deletion: %w", err)
 		}
-		c := b.kafka.Cluster()
-		if err := c.DeleteTopic(topic); err != nil {
+		del, create := kfakeTopicOps(b)
+		if a := b.kafka.Real(); a != nil {
+			del, create = realTopicOps(a)
+		}
+		if err := del(); err != nil {
 			resume()
 			return "", 0, fmt.Errorf("deleting %s: %w", topic, err)
 		}
@@ -267,9 +271,27 @@ var (
 		b.mu.Unlock()
 		end := b.begin("", "the topic was recreated: relayed from the new log")
 		defer end()
-		if err := c.CreateTopic(topic, kafkaPartitions, nil); err != nil {
+		if err := create(); err != nil {
 			resume()
 			return "", 0, fmt.Errorf("creating %s again: %w", topic, err)
+		}
+		// Real brokers: the gates' topic catalogues may have read the
+		// cluster while the topic was gone, and answer 404 until they
+		// read it again (at most a second later when asked): the load
+		// resumes once both serve it, or every valid job would look
+		// refused.
+		if b.kafka.IsApache() {
+			if _, err := waitUntil(30*time.Second, "both gates to serve the recreated topic", func() bool {
+				for _, g := range b.gates {
+					if !httpOK("http://" + g.listen + "/v1/topics/" + topic) {
+						return false
+					}
+				}
+				return true
+			}); err != nil {
+				resume()
+				return "", 0, err
+			}
 		}
 		resume()
 		ranAfter := b.ranAckedAfter(at)
@@ -594,4 +616,29 @@ func (b *bed) workerKnows(flag string) bool {
 // ("Another child process is active"), which once failed the MISCONF step.
 func bgsaveScheduled(ctx context.Context, rc *redis.Client) error {
 	return rc.Do(ctx, "BGSAVE", "SCHEDULE").Err()
+}
+
+// kfakeTopicOps deletes and creates the job topic on kfake.
+func kfakeTopicOps(b *bed) (del, create func() error) {
+	c := b.kafka.Cluster()
+	if c == nil {
+		return func() error { return errors.New("no kfake cluster") }, nil
+	}
+	return func() error { return c.DeleteTopic(topic) },
+		func() error { return c.CreateTopic(topic, kafkaPartitions, nil) }
+}
+
+// realTopicOps deletes the job topic on real brokers (waiting until none
+// lists it) and creates it again (replication factor 3, waiting until
+// every partition has a leader).
+func realTopicOps(a *stack.ApacheKafka) (del, create func() error) {
+	return func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
+			defer cancel()
+			return a.DeleteTopic(ctx, topic)
+		}, func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
+			defer cancel()
+			return a.CreateTopic(ctx, topic, kafkaPartitions)
+		}
 }

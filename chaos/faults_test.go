@@ -211,6 +211,9 @@ var (
 		return m, 0, err
 	}}
 	faultLeaders = fault{"move every Kafka partition's leader", func(b *bed) (string, time.Duration, error) {
+		if b.kafka.IsApache() {
+			return skipOnApache(b, "move every Kafka partition's leader", "kill -9 the Kafka leader of busy partitions")
+		}
 		c := b.kafka.Cluster()
 		for _, t := range []string{topic, topic + ".dlq"} {
 			for p := int32(0); p < kafkaPartitions; p++ {
@@ -225,6 +228,9 @@ var (
 		return "", 0, err
 	}}
 	faultBroker = fault{"remove a Kafka broker", func(b *bed) (string, time.Duration, error) {
+		if b.kafka.IsApache() {
+			return skipOnApache(b, "remove a Kafka broker", "restart a Kafka broker while jobs flow")
+		}
 		node := b.kafka.Cluster().LeaderFor(topic, 0)
 		if err := b.kafka.Cluster().RemoveNode(node); err != nil {
 			return "", 0, err
@@ -309,6 +315,14 @@ var (
 		return fmt.Sprintf("%s killed, ready again after %s", g.name, down.Round(100*time.Millisecond)), 0, b.waitFlow("jobs to flow after the gate restart")
 	}}
 )
+
+// skipOnApache skips a kfake-only fault (kfake's leader "moves" point at
+// another broker over one shared log) on real brokers, saying so and which
+// real fault plays its part.
+func skipOnApache(b *bed, what, instead string) (string, time.Duration, error) {
+	b.t.Logf("step %q skipped on real brokers: it is kfake's fault injection; %q plays its part", what, instead)
+	return fmt.Sprintf("skipped on real brokers (kfake only; %q plays its part)", instead), 0, nil
+}
 
 // liveNode is the first broker at or after n (mod 3) that was not removed.
 func liveNode(b *bed, n int32) int32 {

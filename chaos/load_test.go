@@ -165,10 +165,13 @@ func (o *op) group() string {
 
 // request is one POST to a gate, as the loader saw it.
 type request struct {
-	At     time.Time
-	Gate   int
-	Status int // 0: no answer (connection error)
-	Jobs   int
+	At       time.Time
+	Answered time.Time // when the answer (or the error) came
+	Gate     int
+	Status   int // 0: no answer (connection error)
+	Jobs     int
+	Accepted int    // items answered 2xx
+	Msg      string // the error of the answer, if any (an item's, for a batch)
 }
 
 func (r request) failed() bool { return r.Status == 0 || r.Status >= 500 }
@@ -352,8 +355,8 @@ func (l *loader) slowest(w time.Duration, n int) string {
 	last := l.requests[len(l.requests)-1].At
 	counts := make([]int, int(last.Sub(l.began)/w)+1)
 	for _, r := range l.requests {
-		if i := int(r.At.Sub(l.began) / w); i >= 0 && i < len(counts) && !r.failed() && r.Status < 300 {
-			counts[i] += r.Jobs
+		if i := int(r.At.Sub(l.began) / w); i >= 0 && i < len(counts) {
+			counts[i] += r.Accepted
 		}
 	}
 	idx := make([]int, len(counts)-1) // the last window is partial
@@ -453,6 +456,7 @@ func (l *loader) post(ctx context.Context, client *http.Client, gate int, batch 
 		o := ops[r.Index]
 		switch {
 		case r.Status >= 200 && r.Status < 300:
+			rec.Accepted++
 			o.ID, o.AckedAt = r.ID, answered
 			if o.Spec.ID != "" && r.ID != o.Spec.ID {
 				msg = fmt.Sprintf("item %d: the gate answered id %q for the client's %q", r.Index, r.ID, o.Spec.ID)
@@ -518,6 +522,7 @@ func (l *loader) postGroup(ctx context.Context, client *http.Client, gate int, b
 		l.acked[o.ID] = o
 	}
 	l.mu.Unlock()
+	rec.Accepted = len(ops)
 	l.record(rec, "")
 	return nil
 }
@@ -554,6 +559,7 @@ func (l *loader) postOne(ctx context.Context, j jobSpec) (*op, error) {
 func (l *loader) record(r request, errMsg string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	r.Answered, r.Msg = time.Now(), errMsg
 	l.requests = append(l.requests, r)
 	if errMsg != "" {
 		l.lastErr = errMsg
@@ -573,6 +579,20 @@ func (l *loader) snapshot() (ops []op, acked map[string]op, rejected []string) {
 		acked[id] = *o
 	}
 	return ops, acked, append([]string(nil), l.rejected...)
+}
+
+// answeredWithin returns the requests sent at or after from and answered
+// before to.
+func (l *loader) answeredWithin(from, to time.Time) []request {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []request
+	for _, r := range l.requests {
+		if !r.At.Before(from) && r.Answered.Before(to) {
+			out = append(out, r)
+		}
+	}
+	return out
 }
 
 // window counts the requests sent in [from, to] and those that failed.

@@ -481,14 +481,16 @@ func (b *bed) explainRerun(prev, next execution, copies int) string {
 	return ""
 }
 
-// failures are the verdict's broken guarantees.
-func (v verdict) failures() []string {
+// failures are the verdict's broken guarantees. lossy (the unclean
+// election's run) reports lost jobs, and the funnel they unbalance,
+// instead: see lossyReport.
+func (v verdict) failures(lossy bool) []string {
 	var out []string
 	some := func(s []string) string { return strings.Join(s[:min(5, len(s))], "; ") }
 	if len(v.KeyedTwice) > 0 {
 		out = append(out, fmt.Sprintf("%d idempotency keys ran to a 2xx twice (not explained by a worker killed before it could record the run): %s", len(v.KeyedTwice), some(v.KeyedTwice)))
 	}
-	if len(v.Lost) > 0 {
+	if len(v.Lost) > 0 && !lossy {
 		out = append(out, fmt.Sprintf("%d acknowledged jobs lost, e.g. %s", len(v.Lost), some(v.Lost)))
 	}
 	if len(v.Unexplained) > 0 {
@@ -515,11 +517,11 @@ func (v verdict) failures() []string {
 	if v.PoisonDLQ != v.Poison {
 		out = append(out, fmt.Sprintf("%d poison records produced, %d records in %s.dlq", v.Poison, v.PoisonDLQ, topic))
 	}
-	if !v.FunnelExact {
+	if !v.FunnelExact && !(lossy && len(v.Lost) > 0) {
 		out = append(out, fmt.Sprintf("the funnel is not exact: relayed %d, completed %d + dead %d + cancelled %d = %d; expected relayed %d from the log (%d extra copies, %d requeued, %d jobs in the DLQ, %d dropped, %d lost with the topic, %d ambiguous)",
 			v.Relayed, v.Completed, v.DeadN, v.Cancelled, v.Completed+v.DeadN+v.Cancelled, v.ExpectedRelayed, v.KafkaCopies, v.Requeued, max(0, v.PoisonDLQ-v.Poison), v.Dropped, len(v.LostWithTopic), v.Ambiguous))
 	}
-	if len(v.FunnelProblems) > 0 {
+	if len(v.FunnelProblems) > 0 && !(lossy && len(v.Lost) > 0) {
 		out = append(out, "sluice stats finds the funnel unbalanced: "+strings.Join(v.FunnelProblems, "; "))
 	}
 	if v.CanaryLast == "firing" {

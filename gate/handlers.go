@@ -267,7 +267,14 @@ func (g *Gate) answerCtxErr(x *exchange, err error, ids []string) {
 func (g *Gate) produceStatus(err error) int {
 	switch {
 	case kafka.Unavailable(err):
-		g.catalog.MarkUnavailable(err)
+		// A broker's refusal (NOT_ENOUGH_REPLICAS, no leader yet) is its
+		// partition's: other partitions and topics still take writes. A
+		// produce deadline (a group's, which comes here) is that request's.
+		// Only an unreachable Kafka turns every request away until the
+		// next metadata refresh.
+		if !kafka.BrokerAnswered(err) && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
+			g.catalog.MarkUnavailable(err)
+		}
 		return http.StatusServiceUnavailable
 	case kafka.TooLarge(err):
 		return http.StatusRequestEntityTooLarge

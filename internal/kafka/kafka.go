@@ -143,6 +143,14 @@ func Unavailable(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE)
 }
 
+// BrokerAnswered reports whether err is an error code a broker answered
+// with (NOT_ENOUGH_REPLICAS, LEADER_NOT_AVAILABLE, ...): Kafka was reached,
+// and the refusal concerns the request's partition, not the cluster.
+func BrokerAnswered(err error) bool {
+	var kerr sarama.KError
+	return errors.As(err, &kerr)
+}
+
 // TooLarge reports whether err means the message exceeds a size limit.
 func TooLarge(err error) bool {
 	var cerr sarama.ConfigurationError

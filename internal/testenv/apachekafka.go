@@ -139,6 +139,17 @@ func (k *KafkaCluster) IsApache() bool {
 	return ok
 }
 
+// Real returns the real brokers' own handle, whose controls return errors
+// instead of failing the test: for a test that breaks brokers from
+// goroutines of its own (the chaos suite), where t.Fatal may not be
+// called. nil for kfake and docker mode.
+func (k *KafkaCluster) Real() *stack.ApacheKafka {
+	if a, ok := k.be.(*apacheKafka); ok {
+		return a.k
+	}
+	return nil
+}
+
 // Nodes returns the brokers' node ids, 1 to N. Real brokers only.
 func (k *KafkaCluster) Nodes() []int32 { return k.apache("Nodes").Nodes() }
 
