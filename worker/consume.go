@@ -612,7 +612,7 @@ func (c *consumer) settle(ctx context.Context, h *heldJob, result []byte, herr e
 		return
 	}
 	var next time.Time
-	if delay, again := w.retryIn(herr, cl.Attempt, maxAttempts); again {
+	if delay, again := w.retryIn(h.jobType, herr, cl.Attempt, maxAttempts); again {
 		next = now.Add(delay)
 	}
 	// Waits out a Redis that cannot serve: a failure dropped would be

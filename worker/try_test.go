@@ -139,3 +139,19 @@ func TestTrySettlesAsTheWorkerDoes(t *testing.T) {
 		t.Fatalf("middleware saw %q, want %q", strings.Join(seen, " "), want)
 	}
 }
+
+// TestTryFollowsTheTypesRetryDelay: Try's RetryIn is the type's
+// TypeRetryDelay, and a panicking policy leaves it to the backoff.
+func TestTryFollowsTheTypesRetryDelay(t *testing.T) {
+	w := offline(t, func(c *worker.Config) { c.Backoff = time.Second })
+	fail := worker.HandlerFunc(func(context.Context, *worker.Job) ([]byte, error) { return nil, errors.New("no") })
+	w.Handle("policy", fail, worker.TypeRetryDelay(func(n int, _ error) time.Duration { return time.Duration(n) * time.Minute }))
+	w.Handle("broken", fail, worker.TypeRetryDelay(func(int, error) time.Duration { panic("bug") }))
+	ctx := context.Background()
+	if out := w.Try(ctx, &worker.Job{Type: "policy", Attempt: 3}, 0); !out.Retry || out.RetryIn != 3*time.Minute {
+		t.Fatalf("policy, attempt 3: %+v, want a retry in 3m", out)
+	}
+	if out := w.Try(ctx, &worker.Job{Type: "broken"}, 0); !out.Retry || out.RetryIn < 800*time.Millisecond || out.RetryIn > 1200*time.Millisecond {
+		t.Fatalf("broken policy: %+v, want the backoff's 1s±20%%", out)
+	}
+}

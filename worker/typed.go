@@ -85,6 +85,7 @@ type HandleOption func(*typeDefaults)
 type typeDefaults struct {
 	timeout     time.Duration
 	maxAttempts int
+	retryDelay  func(attempt int, err error) time.Duration
 }
 
 // TypeTimeout bounds one attempt of the type's jobs whose envelope sets no
