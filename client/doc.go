@@ -16,6 +16,12 @@
 //   - A 4xx is returned at once as an *Error carrying the gate's message (and
 //     the field, line and column of a decode error): errors.As(err, &e).
 //
+// Code that enqueues can take an Enqueuer, which *Client satisfies, and
+// tests pass client/sluicetest's Recorder, a fake that records each job;
+// sluicetest's Harness runs a worker's handlers on a job. A payload type
+// with a Kind() string method (JobArgs) names its job type: give the type
+// "" to Enqueue, and to worker.HandleFunc.
+//
 // Every call takes a context: it bounds the whole call, retries and
 // backoffs included. docs/client.md maps each option to the envelope field
 // and the gate's API, and states what the retries guarantee.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/sluicehq/sluice/client/internal/jobcheck"
 	"github.com/sluicehq/sluice/internal/job"
 )
 
@@ -23,7 +24,8 @@ type Result struct {
 
 // Job is one job of a batch: its type, its payload and its options.
 type Job struct {
-	// Type selects the handler. Required.
+	// Type selects the handler. Required, unless Payload's type has a
+	// Kind() method (JobArgs), whose answer "" takes.
 	Type string
 	// Payload is any value encoding/json encodes (a json.RawMessage or
 	// []byte is sent as it is, and must be JSON), or nil for none.
@@ -36,7 +38,8 @@ type Job struct {
 // Enqueue sends one job of jobType to topic (POST /v1/topics/{topic}/jobs)
 // and returns once Kafka holds it. payload is any value encoding/json
 // encodes (a json.RawMessage or []byte is sent byte for byte, and must be
-// JSON), or nil for none.
+// JSON), or nil for none. jobType "" takes the payload's Kind() (its type
+// is a JobArgs); without one the job is refused.
 //
 // A 504 or 503 answer, or a connection error, is retried with the same id
 // (the client assigns one when ID is not given), so the job is queued once
@@ -104,7 +107,7 @@ func (c *Client) EnqueueBatch(ctx context.Context, topic string, jobs []Job, opt
 		return nil, errors.New("client: EnqueueBatch: no jobs")
 	}
 	s := newSettings(opts)
-	if err := s.only("EnqueueBatch", []string{"Acks"}); err != nil {
+	if err := s.only("EnqueueBatch", jobcheck.Batch); err != nil {
 		return nil, err
 	}
 	now := time.Now()
@@ -210,27 +213,18 @@ func (c *Client) EnqueueBatch(ctx context.Context, topic string, jobs []Job, opt
 // error for the whole request: the former's body has no "error".
 func hasResults(eb *errorBody) bool { return eb != nil && eb.Error == "" }
 
-// jobOptions are the options of a single or batched job.
-var jobOptions = []string{"ID", "Group", "Tenant", "Resource", "Priority", "RunAt", "Delay", "MaxAttempts", "Timeout", "IdempotencyKey", "Retain", "Acks"}
+var jobOptions = jobcheck.Job
 
 // only fails when an option outside allowed was given.
 func (s *settings) only(call string, allowed []string) error {
-	for _, name := range s.set {
-		ok := false
-		for _, a := range allowed {
-			ok = ok || a == name
-		}
-		if !ok {
-			return fmt.Errorf("client: %s: option %s does not apply (it takes %v)", call, name, allowed)
-		}
-	}
-	return nil
+	return jobcheck.Only(call, s.set, allowed)
 }
 
 // envelope encodes the job as the gate reads it, with an id.
 func (s *settings) envelope(jobType string, payload any, now time.Time) ([]byte, error) {
-	if jobType == "" {
-		return nil, errors.New("client: a job needs a type")
+	jobType, err := jobcheck.Type(jobType, payload)
+	if err != nil {
+		return nil, err
 	}
 	s.env.Type = jobType
 	if s.env.ID == "" {
@@ -254,28 +248,4 @@ func (s *settings) header() http.Header {
 	return http.Header{"Sluice-Acks": {string(s.acks)}}
 }
 
-// encodePayload encodes v as JSON without escaping <, > and & (the
-// payload reaches the handler byte for byte as encoded here).
-func encodePayload(v any) (json.RawMessage, error) {
-	switch p := v.(type) {
-	case nil:
-		return nil, nil
-	case json.RawMessage:
-		if !json.Valid(p) {
-			return nil, errors.New("client: the payload is not valid JSON")
-		}
-		return p, nil
-	case []byte:
-		if !json.Valid(p) {
-			return nil, errors.New("client: the payload is not valid JSON")
-		}
-		return p, nil
-	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, fmt.Errorf("client: encoding the payload: %w", err)
-	}
-	return bytes.TrimRight(b.Bytes(), "\n"), nil
-}
+func encodePayload(v any) (json.RawMessage, error) { return jobcheck.Payload(v) }

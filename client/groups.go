@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/sluicehq/sluice/client/internal/jobcheck"
 	"github.com/sluicehq/sluice/internal/job"
 )
 
@@ -25,7 +26,7 @@ type GroupResult struct {
 }
 
 // groupOptions are the fields the gate takes for a bulk group.
-var groupOptions = []string{"ID", "Tenant", "Resource", "Priority", "MaxAttempts", "Timeout", "Acks", "Callback"}
+var groupOptions = jobcheck.Group
 
 // EnqueueGroup submits a bulk group of jobType to topic (POST
 // /v1/topics/{topic}/groups): item i becomes job "<group>.<i>" with items[i]
@@ -41,13 +42,15 @@ var groupOptions = []string{"ID", "Tenant", "Resource", "Priority", "MaxAttempts
 // through, after which the gate cancels the items it wrote and the id
 // takes no more jobs; the *Error says so, and the group must be submitted
 // under a new id. All items are encoded in memory before the first send.
+// jobType "" takes the items' Kind() (JobArgs), which must be one.
 func (c *Client) EnqueueGroup(ctx context.Context, topic, jobType string, items []any, opts ...Option) (*GroupResult, error) {
 	s := newSettings(opts)
 	if err := s.only("EnqueueGroup", groupOptions); err != nil {
 		return nil, err
 	}
-	if jobType == "" {
-		return nil, fmt.Errorf("client: a group needs a job type")
+	jobType, err := jobcheck.GroupType(jobType, items)
+	if err != nil {
+		return nil, err
 	}
 	if s.env.ID == "" {
 		s.env.ID = job.NewID()

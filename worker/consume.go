@@ -612,11 +612,7 @@ func (c *consumer) settle(ctx context.Context, h *heldJob, result []byte, herr e
 		return
 	}
 	var next time.Time
-	if !IsPermanent(herr) && cl.Attempt < maxAttempts {
-		delay, asked := RetryDelay(herr)
-		if !asked {
-			delay = w.backoff(cl.Attempt)
-		}
+	if delay, again := w.retryIn(h.jobType, herr, cl.Attempt, maxAttempts); again {
 		next = now.Add(delay)
 	}
 	// Waits out a Redis that cannot serve: a failure dropped would be

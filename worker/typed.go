@@ -41,20 +41,22 @@ func (f TypedHandlerFunc[T]) Handle(ctx context.Context, job *TypedJob[T]) ([]by
 // Permanent error naming the job type and T, and h is not called.
 // Middleware added with Use sees the job before the decode, as for Handle.
 // opts set the type's own defaults (TypeTimeout, TypeMaxAttempts).
-// Registering jobType again replaces its handler and options.
+// Registering jobType again replaces its handler and options. jobType ""
+// takes T's Kind() (client.JobArgs: the producer enqueues a T with the
+// type ""), and panics when T has none.
 func HandleTyped[T any](w *Worker, jobType string, h TypedHandler[T], opts ...HandleOption) {
-	w.Handle(jobType, Typed(h), opts...)
+	w.Handle(typeOf[T]("HandleTyped", jobType), Typed(h), opts...)
 }
 
 // HandleFunc registers f for jobType on w, its payload decoded into a T, as
-// HandleTyped does: the sugar for a handler without a result. A nil error is
-// success.
+// HandleTyped does (jobType "" takes T's Kind()): the sugar for a handler
+// without a result. A nil error is success.
 //
 //	worker.HandleFunc(w, "email.send", func(ctx context.Context, j *worker.TypedJob[Email]) error {
 //		return send(ctx, j.Payload.To, j.Payload.Subject)
 //	}, worker.TypeTimeout(10*time.Second))
 func HandleFunc[T any](w *Worker, jobType string, f func(ctx context.Context, job *TypedJob[T]) error, opts ...HandleOption) {
-	HandleTyped(w, jobType, TypedHandlerFunc[T](func(ctx context.Context, j *TypedJob[T]) ([]byte, error) {
+	HandleTyped(w, typeOf[T]("HandleFunc", jobType), TypedHandlerFunc[T](func(ctx context.Context, j *TypedJob[T]) ([]byte, error) {
 		return nil, f(ctx, j)
 	}), opts...)
 }
@@ -83,6 +85,7 @@ type HandleOption func(*typeDefaults)
 type typeDefaults struct {
 	timeout     time.Duration
 	maxAttempts int
+	retryDelay  func(attempt int, err error) time.Duration
 }
 
 // TypeTimeout bounds one attempt of the type's jobs whose envelope sets no

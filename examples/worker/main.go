@@ -25,6 +25,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strings"
@@ -49,6 +50,12 @@ func main() {
 	cfg := worker.DefaultConfig()
 	log, err := cfg.ParseFlags(nil, os.Args[1:]) // sluice worker's flags and SLUICE_WORKER_* / SLUICE_* variables
 	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0) // -h: the usage is printed
+		}
+		// A bad flag or variable: say which (a bad flag's usage is
+		// printed too), then exit 2, as sluice worker does.
+		fmt.Fprintln(os.Stderr, "worker:", err)
 		os.Exit(2)
 	}
 	w, err := worker.New(cfg, log)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -141,5 +142,32 @@ func TestExampleWorkerRunsBothTypedHandlers(t *testing.T) {
 		}
 	case <-time.After(40 * time.Second):
 		t.Fatal("the example did not stop within 40 s of SIGTERM")
+	}
+}
+
+// TestExampleWorkerSaysWhatIsWrongWithItsSettings: a bad variable is
+// printed, naming it, with exit status 2 (the example used to exit 2
+// without a word); -h prints the usage and exits 0.
+func TestExampleWorkerSaysWhatIsWrongWithItsSettings(t *testing.T) {
+	root, err := stack.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "worker")
+	build := exec.Command("go", "build", "-o", bin, "./examples/worker")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./examples/worker: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), "SLUICE_WORKER_WORKERS=many")
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(out), `SLUICE_WORKER_WORKERS="many"`) {
+		t.Fatalf("with SLUICE_WORKER_WORKERS=many: %v, output %q; want exit status 2 and the variable named", err, out)
+	}
+	out, err = exec.Command(bin, "-h").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "SLUICE_WORKER_WORKERS") {
+		t.Fatalf("-h: %v, output %q; want the usage and exit status 0", err, out)
 	}
 }
