@@ -331,7 +331,7 @@ func TestAdminTokenFromItsOwnVariable(t *testing.T) {
 		fs := flag.NewFlagSet("rate", flag.ContinueOnError)
 		var f adminFlags
 		f.register(fs)
-		if _, err := parseArgs(fs, "rate", []string{"get"}, io.Discard); err != nil {
+		if _, err := parseArgs(fs, "sluice rate get", "rate", []string{"get"}, io.Discard); err != nil {
 			t.Fatal(err)
 		}
 		c, err := f.client()
