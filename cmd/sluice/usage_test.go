@@ -36,3 +36,19 @@ func TestSubcommandHelpIsItsOwn(t *testing.T) {
 		t.Errorf("sluice periodic set --help: exit %d\nstdout: %s\nstderr: %s", code, out, errOut)
 	}
 }
+
+// TestDevCoordinatorAddrHelpNamesTheConsole: sluice dev serves the admin
+// API and the dashboard on --coordinator-addr, and its help says so
+// (issue 32).
+func TestDevCoordinatorAddrHelpNamesTheConsole(t *testing.T) {
+	code, out, errOut := cliRun("dev", "--help")
+	var line string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "--coordinator-addr") {
+			line = l
+		}
+	}
+	if code != 0 || !strings.Contains(line, "admin API") || !strings.Contains(line, "dashboard") {
+		t.Errorf("sluice dev --help: exit %d, --coordinator-addr line %q\nstderr: %s", code, line, errOut)
+	}
+}
