@@ -63,7 +63,7 @@ var adminTLSSettings = tlsfiles.ClientSettings{
 // across commands) and the TLS, and checks the output.
 func (f *adminFlags) client() (*admin.Client, error) {
 	if f.output != "table" && f.output != "json" {
-		return nil, fmt.Errorf("-o %q: want table or json", f.output)
+		return nil, usageErrorf("-o %q: want table or json", f.output)
 	}
 	tok := f.token.Value
 	if tok == "" {
