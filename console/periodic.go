@@ -2,7 +2,9 @@ package console
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -148,6 +150,9 @@ func (con *Console) periodicSet(r *http.Request, role admin.Role) (any, error) {
 	if err := decodeBody(r, &s); err != nil {
 		return nil, err
 	}
+	if err := con.knownTopic(r, s.Topic); err != nil {
+		return nil, err
+	}
 	key, pair, _, err := con.readPeriodic(r, name)
 	if err != nil {
 		return nil, err
@@ -160,6 +165,25 @@ func (con *Console) periodicSet(r *http.Request, role admin.Role) (any, error) {
 		return nil, err
 	}
 	return con.periodicGet(r, role)
+}
+
+// knownTopic refuses a schedule's topic that no relay of the stage
+// registered (nor Config.Topics lists): every slot of it would fail at
+// the gate, and a typo would pass silently until then (issue 32). An
+// empty topic is left to Schedule.Check.
+func (con *Console) knownTopic(r *http.Request, topic string) error {
+	if topic == "" {
+		return nil
+	}
+	topics, err := con.registered(r.Context())
+	if err != nil {
+		return con.redisErr(err)
+	}
+	if slices.Contains(topics, topic) {
+		return nil
+	}
+	return badRequest(fmt.Sprintf("topic %q: no relay of this stage relays it (its topics: %s)", topic, strings.Join(topics, ", ")),
+		"check the spelling; a new topic needs its relay started first (a relay registers its topics when it starts), or listed in "+con.setting("Topics"))
 }
 
 func (con *Console) periodicDelete(r *http.Request, _ admin.Role) (any, error) {

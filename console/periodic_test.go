@@ -40,8 +40,16 @@ func TestAdminPeriodic(t *testing.T) {
 	if code != 400 || !strings.Contains(string(body), "every") {
 		t.Errorf("a bad schedule: %d %s", code, body)
 	}
+	// A topic no relay registered is refused, naming the topics there are
+	// (issue 32: a typo used to pass, then fail on every slot).
+	typo := s
+	typo.Topic = "jbos"
+	code, body = c.call(t, "PUT", "/api/v1/periodic/nightly", adminToken, typo)
+	if code != 400 || !strings.Contains(string(body), `topic \"jbos\": no relay of this stage relays it (its topics: jobs)`) {
+		t.Errorf("an unknown topic: %d %s", code, body)
+	}
 	c.must(t, "GET", "/api/v1/periodic/nightly", nil, &st)
-	if st.Schedule == nil || st.Schedule.Cron != s.Cron {
+	if st.Schedule == nil || st.Schedule.Cron != s.Cron || st.Schedule.Topic != "jobs" {
 		t.Errorf("the last good schedule is gone: %+v", st)
 	}
 	if code, _ := c.call(t, "PUT", "/api/v1/periodic/nightly", readToken, s); code != 403 {

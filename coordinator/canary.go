@@ -443,6 +443,10 @@ func (cm *CanaryMonitor) check(ctx context.Context, s canary.Settings, routes ma
 			stale[st.Path] = true
 		}
 	}
+	var unconsumed []int
+	if len(stale) > 0 {
+		unconsumed = cm.unconsumed(ctx, statuses, s.StaleAfter())
+	}
 	cm.mu.Lock()
 	var fired, cleared []canary.Path
 	for p := range stale {
@@ -456,7 +460,7 @@ func (cm *CanaryMonitor) check(ctx context.Context, s canary.Settings, routes ma
 		}
 	}
 	cm.stale = stale
-	diagnosis := canary.Diagnose(statuses)
+	diagnosis := canary.Diagnose(statuses, unconsumed...)
 	cm.alerts = diagnosis
 	// An alert an earlier monitor left firing is resolved once every path
 	// has completed a canary this monitor sent: before that, this one
@@ -482,6 +486,40 @@ func (cm *CanaryMonitor) check(ctx context.Context, s canary.Settings, routes ma
 		cm.notify(ctx, "resolved", statuses, nil)
 		cm.setAlerting(ctx, false)
 	}
+}
+
+// unconsumed lists the Redis partitions with stale paths and no consumer
+// heartbeat younger than staleAfter (by Redis's clock): no worker has
+// consumed them for as long as a path takes to go stale, so the diagnosis
+// blames the missing worker, not the relay. A partition that cannot be
+// read is left out (not known).
+func (cm *CanaryMonitor) unconsumed(ctx context.Context, statuses []canary.Status, staleAfter time.Duration) []int {
+	var out []int
+	seen := map[int]bool{}
+	for _, st := range statuses {
+		p := st.RedisPartition
+		if !st.Stale || seen[p] {
+			continue
+		}
+		seen[p] = true
+		// A long forget: the monitor only reads heartbeats; forgetting
+		// old ones is the scaler's (its --consumer-ttl).
+		load, err := cm.pool.Load(ctx, p, nil, 24*time.Hour)
+		if err != nil {
+			if ctx.Err() == nil {
+				cm.log.Warn("reading a partition's consumers for the canary diagnosis failed", "partition", p, "err", err)
+			}
+			continue
+		}
+		live := false
+		for _, b := range load.Consumers {
+			live = live || load.Now.Sub(b.At) <= staleAfter
+		}
+		if !live {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // setAlerting records whether an alert is out, for the next monitor.

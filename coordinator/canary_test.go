@@ -33,6 +33,7 @@ type canaryPipeline struct {
 	gate      *httptest.Server
 	mu        sync.Mutex
 	stopped   map[int]chan struct{} // partition -> closed when it runs again
+	absent    map[int]bool          // partition -> no worker at all: no heartbeat either
 	topicDown atomic.Bool           // GET /v1/topics/{topic} answers 503
 }
 
@@ -43,6 +44,15 @@ func (cp *canaryPipeline) stop(part int) {
 	cp.stopped[part] = make(chan struct{})
 }
 
+// detach takes a partition's worker away altogether, as when none is
+// attached yet (sluice dev --worker=false): no consuming, no heartbeat.
+func (cp *canaryPipeline) detach(part int) {
+	cp.stop(part)
+	cp.mu.Lock()
+	defer cp.mu.Unlock()
+	cp.absent[part] = true
+}
+
 func (cp *canaryPipeline) resume(part int) {
 	cp.mu.Lock()
 	defer cp.mu.Unlock()
@@ -51,7 +61,7 @@ func (cp *canaryPipeline) resume(part int) {
 }
 
 func newCanaryPipeline(t *testing.T, b *bed, kafkaPartitions int) *canaryPipeline {
-	cp := &canaryPipeline{b: b, stopped: map[int]chan struct{}{}}
+	cp := &canaryPipeline{b: b, stopped: map[int]chan struct{}{}, absent: map[int]bool{}}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/topics/{topic}", func(w http.ResponseWriter, r *http.Request) {
 		if cp.topicDown.Load() {
@@ -82,8 +92,32 @@ func newCanaryPipeline(t *testing.T, b *bed, kafkaPartitions int) *canaryPipelin
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	for part := range b.layout.Partitions {
 		wg.Go(func() { cp.consume(ctx, part) })
+		wg.Go(func() { cp.heartbeat(ctx, part) })
 	}
 	return cp
+}
+
+// heartbeat publishes the partition's consumer heartbeat as a worker does,
+// stopped or not (a stuck worker still beats), until it is detached.
+func (cp *canaryPipeline) heartbeat(ctx context.Context, part int) {
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	id := "canary-test/" + strconv.Itoa(part)
+	for {
+		cp.mu.Lock()
+		absent := cp.absent[part]
+		cp.mu.Unlock()
+		if absent {
+			cp.b.pool.Leave(ctx, part, id)
+		} else {
+			cp.b.pool.Heartbeat(ctx, part, id, 1, 0)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // consume serves topic jobs' queue on partition part: the canaries'
@@ -229,6 +263,26 @@ func TestCanaryAlertsNameTheStuckPartitionAndClear(t *testing.T) {
 	f, _ := b.pool.Funnel(context.Background(), queue.Queue{Topic: "jobs", Part: 2})
 	if len(f.Stages) != 0 || f.Canaries["jobs"][queue.StageCompleted] < 3 {
 		t.Errorf("partition 2's funnel: user %v, canaries %v: canaries must count apart", f.Stages, f.Canaries)
+	}
+}
+
+// With no worker attached (sluice dev --worker=false), every path of the
+// topic goes stale; the alert says no worker consumes the partitions, not
+// that the relay or the gate is at fault (issue 32).
+func TestCanaryAlertBlamesAMissingWorker(t *testing.T) {
+	b := newBed(t, 4)
+	cp := newCanaryPipeline(t, b, 2)
+	for part := range 4 {
+		cp.detach(part)
+	}
+	cfg := coordinator.DefaultCanaryConfig()
+	cfg.GateURL, cfg.Topics = cp.gate.URL, []string{"jobs"}
+	cfg.Interval, cfg.Grace = time.Second, 500*time.Millisecond
+	mon, _ := startMonitor(t, b, cfg, ops.NewRegistry(), "test")
+	testenv.WaitFor(t, 10*time.Second, "an alert", func() bool { return len(mon.Alerts()) > 0 })
+	alerts := strings.Join(mon.Alerts(), "\n")
+	if !strings.Contains(alerts, "Redis partitions [0 1 2 3]: no worker consumes them") || strings.Contains(alerts, "relay") || strings.Contains(alerts, "gate") {
+		t.Fatalf("alerts %q: want the missing worker named, not the relay or the gate", alerts)
 	}
 }
 

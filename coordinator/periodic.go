@@ -125,9 +125,24 @@ func (g gatePoster) Post(ctx context.Context, topic string, j job.Job) error {
 	defer resp.Body.Close()
 	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("POST %s: %s: %s", req.URL, resp.Status, bytes.TrimSpace(answer))
+		err := fmt.Errorf("POST %s: %s: %s", req.URL, resp.Status, bytes.TrimSpace(answer))
+		if refusedForGood(resp.StatusCode) {
+			return &periodic.RefusedError{Err: err}
+		}
+		return err
 	}
 	return nil
+}
+
+// refusedForGood tells a 4xx that posting again cannot mend (400, 404
+// unknown topic, 413, 422...) from one that may pass later: 401 and 403
+// (a token file rotated, re-read on every post), 408 and 429.
+func refusedForGood(status int) bool {
+	switch status {
+	case http.StatusUnauthorized, http.StatusForbidden, http.StatusRequestTimeout, http.StatusTooManyRequests:
+		return false
+	}
+	return status/100 == 4
 }
 
 // newScheduler builds the scheduler and starts following the schedules in

@@ -1,6 +1,7 @@
 package coordinator_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -21,9 +22,10 @@ import (
 // periodicGate plays the gate for the scheduler: it records each job
 // posted, by topic and id.
 type periodicGate struct {
-	srv   *httptest.Server
-	mu    sync.Mutex
-	posts []string // "<topic> <id>"
+	srv     *httptest.Server
+	mu      sync.Mutex
+	posts   []string // "<topic> <id>"
+	refused int      // posts to topic jbos, answered 404
 }
 
 func newPeriodicGate(t *testing.T) *periodicGate {
@@ -46,8 +48,13 @@ func (g *periodicGate) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g.mu.Lock()
+	defer g.mu.Unlock()
+	if topic == "jbos" { // a typo: the gate has no such topic
+		g.refused++
+		http.Error(w, `{"error":"unknown topic \"jbos\""}`, http.StatusNotFound)
+		return
+	}
 	g.posts = append(g.posts, topic+" "+j.ID)
-	g.mu.Unlock()
 	w.WriteHeader(http.StatusAccepted)
 }
 
@@ -75,6 +82,43 @@ func (g *periodicGate) waitPostTo(t *testing.T, n int, topic, what string) {
 		}
 		return false
 	})
+}
+
+// A post the gate answers 404 (a topic typo) is not retried every second:
+// the run-now is recorded as dealt with, the state says it was refused for
+// good, and the log says so once (issue 32).
+func TestPeriodicRefusedPostIsNotRetried(t *testing.T) {
+	b := newBed(t, 2)
+	gate := newPeriodicGate(t)
+	tokenFile := t.TempDir() + "/token"
+	if err := os.WriteFile(tokenFile, []byte("periodic-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := b.start(t, "c1", func(c *coordinator.Config) {
+		c.Periodic.GateURL = gate.srv.URL
+		c.Periodic.Token.File = tokenFile
+	})
+	r.waitHolding(t)
+	key, _ := periodic.ScheduleKey(b.layout.Stage, "typo")
+	if _, err := b.consul.Client().KV().Put(&consulapi.KVPair{Key: key, Value: []byte(`{"every":"24h","topic":"jbos","type":"report","run_now":"n1"}`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	store := periodic.PoolStore{Pool: b.pool}
+	var st periodic.State
+	testenv.WaitFor(t, 20*time.Second, "the refused run-now recorded as dealt with", func() bool {
+		states, err := store.Load(context.Background())
+		st = states["typo"]
+		return err == nil && st.RunNow == "n1"
+	})
+	if !strings.HasPrefix(st.LastError, "refused for good") || !strings.Contains(st.LastError, "404") {
+		t.Errorf("state: %+v", st)
+	}
+	gate.mu.Lock()
+	refused := gate.refused
+	gate.mu.Unlock()
+	if refused != 1 || strings.Count(r.logs.String(), "refused a slot's job for good") != 1 {
+		t.Errorf("%d posts refused, want 1; logs:\n%s", refused, r.logs.String())
+	}
 }
 
 func TestPeriodicSchedulesFireFollowLiveChangesAndOutliveAConsulRestart(t *testing.T) {

@@ -41,6 +41,10 @@ type scaler struct {
 	// cannot be read, so the partitions on other Redis servers go on.
 	topics        []string
 	topicsFailing bool
+	// idle are the partitions without a live consumer, as last logged:
+	// one line per change of the set, not one per partition (a stage
+	// with no worker yet has them all).
+	idle []int
 }
 
 // partScaling is what the scaler keeps of a partition between cycles.
@@ -107,6 +111,27 @@ func (s *scaler) cycle(ctx context.Context) {
 		}
 		s.partition(ctx, p, part)
 	}
+	s.logIdle()
+}
+
+// logIdle logs the partitions without a live consumer when their set
+// changed since the last line.
+func (s *scaler) logIdle() {
+	var idle []int
+	for part := range s.parts {
+		if s.parts[part].idle {
+			idle = append(idle, part)
+		}
+	}
+	if slices.Equal(idle, s.idle) {
+		return
+	}
+	if len(idle) > 0 {
+		s.log.Info("scaler: no live consumer on these partitions; nothing to command there until a worker serves them", "partitions", fmt.Sprint(idle))
+	} else {
+		s.log.Info("scaler: every partition has live consumers again")
+	}
+	s.idle = idle
 }
 
 func (s *scaler) partition(ctx context.Context, p Params, part int) {
@@ -146,11 +171,12 @@ func (s *scaler) partition(ctx context.Context, p Params, part int) {
 	if obs.Consumers == 0 {
 		if !st.idle {
 			st.idle = true
-			log.Info("scaler: no live consumer on the partition; nothing to command", "ready", obs.Ready)
+			// Summed over the partitions once a cycle, at info (logIdle).
+			log.Debug("scaler: no live consumer on the partition; nothing to command", "ready", obs.Ready)
 		}
 	} else if st.idle {
 		st.idle = false
-		log.Info("scaler: the partition has live consumers again", "consumers", obs.Consumers, "workers", obs.Workers)
+		log.Debug("scaler: the partition has live consumers again", "consumers", obs.Consumers, "workers", obs.Workers)
 	}
 	if pin, ok := s.c.Pin(part); ok {
 		// An operator's pin comes before the parameters, paused or not

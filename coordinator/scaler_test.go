@@ -305,3 +305,25 @@ func TestScalerFollowsItsParametersInConsul(t *testing.T) {
 		t.Fatalf("params %+v", p)
 	}
 }
+
+// With no worker attached, the scaler says so in one line for all the
+// partitions, not a line per partition (issue 32: 32 lines in 3 minutes in
+// sluice dev --worker=false), and one more when a consumer appears.
+func TestScalerLogsIdlePartitionsOnce(t *testing.T) {
+	b := newBed(t, 8)
+	r := b.start(t, "a", scaling(fastParams()))
+	r.waitHolding(t)
+	r.waitCycles(t, 5)
+	count := func(s string) int { return strings.Count(r.logs.String(), s) }
+	if n := count("no live consumer"); n != 1 || !strings.Contains(r.logs.String(), "partitions=\"[0 1 2 3 4 5 6 7]\"") {
+		t.Fatalf("%d lines about partitions without a live consumer, want 1 naming all 8:\n%s", n, r.logs.String())
+	}
+	b.consumer(t, 3, 2)
+	testenv.WaitFor(t, 10*time.Second, "a line without partition 3", func() bool {
+		return strings.Contains(r.logs.String(), "partitions=\"[0 1 2 4 5 6 7]\"")
+	})
+	r.waitCycles(t, 5)
+	if n := count("no live consumer"); n != 2 {
+		t.Errorf("%d lines about partitions without a live consumer, want 2:\n%s", n, r.logs.String())
+	}
+}

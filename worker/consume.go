@@ -433,7 +433,13 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		// Retried with backoff, attempt counted, never killed on the
 		// spot: during a rolling deploy that adds the type, a worker
 		// with the handler takes it on a later try.
-		c.settle(ctx, h, nil, fmt.Errorf("no handler for job type %q on worker %s (retried later: a worker with the handler may take it)", j.Type, c.slots.id), maxAttempts)
+		err := fmt.Errorf("no handler for job type %q on worker %s (retried later: a worker with the handler may take it)", j.Type, c.slots.id)
+		if cl.Attempt >= maxAttempts {
+			// The last attempt: the error stays as the dead job's
+			// last_error, so it says what happened and what to do.
+			err = fmt.Errorf("no handler for job type %q on worker %s, and its %d attempts are spent: dead (register a handler for the type, then sluice dlq replay)", j.Type, c.slots.id, maxAttempts)
+		}
+		c.settle(ctx, h, nil, err, maxAttempts)
 		return
 	}
 	timeout := firstPositive(time.Duration(j.Timeout), defaults.timeout, w.cfg.Timeout)

@@ -185,6 +185,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+	w.warnUnregistered(ctx)
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); w.limits.run(ctx) }()

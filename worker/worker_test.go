@@ -201,7 +201,9 @@ func TestPermanentPanicNoHandlerAndMaxAttempts(t *testing.T) {
 	// No handler: retried with backoff, attempt counted, never killed on
 	// the spot (a rolling deploy may bring the handler); dead only once
 	// its attempts are spent.
-	if h := b.waitState(t, "n1", "", "dead"); !strings.Contains(h["last_error"], "no handler") || h["attempts"] != "5" {
+	// Its last error says it is dead, not "retried later" (issue 32).
+	if h := b.waitState(t, "n1", "", "dead"); !strings.Contains(h["last_error"], "no handler") || !strings.Contains(h["last_error"], "attempts are spent: dead") ||
+		strings.Contains(h["last_error"], "retried later") || h["attempts"] != "5" {
 		t.Fatalf("no handler: %v", h)
 	}
 	// Outcomes by job type; a type without a handler is "other", so that

@@ -63,7 +63,7 @@ var adminTLSSettings = tlsfiles.ClientSettings{
 // across commands) and the TLS, and checks the output.
 func (f *adminFlags) client() (*admin.Client, error) {
 	if f.output != "table" && f.output != "json" {
-		return nil, fmt.Errorf("-o %q: want table or json", f.output)
+		return nil, usageErrorf("-o %q: want table or json", f.output)
 	}
 	tok := f.token.Value
 	if tok == "" {
@@ -87,12 +87,13 @@ func (f *adminFlags) client() (*admin.Client, error) {
 
 // parseArgs parses a command's flags wherever they are among its
 // positional arguments (sluice rate set jobs 50 --burst 100), and returns
-// the positional ones.
-func parseArgs(fs *flag.FlagSet, part string, args []string, stdout io.Writer) ([]string, error) {
+// the positional ones. program heads --help ("sluice periodic set <name>
+// ..."); the environment variables are part's.
+func parseArgs(fs *flag.FlagSet, program, part string, args []string, stdout io.Writer) ([]string, error) {
 	fs.SetOutput(stdout)
 	var pos []string
 	for {
-		if err := cli.Parse(fs, part, args); err != nil {
+		if err := cli.ParseProgram(fs, program, part, args); err != nil {
 			var envErr *cli.EnvError
 			if cli.IsHelp(err) || errors.As(err, &envErr) {
 				return nil, err
@@ -138,7 +139,9 @@ func runAdmin(ctx context.Context, part string, subs []adminCmd, args []string, 
 		if s.register != nil {
 			s.register(fs)
 		}
-		pos, err := parseArgs(fs, part, args[1:], stdout)
+		// --help heads with this subcommand and its arguments, not the parent.
+		program := strings.TrimSpace("sluice " + part + " " + s.name + " " + s.synopsis)
+		pos, err := parseArgs(fs, program, part, args[1:], stdout)
 		if err != nil {
 			return err
 		}
@@ -154,7 +157,7 @@ func runAdmin(ctx context.Context, part string, subs []adminCmd, args []string, 
 		}
 		return explain(err)
 	}
-	return fmt.Errorf("unknown command %q: want one of %s (sluice %s --help)", args[0], subNames(subs), part)
+	return usageErrorf("unknown command %q: want one of %s (sluice %s --help)", args[0], subNames(subs), part)
 }
 
 func subNames(subs []adminCmd) string {
@@ -198,10 +201,11 @@ func explain(err error) error {
 	return errors.New(msg)
 }
 
-// wantArgs checks the count of positional arguments.
+// wantArgs checks the count of positional arguments: a wrong count is a
+// usage error (exit 2).
 func wantArgs(args []string, min, max int, synopsis string) error {
 	if len(args) < min || (max >= 0 && len(args) > max) {
-		return fmt.Errorf("want arguments %s, got %q", synopsis, args)
+		return usageErrorf("want arguments %s, got %q", synopsis, args)
 	}
 	return nil
 }

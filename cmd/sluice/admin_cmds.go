@@ -55,7 +55,7 @@ func runDLQ(ctx context.Context, args []string, stdout, _ io.Writer) error {
 	act := func(verb string) func(ctx context.Context, c *admin.Client, args []string, out io.Writer, asJSON bool) error {
 		return func(ctx context.Context, c *admin.Client, args []string, out io.Writer, asJSON bool) error {
 			if all == (len(args) > 0) {
-				return fmt.Errorf("name ids or --all (not both)")
+				return usageErrorf("name ids or --all (not both)")
 			}
 			body := admin.DLQAction{Source: source, Topic: topic, IDs: args, All: all}
 			return show(ctx, c, "POST", "/api/v1/dlq/"+verb, body, out, asJSON, func(w *tabwriter.Writer, r admin.DLQResult) {
@@ -226,7 +226,7 @@ func runRate(ctx context.Context, args []string, stdout, _ io.Writer) error {
 				} else {
 					v, err := strconv.ParseFloat(args[1], 64)
 					if err != nil {
-						return fmt.Errorf("rate %q: want jobs per second or unlimited", args[1])
+						return usageErrorf("rate %q: want jobs per second or unlimited", args[1])
 					}
 					body.Rate = v
 				}
@@ -276,7 +276,7 @@ func runLimits(ctx context.Context, args []string, stdout, _ io.Writer) error {
 				}
 				v, err := strconv.ParseFloat(args[1], 64)
 				if err != nil {
-					return fmt.Errorf("rate %q: want starts per second", args[1])
+					return usageErrorf("rate %q: want starts per second", args[1])
 				}
 				return show(ctx, c, "PUT", "/api/v1/limits/"+url.PathEscape(args[0]), admin.LimitState{Rate: v, Burst: burst}, out, asJSON, one)
 			}},
@@ -425,7 +425,7 @@ func runScale(ctx context.Context, args []string, stdout, _ io.Writer) error {
 			if !body.Auto {
 				n, err := strconv.Atoi(args[1])
 				if err != nil {
-					return fmt.Errorf("workers %q: want a count or auto", args[1])
+					return usageErrorf("workers %q: want a count or auto", args[1])
 				}
 				body.Workers = n
 			}

@@ -314,8 +314,9 @@ func TestCLIAdminHelpAndUsage(t *testing.T) {
 	if code, out, _ := cliRun("help"); code != 0 || !strings.Contains(out, "dlq") || !strings.Contains(out, "scale") {
 		t.Errorf("sluice help: %d %s", code, out)
 	}
+	// Usage errors exit 2, as docs/admin.md says (issue 32).
 	for _, args := range [][]string{{"rate", "set", "jobs"}, {"scale", "set", "0", "many"}, {"dlq", "replay"}, {"dlq", "ls", "-o", "yaml"}, {"groups", "frobnicate"}} {
-		if code, _, errOut := cliRun(append(args, "--admin-url", "http://127.0.0.1:1")...); code != 1 || strings.Contains(errOut, "cannot reach") {
+		if code, _, errOut := cliRun(append(args, "--admin-url", "http://127.0.0.1:1")...); code != 2 || strings.Contains(errOut, "cannot reach") {
 			t.Errorf("sluice %s: exit %d: %s", strings.Join(args, " "), code, errOut)
 		}
 	}
@@ -331,7 +332,7 @@ func TestAdminTokenFromItsOwnVariable(t *testing.T) {
 		fs := flag.NewFlagSet("rate", flag.ContinueOnError)
 		var f adminFlags
 		f.register(fs)
-		if _, err := parseArgs(fs, "rate", []string{"get"}, io.Discard); err != nil {
+		if _, err := parseArgs(fs, "sluice rate get", "rate", []string{"get"}, io.Discard); err != nil {
 			t.Fatal(err)
 		}
 		c, err := f.client()

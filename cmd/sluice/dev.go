@@ -88,7 +88,7 @@ func (c *devConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.ConsulAddr, "consul-addr", "127.0.0.1:8500", "Consul HTTP address")
 	fs.StringVar(&c.RelayAddr, "relay-addr", "127.0.0.1:8081", "relay's /healthz, /readyz and /metrics address")
 	fs.StringVar(&c.WorkerAddr, "worker-addr", "127.0.0.1:8082", "worker's /healthz, /readyz and /metrics address")
-	fs.StringVar(&c.CoordinatorAddr, "coordinator-addr", "127.0.0.1:8083", "coordinator's /healthz, /readyz and /metrics address")
+	fs.StringVar(&c.CoordinatorAddr, "coordinator-addr", "127.0.0.1:8083", "the coordinator's address: the admin API (/api/v1, what sluice <command> --admin-url dials), the dashboard (/), and /healthz, /readyz and /metrics")
 	fs.IntVar(&c.RedisPartitions, "redis-partitions", 8, "Redis partitions (queue pool size)")
 	fs.StringVar(&c.Topic, "topic", "jobs", "job topic to create (with its .retry and .dlq topics)")
 	fs.IntVar(&c.Partitions, "partitions", 8, "partitions of the job topic")

@@ -30,6 +30,9 @@ func runJobs(ctx context.Context, args []string, stdout, _ io.Writer) error {
 				if err := wantArgs(args, 0, 0, "none"); err != nil {
 					return err
 				}
+				if partition < 0 {
+					return usageErrorf("--partition is required: the queue partition to list, 0 up to the pool's --redis-partitions minus 1 (sluice stats shows them)")
+				}
 				q := url.Values{"topic": {topic}, "partition": {strconv.Itoa(partition)}, "limit": {strconv.Itoa(limit)}}
 				return show(ctx, c, "GET", "/api/v1/jobs?"+q.Encode(), nil, out, asJSON, func(w *tabwriter.Writer, l queue.JobList) {
 					fmt.Fprintf(w, "RUNNING (%s, partition %d)\nID\tLANE\tATTEMPT\tWORKER\tSINCE\tLEASE UNTIL\n", l.Topic, l.Partition)

@@ -56,6 +56,18 @@ func main() {
 // printed by the flag package itself).
 var errUsage = errors.New("usage")
 
+// usageError is a usage mistake the flag package did not see (a missing
+// argument, an unknown subcommand): run prints it and exits 2, as for a
+// bad flag (docs/admin.md: 2 is a usage error).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string        { return e.msg }
+func (e *usageError) Is(target error) bool { return target == errUsage }
+
+func usageErrorf(format string, a ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, a...)}
+}
+
 // errReported marks a failure the command's output already explains (exit
 // 1, nothing more printed): `sluice stats` finding problems.
 var errReported = errors.New("reported")
@@ -77,6 +89,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		case err == nil || cli.IsHelp(err):
 			return 0
 		case errors.Is(err, errUsage):
+			var ue *usageError
+			if errors.As(err, &ue) {
+				fmt.Fprintf(stderr, "sluice %s: %v\n", c.name, ue)
+			}
 			return 2
 		case errors.Is(err, errReported):
 			return 1

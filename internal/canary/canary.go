@@ -188,14 +188,42 @@ func less(a, b Path) bool {
 	return a.RedisPartition < b.RedisPartition
 }
 
-// Diagnose says what is stuck, in words an on-call can act on: a topic
-// whose every path is stale points at its relay (paused, no lock holder)
-// or at the gate and Kafka; a Redis partition whose every path is stale, at
-// that partition's consumers or its Redis; other stale paths are named one
-// by one. It returns nothing when no path is stale.
-func Diagnose(statuses []Status) []string {
+// Diagnose says what is stuck, in words an on-call can act on: stale
+// paths into a Redis partition listed in unconsumed (known to have no live
+// consumer) point at the missing worker, not at the relay or the gate; a
+// topic whose every other path is stale points at its relay (paused, no
+// lock holder) or at the gate and Kafka; a Redis partition whose every
+// path is stale, at that partition's consumers or its Redis; other stale
+// paths are named one by one. It returns nothing when no path is stale.
+func Diagnose(statuses []Status, unconsumed ...int) []string {
+	var out []string
+	explained := map[Path]bool{}
+	noConsumer := map[int]bool{}
+	for _, p := range unconsumed {
+		noConsumer[p] = true
+	}
+	idle := map[int]bool{}
+	for _, s := range statuses {
+		if s.Stale && noConsumer[s.RedisPartition] {
+			explained[s.Path] = true
+			idle[s.RedisPartition] = true
+		}
+	}
+	if len(idle) > 0 {
+		parts := make([]int, 0, len(idle))
+		for p := range idle {
+			parts = append(parts, p)
+		}
+		sort.Ints(parts)
+		out = append(out, fmt.Sprintf("Redis partitions %v: no worker consumes them (no live consumer heartbeat), so their canaries wait in the queue: start a worker that serves them", parts))
+	}
+	// The tallies leave out what a missing worker explains: a topic
+	// whose paths are stale only there is not the relay's fault.
 	byTopic, byPart := map[string]*tally{}, map[int]*tally{}
 	for _, s := range statuses {
+		if explained[s.Path] {
+			continue
+		}
 		for _, t := range []*tally{get(byTopic, s.Topic), get(byPart, s.RedisPartition)} {
 			t.all++
 			if s.Stale {
@@ -203,8 +231,6 @@ func Diagnose(statuses []Status) []string {
 			}
 		}
 	}
-	var out []string
-	explained := map[Path]bool{}
 	topics := make([]string, 0, len(byTopic))
 	for t := range byTopic {
 		topics = append(topics, t)

@@ -105,6 +105,33 @@ func TestEvaluateAndDiagnose(t *testing.T) {
 	}
 }
 
+// TestDiagnoseBlamesAMissingWorker: with no worker attached (sluice dev
+// --worker=false), every path of the topic is stale; the alert says no
+// worker consumes the partitions instead of blaming the relay and the
+// gate (issue 32). A topic stale on partitions that do have consumers
+// still points at its relay.
+func TestDiagnoseBlamesAMissingWorker(t *testing.T) {
+	start := time.UnixMilli(1_000_000)
+	s := Settings{Interval: time.Second, Grace: time.Second, Started: start}
+	now := start.Add(10 * time.Second)
+	var records []Record
+	for p := range 4 {
+		records = append(records, Record{Path: Path{Topic: "jobs", KafkaPartition: int32(p), RedisPartition: p}})
+	}
+	st := Evaluate(now, s, records)
+	got := strings.Join(Diagnose(st, 0, 1, 2, 3), "\n")
+	if !strings.Contains(got, "Redis partitions [0 1 2 3]: no worker consumes them") || strings.Contains(got, "relay") || strings.Contains(got, "gate") {
+		t.Errorf("no worker anywhere:\n%s", got)
+	}
+	got = strings.Join(Diagnose(st, 0, 1), "\n")
+	if !strings.Contains(got, "Redis partitions [0 1]: no worker consumes them") || !strings.Contains(got, "topic jobs: no canary completes on any of its 2 paths: check the topic's relay") {
+		t.Errorf("no worker on 0 and 1, 2 and 3 stale too:\n%s", got)
+	}
+	if got := strings.Join(Diagnose(st), "\n"); !strings.Contains(got, "topic jobs: no canary completes on any of its 4 paths") {
+		t.Errorf("consumers unknown: the relay is the first suspect:\n%s", got)
+	}
+}
+
 func TestDecodePayload(t *testing.T) {
 	if _, err := DecodePayload([]byte(`{"topic":"jobs","kafka_partition":1,"redis_partition":2,"sent_ms":5}`)); err != nil {
 		t.Error(err)

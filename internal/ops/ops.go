@@ -31,6 +31,13 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
+// Notice is a ReadyFunc's answer for a part that is ready but has
+// something for the operator to see (a worker serving a topic no relay
+// registered): /readyz answers 200 "ready, but: <Msg>".
+type Notice struct{ Msg string }
+
+func (n *Notice) Error() string { return n.Msg }
+
 // Mount adds /healthz, /readyz and /metrics to mux. /healthz answers 200 while
 // the process serves; /readyz runs ready with a short deadline.
 func Mount(mux *http.ServeMux, reg *prometheus.Registry, ready ReadyFunc) {
@@ -43,6 +50,11 @@ func Mount(mux *http.ServeMux, reg *prometheus.Registry, ready ReadyFunc) {
 		defer cancel()
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		if err := ready(ctx); err != nil {
+			var n *Notice
+			if errors.As(err, &n) {
+				w.Write([]byte("ready, but: " + n.Msg + "\n"))
+				return
+			}
 			w.WriteHeader(http.StatusServiceUnavailable)
 			w.Write([]byte("not ready: " + err.Error() + "\n"))
 			return

@@ -23,8 +23,8 @@ func NewMetrics(reg prometheus.Registerer, part string) *Metrics {
 	m := &Metrics{
 		fires:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("fires_total"), Help: "Jobs posted for a schedule's slots and run-nows."}, []string{"schedule"}),
 		catchUps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("catchups_total"), Help: "Missed slots fired late (the schedule's catch_up)."}, []string{"schedule"}),
-		skips:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("skips_total"), Help: "Slots not fired: reason missed (older than grace, beyond catch_up) or paused."}, []string{"schedule", "reason"}),
-		errors:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("errors_total"), Help: "Failures: kind post (the gate refused or was unreachable; retried) or schedule (a refused value; the last good one stays)."}, []string{"schedule", "kind"}),
+		skips:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("skips_total"), Help: "Slots not fired: reason missed (older than grace, beyond catch_up), paused, or refused (the gate refused the job for good, a 4xx such as an unknown topic)."}, []string{"schedule", "reason"}),
+		errors:   prometheus.NewCounterVec(prometheus.CounterOpts{Name: name("errors_total"), Help: "Failures: kind post (the gate failed or was unreachable; retried), refused (the gate refused the job for good: not retried) or schedule (a refused value; the last good one stays)."}, []string{"schedule", "kind"}),
 		nextFire: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name("next_fire_timestamp_seconds"), Help: "When the schedule's next slot is due (Unix seconds); in the past by more than its grace means it did not fire."}, []string{"schedule"}),
 		lastFire: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name("last_fire_timestamp_seconds"), Help: "When the schedule last posted a job (Unix seconds)."}, []string{"schedule"}),
 	}

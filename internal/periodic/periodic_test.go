@@ -129,6 +129,19 @@ func (c *fakeClock) After(d time.Duration) <-chan time.Time {
 	return ch
 }
 
+// nextWake is the earliest time a waiter waits for (zero: none).
+func (c *fakeClock) nextWake() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var at time.Time
+	for _, w := range c.waiters {
+		if at.IsZero() || w.at.Before(at) {
+			at = w.at
+		}
+	}
+	return at
+}
+
 // Advance moves the clock and fires the waiters due.
 func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
@@ -271,6 +284,35 @@ func TestAFailedPostIsRetriedWithinGraceAndANewLeaderCarriesOn(t *testing.T) {
 	go func() { done <- s2.Run(ctx) }()
 	step(t, clock, 25*time.Second) // 12:05:00
 	waitPosted(t, rec, "jobs/"+JobID("tick", t0.Add(time.Minute)), "jobs/"+JobID("tick", t0.Add(5*time.Minute)))
+}
+
+// A post the gate refuses for good (a 404 for an unknown topic) is not
+// tried again every RetryAfter: the slot is skipped, the state says so,
+// and the scheduler waits for the next slot (issue 32).
+func TestARefusedPostIsNotRetried(t *testing.T) {
+	clock := newFakeClock(t0)
+	refused := &RefusedError{Err: errors.New("POST http://gate/v1/topics/jbos/jobs: 404 Not Found: unknown topic")}
+	rec := &recorder{fail: refused}
+	s := NewScheduler(SchedulerConfig{Poster: rec, Store: rec, Clock: clock, RetryAfter: 5 * time.Second, Log: quiet})
+	s.Update(map[string][]byte{"tick": []byte(`{"every":"1m","topic":"jbos","type":"t","grace":"30s"}`)})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+	step(t, clock, time.Minute) // 12:01: the post is refused
+	select {
+	case <-clock.waiting: // the round is done and saved
+	case <-time.After(10 * time.Second):
+		t.Fatal("the scheduler never waited")
+	}
+	if next := clock.nextWake(); !next.Equal(t0.Add(2 * time.Minute)) {
+		t.Errorf("after a refused post the scheduler wakes at %s, want the next slot %s, not a retry", next.Format(time.TimeOnly), t0.Add(2*time.Minute).Format(time.TimeOnly))
+	}
+	rec.mu.Lock()
+	st := rec.states["tick"]
+	rec.mu.Unlock()
+	if !strings.HasPrefix(st.LastError, "refused for good, the slot skipped (not retried): ") || !strings.Contains(st.LastError, "unknown topic") || !st.LastSlot.Equal(t0.Add(time.Minute)) {
+		t.Errorf("state after a refused post: %+v", st)
+	}
 }
 
 func waitPosted(t *testing.T, rec *recorder, want ...string) {

@@ -31,6 +31,17 @@ type Poster interface {
 	Post(ctx context.Context, topic string, j job.Job) error
 }
 
+// RefusedError is a post the gate refused for good: a 4xx that no retry
+// mends (an unknown topic, a job it cannot accept). The scheduler does not
+// try that slot again; it skips it and says so in the log and the state.
+type RefusedError struct{ Err error }
+
+func (e *RefusedError) Error() string { return e.Err.Error() }
+func (e *RefusedError) Unwrap() error { return e.Err }
+
+// refusedNote heads a refused post's State.LastError.
+const refusedNote = "refused for good, the slot skipped (not retried): "
+
 // StateStore keeps each schedule's State (in Consul KV).
 type StateStore interface {
 	Load(ctx context.Context) (map[string]State, error)
@@ -202,7 +213,7 @@ func (r *run) fireDue(ctx context.Context, p *Parsed) time.Time {
 	}
 	retry := now.Add(r.cfg.RetryAfter)
 	if p.RunNow != "" && p.RunNow != st.RunNow {
-		if err := r.post(ctx, p, p.RunNowJob(), now, &st); err != nil {
+		if err := r.post(ctx, p, p.RunNowJob(), now, &st); err != nil && !isRefused(err) {
 			return retry
 		}
 		st.RunNow = p.RunNow
@@ -213,7 +224,16 @@ func (r *run) fireDue(ctx context.Context, p *Parsed) time.Time {
 	m.skipped(p.Name, "missed", plan.Missed)
 	m.skipped(p.Name, "paused", plan.Paused)
 	for i, slot := range plan.Fire {
-		if err := r.post(ctx, p, p.Job(slot), now, &st); err != nil {
+		err := r.post(ctx, p, p.Job(slot), now, &st)
+		if isRefused(err) {
+			// Posting it again would be refused again: the slot is
+			// dealt with, skipped; the next slot is tried as usual.
+			m.skipped(p.Name, "refused", 1)
+			st.LastSlot = slot
+			r.setState(p.Name, st)
+			continue
+		}
+		if err != nil {
 			// The slot stays due: tried again after RetryAfter, on time
 			// while within Grace, later by the catch-up rule.
 			if slot.After(st.LastSlot) {
@@ -242,7 +262,20 @@ func (r *run) fireDue(ctx context.Context, p *Parsed) time.Time {
 // post sends one job and records the outcome in st.
 func (r *run) post(ctx context.Context, p *Parsed, j job.Job, now time.Time, st *State) error {
 	err := r.cfg.Poster.Post(ctx, p.Topic, j)
+	was := st.LastError
 	st.LastFire, st.LastJob, st.LastTopic, st.LastError = now, j.ID, p.Topic, ""
+	if isRefused(err) {
+		st.LastError = refusedNote + err.Error()
+		r.cfg.Metrics.errored(p.Name, "refused")
+		// Said once for as long as the gate refuses the same way, not on
+		// every slot of a 1 s schedule.
+		log := r.cfg.Log.Debug
+		if st.LastError != was {
+			log = r.cfg.Log.Error
+		}
+		log("periodic: the gate refused a slot's job for good; the slot is skipped, not retried, and each later slot tried once: fix the schedule (sluice periodic set) or the topic", "schedule", p.Name, "job", j.ID, "topic", p.Topic, "err", err)
+		return err
+	}
 	if err != nil {
 		st.LastError = err.Error()
 		r.cfg.Metrics.errored(p.Name, "post")
@@ -254,6 +287,11 @@ func (r *run) post(ctx context.Context, p *Parsed, j job.Job, now time.Time, st 
 	r.cfg.Metrics.fired(p.Name, now)
 	r.cfg.Log.Info("periodic: fired", "schedule", p.Name, "job", j.ID, "topic", p.Topic)
 	return nil
+}
+
+func isRefused(err error) bool {
+	var re *RefusedError
+	return errors.As(err, &re)
 }
 
 func (r *run) setState(name string, st State) {
