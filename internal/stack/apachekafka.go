@@ -459,9 +459,15 @@ func (k *ApacheKafka) jvmArgs() []string {
 // format runs Kafka's storage tool for every node at once, with one
 // cluster id and, for SCRAM, the user.
 func (k *ApacheKafka) format(ctx context.Context) error {
-	var id [16]byte
-	rand.Read(id[:])
-	clusterID := base64.RawURLEncoding.EncodeToString(id[:])
+	// One that starts with '-' is taken by the storage tool for an option
+	// ("--cluster-id: expected one argument"), in 1 of 64 runs; Kafka's
+	// own ids never start with it either.
+	var clusterID string
+	for clusterID == "" || clusterID[0] == '-' {
+		var id [16]byte
+		rand.Read(id[:])
+		clusterID = base64.RawURLEncoding.EncodeToString(id[:])
+	}
 	nodes := k.nodes()
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
