@@ -133,14 +133,14 @@ func (t *topicRun) logChanged(c queue.LogChange) {
 }
 
 // lowerTruncated compares each partition's watermarks with its log's end
-// before the run relays it, and lowers those at or past it to below the
-// committed offset the run resumes at (queue.LowerTruncated): a truncated
-// log (an unclean leader election) writes new records at offsets the old
-// watermark holds, and they would be dropped as duplicates. It tells a
-// truncation only while the log has not grown back past the old
-// watermark, and saves only the new records at or after the committed
-// offset; both limits need the record batches' leader epochs, which
-// sarama does not give (docs/relay.md).
+// before the run relays it and, when one lies at or past it, lowers every
+// one at or past the committed offset the run resumes at to below it
+// (queue.LowerTruncated): a truncated log (an unclean leader election)
+// writes new records at offsets the old watermarks hold, and they would
+// be dropped as duplicates. It tells a truncation only while the log has
+// not grown back past every old watermark, and saves only the new records
+// at or after the committed offset; both limits need the record batches'
+// leader epochs, which sarama does not give (docs/relay.md).
 func (t *topicRun) lowerTruncated(ctx context.Context, client sarama.Client, parts []int32, committed map[int32]int64) error {
 	for _, p := range parts {
 		end, err := client.GetOffset(t.topic, p, sarama.OffsetNewest)

@@ -2,8 +2,11 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // LogChange is a Kafka partition whose watermark in a queue partition
@@ -50,22 +53,26 @@ func enqueueCodes(val any, want int) ([]int64, []LogChange, error) {
 
 // truncatedScript lowers a Kafka partition's watermark in one queue
 // partition to just below where the relay resumes reading, when the
-// watermark lies at or past the log's end: every offset the watermark holds
-// was read from the log, so a log that now ends before it was truncated (an
+// watermark lies at or past ARGV[3]. Every offset a watermark holds was
+// read from the log, so a log that now ends before it was truncated (an
 // unclean leader election), and the records Kafka wrote since at those
 // offsets are new ones that the old watermark would drop as duplicates.
 // Which of the records from the resume offset on are new cannot be told
 // (that takes the batches' leader epochs), so all of them apply: the old
 // ones among them run again. Fenced: a deposed relay lowers nothing.
+// LowerTruncated passes the log's end; once one queue partition's
+// watermark shows the log truncated, it passes the resume offset for the
+// others (see there).
 //
 // KEYS[1] fence:<topic>   string: newest lock token seen for the topic
 // KEYS[2] wm:<topic>      hash: Kafka partition -> highest offset applied
 // KEYS[3] stats           hash: partition counters (wm_truncated)
-// ARGV[1] lock token   ARGV[2] Kafka partition   ARGV[3] the log's end
-// offset (the next offset Kafka will write)   ARGV[4] the offset the relay
+// ARGV[1] lock token   ARGV[2] Kafka partition   ARGV[3] the offset from
+// which a watermark is lowered: the log's end offset (the next offset
+// Kafka will write), or the resume offset   ARGV[4] the offset the relay
 // resumes at, at most the log's end
 // Returns -2 when fenced (nothing written), -1 when the watermark lies
-// below the log's end (nothing written), else the watermark it lowered.
+// below ARGV[3] (nothing written), else the watermark it lowered.
 var truncatedScript = newScript(`
 if tonumber(ARGV[1]) < tonumber(redis.call('GET', KEYS[1]) or '0') then
   return -2
@@ -99,23 +106,50 @@ type Truncation struct {
 // otherwise have its new records up to the old watermark dropped as
 // duplicates. It returns the watermarks it lowered; ErrFenced (wrapped)
 // when a newer lock holder exists.
+//
+// The log is one, so one watermark at or past its end is proof enough for
+// every queue partition: each watermark at or past resume is lowered too,
+// though it lies below the log's end (its queue partition's last records
+// came earlier in the lost stretch, and the log grew back past them), or
+// the new records written at its offsets would be dropped. Those are
+// lowered first and the proofs last, so that a relay that dies in
+// between finds the proof again.
 func (p *Pool) LowerTruncated(ctx context.Context, token uint64, topic string, kp int32, logEnd, resume int64) ([]Truncation, error) {
 	resume = min(resume, logEnd)
 	if err := ValidTopic(topic); err != nil {
 		return nil, err
 	}
 	tok, part := strconv.FormatUint(token, 10), strconv.Itoa(int(kp))
-	var lowered []Truncation
+	// A read needs no fence: only the writes below are fenced.
+	var proofs, others []int
 	for qp := range p.layout.Partitions {
 		q := Queue{Topic: topic, Part: qp}
+		wm, err := p.byPart[qp].HGet(ctx, p.layout.Keys(q).Watermark(), part).Int64()
+		switch {
+		case errors.Is(err, redis.Nil):
+			continue
+		case err != nil:
+			return nil, fmt.Errorf("reading the watermark of %s: %w", q, err)
+		case wm >= logEnd:
+			proofs = append(proofs, qp)
+		case wm >= resume:
+			others = append(others, qp)
+		}
+	}
+	if len(proofs) == 0 {
+		return nil, nil
+	}
+	var lowered []Truncation
+	for _, qp := range append(others, proofs...) {
+		q := Queue{Topic: topic, Part: qp}
 		k := p.layout.Keys(q)
-		res, err := runScript(ctx, p.byPart[qp], truncatedScript, []string{k.Fence(), k.Watermark(), k.Stats()}, tok, part, logEnd, resume)
+		res, err := runScript(ctx, p.byPart[qp], truncatedScript, []string{k.Fence(), k.Watermark(), k.Stats()}, tok, part, resume, resume)
 		if err != nil {
-			return lowered, fmt.Errorf("checking the watermark of %s against the log's end: %w", q, err)
+			return lowered, fmt.Errorf("lowering the watermark of %s below the truncated log's end: %w", q, err)
 		}
 		switch old, _ := res.(int64); {
 		case old == -2:
-			return lowered, fmt.Errorf("%w: checking the watermark of %s", ErrFenced, q)
+			return lowered, fmt.Errorf("%w: lowering the watermark of %s", ErrFenced, q)
 		case old >= 0:
 			lowered = append(lowered, Truncation{Queue: q, KafkaPartition: kp, OldOffset: old, End: logEnd, Resume: resume})
 		}

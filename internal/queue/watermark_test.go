@@ -136,3 +136,60 @@ func TestAChangedLogForgetsTheOldOffsetEvenWhenNothingApplies(t *testing.T) {
 	}
 	wantOutcomes(t, "the new log", enqueueOK(t, p, 1, newLog("new", "BBBB"), now), Queued, Delayed)
 }
+
+// A truncated log shows in the queue partitions whose watermark lies at or
+// past its end. A queue partition whose last records came earlier in the
+// lost stretch has its watermark below the end once the log grew back,
+// at offsets new records now hold. One proof is enough for the log: both
+// are lowered to below the resume offset (as the real unclean election of
+// relay's TestApacheKafkaUncleanElectionTruncatesTheLog leaves them); a
+// watermark already below the resume offset, and another Kafka
+// partition's, stay.
+func TestATruncationOneQueuePartitionShowsLowersTheOthersPastTheResume(t *testing.T) {
+	r := testenv.Redis(t)
+	p := newPool(t, 4, r.Addr(), nil)
+	ctx := context.Background()
+	rdb := r.Client()
+	wm := func(qp int) string { return p.Layout().Keys(jq(qp)).Watermark() }
+	// Kafka partition 0: the log ends at 95 and the relay resumes at 50.
+	for qp, off := range []int64{99, 91, 40} { // proof, grown past, below resume
+		if err := rdb.HSet(ctx, wm(qp), "0", off, "1", 99).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lowered, err := p.LowerTruncated(ctx, 1, "jobs", 0, 95, 50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, tr := range lowered {
+		got = append(got, fmt.Sprintf("%d:%d", tr.Queue.Part, tr.OldOffset))
+	}
+	if want := []string{"1:91", "0:99"}; !slices.Equal(got, want) {
+		t.Fatalf("lowered %v, want %v (the one grown past first, the proof last)", got, want)
+	}
+	for qp, want := range []string{"49", "49", "40"} {
+		if v := rdb.HGet(ctx, wm(qp), "0").Val(); v != want {
+			t.Fatalf("queue partition %d's watermark of Kafka partition 0 is %s, want %s", qp, v, want)
+		}
+		if v := rdb.HGet(ctx, wm(qp), "1").Val(); v != "99" {
+			t.Fatalf("queue partition %d's watermark of Kafka partition 1 is %s: another log's, it must stay 99", qp, v)
+		}
+	}
+	var counted int64
+	for qp := range 4 {
+		v, _ := rdb.HGet(ctx, p.Layout().Keys(jq(qp)).Stats(), "wm_truncated").Int64()
+		counted += v
+	}
+	if counted != 2 {
+		t.Fatalf("stats wm_truncated %d, want 2", counted)
+	}
+	// Without a proof nothing is lowered: a watermark below the log's end
+	// is what a relay that died before committing leaves.
+	if err := rdb.HSet(ctx, wm(2), "0", 80).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if lowered, err := p.LowerTruncated(ctx, 1, "jobs", 0, 95, 50); err != nil || len(lowered) != 0 {
+		t.Fatalf("lowered %v (%v) with every watermark below the log's end", lowered, err)
+	}
+}

@@ -3,7 +3,9 @@ package stack
 // Real Apache Kafka brokers as child processes: the jars `make kafka` fetched
 // into bin/kafka/libs (tools/kafka/pom.xml pins the version), run with the
 // machine's Java. Each broker is also a KRaft controller (combined mode), so
-// a cluster of N is N processes with a controller quorum of N.
+// a cluster of N is N processes with a controller quorum of N; or, with
+// DedicatedController, the N brokers are brokers only and one more process
+// is the whole controller quorum.
 //
 // Every broker has three loopback listeners: CLIENT, the one clients are
 // given (plain, or SASL and TLS as configured); INTERNAL, plain, for
@@ -110,6 +112,16 @@ type ApacheKafkaConfig struct {
 	// ClientPorts are fixed CLIENT listener ports, one per broker; a 0
 	// entry, or none given, is a free port.
 	ClientPorts []int
+	// DedicatedController runs one more process, node id Brokers+1, as
+	// the only KRaft controller (process.roles=controller, its data and
+	// server.log in Dir/controller-<id>/), and the brokers as brokers only.
+	// Node ids 1 to Brokers stay the brokers', which every control below
+	// acts on; the controller starts first and stops last. With it,
+	// brokers can be stopped and killed while the quorum goes on electing
+	// leaders, as with production's dedicated controllers: in combined
+	// mode two of three brokers down is the quorum lost, so no election,
+	// and no unclean one, can happen. Default false: combined mode.
+	DedicatedController bool
 	// Persist keeps a cluster's storage across runs, as `sluice dev`
 	// does: a broker whose directory was formatted before starts from its
 	// data (its other ports may change). Default false: every start
@@ -134,6 +146,7 @@ type ApacheKafka struct {
 	java      string
 	classpath string
 	brokers   []*apacheBroker // by node id - 1
+	ctrl      *apacheBroker   // the dedicated controller; nil in combined mode
 
 	adminMu sync.Mutex
 	admin   *kgo.Client // over the INTERNAL listeners
@@ -143,6 +156,7 @@ type ApacheKafka struct {
 type apacheBroker struct {
 	id                           int32
 	dir                          string
+	controllerOnly               bool // the dedicated controller: only ctrlPt is used
 	clientPort, internal, ctrlPt int
 
 	mu     sync.Mutex
@@ -229,11 +243,36 @@ func (k *ApacheKafka) startOnce(ctx context.Context) error {
 		}
 		k.brokers = append(k.brokers, b)
 	}
+	k.ctrl = nil
+	if k.cfg.DedicatedController {
+		id := int32(len(k.brokers) + 1)
+		c := &apacheBroker{id: id, dir: filepath.Join(k.cfg.Dir, fmt.Sprintf("controller-%d", id)), controllerOnly: true}
+		port, err := FreePort()
+		if err != nil {
+			return err
+		}
+		c.ctrlPt = port
+		if !k.cfg.Persist {
+			if err := os.RemoveAll(c.dir); err != nil {
+				return err
+			}
+		}
+		if err := os.MkdirAll(c.dir, 0o755); err != nil {
+			return err
+		}
+		k.ctrl = c
+	}
 	if err := k.writeFiles(); err != nil {
 		return err
 	}
 	if err := k.format(ctx); err != nil {
 		return err
+	}
+	if k.ctrl != nil {
+		if err := k.startController(ctx); err != nil {
+			k.Close()
+			return err
+		}
 	}
 	// Every broker at once: none finishes starting before the quorum
 	// has a majority.
@@ -249,12 +288,25 @@ func (k *ApacheKafka) startOnce(ctx context.Context) error {
 func (k *ApacheKafka) replication() int { return min(len(k.brokers), 3) }
 func (k *ApacheKafka) minISR() int      { return min(len(k.brokers), 2) }
 
-// writeFiles writes each broker's server.properties and the shared log4j2
+// nodes is every process of the cluster: the brokers, then the dedicated
+// controller if there is one.
+func (k *ApacheKafka) nodes() []*apacheBroker {
+	if k.ctrl == nil {
+		return k.brokers
+	}
+	return append(slices.Clone(k.brokers), k.ctrl)
+}
+
+// writeFiles writes each node's server.properties and the shared log4j2
 // configuration (and the TLS keystore).
 func (k *ApacheKafka) writeFiles() error {
 	var voters []string
-	for _, b := range k.brokers {
-		voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d", b.id, b.ctrlPt))
+	if k.ctrl != nil {
+		voters = []string{fmt.Sprintf("%d@127.0.0.1:%d", k.ctrl.id, k.ctrl.ctrlPt)}
+	} else {
+		for _, b := range k.brokers {
+			voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d", b.id, b.ctrlPt))
+		}
 	}
 	clientProto := "PLAINTEXT"
 	switch {
@@ -273,7 +325,7 @@ func (k *ApacheKafka) writeFiles() error {
 			return fmt.Errorf("stack: kafka TLS keystore: %w", err)
 		}
 	}
-	for _, b := range k.brokers {
+	for _, b := range k.nodes() {
 		props := map[string]string{
 			"process.roles":                  "broker,controller",
 			"node.id":                        strconv.Itoa(int(b.id)),
@@ -331,6 +383,19 @@ func (k *ApacheKafka) writeFiles() error {
 				props["ssl.truststore.type"] = "PEM"
 				props["ssl.truststore.location"] = t.ClientCAFile
 			}
+		}
+		switch {
+		case b.controllerOnly:
+			// The topic defaults above stay: the controller applies
+			// them (min.insync.replicas, unclean.leader.election.enable
+			// from Properties) when it elects leaders.
+			props["process.roles"] = "controller"
+			props["listeners"] = fmt.Sprintf("CONTROLLER://127.0.0.1:%d", b.ctrlPt)
+			delete(props, "advertised.listeners")
+			delete(props, "inter.broker.listener.name")
+		case k.ctrl != nil:
+			props["process.roles"] = "broker"
+			props["listeners"] = fmt.Sprintf("CLIENT://127.0.0.1:%d,INTERNAL://127.0.0.1:%d", b.clientPort, b.internal)
 		}
 		maps.Copy(props, k.cfg.Properties)
 		var sb strings.Builder
@@ -391,15 +456,22 @@ func (k *ApacheKafka) jvmArgs() []string {
 	return args
 }
 
-// format runs Kafka's storage tool for every broker at once, with one
+// format runs Kafka's storage tool for every node at once, with one
 // cluster id and, for SCRAM, the user.
 func (k *ApacheKafka) format(ctx context.Context) error {
-	var id [16]byte
-	rand.Read(id[:])
-	clusterID := base64.RawURLEncoding.EncodeToString(id[:])
-	errs := make([]error, len(k.brokers))
+	// One that starts with '-' is taken by the storage tool for an option
+	// ("--cluster-id: expected one argument"), in 1 of 64 runs; Kafka's
+	// own ids never start with it either.
+	var clusterID string
+	for clusterID == "" || clusterID[0] == '-' {
+		var id [16]byte
+		rand.Read(id[:])
+		clusterID = base64.RawURLEncoding.EncodeToString(id[:])
+	}
+	nodes := k.nodes()
+	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
-	for i, b := range k.brokers {
+	for i, b := range nodes {
 		if _, err := os.Stat(filepath.Join(b.dir, "data", "meta.properties")); err == nil && k.cfg.Persist {
 			continue // formatted in an earlier run
 		}
@@ -414,7 +486,7 @@ func (k *ApacheKafka) format(ctx context.Context) error {
 			cmd := exec.CommandContext(ctx, k.java, args...)
 			cmd.Dir = b.dir
 			if out, err := cmd.CombinedOutput(); err != nil {
-				errs[i] = fmt.Errorf("formatting kafka broker %d's storage: %v\n%s", b.id, err, tail(out, 4<<10))
+				errs[i] = fmt.Errorf("formatting %s's storage: %v\n%s", b.name(), err, tail(out, 4<<10))
 			}
 		}()
 	}
@@ -429,10 +501,18 @@ func tail(b []byte, n int) []byte {
 	return b
 }
 
-// spawn starts broker b's process; output is appended to its server.log.
+// name is how logs and errors call node b.
+func (b *apacheBroker) name() string {
+	if b.controllerOnly {
+		return fmt.Sprintf("kafka controller %d", b.id)
+	}
+	return fmt.Sprintf("kafka broker %d", b.id)
+}
+
+// spawn starts node b's process; output is appended to its server.log.
 func (k *ApacheKafka) spawn(b *apacheBroker) error {
 	args := append(k.jvmArgs(), "kafka.Kafka", filepath.Join(b.dir, "server.properties"))
-	p, err := startProc(fmt.Sprintf("kafka broker %d", b.id), k.java, args, b.dir, "server.log", nil)
+	p, err := startProc(b.name(), k.java, args, b.dir, "server.log", nil)
 	if err != nil {
 		return err
 	}
@@ -475,6 +555,28 @@ func (k *ApacheKafka) waitBroker(ctx context.Context, b *apacheBroker) error {
 	})
 }
 
+// startController starts the dedicated controller and waits until its
+// listener takes connections; the brokers, started next, wait for it to
+// register them.
+func (k *ApacheKafka) startController(ctx context.Context) error {
+	if err := k.spawn(k.ctrl); err != nil {
+		return err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(k.ctrl.ctrlPt))
+	err := k.ctrl.proc().waitReady(ctx, func(ctx context.Context) error {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return err
+		}
+		return c.Close()
+	})
+	if err != nil {
+		k.ctrl.proc().kill()
+	}
+	return err
+}
+
 func (b *apacheBroker) internalAddr() string {
 	return net.JoinHostPort("127.0.0.1", strconv.Itoa(b.internal))
 }
@@ -501,8 +603,20 @@ func (k *ApacheKafka) Nodes() []int32 {
 	return out
 }
 
-// LogFile is broker node's log file.
+// Controller returns the dedicated controller's node id, or 0 when every
+// broker is a controller.
+func (k *ApacheKafka) Controller() int32 {
+	if k.ctrl == nil {
+		return 0
+	}
+	return k.ctrl.id
+}
+
+// LogFile is node's log file: a broker's, or the dedicated controller's.
 func (k *ApacheKafka) LogFile(node int32) string {
+	if k.ctrl != nil && node == k.ctrl.id {
+		return filepath.Join(k.ctrl.dir, "server.log")
+	}
 	return filepath.Join(k.cfg.Dir, fmt.Sprintf("broker-%d", node), "server.log")
 }
 
@@ -612,8 +726,8 @@ func (b *apacheBroker) isPaused() bool {
 	return b.paused
 }
 
-// Shutdown stops every broker gracefully, all at once, and waits; ctx's
-// end kills those still running. Use it before Close to keep the data
+// Shutdown stops every broker gracefully, all at once, and waits, then
+// the dedicated controller; ctx's end kills those still running. Use it before Close to keep the data
 // consistent (`sluice dev`).
 func (k *ApacheKafka) Shutdown(ctx context.Context) error {
 	errs := make([]error, len(k.brokers))
@@ -626,6 +740,9 @@ func (k *ApacheKafka) Shutdown(ctx context.Context) error {
 		}()
 	}
 	wg.Wait()
+	if k.ctrl != nil {
+		errs = append(errs, k.ctrl.proc().stop(ctx))
+	}
 	return errors.Join(errs...)
 }
 
@@ -640,7 +757,7 @@ func (k *ApacheKafka) Close() {
 		k.admin = nil
 	}
 	k.adminMu.Unlock()
-	for _, b := range k.brokers {
+	for _, b := range k.nodes() { // the dedicated controller last
 		if p := b.proc(); p != nil {
 			p.kill()
 		}
@@ -795,8 +912,9 @@ func (k *ApacheKafka) topicMetadata(ctx context.Context, b *apacheBroker, topic 
 // PartitionState is a partition's leader and in-sync replicas as a broker
 // sees them.
 type PartitionState struct {
-	Leader int32 // -1: none
-	ISR    []int32
+	Leader      int32 // -1: none
+	LeaderEpoch int32 // raised by every election, clean or unclean
+	ISR         []int32
 }
 
 // Partition returns topic's partition's leader and in-sync replicas as the
@@ -817,7 +935,7 @@ func (k *ApacheKafka) Partition(ctx context.Context, topic string, partition int
 		}
 		for _, p := range tm.Partitions {
 			if p.Partition == partition {
-				return PartitionState{Leader: p.Leader, ISR: slices.Clone(p.ISR)}, nil
+				return PartitionState{Leader: p.Leader, LeaderEpoch: p.LeaderEpoch, ISR: slices.Clone(p.ISR)}, nil
 			}
 		}
 		return PartitionState{}, fmt.Errorf("stack: topic %s has no partition %d", topic, partition)

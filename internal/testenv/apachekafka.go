@@ -49,6 +49,8 @@ func startApacheKafka(ctx context.Context, tb testing.TB, o kafkaOpts) (*apacheK
 		Topics:     o.topics,
 		SASL:       o.sasl,
 		Properties: o.props,
+
+		DedicatedController: o.ctrl,
 	}
 	if c := o.certs; c != nil {
 		cfg.TLS = &stack.ApacheKafkaTLS{CertFile: c.ServerCertFile, KeyFile: c.ServerKey}
@@ -91,13 +93,30 @@ func (a *apacheKafka) restart(ctx context.Context) error {
 	return a.start(ctx)
 }
 
-// close kills the brokers. After a failed test it logs the tail of each
-// broker's log and keeps them all, naming the directory.
+// logNodes is the brokers' node ids, then the dedicated controller's.
+func (a *apacheKafka) logNodes() []int32 {
+	if c := a.k.Controller(); c != 0 {
+		return append(a.k.Nodes(), c)
+	}
+	return a.k.Nodes()
+}
+
+// nodeName is how a log names node.
+func (a *apacheKafka) nodeName(node int32) string {
+	if node == a.k.Controller() {
+		return fmt.Sprintf("kafka controller %d", node)
+	}
+	return fmt.Sprintf("kafka broker %d", node)
+}
+
+// close kills the brokers (and the dedicated controller). After a failed
+// test it logs the tail of each one's log and keeps them all, naming the
+// directory.
 func (a *apacheKafka) close() error {
 	a.k.Close()
 	if a.tb != nil && a.tb.Failed() {
-		for _, n := range a.k.Nodes() {
-			a.tb.Logf("testenv: kafka broker %d, the end of %s:\n%s", n, a.k.LogFile(n), logTail(a.k.LogFile(n), 60))
+		for _, n := range a.logNodes() {
+			a.tb.Logf("testenv: %s, the end of %s:\n%s", a.nodeName(n), a.k.LogFile(n), logTail(a.k.LogFile(n), 60))
 		}
 		a.tb.Logf("testenv: the brokers' logs and data are kept in %s", a.dir)
 		return nil
@@ -225,7 +244,8 @@ func (k *KafkaCluster) Partition(topic string, partition int32) stack.PartitionS
 	return st
 }
 
-// BrokerLogs is the last lines of every real broker's log, for a test's
+// BrokerLogs is the last lines of every real broker's log (and the
+// dedicated controller's), for a test's
 // own failure message; "" for kfake.
 func (k *KafkaCluster) BrokerLogs(lines int) string {
 	a, ok := k.be.(*apacheKafka)
@@ -233,8 +253,8 @@ func (k *KafkaCluster) BrokerLogs(lines int) string {
 		return ""
 	}
 	var sb strings.Builder
-	for _, n := range a.k.Nodes() {
-		fmt.Fprintf(&sb, "--- kafka broker %d (%s) ---\n%s\n", n, a.k.LogFile(n), logTail(a.k.LogFile(n), lines))
+	for _, n := range a.logNodes() {
+		fmt.Fprintf(&sb, "--- %s (%s) ---\n%s\n", a.nodeName(n), a.k.LogFile(n), logTail(a.k.LogFile(n), lines))
 	}
 	return sb.String()
 }

@@ -26,6 +26,7 @@ type kafkaOpts struct {
 	mutual  bool
 	apache  bool              // the test needs the real broker
 	props   map[string]string // brokers' extra server properties (real broker only)
+	ctrl    bool              // a dedicated KRaft controller (real broker only)
 }
 
 // secured reports whether the options ask for SASL or TLS.
@@ -88,6 +89,15 @@ func KafkaProperty(key, value string) KafkaOption {
 		o.props[key] = value
 	}
 }
+
+// KafkaDedicatedController runs the real brokers as brokers only, with one
+// more process as the whole KRaft controller quorum (node id brokers+1,
+// started first, stopped last; the broker controls still act on brokers 1
+// to N). Without it every broker is also a controller, and two of three
+// brokers down is the quorum lost: no election happens at all, so an
+// unclean one needs this. kfake has no controllers, so it needs ApacheKafka
+// or SLUICE_TEST_KAFKA=apache.
+func KafkaDedicatedController() KafkaOption { return func(o *kafkaOpts) { o.ctrl = true } }
 
 // EnvKafka chooses the Kafka of every test bed cluster: "kfake" (the
 // default: kfake in process, fast, with fault injection) or "apache" (real
@@ -175,6 +185,9 @@ func startKafka(tb testing.TB, opts []KafkaOption) (*KafkaCluster, error) {
 	}
 	if len(o.props) > 0 {
 		return nil, fmt.Errorf("testenv: KafkaProperty needs the real broker (ApacheKafka or %s=%s); kfake has no server properties", EnvKafka, kafkaApache)
+	}
+	if o.ctrl {
+		return nil, fmt.Errorf("testenv: KafkaDedicatedController needs the real broker (ApacheKafka or %s=%s); kfake has no controllers", EnvKafka, kafkaApache)
 	}
 	be, err := startBackend(
 		func(ctx context.Context) (kafkaBackend, error) { return startKafkaProcess(ctx, o) },
