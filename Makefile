@@ -10,7 +10,7 @@ GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.slu
 TEST_P  ?= 2
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build run test deps run-deps jaeger kafka redis chromium consul modules fuzz bench bench-gate bench-relay bench-asynq bench-asynq-e2e bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
+.PHONY: all build run test deps run-deps test-deps packages jaeger kafka redis chromium consul modules fuzz bench bench-gate bench-relay bench-asynq bench-asynq-e2e bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
 
 all: build
 
@@ -24,8 +24,27 @@ bin/sluice: $(GOFILES) go.mod go.sum
 ## which only `sluice dev --tracing` and its test start: `make jaeger`, nor
 ## the Apache Kafka broker, which only the real-broker tests and
 ## `sluice dev --kafka apache` run: `make kafka`).
-deps: run-deps chromium jaeger kafka
+deps: test-deps jaeger
 run-deps: redis consul modules
+
+# What the tests need besides Jaeger: Debian's packages in one apt run (apt
+# holds a lock, so two at once would fail), then the builds and downloads side
+# by side, so a fresh machine waits on the network and the CPU at once.
+test-deps: packages
+	$(MAKE) --no-print-directory -j3 consul modules kafka
+
+# redis-server and chromium from Debian's packages, those missing, in one apt run.
+packages:
+	@missing=""; \
+	command -v redis-server >/dev/null 2>&1 || missing="$$missing redis-server"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing$$missing with apt"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	@redis-server --version
+	@chromium --version 2>/dev/null
 
 # redis-server from Debian's package, when missing.
 redis:
@@ -97,9 +116,25 @@ run: run-deps build
 
 ## test: vet, then every test, with the race detector, against real Redis,
 ## Consul and Kafka (kfake, and the Apache broker where its behaviour matters).
-test: deps
-	$(GO) vet ./...
-	$(GO) test -count=1 -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) ./...
+#
+# Only the tests named *InJaeger need bin/jaeger, whose first build is most of
+# a fresh machine's set-up (about 15 minutes of both cores). So `make test`
+# builds it in the background at the lowest CPU priority while the set-up and
+# every other test run, using the cores they leave idle (waits on the network,
+# on servers starting, on timers), then waits for it and runs those tests last.
+# When bin/jaeger is up to date the background build returns at once.
+JAEGER_TESTS := InJaeger$$
+test:
+	@mkdir -p .sluice
+	@echo "building Jaeger in the background (log: .sluice/jaeger-build.log)"
+	@nice -n 19 $(MAKE) --no-print-directory jaeger >.sluice/jaeger-build.log 2>&1 & jaeger=$$!; \
+	$(MAKE) --no-print-directory test-deps && \
+	$(GO) vet ./... && \
+	$(GO) test -count=1 -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) -skip '$(JAEGER_TESTS)' ./...; status=$$?; \
+	echo "waiting for the Jaeger build (.sluice/jaeger-build.log)"; \
+	wait $$jaeger || { cat .sluice/jaeger-build.log; exit 1; }; \
+	[ $$status = 0 ] || exit $$status; \
+	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) -run '$(JAEGER_TESTS)' ./cmd/sluice ./internal/testenv
 
 ## fuzz: a short run of each decoder fuzz target (FUZZTIME=10m for longer).
 FUZZTIME ?= 30s

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,6 +36,11 @@ func (j *JaegerServer) OTLPEndpoint() string { return j.j.OTLPEndpoint() }
 // missing binary fails the test saying how to build it.
 func Jaeger(t testing.TB) *JaegerServer {
 	t.Helper()
+	// `make test` builds bin/jaeger in the background and runs the tests
+	// named *InJaeger after it; any other name would run before the build.
+	if top, _, _ := strings.Cut(t.Name(), "/"); !strings.HasSuffix(top, "InJaeger") {
+		t.Fatalf("testenv: %s starts Jaeger: end its name with InJaeger so that make test runs it once bin/jaeger is built (Makefile, JAEGER_TESTS)", top)
+	}
 	addr := func() string {
 		p, err := stack.FreePort()
 		if err != nil {

@@ -13,7 +13,7 @@ import (
 
 // The test bed's Jaeger takes spans from tracing.Setup, configured by the
 // standard variables alone, and its query API returns them.
-func TestJaegerReceivesSpansFromSetup(t *testing.T) {
+func TestSpansFromSetupArriveInJaeger(t *testing.T) {
 	j := testenv.Jaeger(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", j.OTLPEndpoint())
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
