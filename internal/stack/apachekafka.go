@@ -206,7 +206,14 @@ func StartApacheKafka(ctx context.Context, cfg ApacheKafkaConfig) (*ApacheKafka,
 		return nil, err
 	}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Topics)) {
-		if err := k.CreateTopic(ctx, name, cfg.Topics[name]); err != nil && !errors.Is(err, kerr.TopicAlreadyExists) {
+		err := k.CreateTopic(ctx, name, cfg.Topics[name])
+		if errors.Is(err, kerr.TopicAlreadyExists) {
+			// Kept storage (sluice dev's restart): the broker reloads the
+			// topic's logs before it leads its partitions, and a client that
+			// comes first is told NOT_LEADER_OR_FOLLOWER.
+			err = k.waitLeaders(ctx, name, cfg.Topics[name])
+		}
+		if err != nil {
 			k.Close()
 			return nil, err
 		}
@@ -817,6 +824,12 @@ func (k *ApacheKafka) CreateTopicWith(ctx context.Context, name string, partitio
 	if err := kerr.ErrorForCode(resp.Topics[0].ErrorCode); err != nil {
 		return fmt.Errorf("creating topic %s: %w", name, err)
 	}
+	return k.waitLeaders(ctx, name, partitions)
+}
+
+// waitLeaders waits until every running broker knows a leader for each of
+// topic's partitions.
+func (k *ApacheKafka) waitLeaders(ctx context.Context, name string, partitions int32) error {
 	return k.waitTopic(ctx, name, func(tm *kmsg.MetadataResponseTopic) bool {
 		if tm == nil || len(tm.Partitions) != int(partitions) {
 			return false

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"errors"
 	"testing"
 	"time"
 
@@ -14,18 +15,38 @@ func ReadRecords(t testing.TB, brokers []string, topic string, partition int32, 
 	t.Helper()
 	cfg := sarama.NewConfig()
 	cfg.Metadata.AllowAutoTopicCreation = false
-	c, err := sarama.NewConsumer(brokers, cfg)
+	cl, err := sarama.NewClient(brokers, cfg)
+	if err != nil {
+		t.Fatalf("testenv: kafka client: %v", err)
+	}
+	defer cl.Close()
+	c, err := sarama.NewConsumerFromClient(cl)
 	if err != nil {
 		t.Fatalf("testenv: consumer: %v", err)
 	}
 	defer c.Close()
-	pc, err := c.ConsumePartition(topic, partition, offset)
-	if err != nil {
-		t.Fatalf("testenv: consume %s/%d@%d: %v", topic, partition, offset, err)
+	deadline := time.After(10 * time.Second)
+	var pc sarama.PartitionConsumer
+	// A broker that has just started can list itself as the leader a moment
+	// before it serves the partition (NOT_LEADER_OR_FOLLOWER): ask again.
+	for pc == nil {
+		pc, err = c.ConsumePartition(topic, partition, offset)
+		if err == nil {
+			break
+		}
+		var kerr sarama.KError
+		if !errors.As(err, &kerr) || !(kerr == sarama.ErrNotLeaderForPartition || kerr == sarama.ErrLeaderNotAvailable) {
+			t.Fatalf("testenv: consume %s/%d@%d: %v", topic, partition, offset, err)
+		}
+		select {
+		case <-deadline:
+			t.Fatalf("testenv: consume %s/%d@%d: %v after 10s", topic, partition, offset, err)
+		case <-time.After(100 * time.Millisecond):
+		}
+		_ = cl.RefreshMetadata(topic)
 	}
 	defer pc.Close()
 	out := make([]*sarama.ConsumerMessage, 0, n)
-	deadline := time.After(10 * time.Second)
 	for len(out) < n {
 		select {
 		case m := <-pc.Messages():
