@@ -13,6 +13,7 @@ import (
 	"syscall"
 
 	"github.com/IBM/sarama"
+	"github.com/eapache/go-resiliency/breaker"
 
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/tlsfiles"
@@ -135,8 +136,11 @@ func Unavailable(err error) bool {
 		return false
 	}
 	// A broker that goes away mid-request shows as a bare EOF or reset.
+	// sarama's circuit breaker opens after a partition's leader could not be
+	// found a few times in a row (Kafka down), and fails messages at once
+	// for a while: Kafka is as unavailable as when it refused them.
 	var nerr net.Error
-	return errors.Is(err, sarama.ErrOutOfBrokers) || errors.Is(err, sarama.ErrNotConnected) ||
+	return errors.Is(err, breaker.ErrBreakerOpen) || errors.Is(err, sarama.ErrOutOfBrokers) || errors.Is(err, sarama.ErrNotConnected) ||
 		errors.Is(err, sarama.ErrClosedClient) || errors.Is(err, sarama.ErrShuttingDown) ||
 		errors.Is(err, sarama.ErrControllerNotAvailable) || errors.As(err, &nerr) ||
 		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/eapache/go-resiliency/breaker"
 
 	"github.com/sluicehq/sluice/internal/testenv"
 )
@@ -106,7 +107,7 @@ func TestCatalog(t *testing.T) {
 }
 
 func TestErrorClasses(t *testing.T) {
-	for _, err := range []error{sarama.ErrOutOfBrokers, sarama.ErrNotLeaderForPartition, io.EOF, fmt.Errorf("x: %w", sarama.ErrNotEnoughReplicas)} {
+	for _, err := range []error{sarama.ErrOutOfBrokers, sarama.ErrNotLeaderForPartition, io.EOF, fmt.Errorf("x: %w", sarama.ErrNotEnoughReplicas), breaker.ErrBreakerOpen} {
 		if !Unavailable(err) {
 			t.Errorf("Unavailable(%v) = false", err)
 		}
