@@ -59,6 +59,7 @@ type bed struct {
 	bin    string
 	logDir string
 	redis  *testenv.RedisServer
+	probe  *aofProbe // measures what a SIGKILL of Redis lost
 	consul *testenv.ConsulServer
 	kafka  *testenv.KafkaCluster
 	ledger *ledger
@@ -129,6 +130,7 @@ func (b *bed) topicDeletion() (time.Time, map[string]logRecord) {
 // loaded).
 type outage struct {
 	down, up time.Time // up is zero while it lasts
+	loss     aofLoss   // answered writes the restart did not bring back
 }
 
 // part is one sluice process: its command line is rebuilt per incarnation
@@ -162,6 +164,7 @@ func newBedWith(t *testing.T, kafkaOpts ...testenv.KafkaOption) *bed {
 	bin := make(chan string, 1)
 	go func() { bin <- testenv.BuildSluice(t) }()
 	b.redis = testenv.Redis(t, testenv.WithAOF(), testenv.WithMaxMemory("512mb"))
+	b.probe = startAOFProbe(t, b.redis.Addr())
 	b.consul = testenv.Consul(t)
 	b.kafka = testenv.Kafka(t, append([]testenv.KafkaOption{testenv.Brokers(3),
 		testenv.Topic(topic, kafkaPartitions), testenv.Topic(topic+".dlq", kafkaPartitions), testenv.Topic(topic+".retry", kafkaPartitions)},
@@ -563,17 +566,36 @@ func (b *bed) stopRedis() { b.redisDown(b.redis.Stop) }
 func (b *bed) killRedis() { b.redisDown(b.redis.Kill) }
 
 func (b *bed) redisDown(how func()) {
+	b.probe.hold()
 	b.mu.Lock()
 	b.outages = append(b.outages, outage{down: time.Now()})
 	b.mu.Unlock()
 	how()
 }
 
+// lastOutage is Redis's latest outage.
+func (b *bed) lastOutage() outage {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.outages[len(b.outages)-1]
+}
+
+// restartRedis also measures what the outage lost of the writes Redis
+// had answered (aofProbe): nothing after a SIGTERM, which flushes the
+// AOF, nor after a SIGKILL while the disk kept up.
 func (b *bed) restartRedis() time.Time {
 	b.redis.Restart()
 	up := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	loss, err := b.probe.measure(ctx)
+	cancel()
+	b.probe.resume()
+	if err != nil {
+		b.t.Logf("the AOF probe after Redis's restart: %v (no loss excused)", err)
+	}
 	b.mu.Lock()
 	b.outages[len(b.outages)-1].up = up
+	b.outages[len(b.outages)-1].loss = loss
 	b.mu.Unlock()
 	return up
 }

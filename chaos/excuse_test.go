@@ -1,10 +1,14 @@
 package chaos
 
 import (
+	"context"
 	"os"
 	"path/filepath"
+	"sort"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // The give-up excuse reads the cut-short runs from the workers' logs, per
@@ -42,5 +46,99 @@ time=2026-11-27T16:19:31.740Z level=WARN msg="a run cut short after its lease wa
 		if got := rerunAfterGiveUp(cut, []execution{next, c.first}); got != c.want {
 			t.Errorf("%s: excused %v, want %v", c.name, got, c.want)
 		}
+	}
+}
+
+// The AOF probe measures a tail of answered writes that a restart did not
+// bring back: Redis killed and its AOF cut back to an earlier length, as a
+// SIGKILL during a held-back AOF write (or a host failure) leaves it. A
+// SIGTERM, which flushes the AOF, loses nothing.
+func TestTheAOFProbeMeasuresTheAnsweredWritesARestartLost(t *testing.T) {
+	r := testenv.Redis(t, testenv.WithAOF())
+	p := startAOFProbe(t, r.Addr())
+	answered := func() int {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		n := 0
+		for _, w := range p.writes {
+			if w.ok {
+				n++
+			}
+		}
+		return n
+	}
+	testenv.WaitFor(t, 10*time.Second, "the probe's first writes", func() bool { return answered() >= 20 })
+
+	p.hold()
+	r.Stop()
+	r.Restart()
+	if l, err := p.measure(context.Background()); err != nil || l.lost != 0 {
+		t.Fatalf("after a SIGTERM: %v, %v; want nothing lost", l, err)
+	}
+	p.resume()
+
+	aof := newestAOF(t, r.Dir())
+	st, err := os.Stat(aof)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut, before := time.Now(), answered()
+	testenv.WaitFor(t, 10*time.Second, "20 more writes", func() bool { return answered() >= before+20 })
+	p.hold()
+	r.Kill()
+	if err := os.Truncate(aof, st.Size()); err != nil {
+		t.Fatal(err)
+	}
+	r.Restart()
+	l, err := p.measure(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.lost < 20 {
+		t.Fatalf("lost %d answered writes, want the 20 or more after the cut", l.lost)
+	}
+	if l.from.After(cut) || l.from.Before(cut.Add(-time.Second)) {
+		t.Fatalf("the loss begins at %s, want just before the cut at %s", l.from.Format("15:04:05.000"), cut.Format("15:04:05.000"))
+	}
+}
+
+// newestAOF is the AOF file Redis 7 appends to now.
+func newestAOF(t *testing.T, dir string) string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "appendonlydir", "*.incr.aof"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no incremental AOF file in %s/appendonlydir (%v)", dir, err)
+	}
+	sort.Strings(files)
+	return files[len(files)-1]
+}
+
+// A keyed rerun is excused by an AOF loss only when the earlier run's
+// record was due after the loss began, the run began before the kill and
+// the next one after Redis was up again.
+func TestARerunIsExcusedByAnAOFLossOnlyInsideIt(t *testing.T) {
+	kill := time.Date(2026, 11, 27, 21, 46, 23, 500_000_000, time.UTC)
+	up := kill.Add(200 * time.Millisecond)
+	b := &bed{outages: []outage{{down: kill, up: up, loss: aofLoss{from: kill.Add(-800 * time.Millisecond), lost: 80}}}}
+	run := func(at time.Time) execution {
+		return execution{JobID: "j", Attempt: 1, Who: "worker0.2", OK: true, At: at, Answered: at.Add(5 * time.Millisecond)}
+	}
+	for _, c := range []struct {
+		name        string
+		first, next time.Time
+		want        bool
+	}{
+		{"record due inside the lost tail", kill.Add(-200 * time.Millisecond), up.Add(time.Second), true},
+		{"record due before the tail began", kill.Add(-2 * time.Second), up.Add(time.Second), false},
+		{"next run before Redis was up", kill.Add(-200 * time.Millisecond), kill.Add(100 * time.Millisecond), false},
+		{"first run after the kill", kill.Add(300 * time.Millisecond), up.Add(time.Second), false},
+	} {
+		if got := rerunAfterAOFLoss(b, []execution{run(c.next), run(c.first)}); got != c.want {
+			t.Errorf("%s: excused %v, want %v", c.name, got, c.want)
+		}
+	}
+	b.outages[0].loss = aofLoss{}
+	if rerunAfterAOFLoss(b, []execution{run(up.Add(time.Second)), run(kill.Add(-200 * time.Millisecond))}) {
+		t.Error("excused by an outage that lost nothing")
 	}
 }

@@ -85,7 +85,8 @@ var (
 	// faultRedisKill kills Redis with SIGKILL while jobs flow and starts it
 	// again at once from its AOF (appendfsync everysec). What Redis
 	// answered is in its AOF in the kernel, so a process crash loses
-	// nothing; the relay, whose younger writes met a new run_id, goes on
+	// nothing, unless a busy disk made Redis hold AOF writes back (the bed's
+	// AOF probe measures that tail); the relay, whose younger writes met a new run_id, goes on
 	// from its committed offsets (--durable-after) and the replay is
 	// deduplicated.
 	faultRedisKill = fault{"kill -9 Redis, restart it", func(b *bed) (string, time.Duration, error) {
@@ -94,8 +95,8 @@ var (
 		restarted := time.Now()
 		up := b.restartRedis()
 		err := b.waitFlow("jobs to flow after Redis was killed")
-		m := fmt.Sprintf("up (AOF loaded) %s after the kill, flowing %s later; the relays went back to their committed offsets %d times",
-			up.Sub(restarted).Round(100*time.Millisecond), time.Since(up).Round(100*time.Millisecond), max(0, b.relayRewinds()-rewinds))
+		m := fmt.Sprintf("up (AOF loaded) %s after the kill, flowing %s later; the relays went back to their committed offsets %d times; the AOF probe: %s",
+			up.Sub(restarted).Round(100*time.Millisecond), time.Since(up).Round(100*time.Millisecond), max(0, b.relayRewinds()-rewinds), b.lastOutage().loss)
 		return m, 0, err
 	}}
 	faultConsul = fault{"restart the Consul agent", func(b *bed) (string, time.Duration, error) {

@@ -39,6 +39,8 @@ type verdict struct {
 	KeyedExcused     []string // keys run again after a kill before their record, listed
 	TwiceAfterAnswer int      // ... of which a kill came after the handler answered
 	KeyedGaveUp      []string // keys run again after their worker gave the lease up mid-run, listed
+	KeyedAOFLoss     []string // keys run again after a SIGKILL of Redis lost their record with its AOF tail, listed
+	AOFLosses        string   // what each restart of Redis lost of its answered writes (aofProbe)
 	GraceUsed        time.Duration
 
 	Reruns      int            // extra 2xx runs of plain-like acknowledged ids
@@ -240,12 +242,16 @@ func verdictOf(t *testing.T, b *bed, l *loader, poison int, drain time.Duration)
 			}
 		} else if rerunAfterGiveUp(cut, runs) {
 			v.KeyedGaveUp = append(v.KeyedGaveUp, line)
+		} else if rerunAfterAOFLoss(b, runs) {
+			v.KeyedAOFLoss = append(v.KeyedAOFLoss, line)
 		} else {
 			v.KeyedTwice = append(v.KeyedTwice, line)
 		}
 	}
 	sort.Strings(v.KeyedExcused)
 	sort.Strings(v.KeyedGaveUp)
+	sort.Strings(v.KeyedAOFLoss)
+	v.AOFLosses = b.aofLosses()
 	sort.Strings(v.KeyedTwice)
 
 	// The job records in Kafka: what landed of the ops of unknown
@@ -560,6 +566,7 @@ func (v verdict) table(outcomes []outcome) string {
 	row("  ... excused: killed before its record", len(v.KeyedExcused), fmt.Sprintf("listed below; the worker killed mid-run, or after the answer but within %s of Redis serving (%d, at most %s in)",
 		recordGrace, v.TwiceAfterAnswer, v.GraceUsed.Round(time.Millisecond)))
 	row("  ... excused: cut short by a lease given up", len(v.KeyedGaveUp), fmt.Sprintf("listed below; the worker cancelled the run when it could not extend the lease, and the next began after the key's running mark (%s) expired", markHold))
+	row("  ... excused: record lost with Redis's AOF tail", len(v.KeyedAOFLoss), "listed below; Redis was killed while it held answered writes back from its AOF (a busy disk: appendfsync everysec waits up to 2 s), and the run's record was among them ("+v.AOFLosses+")")
 	var why []string
 	for w, n := range v.RerunsBy {
 		why = append(why, fmt.Sprintf("%s: %d", w, n))
@@ -604,6 +611,12 @@ func (v verdict) table(outcomes []outcome) string {
 	if len(v.KeyedGaveUp) > 0 {
 		fmt.Fprintf(&s, "\n\nkeys run again after their worker gave the lease up mid-run and the running mark expired (excused):\n")
 		for _, k := range v.KeyedGaveUp {
+			fmt.Fprintf(&s, "- %s\n", k)
+		}
+	}
+	if len(v.KeyedAOFLoss) > 0 {
+		fmt.Fprintf(&s, "\n\nkeys run again after a SIGKILL of Redis lost their record with the AOF tail (excused):\n")
+		for _, k := range v.KeyedAOFLoss {
 			fmt.Fprintf(&s, "- %s\n", k)
 		}
 	}
