@@ -101,10 +101,12 @@ sdk-deps:
 		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends python3 >/dev/null; \
 	}
 	@python3 -c 'import pytest' 2>/dev/null || { \
-		echo "pytest not found: installing python3-pytest with apt"; \
-		$(SUDO) apt-get update -qq && \
-		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends python3-pytest >/dev/null; \
+		echo "pytest not found for $$(command -v python3): installing it with pip, else python3-pytest with apt"; \
+		python3 -m pip install --quiet pytest 2>/dev/null || { \
+			$(SUDO) apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends python3-pytest >/dev/null; }; \
 	}
+	@python3 -c 'import pytest' || { echo "make sdk-deps: $$(command -v python3) still has no pytest: install it for that python3"; exit 1; }
 	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
 		echo "node or npm not found: installing nodejs and npm with apt"; \
 		$(SUDO) apt-get update -qq && \
