@@ -115,6 +115,11 @@ sdk-deps:
 	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' || { \
 		echo "make sdk-deps: the TypeScript SDK needs Node 20 or later (its fetch, Request and Response); node --version says $$(node --version): install Node 20+ (Debian 12's nodejs is 18)"; exit 1; }
 	@python3 --version && node --version
+	@$(MAKE) --no-print-directory sdk/typescript/node_modules/.package-lock.json
+
+# npm ci writes node_modules/.package-lock.json: reinstalled only when the
+# committed package-lock.json changes.
+sdk/typescript/node_modules/.package-lock.json: sdk/typescript/package-lock.json
 	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error
 
 ## run: the whole pipeline on embedded defaults (sluice dev); DEV_FLAGS adds
