@@ -30,7 +30,8 @@ import (
 )
 
 // TestSDKsAgainstSluiceDev starts one sluice dev and runs both SDKs'
-// integration suites against it at once. A missing python3, pytest, node
+// integration suites and examples against it, and their unit suites, at
+// once. A missing python3, pytest, node
 // or the TypeScript SDK's devDependencies fails the test, naming the fix:
 // the SDKs are part of what `make test` proves.
 func TestSDKsAgainstSluiceDev(t *testing.T) {
@@ -117,6 +118,14 @@ func TestSDKsAgainstSluiceDev(t *testing.T) {
 				return strings.Contains(out, "# pass 3") && strings.Contains(out, "# skipped 0")
 			},
 			"# pass 3, # skipped 0"},
+		// The unit suites on the shared vectors (sdk/testdata), so that
+		// make test breaks on an envelope change in any of the three.
+		{"python unit", pyDir, []string{python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", "--ignore=tests/integration"}, nil,
+			func(out string) bool { return regexp.MustCompile(`(?m)^\d+ passed in `).MatchString(out) }, "every test passed"},
+		{"typescript unit", tsDir, []string{node, "--test", "dist/test/vectors.test.js", "dist/test/handler.test.js"}, nil,
+			func(out string) bool {
+				return strings.Contains(out, "# fail 0") && strings.Contains(out, "# skipped 0")
+			}, "# fail 0, # skipped 0"},
 		// The examples of the README, with their 1,000 items.
 		{"python example", pyDir, []string{python, "examples/bulkgroup.py"},
 			[]string{"PYTHONPATH=src", "SLUICE_GATE=" + dev.Endpoints.Gate, "THUMB_TYPE=thumbpy", "THUMB_PORT=" + strconv.Itoa(pyExPort)},
