@@ -10,7 +10,7 @@ GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.slu
 TEST_P  ?= 2
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build run test deps run-deps test-deps packages jaeger kafka redis chromium consul modules fuzz bench bench-gate bench-relay bench-asynq bench-asynq-e2e bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
+.PHONY: all build run test deps run-deps test-deps packages sdk-deps jaeger kafka redis chromium consul modules fuzz bench bench-gate bench-relay bench-asynq bench-asynq-e2e bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
 
 all: build
 
@@ -30,7 +30,7 @@ run-deps: redis consul modules
 # What the tests need besides Jaeger: Debian's packages in one apt run (apt
 # holds a lock, so two at once would fail), then the builds and downloads side
 # by side, so a fresh machine waits on the network and the CPU at once.
-test-deps: packages
+test-deps: packages sdk-deps
 	$(MAKE) --no-print-directory -j3 consul modules kafka
 
 # redis-server and chromium from Debian's packages, those missing, in one apt run.
@@ -110,9 +110,41 @@ bin/kafka/.fetched: tools/kafka/pom.xml
 modules:
 	$(GO) mod download
 
-## run: the whole pipeline on embedded defaults (sluice dev).
+# What the SDKs' tests need (sdk/integration runs them against sluice dev):
+# Python 3.11+ with pytest, Node 20+ with npm (from apt when missing), and
+# the TypeScript SDK's devDependencies as package-lock.json pins them.
+sdk-deps:
+	@python3 -c 'import sys; assert sys.version_info >= (3, 11)' 2>/dev/null || { \
+		echo "python3 (3.11+) not found: installing python3 with apt"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends python3 >/dev/null; \
+	}
+	@python3 -c 'import pytest' 2>/dev/null || { \
+		echo "pytest not found for $$(command -v python3): installing it with pip, else python3-pytest with apt"; \
+		python3 -m pip install --quiet pytest 2>/dev/null || { \
+			$(SUDO) apt-get update -qq && \
+			DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends python3-pytest >/dev/null; }; \
+	}
+	@python3 -c 'import pytest' || { echo "make sdk-deps: $$(command -v python3) still has no pytest: install it for that python3"; exit 1; }
+	@command -v node >/dev/null 2>&1 && command -v npm >/dev/null 2>&1 || { \
+		echo "node or npm not found: installing nodejs and npm with apt"; \
+		$(SUDO) apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null; \
+	}
+	@node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' || { \
+		echo "make sdk-deps: the TypeScript SDK needs Node 20 or later (its fetch, Request and Response); node --version says $$(node --version): install Node 20+ (Debian 12's nodejs is 18)"; exit 1; }
+	@python3 --version && node --version
+	@$(MAKE) --no-print-directory sdk/typescript/node_modules/.package-lock.json
+
+# npm ci writes node_modules/.package-lock.json: reinstalled only when the
+# committed package-lock.json changes.
+sdk/typescript/node_modules/.package-lock.json: sdk/typescript/package-lock.json
+	cd sdk/typescript && npm ci --no-audit --no-fund --loglevel=error
+
+## run: the whole pipeline on embedded defaults (sluice dev); DEV_FLAGS adds
+## flags, e.g. make run DEV_FLAGS='--http thumb=http://127.0.0.1:8787/'.
 run: run-deps build
-	./bin/sluice dev
+	./bin/sluice dev $(DEV_FLAGS)
 
 ## test: vet, then every test, with the race detector, against real Redis,
 ## Consul and Kafka (kfake, and the Apache broker where its behaviour matters).

@@ -57,10 +57,17 @@ type devConfig struct {
 	// Worker starts the built-in worker (every type runs noop); false
 	// leaves the queues to a worker of the developer's own, which the
 	// banner says how to attach.
-	Worker      bool
-	StopTimeout time.Duration
-	Pprof       bool
-	PprofListen string
+	Worker bool
+	// HTTP maps job types to URLs the built-in worker POSTs them to
+	// (sluice worker's --http, the worker's http handler); other types
+	// stay no-ops.
+	HTTP string
+	// CallbackSecretFile signs bulk groups' callbacks (the coordinator's
+	// --callback-secret-file); empty: unsigned.
+	CallbackSecretFile string
+	StopTimeout        time.Duration
+	Pprof              bool
+	PprofListen        string
 	// AdminTokens are the coordinator's admin API tokens ("<token> <role>;
 	// ..."); empty: one admin token is generated and written to
 	// <dir>/admin-token, unless AdminInsecure.
@@ -96,6 +103,8 @@ func (c *devConfig) register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.RedisAOF, "redis-aof", true, "Redis appends every write to its AOF (fsync every second), so jobs survive a restart; --redis-aof=false for load tests that measure without it")
 	cli.DurationVar(fs, &c.ResultTTL, "result-ttl", 24*time.Hour, "how long the dev worker keeps a done job and its result (the relay dedupes by id for as long)")
 	fs.BoolVar(&c.Worker, "worker", true, "run the built-in worker (every job type a no-op); --worker=false starts everything else and prints how to attach a worker of your own (go run ./examples/worker)")
+	fs.StringVar(&c.HTTP, "http", "", "job types the built-in worker POSTs to a URL, its http handler (sluice worker's --http): \"thumb=http://127.0.0.1:8787/,...\"; other types stay no-ops (docs/sdk.md)")
+	fs.StringVar(&c.CallbackSecretFile, "callback-secret-file", "", "sign bulk groups' callbacks with the secrets in this file (the coordinator's --callback-secret-file: one per line, at least 32 bytes, mode 0600); empty: unsigned")
 	cli.IntRangesVar(fs, &c.WorkerServe, "worker-partitions", nil, "Redis partitions the dev worker consumes: \"0-6\", \"0,2\"; empty: all (leave one out to see its canary alert)")
 	cli.DurationVar(fs, &c.CanaryInterval, "canary-interval", 10*time.Second, "time between heartbeat canaries along each path (0: none)")
 	cli.DurationVar(fs, &c.StopTimeout, "stop-timeout", 15*time.Second, "how long each part may take to stop")
@@ -308,7 +317,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	wcfg.Drain = cfg.StopTimeout
 	wcfg.ConsulAddr = cfg.ConsulAddr // execution rate limits, followed live
 	wcfg.ResultTTL = cfg.ResultTTL
-	handlers := builtinHandlers{handle: "sleep=sleep", other: "noop"}
+	handlers := builtinHandlers{handle: "sleep=sleep", other: "noop", http: cfg.HTTP}
 	var workerDone chan error // nil without the built-in worker: never ready
 	if cfg.Worker {
 		workerDone, err = run("worker", func() (chan error, func(context.Context) error, error) {
@@ -335,6 +344,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	ccfg.LockDelay = 0                               // one coordinator: nobody to protect from a stale holder
 	ccfg.Periodic.GateURL = "http://" + cfg.GateAddr // the dev gate takes no token
 	ccfg.CallbackAllow = devCallbackAllow
+	ccfg.CallbackSecretFile = cfg.CallbackSecretFile
 	// Loopback is open to callbacks here, the stack's own listeners not:
 	// a group's callback must not drive the gate, the relay or the worker
 	// (the coordinator's own listener, with the console's admin API, is
@@ -581,9 +591,13 @@ Enqueue a job:
 // with --worker=false, how to attach one's own.
 func workerLines(cfg devConfig) string {
 	if cfg.Worker {
-		return fmt.Sprintf(`  worker   http://%s/metrics   serves topic %q; every job type runs "noop"; type "sleep" sleeps {"ms": N}
+		http := ""
+		if cfg.HTTP != "" {
+			http = "\n           http handler (POSTs the payload): " + cfg.HTTP
+		}
+		return fmt.Sprintf(`  worker   http://%s/metrics   serves topic %q; every job type runs "noop"; type "sleep" sleeps {"ms": N}%s
            rate limits per resource (else tenant, else type): sluice/dev/limits/<resource> in Consul, e.g. {"rate": 10}
-`, cfg.WorkerAddr, cfg.Topic)
+`, cfg.WorkerAddr, cfg.Topic, http)
 	}
 	env := ""
 	for _, kv := range devWorkerSettings(cfg) {

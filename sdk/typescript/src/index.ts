@@ -1,0 +1,14 @@
+// sluice-client: enqueue jobs into Sluice through its gate's HTTP API,
+// verify signed group callbacks, and serve the worker's http handler. The
+// same contract as the Go client: sdk/testdata holds the vectors all
+// three clients are tested against.
+
+export { BatchError, Client } from "./client.js";
+export type { Acks, BatchResult, ClientOptions, GroupResult, GroupStatus, ItemResult, Job, JobInfo, Result, RetryPolicy } from "./client.js";
+export { SluiceConnectionError, SluiceError } from "./errors.js";
+export { newId, Raw } from "./wire.js";
+export type { GroupOptions, JobOptions } from "./wire.js";
+export { MIN_SECRET_LEN, ShortSecretError, SIGNATURE_HEADER, SignatureError, verifyCallback, verifySignature } from "./callback.js";
+export type { Secret, SignatureErrorKind, VerifyOptions } from "./callback.js";
+export { callbackHandler, jobHandler, Kill, RetryLater, serve } from "./handler.js";
+export type { Delivery, JobFunction } from "./handler.js";
