@@ -56,3 +56,30 @@ func TestArchitecturePageNamesEveryPackage(t *testing.T) {
 		}
 	}
 }
+
+// TestClientLinksNoStore: the Go client aliases the servers' wire types
+// (internal/wire) rather than copying them, and must link no Redis, Kafka
+// or Consul client for it: an alias of a type in a package that talks to
+// a store (internal/groups, internal/queue) would drag that store's client
+// into every program that enqueues a job.
+func TestClientLinksNoStore(t *testing.T) {
+	root, err := stack.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pkg := range []string{"./client"} {
+		list := exec.Command("go", "list", "-deps", pkg)
+		list.Dir = root
+		out, err := list.Output()
+		if err != nil {
+			t.Fatalf("go list -deps %s: %v", pkg, err)
+		}
+		for _, dep := range strings.Fields(string(out)) {
+			for _, store := range []string{"github.com/redis/", "github.com/IBM/sarama", "github.com/twmb/franz-go", "github.com/hashicorp/consul"} {
+				if strings.HasPrefix(dep, store) {
+					t.Errorf("%s links %s", pkg, dep)
+				}
+			}
+		}
+	}
+}
