@@ -23,6 +23,5 @@ func TestRelayListenerClosesSlowBodyAndIdleConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := testenv.Serve(t, r.Serve)
-	t.Run("slow body", func(t *testing.T) { testenv.AssertSlowBodyClosed(t, addr, limits.ReadTimeout) })
-	t.Run("idle", func(t *testing.T) { testenv.AssertIdleClosed(t, addr, "/healthz", limits.IdleTimeout) })
+	testenv.AssertConnLimits(t, addr, "/healthz", limits.ReadTimeout, limits.IdleTimeout)
 }

@@ -22,6 +22,5 @@ func TestWorkerListenerClosesSlowBodyAndIdleConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := testenv.Serve(t, w.Serve)
-	t.Run("slow body", func(t *testing.T) { testenv.AssertSlowBodyClosed(t, addr, limits.ReadTimeout) })
-	t.Run("idle", func(t *testing.T) { testenv.AssertIdleClosed(t, addr, "/healthz", limits.IdleTimeout) })
+	testenv.AssertConnLimits(t, addr, "/healthz", limits.ReadTimeout, limits.IdleTimeout)
 }
