@@ -71,8 +71,8 @@ type bed struct {
 	// workerRedis is the proxy between the last worker and Redis, and
 	// relayConsul[i] the one between relay i and Consul: the faults that
 	// cut one process off go through them.
-	workerRedis *proxy
-	relayConsul []*proxy
+	workerRedis *testenv.Proxy
+	relayConsul []*testenv.Proxy
 
 	mu         sync.Mutex
 	nextWorker int      // the worker the next worker fault kills
@@ -171,7 +171,7 @@ func newBedWith(t *testing.T, kafkaOpts ...testenv.KafkaOption) *bed {
 		kafkaOpts...)...)
 	b.ledger = newLedger(t)
 	b.ledger.kill = b.killWorker
-	b.workerRedis = newProxy(t, b.redis.Addr())
+	b.workerRedis = testenv.NewProxy(t, b.redis.Addr())
 	b.bin = <-bin
 	if t.Failed() {
 		t.FailNow()
@@ -188,7 +188,7 @@ func newBedWith(t *testing.T, kafkaOpts ...testenv.KafkaOption) *bed {
 	common := []string{"--stage", stage, "--log-format", "text", "--log-level", "warn"}
 	redisFlags := []string{"--redis-addr", b.redis.Addr(), "--redis-partitions", strconv.Itoa(redisPartitions)}
 	for range 2 {
-		b.relayConsul = append(b.relayConsul, newProxy(t, b.consul.Addr()))
+		b.relayConsul = append(b.relayConsul, testenv.NewProxy(t, b.consul.Addr()))
 	}
 	for i := range 2 {
 		b.gates = append(b.gates, b.newPart(fmt.Sprintf("gate%d", i), func(int) []string {
@@ -197,14 +197,14 @@ func newBedWith(t *testing.T, kafkaOpts ...testenv.KafkaOption) *bed {
 		}, "gate"))
 		b.relays = append(b.relays, b.newPart(fmt.Sprintf("relay%d", i), func(int) []string {
 			return append(slicesConcat(common, redisFlags), "--kafka-brokers", brokers, "--topics", topic,
-				"--consul-addr", b.relayConsul[i].addr(), "--lock-ttl", lockTTL.String(), "--lock-delay", lockDelay,
+				"--consul-addr", b.relayConsul[i].Addr(), "--lock-ttl", lockTTL.String(), "--lock-delay", lockDelay,
 				"--commit-every", "200ms", "--lag-every", "500ms", "--durable-after", durableAfter.String())
 		}, "relay"))
 		b.workers = append(b.workers, b.newPart(fmt.Sprintf("worker%d", i), func(inc int) []string {
 			who := fmt.Sprintf("worker%d.%d", i, inc) // as part.who
 			redisAddr := b.redis.Addr()
 			if i == 1 {
-				redisAddr = b.workerRedis.addr()
+				redisAddr = b.workerRedis.Addr()
 			}
 			u := b.ledger.url
 			return append(slicesConcat(common, []string{"--redis-addr", redisAddr, "--redis-partitions", strconv.Itoa(redisPartitions)}),

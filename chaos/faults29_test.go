@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/stack"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // The faults of issue 29: what trusted systems' tests break (Jepsen's
@@ -307,14 +308,14 @@ var (
 		if h == nil {
 			return "", 0, errors.New("no relay holds the lock")
 		}
-		var px *proxy
+		var px *testenv.Proxy
 		for i, r := range b.relays {
 			if r == h {
 				px = b.relayConsul[i]
 			}
 		}
 		at := time.Now()
-		px.cutOff()
+		px.CutOff()
 		down, derr := waitUntil(failoverTimeout, "the cut relay to step down", func() bool {
 			v, ok := h.metric("sluice_relay_lock_held")
 			return ok && v == 0
@@ -330,7 +331,7 @@ var (
 			err = b.waitFlow("the new holder to relay")
 		}
 		wrote := relayOutcomeOf(h, "queued") - queued
-		px.restore()
+		px.Restore()
 		m := fmt.Sprintf("%s stepped down %s after the cut", h.name, down.Round(100*time.Millisecond))
 		if next != nil {
 			m += fmt.Sprintf("; %s held the lock %s after the cut; the cut relay wrote %d jobs meanwhile", next.name, time.Since(at).Round(100*time.Millisecond), wrote)
@@ -365,9 +366,9 @@ var (
 		seen := b.ledger.count()
 		end := b.begin(w.name, "its worker was cut off from Redis: the lease was reaped")
 		at := time.Now()
-		b.workerRedis.cutOff()
+		b.workerRedis.CutOff()
 		time.Sleep(2 * lease) // the cut's length, a parameter of the fault
-		b.workerRedis.restore()
+		b.workerRedis.Restore()
 		end()
 		// The slow runs of this worker that the cut caught: each must have
 		// been cancelled within a lease of the cut.

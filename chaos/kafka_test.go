@@ -138,6 +138,33 @@ func busiestLeader(a *stack.ApacheKafka, sts []stack.PartitionState) (node int32
 	return node, led
 }
 
+// busiestBroker is what the faults on a leader start from: the real
+// brokers, the job topic's partitions as metadata tells them now, and the
+// broker that leads the most of them.
+func (b *bed) busiestBroker() (*stack.ApacheKafka, []stack.PartitionState, int32, error) {
+	a, err := b.real()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	sts, err := b.partitions()
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	node, _ := busiestLeader(a, sts)
+	if node == 0 {
+		return nil, nil, 0, errors.New("no broker leads a partition of the job topic")
+	}
+	return a, sts, node, nil
+}
+
+// startAgain starts a stopped broker again (startBroker) and adds to m how
+// long it took to start and to be back in every in-sync set.
+func (b *bed) startAgain(node int32, m string) (string, error) {
+	started, inSync, err := b.startBroker(node)
+	m += fmt.Sprintf("; started again in %s, in every in-sync set %s after the start began", started.Round(100*time.Millisecond), inSync.Round(100*time.Millisecond))
+	return m, err
+}
+
 func partList(ps []int32) string {
 	s := make([]string, len(ps))
 	for i, p := range ps {
@@ -157,18 +184,11 @@ var (
 	// acknowledged jobs lost, and the gates answer nothing but 503 or 504
 	// (or a connection ended) meanwhile: no 4xx for a valid job.
 	faultKafkaKillLeader = fault{"kill -9 the Kafka leader of busy partitions", func(b *bed) (string, time.Duration, error) {
-		a, err := b.real()
+		a, sts, node, err := b.busiestBroker()
 		if err != nil {
 			return "", 0, err
 		}
-		sts, err := b.partitions()
-		if err != nil {
-			return "", 0, err
-		}
-		node, led := busiestLeader(a, sts)
-		if node == 0 {
-			return "", 0, errors.New("no broker leads a partition of the job topic")
-		}
+		led := ledBy(sts, node)
 		at := time.Now()
 		if err := a.Kill(node); err != nil {
 			return "", 0, err
@@ -184,8 +204,7 @@ var (
 		if err := b.waitFlow("jobs to flow after the election"); err != nil {
 			return m, 0, err
 		}
-		started, inSync, err := b.startBroker(node)
-		m += fmt.Sprintf("; started again in %s, in every in-sync set %s after the start began", started.Round(100*time.Millisecond), inSync.Round(100*time.Millisecond))
+		m, err = b.startAgain(node, m)
 		if err != nil {
 			return m, 0, err
 		}
@@ -197,17 +216,9 @@ var (
 	// over first; then started again from its data) while jobs flow.
 	// Invariant: 0 acknowledged jobs lost, no 4xx meanwhile.
 	faultKafkaRestart = fault{"restart a Kafka broker while jobs flow", func(b *bed) (string, time.Duration, error) {
-		a, err := b.real()
+		a, sts, node, err := b.busiestBroker()
 		if err != nil {
 			return "", 0, err
-		}
-		sts, err := b.partitions()
-		if err != nil {
-			return "", 0, err
-		}
-		node, _ := busiestLeader(a, sts)
-		if node == 0 {
-			return "", 0, errors.New("no broker leads a partition of the job topic")
 		}
 		at := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), kafkaTimeout)
@@ -222,8 +233,7 @@ var (
 		if err := b.waitFlow("jobs to flow with the broker down"); err != nil {
 			return m, 0, err
 		}
-		started, inSync, err := b.startBroker(node)
-		m += fmt.Sprintf("; started again in %s, in every in-sync set %s after the start began", started.Round(100*time.Millisecond), inSync.Round(100*time.Millisecond))
+		m, err = b.startAgain(node, m)
 		if err != nil {
 			return m, 0, err
 		}
@@ -301,8 +311,7 @@ var (
 		}
 		verr := b.checkRefusedWhileShort(from, to)
 		m += "; " + b.describeAnswers(from, to)
-		started, inSync, err := b.startBroker(node)
-		m += fmt.Sprintf("; started again in %s, in every in-sync set %s after", started.Round(100*time.Millisecond), inSync.Round(100*time.Millisecond))
+		m, err = b.startAgain(node, m)
 		if err := errors.Join(err, verr); err != nil {
 			return m, 0, err
 		}

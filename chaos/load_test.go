@@ -412,30 +412,46 @@ func (l *loader) newOps(batch []jobSpec, at time.Time) []*op {
 	return ops
 }
 
+// postNDJSON POSTs batch to url as NDJSON: head first (unless ""), then one
+// line per job, line(its op) encoded. It returns the jobs' ops, the
+// request's record (with the answer's status) and the answer's body; ok is
+// false when no answer came, and the record is then written with the
+// error. The caller holds l.posting.
+func (l *loader) postNDJSON(ctx context.Context, client *http.Client, gate int, url string, batch []jobSpec, head string, line func(*op) any) (ops []*op, rec request, data []byte, ok bool) {
+	now := time.Now()
+	ops = l.newOps(batch, now)
+	var body bytes.Buffer
+	if head != "" {
+		body.WriteString(head + "\n")
+	}
+	for _, o := range ops {
+		b, _ := json.Marshal(line(o))
+		body.Write(b)
+		body.WriteByte('\n')
+	}
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, &body)
+	req.Header.Set("Content-Type", "application/x-ndjson")
+	rec = request{At: now, Gate: gate, Jobs: len(batch)}
+	resp, err := client.Do(req)
+	if err != nil {
+		l.record(rec, err.Error())
+		return ops, rec, nil, false
+	}
+	defer resp.Body.Close()
+	rec.Status = resp.StatusCode
+	data, _ = io.ReadAll(resp.Body)
+	return ops, rec, data, true
+}
+
 // post sends one batch and returns the jobs to post again: those whose
 // outcome is unknown.
 func (l *loader) post(ctx context.Context, client *http.Client, gate int, batch []jobSpec) []jobSpec {
 	l.posting.RLock()
 	defer l.posting.RUnlock()
-	now := time.Now()
-	ops := l.newOps(batch, now)
-	var body bytes.Buffer
-	for i, j := range batch {
-		line, _ := json.Marshal(j.envelope(ops[i].Tag, now))
-		body.Write(line)
-		body.WriteByte('\n')
-	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.gates[gate], &body)
-	req.Header.Set("Content-Type", "application/x-ndjson")
-	rec := request{At: now, Gate: gate, Jobs: len(batch)}
-	resp, err := client.Do(req)
-	if err != nil {
-		l.record(rec, err.Error())
+	ops, rec, data, ok := l.postNDJSON(ctx, client, gate, l.gates[gate], batch, "", func(o *op) any { return o.Spec.envelope(o.Tag, o.At) })
+	if !ok {
 		return batch
 	}
-	defer resp.Body.Close()
-	rec.Status = resp.StatusCode
-	data, _ := io.ReadAll(resp.Body)
 	var answer struct {
 		Results []struct {
 			Index  int    `json:"index"`
@@ -445,7 +461,7 @@ func (l *loader) post(ctx context.Context, client *http.Client, gate int, batch 
 		} `json:"results"`
 	}
 	if json.Unmarshal(data, &answer) != nil || len(answer.Results) != len(batch) {
-		l.record(rec, fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(data))))
+		l.record(rec, fmt.Sprintf("%d %s", rec.Status, strings.TrimSpace(string(data))))
 		return batch
 	}
 	var rest []jobSpec
@@ -487,32 +503,16 @@ func (l *loader) post(ctx context.Context, client *http.Client, gate int, batch 
 func (l *loader) postGroup(ctx context.Context, client *http.Client, gate int, batch []jobSpec) []jobSpec {
 	l.posting.RLock()
 	defer l.posting.RUnlock()
-	now := time.Now()
-	ops := l.newOps(batch, now)
-	var body bytes.Buffer
-	body.WriteString(`{"type":"work"}` + "\n")
-	for _, o := range ops {
-		line, _ := json.Marshal(payload(o.Tag, ""))
-		body.Write(line)
-		body.WriteByte('\n')
-	}
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, l.groups[gate], &body)
-	req.Header.Set("Content-Type", "application/x-ndjson")
-	rec := request{At: now, Gate: gate, Jobs: len(batch)}
-	resp, err := client.Do(req)
-	if err != nil {
-		l.record(rec, err.Error())
+	ops, rec, data, ok := l.postNDJSON(ctx, client, gate, l.groups[gate], batch, `{"type":"work"}`, func(o *op) any { return payload(o.Tag, "") })
+	if !ok {
 		return batch
 	}
-	defer resp.Body.Close()
-	rec.Status = resp.StatusCode
-	data, _ := io.ReadAll(resp.Body)
 	var answer struct {
 		Group string `json:"group"`
 		Count int    `json:"count"`
 	}
-	if resp.StatusCode != http.StatusAccepted || json.Unmarshal(data, &answer) != nil || answer.Count != len(batch) {
-		l.record(rec, fmt.Sprintf("group: %d %s", resp.StatusCode, strings.TrimSpace(string(data))))
+	if rec.Status != http.StatusAccepted || json.Unmarshal(data, &answer) != nil || answer.Count != len(batch) {
+		l.record(rec, fmt.Sprintf("group: %d %s", rec.Status, strings.TrimSpace(string(data))))
 		return batch
 	}
 	answered := time.Now()

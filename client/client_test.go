@@ -271,9 +271,9 @@ func TestGroupStatusAndCancel(t *testing.T) {
 	if st.State != client.GroupRunning || st.CallbackURL != "http://127.0.0.1:1/done" {
 		t.Fatalf("status: %+v", st)
 	}
-	st, err = c.CancelGroup(ctx, topic, g.Group)
-	if err != nil || st.Removed != 30 || st.Cancelled != 30 {
-		t.Fatalf("cancel: %v %+v", err, st)
+	cs, err := c.CancelGroup(ctx, topic, g.Group)
+	if err != nil || cs.Removed != 30 || cs.Cancelled != 30 {
+		t.Fatalf("cancel: %v %+v", err, cs)
 	}
 	if got := b.redisIDs(t); len(got) != 0 {
 		t.Fatalf("after the cancel Redis still holds %d jobs", len(got))

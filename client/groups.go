@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/client/internal/jobcheck"
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // GroupResult is the gate's answer to a bulk group: every item and the
@@ -104,54 +105,30 @@ func (c *Client) EnqueueGroup(ctx context.Context, topic, jobType string, items 
 const (
 	// GroupSubmitting: the close record has not been relayed; items may
 	// still be on their way from Kafka.
-	GroupSubmitting = "submitting"
-	GroupRunning    = "running"
-	GroupCancelling = "cancelling"
-	GroupCompleted  = "completed"
+	GroupSubmitting = wire.GroupSubmitting
+	GroupRunning    = wire.GroupRunning
+	// GroupCancelling: cancelled; jobs that were running may still finish.
+	GroupCancelling = wire.GroupCancelling
+	GroupCompleted  = wire.GroupCompleted
 )
 
 // GroupStatus is a bulk group's status, as the gate's group routes answer
-// it (docs/groups.md).
-type GroupStatus struct {
-	Group string `json:"group"`
-	Topic string `json:"topic"`
-	// Partition is the group's Redis partition.
-	Partition int `json:"partition"`
-	// State is one of GroupSubmitting, GroupRunning, GroupCancelling,
-	// GroupCompleted.
-	State string `json:"state"`
-	// Total is the group's size, 0 until its close record was relayed.
-	Total   int64 `json:"total"`
-	Relayed int64 `json:"relayed"`
-	// Queued are ready or delayed (retries, rate-limit slots).
-	Queued  int64 `json:"queued"`
-	Running int64 `json:"running"`
-	Done    int64 `json:"done"`
-	// Failed counts failed attempts, retried or not.
-	Failed int64 `json:"failed"`
-	// Dead counts jobs that used up their attempts.
-	Dead      int64 `json:"dead"`
-	Cancelled int64 `json:"cancelled"`
-	// Progress is (done + dead + cancelled) / total; nil without a total.
-	Progress *float64 `json:"progress"`
-	// Rate is jobs ended per second since the first was relayed.
-	Rate            float64    `json:"rate"`
-	EstimatedFinish *time.Time `json:"estimated_finish"`
-	FirstAt         *time.Time `json:"first_at"`
-	ClosedAt        *time.Time `json:"closed_at"`
-	CancelledAt     *time.Time `json:"cancelled_at"`
-	CompletedAt     *time.Time `json:"completed_at"`
-	// CallbackURL is empty for a group without a callback, and so are the
-	// other Callback fields.
-	CallbackURL string `json:"callback_url"`
-	// CallbackState: pending, delivering, delivered or failed.
-	CallbackState    string `json:"callback_state"`
-	CallbackAttempts int64  `json:"callback_attempts"`
-	CallbackError    string `json:"callback_error"`
-	// Removed is, in CancelGroup's answer, how many ready jobs the cancel
-	// took off the queue.
-	Removed int `json:"removed"`
-}
+// it (docs/groups.md). It is the very type the gate and the admin API
+// answer with (an alias), so the client decodes every field they send:
+// Group, Topic, Partition (its Redis partition), State (a Group*
+// constant), Total (0 until the group's close record was relayed),
+// Relayed, Queued (ready or delayed), Running, Done, Failed (failed
+// attempts, retried or not), Dead, Cancelled, Progress ((done + dead +
+// cancelled) / total; nil without a total), Rate (jobs ended per second),
+// EstimatedFinish, FirstAt, ClosedAt, CancelledAt, CompletedAt, and for a
+// group with a callback CallbackURL, CallbackState (pending, delivering,
+// delivered or failed), CallbackAttempts and CallbackError.
+type GroupStatus = wire.GroupStatus
+
+// GroupCancelled is CancelGroup's answer: the group's status after the
+// cancel, and Removed, how many ready jobs the cancel took off the queue
+// (delayed ones go when due, running ones finish).
+type GroupCancelled = wire.GroupCancelled
 
 func groupPath(topic, group string) string {
 	return topicPath(topic) + "/groups/" + url.PathEscape(group)
@@ -163,7 +140,11 @@ func groupPath(topic, group string) string {
 // (expired), or one the token may not see, is an *Error with Status 404.
 // 503s and connection errors are retried.
 func (c *Client) GroupStatus(ctx context.Context, topic, group string) (*GroupStatus, error) {
-	return c.group(ctx, http.MethodGet, topic, group)
+	var st GroupStatus
+	if err := c.group(ctx, http.MethodGet, topic, group, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
 }
 
 // CancelGroup cancels what of a bulk group has not run (DELETE
@@ -172,24 +153,28 @@ func (c *Client) GroupStatus(ctx context.Context, topic, group string) (*GroupSt
 // the status after the cancel, with Removed. A second cancel is harmless,
 // so 503s and connection errors are retried. A group Redis does not know
 // is a 404 and is not cancelled.
-func (c *Client) CancelGroup(ctx context.Context, topic, group string) (*GroupStatus, error) {
-	return c.group(ctx, http.MethodDelete, topic, group)
+func (c *Client) CancelGroup(ctx context.Context, topic, group string) (*GroupCancelled, error) {
+	var cs GroupCancelled
+	if err := c.group(ctx, http.MethodDelete, topic, group, &cs); err != nil {
+		return nil, err
+	}
+	return &cs, nil
 }
 
-func (c *Client) group(ctx context.Context, method, topic, group string) (*GroupStatus, error) {
+// group sends method to a group's path and decodes the answer into into.
+func (c *Client) group(ctx context.Context, method, topic, group string, into any) error {
 	a, err := c.do(ctx, &exchange{
 		method: method, path: groupPath(topic, group),
 		retryable:      func(status int, _ *errorBody) bool { return status == http.StatusServiceUnavailable },
 		retryTransport: true,
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var st GroupStatus
-	if err := json.Unmarshal(a.body, &st); err != nil {
-		return nil, fmt.Errorf("client: reading the gate's answer %d %q: %v", a.status, a.body, err)
+	if err := json.Unmarshal(a.body, into); err != nil {
+		return fmt.Errorf("client: reading the gate's answer %d %q: %v", a.status, a.body, err)
 	}
-	return &st, nil
+	return nil
 }
 
 // GroupCallback is the body the coordinator POSTs to a bulk group's

@@ -7,62 +7,44 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"time"
+
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // Job states (JobInfo.State), as the gate's lookup tells them.
 const (
 	// JobInKafka: its Kafka offset is above what the relay applied to
 	// Redis (known only when the lookup gave its position).
-	JobInKafka = "in-kafka"
+	JobInKafka = wire.JobInKafka
 	// JobReady: on its lane, waiting its turn.
-	JobReady = "ready"
+	JobReady = wire.JobReady
 	// JobRunning: claimed by a worker; Until is the lease deadline.
-	JobRunning = "running"
+	JobRunning = wire.JobRunning
 	// JobDelayed: waiting until Until; Why is "retry", "run_at" or
 	// "deferred" (a rate-limit slot, or an idempotency key another job
 	// holds).
-	JobDelayed = "delayed"
+	JobDelayed = wire.JobDelayed
 	// JobDead: used up its attempts; LastError and Attempts say how.
-	JobDead = "dead"
+	JobDead = wire.JobDead
 	// JobDone: done and its record kept (Retain, or an earlier failed
 	// attempt); Result is what the handler returned.
-	JobDone = "done"
+	JobDone = wire.JobDone
 	// JobNotFound: Redis holds nothing of it. With its position given,
 	// Relayed tells a job done without a record (or cancelled) from an
 	// unknown one.
-	JobNotFound = "not-found"
+	JobNotFound = wire.JobNotFound
 )
 
 // JobInfo is where a job is, from what Redis holds (GET
-// /v1/topics/{topic}/jobs/{id}, docs/gate.md).
-type JobInfo struct {
-	Topic string `json:"topic"`
-	ID    string `json:"id"`
-	// RedisPartition is the queue partition looked in.
-	RedisPartition int `json:"redis_partition"`
-	// State is one of the Job* constants.
-	State string `json:"state"`
-	// Relayed: a job Redis no longer holds was relayed (its offset is at
-	// or below the relay's watermark).
-	Relayed   bool   `json:"relayed"`
-	Attempts  int    `json:"attempts"`
-	LastError string `json:"last_error"`
-	Result    string `json:"result"`
-	// Worker is who holds a running job (its host/pid), and Since when
-	// its batch was claimed.
-	Worker string     `json:"worker"`
-	Since  *time.Time `json:"since"`
-	// Batch is a running job's claimed batch.
-	Batch string `json:"batch"`
-	// Until is a running job's lease deadline, a delayed job's due time,
-	// when a dead or done job ended.
-	Until *time.Time `json:"until"`
-	// Why is a delayed job's reason, a ready job's lane.
-	Why string `json:"why"`
-	// Note says in words what the state means and what cannot be known.
-	Note string `json:"note"`
-}
+// /v1/topics/{topic}/jobs/{id}, docs/gate.md). It is the very type the
+// gate answers with (an alias): Topic, ID, RedisPartition (the queue
+// partition looked in), State (a Job* constant), Relayed (a job Redis no
+// longer holds was relayed), Attempts, LastError, Result, Worker (who holds
+// a running job) and Since (when its batch was claimed), Batch (a running
+// job's batch), Until (a running job's lease deadline, a delayed job's due
+// time, when a dead or done job ended), Why (a delayed job's reason, a
+// ready job's lane) and Note (what the state means, in words).
+type JobInfo = wire.JobView
 
 // LookupOption tells LookupJob more about the job than its id.
 type LookupOption interface{ applyLookup(url.Values) }

@@ -19,7 +19,6 @@ import (
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/reload"
-	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // Console serves the admin API and the dashboard.
@@ -49,7 +48,7 @@ func New(cfg Config, log *slog.Logger) (*Console, error) {
 	if err != nil {
 		return nil, err
 	}
-	tc, err := serverTLS(cfg.TLS, log)
+	tc, err := cfg.TLS.ForPart("console", log)
 	if err != nil {
 		return nil, err
 	}
@@ -207,25 +206,4 @@ func (con *Console) checkSafe(ctx context.Context) (context.Context, func() erro
 		}
 	}()
 	return ctx, func() error { stop(); <-done; return found }
-}
-
-// serverTLS loads the server TLS of s (nil when s serves plain HTTP); its
-// errors name the Config field at fault. A renewed certificate that fails
-// to load is logged, and the last good one served on.
-func serverTLS(s tlsfiles.Server, log *slog.Logger) (*tls.Config, error) {
-	if s.ClientCAFile != "" {
-		if !s.Enabled() {
-			return nil, errors.New("console: Config.TLS.ClientCAFile asks clients for certificates, which needs HTTPS: set Config.TLS.CertFile and Config.TLS.KeyFile too")
-		}
-		if _, err := tlsfiles.LoadCAs(s.ClientCAFile); err != nil {
-			return nil, fmt.Errorf("console: Config.TLS.ClientCAFile: %w", err)
-		}
-	}
-	tc, err := s.Config(func(err error) {
-		log.Error("the renewed TLS certificate does not load: serving the last good one", "err", err)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("console: Config.TLS.CertFile, Config.TLS.KeyFile: %w", err)
-	}
-	return tc, nil
 }

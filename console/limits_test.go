@@ -16,6 +16,5 @@ import (
 func TestConsoleListenerClosesSlowBodyAndIdleConnection(t *testing.T) {
 	limits := ops.HTTPLimits{ReadTimeout: time.Second, IdleTimeout: time.Second}
 	r := newBed(t, 2).start(t, "c", func(c *console.Config) { c.HTTP = limits })
-	t.Run("slow body", func(t *testing.T) { testenv.AssertSlowBodyClosed(t, r.addr, limits.ReadTimeout) })
-	t.Run("idle", func(t *testing.T) { testenv.AssertIdleClosed(t, r.addr, "/healthz", limits.IdleTimeout) })
+	testenv.AssertConnLimits(t, r.addr, "/healthz", limits.ReadTimeout, limits.IdleTimeout)
 }

@@ -35,6 +35,26 @@ func watched(t *testing.T, host string) (url string, hits *atomic.Int32) {
 	return srv.URL, hits
 }
 
+// signatureReceiver is a callback receiver that checks each POST's
+// signature with each of secrets in turn (callback.Verify, version 2 only:
+// what a current receiver accepts) and sends what each check said.
+func signatureReceiver(t *testing.T, secrets ...string) (url string, checked <-chan []error) {
+	t.Helper()
+	out := make(chan []error, 10)
+	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		sig := r.Header.Get(callback.HeaderSignature)
+		signed := callback.Signed{Group: r.Header.Get("Sluice-Group"), Attempt: r.Header.Get("Sluice-Attempt")}
+		errs := make([]error, len(secrets))
+		for i, secret := range secrets {
+			errs[i] = callback.Verify(sig, body, signed, [][]byte{[]byte(secret)}, time.Now(), callback.VerifyOptions{V2Only: true})
+		}
+		out <- errs
+	}))
+	t.Cleanup(rc.Close)
+	return rc.URL, out
+}
+
 // TestCallbacksAimedInsideAreRefused: with the default guard (no
 // allow-list), a callback to the admin API on loopback, to another
 // loopback address, to a name that resolves to a private address, and to
@@ -98,22 +118,14 @@ func TestSignedCallbackVerifies(t *testing.T) {
 	if err := os.WriteFile(secretFile, []byte(newSecret+"\n"+oldSecret+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	var verified, forged error
-	got := make(chan struct{}, 1)
-	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		sig := r.Header.Get(callback.HeaderSignature)
-		signed := callback.Signed{Group: r.Header.Get("Sluice-Group"), Attempt: r.Header.Get("Sluice-Attempt")}
-		verified = callback.Verify(sig, body, signed, [][]byte{[]byte(oldSecret)}, time.Now(), callback.VerifyOptions{V2Only: true})
-		forged = callback.Verify(sig, body, signed, [][]byte{[]byte(strings.Repeat("x", 32))}, time.Now(), callback.VerifyOptions{})
-		got <- struct{}{}
-	}))
-	t.Cleanup(rc.Close)
+	receiver, got := signatureReceiver(t, oldSecret, strings.Repeat("x", 32))
 	r := b.start(t, "c", func(c *coordinator.Config) { c.CallbackSecretFile = secretFile })
 	r.waitHolding(t)
-	b.completeGroup(t, "signed", rc.URL+"/hook", allDone(3))
+	b.completeGroup(t, "signed", receiver+"/hook", allDone(3))
+	var verified, forged error
 	select {
-	case <-got:
+	case errs := <-got:
+		verified, forged = errs[0], errs[1]
 	case <-time.After(20 * time.Second):
 		t.Fatal("no callback came")
 	}

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/coordinator"
-	"github.com/sluicehq/sluice/internal/callback"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -168,23 +167,17 @@ func TestCallbackSecretsReloadKeepsTheLastGoodSet(t *testing.T) {
 		}
 	}
 	write(good + "\n")
-	verified := make(chan error, 10)
-	rc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		signed := callback.Signed{Group: r.Header.Get("Sluice-Group"), Attempt: r.Header.Get("Sluice-Attempt")}
-		verified <- callback.Verify(r.Header.Get(callback.HeaderSignature), body, signed, [][]byte{[]byte(good)}, time.Now(), callback.VerifyOptions{V2Only: true})
-	}))
-	t.Cleanup(rc.Close)
+	receiver, verified := signatureReceiver(t, good)
 	r := b.start(t, "c", func(c *coordinator.Config) { c.CallbackSecretFile = file })
 	r.waitHolding(t)
 	for i, content := range []string{"", "short-secret\n"} {
 		write(content)
 		group := fmt.Sprintf("g%d", i)
-		b.completeGroup(t, group, rc.URL+"/hook", allDone(1))
+		b.completeGroup(t, group, receiver+"/hook", allDone(1))
 		if st := b.finished(t, group); st.CallbackState != coordinator.CallbackDelivered {
 			t.Fatalf("after the file became %q: %+v", content, st)
 		}
-		if err := <-verified; err != nil {
+		if err := (<-verified)[0]; err != nil {
 			t.Fatalf("after the file became %q, the callback does not verify with the last good secret: %v", content, err)
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	loadtest "github.com/sluicehq/sluice/loadtest/scenario"
+	"github.com/sluicehq/sluice/loadtest/openloop"
 )
 
 // The gate's own cost per job, without HTTP's: the handler called in
@@ -33,9 +33,9 @@ func benchHandler(b *testing.B, path string, body []byte, jobsPerRequest int) {
 }
 
 func BenchmarkHandlerSingleJob(b *testing.B) {
-	benchHandler(b, "/v1/topics/jobs/jobs", loadtest.Envelope(1), 1)
+	benchHandler(b, "/v1/topics/jobs/jobs", openloop.Envelope(1), 1)
 }
 
 func BenchmarkHandlerBatch100(b *testing.B) {
-	benchHandler(b, "/v1/topics/jobs/jobs:batch", loadtest.NDJSON(100), 100)
+	benchHandler(b, "/v1/topics/jobs/jobs:batch", openloop.NDJSON(100), 100)
 }

@@ -20,7 +20,6 @@ import (
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/reload"
-	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // Gate serves the enqueue API.
@@ -52,7 +51,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 		return nil, fmt.Errorf("gate: Config.CallbackAllow: %w", err)
 	}
 	// Before Kafka: a bad certificate is the operator's to fix at once.
-	tc, err := serverTLS(cfg.TLS, log)
+	tc, err := cfg.TLS.ForPart("gate", log)
 	if err != nil {
 		return nil, err
 	}
@@ -275,25 +274,4 @@ func (g *Gate) followTokens(ctx context.Context) {
 			return a, err
 		},
 		func(a *Auth) { g.auth.Store(a) })
-}
-
-// serverTLS loads the server TLS of s (nil when s serves plain HTTP); its
-// errors name the Config field at fault. A renewed certificate that fails
-// to load is logged, and the last good one served on.
-func serverTLS(s tlsfiles.Server, log *slog.Logger) (*tls.Config, error) {
-	if s.ClientCAFile != "" {
-		if !s.Enabled() {
-			return nil, errors.New("gate: Config.TLS.ClientCAFile asks clients for certificates, which needs HTTPS: set Config.TLS.CertFile and Config.TLS.KeyFile too")
-		}
-		if _, err := tlsfiles.LoadCAs(s.ClientCAFile); err != nil {
-			return nil, fmt.Errorf("gate: Config.TLS.ClientCAFile: %w", err)
-		}
-	}
-	tc, err := s.Config(func(err error) {
-		log.Error("the renewed TLS certificate does not load: serving the last good one", "err", err)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("gate: Config.TLS.CertFile, Config.TLS.KeyFile: %w", err)
-	}
-	return tc, nil
 }

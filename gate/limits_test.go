@@ -24,8 +24,7 @@ var shortLimits = ops.HTTPLimits{ReadTimeout: time.Second, IdleTimeout: time.Sec
 func TestGateListenerClosesSlowBodyAndIdleConnection(t *testing.T) {
 	g := startGate(t, newKafka(t), func(c *gate.Config) { c.HTTP = shortLimits })
 	addr := strings.TrimPrefix(g.url, "http://")
-	t.Run("slow body", func(t *testing.T) { testenv.AssertSlowBodyClosed(t, addr, shortLimits.ReadTimeout) })
-	t.Run("idle", func(t *testing.T) { testenv.AssertIdleClosed(t, addr, "/healthz", shortLimits.IdleTimeout) })
+	testenv.AssertConnLimits(t, addr, "/healthz", shortLimits.ReadTimeout, shortLimits.IdleTimeout)
 }
 
 // TestGatePprofOnlyOnLoopbackListenerWithoutCmdline: with --pprof the

@@ -7,7 +7,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sluicehq/sluice/internal/tracing"
-	loadtest "github.com/sluicehq/sluice/loadtest/scenario"
+	"github.com/sluicehq/sluice/loadtest/openloop"
 )
 
 // The cost of tracing on the gate's handler (docs/tracing.md): off (the
@@ -19,11 +19,11 @@ import (
 //
 //	go test ./gate -run '^$' -bench Tracing -benchtime 5s
 func BenchmarkHandlerSingleJobTracing(b *testing.B) {
-	benchTracing(b, func(b *testing.B) { benchHandler(b, "/v1/topics/jobs/jobs", loadtest.Envelope(1), 1) })
+	benchTracing(b, func(b *testing.B) { benchHandler(b, "/v1/topics/jobs/jobs", openloop.Envelope(1), 1) })
 }
 
 func BenchmarkHandlerBatch100Tracing(b *testing.B) {
-	benchTracing(b, func(b *testing.B) { benchHandler(b, "/v1/topics/jobs/jobs:batch", loadtest.NDJSON(100), 100) })
+	benchTracing(b, func(b *testing.B) { benchHandler(b, "/v1/topics/jobs/jobs:batch", openloop.NDJSON(100), 100) })
 }
 
 func benchTracing(b *testing.B, run func(*testing.B)) {

@@ -3,7 +3,6 @@ package relay_test
 import (
 	"context"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -23,20 +22,6 @@ func TestRelayListenerClosesSlowBodyAndIdleConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("relay.Serve: %v", err)
-		}
-	}()
-	addr := ln.Addr().String()
-	t.Run("slow body", func(t *testing.T) { testenv.AssertSlowBodyClosed(t, addr, limits.ReadTimeout) })
-	t.Run("idle", func(t *testing.T) { testenv.AssertIdleClosed(t, addr, "/healthz", limits.IdleTimeout) })
+	addr := testenv.Serve(t, r.Serve)
+	testenv.AssertConnLimits(t, addr, "/healthz", limits.ReadTimeout, limits.IdleTimeout)
 }

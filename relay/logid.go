@@ -132,6 +132,13 @@ func (t *topicRun) logChanged(c queue.LogChange) {
 		"old_topic_id", c.OldTopicID, "new_topic_id", c.NewTopicID, "old_offset", c.OldOffset)
 }
 
+// truncationMsg is the ERROR logged for each watermark lowerTruncated
+// lowers, and what the alert SluiceRelayWatermarkTruncated quotes. It is
+// true of both watermarks it lowers: one at or past the log's end (the
+// proof) and one below the end but at or past the resume offset, lowered
+// on another's proof (watermark_past_end tells which).
+const truncationMsg = "Kafka truncated the log below the relay's watermarks (an unclean leader election?): lowering this watermark to below the resume offset so that the records written there now run, while records the truncation removed are lost to Kafka"
+
 // lowerTruncated compares each partition's watermarks with its log's end
 // before the run relays it and, when one lies at or past it, lowers every
 // one at or past the committed offset the run resumes at to below it
@@ -154,8 +161,8 @@ func (t *topicRun) lowerTruncated(ctx context.Context, client sarama.Client, par
 		lowered, err := t.r.pool.LowerTruncated(ctx, t.lease.Token(), t.topic, p, end, resume)
 		for _, tr := range lowered {
 			t.r.m.truncations.WithLabelValues(t.topic, strconv.Itoa(int(p))).Inc()
-			t.log.Error("the log ends before the watermark: Kafka truncated it (an unclean leader election?); lowering the watermark so that the records written there now run, while records the truncation removed are lost to Kafka",
-				"partition", p, "redis_partition", tr.Queue.Part, "watermark", tr.OldOffset, "log_end", tr.End, "resume", tr.Resume)
+			t.log.Error(truncationMsg, "partition", p, "redis_partition", tr.Queue.Part,
+				"watermark", tr.OldOffset, "log_end", tr.End, "resume", tr.Resume, "watermark_past_end", tr.OldOffset >= tr.End)
 		}
 		if err != nil {
 			return err

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -30,19 +29,7 @@ func TestARedisThatCannotPersistIsWaitedOutNotDeadLettered(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("relay.Serve: %v", err)
-		}
-	}()
+	testenv.Serve(t, r.Serve)
 	testenv.WaitFor(t, 30*time.Second, "the relay to hold the topic's lock", func() bool { return r.Holds(topic) })
 	persistAgain := b.redis.RefusePersisting(t)
 	b.produce(t, 0, 200)

@@ -16,6 +16,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/job"
 )
 
@@ -106,7 +107,7 @@ func (h *HTTPHandler) Handle(ctx context.Context, job *Job) ([]byte, error) {
 		ctx, cancel = context.WithTimeout(ctx, httpNoDeadlineTimeout)
 		defer cancel()
 	}
-	target := redactURL(h.URL)
+	target := cli.RedactURL(h.URL)
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.URL, bytes.NewReader(job.Payload))
 	if err != nil {
 		// A bad URL does not get better with retries.
@@ -253,19 +254,4 @@ func allDigits(s string) bool {
 		}
 	}
 	return s != ""
-}
-
-// redactURL renders a URL for messages without its password and query
-// (either may carry a credential).
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(invalid URL)"
-	}
-	u.User = nil
-	if u.RawQuery != "" {
-		u.RawQuery = "..."
-	}
-	u.Fragment = ""
-	return u.String()
 }

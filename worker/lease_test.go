@@ -2,8 +2,6 @@ package worker_test
 
 import (
 	"context"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -16,63 +14,6 @@ import (
 	"github.com/sluicehq/sluice/worker"
 )
 
-// cutProxy forwards loopback TCP to a Redis until cut, which closes every
-// connection and refuses new ones: a worker cut off from Redis while
-// Redis itself runs on.
-type cutProxy struct {
-	ln    net.Listener
-	mu    sync.Mutex
-	conns []net.Conn
-	cut   bool
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &cutProxy{ln: ln}
-	t.Cleanup(p.cutOff)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			p.mu.Lock()
-			if p.cut {
-				p.mu.Unlock()
-				c.Close()
-				up.Close()
-				continue
-			}
-			p.conns = append(p.conns, c, up)
-			p.mu.Unlock()
-			go func() { io.Copy(up, c); up.Close() }()
-			go func() { io.Copy(c, up); c.Close() }()
-		}
-	}()
-	return p
-}
-
-func (p *cutProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *cutProxy) cutOff() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	p.ln.Close()
-	for _, c := range p.conns {
-		c.Close()
-	}
-}
-
 // A worker cut off from Redis while a handler runs cannot extend the
 // lease: it cancels the handler's context before the lease ends, with the
 // reason as the context's cause, and does not record the job; once the
@@ -80,7 +21,7 @@ func (p *cutProxy) cutOff() {
 // Before issue 29 the worker only logged and ran on past its lease.
 func TestAWorkerCutOffFromRedisCancelsTheHandlerBeforeTheLeaseEnds(t *testing.T) {
 	b := newBed(t)
-	px := newCutProxy(t, b.redis.Addr())
+	px := testenv.NewProxy(t, b.redis.Addr())
 	const lease = 2 * time.Second
 	type cancelled struct {
 		at    time.Time
@@ -88,7 +29,7 @@ func TestAWorkerCutOffFromRedisCancelsTheHandlerBeforeTheLeaseEnds(t *testing.T)
 	}
 	started := make(chan struct{}, 1)
 	ended := make(chan cancelled, 1)
-	b.start(t, func(c *worker.Config) { c.RedisAddr, c.Lease, c.Timeout = px.addr(), lease, time.Minute }, func(w *worker.Worker) {
+	b.start(t, func(c *worker.Config) { c.RedisAddr, c.Lease, c.Timeout = px.Addr(), lease, time.Minute }, func(w *worker.Worker) {
 		w.Handle("long", worker.HandlerFunc(func(ctx context.Context, _ *worker.Job) ([]byte, error) {
 			started <- struct{}{}
 			<-ctx.Done()
@@ -98,7 +39,7 @@ func TestAWorkerCutOffFromRedisCancelsTheHandlerBeforeTheLeaseEnds(t *testing.T)
 	})
 	b.enqueue(t, job.Job{ID: "cut", Type: "long", Group: "g"})
 	<-started
-	px.cutOff()
+	px.Close() // dials refused from now on
 	// The lease's deadline as Redis holds it now that no extension can
 	// reach it (Redis's clock is this host's).
 	k := b.keys(b.layout.PartitionOf("g"))

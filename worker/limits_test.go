@@ -1,9 +1,7 @@
 package worker_test
 
 import (
-	"context"
 	"log/slog"
-	"net"
 	"testing"
 	"time"
 
@@ -23,20 +21,6 @@ func TestWorkerListenerClosesSlowBodyAndIdleConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Serve(ctx, ln) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("worker.Serve: %v", err)
-		}
-	}()
-	addr := ln.Addr().String()
-	t.Run("slow body", func(t *testing.T) { testenv.AssertSlowBodyClosed(t, addr, limits.ReadTimeout) })
-	t.Run("idle", func(t *testing.T) { testenv.AssertIdleClosed(t, addr, "/healthz", limits.IdleTimeout) })
+	addr := testenv.Serve(t, w.Serve)
+	testenv.AssertConnLimits(t, addr, "/healthz", limits.ReadTimeout, limits.IdleTimeout)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -31,14 +30,7 @@ func TestAServedTopicNoRelayRegisteredIsSaid(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- w.Serve(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-done })
+	addr := testenv.Serve(t, w.Serve)
 
 	testenv.WaitFor(t, 10*time.Second, "the warning", func() bool {
 		return strings.Contains(logs.String(), "no relay of this stage registered a served topic")
@@ -48,7 +40,7 @@ func TestAServedTopicNoRelayRegisteredIsSaid(t *testing.T) {
 		t.Errorf("%d warnings, want 1 naming jbos and the fix:\n%s", warns, logs.String())
 	}
 	readyz := func() (int, string) {
-		resp, err := http.Get("http://" + ln.Addr().String() + "/readyz")
+		resp, err := http.Get("http://" + addr + "/readyz")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,8 +20,7 @@ func TestCanaryListenerClosesSlowBodyAndIdleConnection(t *testing.T) {
 	}, "--stage", "test", "--redis-addr", redis.Addr(), "--redis-partitions", "2", "--log-format", "text",
 		"--canary-topics", "jobs", "--canary-gate", "http://127.0.0.1:1",
 		"--http-read-timeout", "1s", "--http-idle-timeout", "1s")
-	t.Run("slow body", func(t *testing.T) { testenv.AssertSlowBodyClosed(t, addr, time.Second) })
-	t.Run("idle", func(t *testing.T) { testenv.AssertIdleClosed(t, addr, "/healthz", time.Second) })
+	testenv.AssertConnLimits(t, addr, "/healthz", time.Second, time.Second)
 }
 
 // TestCoordinatorHTTPFlagsBoundTheConsoleOnItsListener: sluice
@@ -35,6 +34,5 @@ func TestCoordinatorHTTPFlagsBoundTheConsoleOnItsListener(t *testing.T) {
 	if code, _ := httpGet(t, "http://"+addr+"/api/v1/whoami", consoleTestToken); code != http.StatusOK {
 		t.Fatalf("the console on the coordinator's listener: GET /api/v1/whoami: %d", code)
 	}
-	t.Run("slow body", func(t *testing.T) { testenv.AssertSlowBodyClosed(t, addr, time.Second) })
-	t.Run("idle", func(t *testing.T) { testenv.AssertIdleClosed(t, addr, "/api/v1/whoami", time.Second) })
+	testenv.AssertConnLimits(t, addr, "/api/v1/whoami", time.Second, time.Second)
 }

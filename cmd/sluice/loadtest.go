@@ -13,7 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/cli"
 	"github.com/sluicehq/sluice/internal/ops"
-	"github.com/sluicehq/sluice/loadtest/scenario"
+	"github.com/sluicehq/sluice/loadtest/openloop"
 )
 
 func init() {
@@ -45,9 +45,9 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err := parse(fs, "loadtest", args[1:], stdout); err != nil {
 		return err
 	}
-	body := scenario.Envelope(0)
+	body := openloop.Envelope(0)
 	if batch > 0 {
-		body = scenario.NDJSON(batch)
+		body = openloop.NDJSON(batch)
 		url = strings.TrimSuffix(url, "/jobs") + "/jobs:batch"
 	}
 	switch args[0] {
@@ -61,7 +61,7 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		ctx, stop := cli.SignalContext(ctx, discardLogger())
 		defer stop()
-		srv := ops.NewServer(scenario.BareHandler(), ops.DefaultHTTPLimits(), nil)
+		srv := ops.NewServer(openloop.BareHandler(), ops.DefaultHTTPLimits(), nil)
 		go func() { <-ctx.Done(); srv.Close() }()
 		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -74,7 +74,7 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		ctx, stop := cli.SignalContext(ctx, discardLogger())
 		defer stop()
-		rep, err := scenario.OpenLoop(ctx, scenario.OpenLoopConfig{
+		rep, err := openloop.Run(ctx, openloop.Config{
 			URL: url, Body: body, ContentType: "application/x-ndjson", Header: hdr,
 			Rate: rate, Duration: duration, Conns: conns,
 		})

@@ -134,29 +134,14 @@ func parseHTTPHandlers(spec string) (map[string]*worker.HTTPHandler, error) {
 		switch strings.ToLower(u.Scheme) {
 		case "http", "https":
 		case "":
-			return nil, fmt.Errorf("http handlers: job type %q: URL %s is not absolute: want http:// or https://", typ, redactURL(raw))
+			return nil, fmt.Errorf("http handlers: job type %q: URL %s is not absolute: want http:// or https://", typ, cli.RedactURL(raw))
 		default:
 			return nil, fmt.Errorf("http handlers: job type %q: URL scheme %q not supported: want http or https", typ, u.Scheme)
 		}
 		if u.Host == "" || u.Hostname() == "" {
-			return nil, fmt.Errorf("http handlers: job type %q: URL %s has no host", typ, redactURL(raw))
+			return nil, fmt.Errorf("http handlers: job type %q: URL %s has no host", typ, cli.RedactURL(raw))
 		}
 		out[typ] = &worker.HTTPHandler{URL: raw}
 	}
 	return out, nil
-}
-
-// redactURL renders a URL for messages without its password and query
-// (either may carry a secret).
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(invalid URL)"
-	}
-	u.User = nil
-	if u.RawQuery != "" {
-		u.RawQuery = "..."
-	}
-	u.Fragment = ""
-	return u.String()
 }

@@ -20,29 +20,17 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"time"
 
 	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/examples/internal/example"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return // -h: the usage is printed
-		}
-		fmt.Fprintln(os.Stderr, "bulkgroup:", err)
-		os.Exit(1)
-	}
-}
+func main() { example.Main("bulkgroup", run) }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("bulkgroup", flag.ContinueOnError)
-	gate := fs.String("gate", envOr("SLUICE_GATE_URL", "http://127.0.0.1:8080"), "the gate's base URL (env SLUICE_GATE_URL)")
-	token := fs.String("token", os.Getenv("SLUICE_GATE_TOKEN"), "bearer token, for a gate with --tokens (env SLUICE_GATE_TOKEN)")
+	gate := example.GateFlags(fs)
 	topic := fs.String("topic", "jobs", "topic to submit the group to")
 	items := fs.Int("items", 100, "items in the group")
 	listen := fs.String("listen", "127.0.0.1:0", "address of the callback receiver (port 0: any free port)")
@@ -50,7 +38,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c, err := client.New(client.Config{URL: *gate, Token: *token})
+	c, err := gate.Client()
 	if err != nil {
 		return err
 	}
@@ -92,7 +80,7 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(out, "group %s: %d jobs in Kafka; status at %s%s\n", g.Group, g.Count, *gate, g.Status)
+	fmt.Fprintf(out, "group %s: %d jobs in Kafka; status at %s%s\n", g.Group, g.Count, gate.URL(), g.Status)
 
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -119,11 +107,4 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 			return fmt.Errorf("no callback for group %s: %w", g.Group, ctx.Err())
 		}
 	}
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }

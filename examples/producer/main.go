@@ -14,36 +14,24 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strconv"
 	"time"
 
 	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/examples/internal/example"
 )
 
-func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return // -h: the usage is printed
-		}
-		fmt.Fprintln(os.Stderr, "producer:", err)
-		os.Exit(1)
-	}
-}
+func main() { example.Main("producer", run) }
 
 func run(ctx context.Context, args []string, out io.Writer) error {
 	fs := flag.NewFlagSet("producer", flag.ContinueOnError)
-	gate := fs.String("gate", envOr("SLUICE_GATE_URL", "http://127.0.0.1:8080"), "the gate's base URL (env SLUICE_GATE_URL)")
-	token := fs.String("token", os.Getenv("SLUICE_GATE_TOKEN"), "bearer token, for a gate with --tokens (env SLUICE_GATE_TOKEN)")
+	gate := example.GateFlags(fs)
 	topic := fs.String("topic", "jobs", "topic to enqueue to")
 	n := fs.Int("n", 10, "jobs in the batch")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	c, err := client.New(client.Config{URL: *gate, Token: *token})
+	c, err := gate.Client()
 	if err != nil {
 		return err
 	}
@@ -85,11 +73,4 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "%d jobs enqueued\n", 1+br.Accepted)
 	return nil
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }

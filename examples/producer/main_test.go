@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"regexp"
 	"testing"
 	"time"
@@ -16,25 +15,19 @@ import (
 // record says done).
 func TestProducerAgainstSluiceDev(t *testing.T) {
 	dev := devtest.Start(t)
-	var out bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
-	if err := run(ctx, []string{"--gate", dev.Gate, "--n", "5"}, &out); err != nil {
-		t.Fatalf("producer: %v\n%s", err, out.String())
-	}
-	t.Logf("output:\n%s", out.String())
-	ids := regexp.MustCompile(`(?m)^job (\S+): jobs partition \d+ offset \d+$`).FindAllStringSubmatch(out.String(), -1)
-	if len(ids) != 6 || !bytes.Contains(out.Bytes(), []byte("6 jobs enqueued")) {
+	out := dev.Run(t, 45*time.Second, run, "--n", "5")
+	ids := regexp.MustCompile(`(?m)^job (\S+): jobs partition \d+ offset \d+$`).FindAllSubmatch(out, -1)
+	if len(ids) != 6 || !bytes.Contains(out, []byte("6 jobs enqueued")) {
 		t.Fatalf("want 6 jobs printed, got %d", len(ids))
 	}
 	for _, m := range ids {
-		id := m[1]
+		id := string(m[1])
 		testenv.WaitFor(t, 30*time.Second, "job "+id+" to be done", func() bool {
-			keys, _ := dev.Redis.Keys(ctx, "sluice:{dev:jobs:p*}:job:"+id).Result()
+			keys, _ := dev.Redis.Keys(t.Context(), "sluice:{dev:jobs:p*}:job:"+id).Result()
 			if len(keys) != 1 {
 				return false
 			}
-			state, _ := dev.Redis.HGet(ctx, keys[0], "state").Result()
+			state, _ := dev.Redis.HGet(t.Context(), keys[0], "state").Result()
 			return state == "done"
 		})
 	}

@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -170,89 +169,23 @@ func (r *logRecorder) count(s string) int {
 	return n
 }
 
-// blackhole is a TCP proxy to a Consul agent that can go silent: once
-// frozen it keeps every connection open and accepts new ones, but forwards
-// nothing either way. A client behind it gets neither answers nor errors,
-// like one whose agent hangs or whose packets are dropped.
+// blackhole is a proxy to a Consul agent (testenv.Proxy) that counts the
+// KV reads its clients send. Once frozen it keeps every connection open
+// and accepts new ones, but forwards nothing either way: a client behind
+// it gets neither answers nor errors, like one whose agent hangs or whose
+// packets are dropped.
 type blackhole struct {
-	ln     net.Listener
-	target string
-	frozen atomic.Bool
+	*testenv.Proxy
 	kvGets atomic.Int64 // KV reads the clients sent
-
-	mu     sync.Mutex
-	conns  []net.Conn
-	closed bool
 }
 
 func newBlackhole(t *testing.T, target string) *blackhole {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &blackhole{ln: ln, target: target}
-	go b.serve()
-	t.Cleanup(b.close)
+	b := &blackhole{}
+	b.Proxy = testenv.NewWatchedProxy(t, target, func(sent []byte) {
+		b.kvGets.Add(int64(bytes.Count(sent, []byte("GET /v1/kv/"))))
+	})
 	return b
-}
-
-func (b *blackhole) serve() {
-	for {
-		c, err := b.ln.Accept()
-		if err != nil {
-			return
-		}
-		d, err := net.Dial("tcp", b.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		b.mu.Lock()
-		if b.closed {
-			b.mu.Unlock()
-			c.Close()
-			d.Close()
-			return
-		}
-		b.conns = append(b.conns, c, d)
-		b.mu.Unlock()
-		go b.pipe(d, c, true)
-		go b.pipe(c, d, false)
-	}
-}
-
-func (b *blackhole) pipe(dst, src net.Conn, fromClient bool) {
-	defer dst.Close()
-	defer src.Close()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if fromClient {
-			b.kvGets.Add(int64(bytes.Count(buf[:n], []byte("GET /v1/kv/"))))
-		}
-		if n > 0 && !b.frozen.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
-func (b *blackhole) freeze() { b.frozen.Store(true) }
-
-// close drops the listener and every connection: clients see errors again.
-func (b *blackhole) close() {
-	b.ln.Close()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.closed = true
-	for _, c := range b.conns {
-		c.Close()
-	}
 }
 
 // client returns a Consul client that talks through the proxy.
@@ -260,7 +193,7 @@ func (b *blackhole) client(t *testing.T) *api.Client {
 	t.Helper()
 	tr := cleanhttp.DefaultPooledTransport()
 	c, err := api.NewClient(&api.Config{
-		Address:    b.ln.Addr().String(),
+		Address:    b.Addr(),
 		Scheme:     "http",
 		Transport:  tr,
 		HttpClient: &http.Client{Transport: tr},

@@ -194,7 +194,7 @@ func TestLockUnreachable(t *testing.T) {
 		t.Fatal("lease not Valid while renewals succeed")
 	}
 
-	proxy.freeze()
+	proxy.Freeze()
 	frozen := time.Now()
 	cause := receive(t, causes, testTTL, "fn's context to end with Consul silent")
 	took := time.Since(frozen)
@@ -212,7 +212,7 @@ func TestLockUnreachable(t *testing.T) {
 
 	// Connections fail again instead of hanging, so Hold's release and
 	// its next attempt end quickly.
-	proxy.close()
+	proxy.Close()
 	stopHold()
 	if err := receive(t, holdErr, 5*time.Second, "Hold to return"); err != nil {
 		t.Errorf("Hold returned %v", err)

@@ -16,7 +16,6 @@ package groups
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
@@ -25,144 +24,32 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/wire"
+)
+
+// The status of a group and its cancel's answer are wire types (defined
+// once in internal/wire, which the Go client aliases too).
+type (
+	Status    = wire.GroupStatus
+	Cancelled = wire.GroupCancelled
 )
 
 // States of a group (Status.State).
 const (
-	// StateSubmitting: no total yet, so items may still be on their way
-	// from Kafka.
-	StateSubmitting = "submitting"
-	StateRunning    = "running"
-	// StateCancelling: cancelled; jobs that were running may still finish.
-	StateCancelling = "cancelling"
-	StateCompleted  = "completed"
+	StateSubmitting = wire.GroupSubmitting
+	StateRunning    = wire.GroupRunning
+	StateCancelling = wire.GroupCancelling
+	StateCompleted  = wire.GroupCompleted
 )
 
-// States of a group's callback (Status.CallbackState), as the
-// coordinator's watcher records them in the group's hash (callback_state)
-// and both APIs show them.
+// States of a group's callback (Status.CallbackState); internal/wire says
+// what each means.
 const (
-	// CallbackPending: no attempt yet (the state a group with a callback
-	// URL shows until the watcher records another), or an attempt failed
-	// and the next one waits for its time (callback_next_ms), or the
-	// coordinator stopped mid-delivery.
-	CallbackPending = "pending"
-	// CallbackDelivering: an attempt is in flight.
-	CallbackDelivering = "delivering"
-	// CallbackDelivered: the receiver answered 2xx.
-	CallbackDelivered = "delivered"
-	// CallbackFailed: given up; callback_error holds the last error.
-	CallbackFailed = "failed"
+	CallbackPending    = wire.CallbackPending
+	CallbackDelivering = wire.CallbackDelivering
+	CallbackDelivered  = wire.CallbackDelivered
+	CallbackFailed     = wire.CallbackFailed
 )
-
-// Status is a group's status: GET /v1/topics/{topic}/groups/{id} at the
-// gate, GET /api/v1/groups/{group} and each of GET /api/v1/groups' bulk
-// groups at the admin API. Times are UTC.
-//
-// Its JSON carries each field once under the name below and, for the
-// fields the gate and the admin API named differently before they shared
-// this type, once more under the other name with the same value: id
-// (= group), started (= first_at), completed (= completed_at) and the
-// object callback {url, state, attempts, error} (= callback_url,
-// callback_state, callback_attempts, callback_error). total is null until
-// the group's size is known. docs/groups.md lists them.
-type Status struct {
-	// Group is the group's name (within its topic).
-	Group string `json:"group"`
-	Topic string `json:"topic"`
-	// Partition is the group's Redis partition.
-	Partition int `json:"partition"`
-	// State is one of the State constants.
-	State string `json:"state"`
-	// Total is a bulk group's size: 0 until its close record has been
-	// relayed (null on the wire).
-	Total   int64 `json:"total"`
-	Relayed int64 `json:"relayed"`
-	// Queued are ready or delayed (retries, rate-limit slots).
-	Queued  int64 `json:"queued"`
-	Running int64 `json:"running"`
-	Done    int64 `json:"done"`
-	// Failed counts failed attempts, retried or not.
-	Failed int64 `json:"failed"`
-	// Dead counts jobs that used up their attempts.
-	Dead      int64 `json:"dead"`
-	Cancelled int64 `json:"cancelled"`
-	// Progress is (done + dead + cancelled) / total, at most 1; nil
-	// without a total.
-	Progress *float64 `json:"progress"`
-	// Rate is jobs ended per second since the first was relayed (until
-	// the group completed).
-	Rate float64 `json:"rate"`
-	// EstimatedFinish assumes Rate holds; nil when there is no telling
-	// (no total, no rate yet, or completed). Whole seconds.
-	EstimatedFinish *time.Time `json:"estimated_finish,omitempty"`
-	FirstAt         *time.Time `json:"first_at"`
-	ClosedAt        *time.Time `json:"closed_at"`
-	CancelledAt     *time.Time `json:"cancelled_at"`
-	CompletedAt     *time.Time `json:"completed_at"`
-	// CallbackURL is empty for a group without a callback; the other
-	// Callback fields are then empty too.
-	CallbackURL string `json:"callback_url,omitempty"`
-	// CallbackState is CallbackPending until the watcher's first attempt,
-	// then what the watcher recorded (delivering, delivered, failed).
-	CallbackState    string `json:"callback_state,omitempty"`
-	CallbackAttempts int64  `json:"callback_attempts,omitempty"`
-	CallbackError    string `json:"callback_error,omitempty"`
-}
-
-// plainStatus is Status without its MarshalJSON.
-type plainStatus Status
-
-// wireStatus is Status as JSON: its fields, a nullable total, and the
-// gate's names of the fields the admin API names otherwise.
-type wireStatus struct {
-	plainStatus
-	ID        string        `json:"id"`
-	Total     *int64        `json:"total"`
-	Started   *time.Time    `json:"started,omitempty"`
-	Completed *time.Time    `json:"completed,omitempty"`
-	Callback  *wireCallback `json:"callback,omitempty"`
-}
-
-type wireCallback struct {
-	URL      string `json:"url"`
-	State    string `json:"state"`
-	Attempts int64  `json:"attempts"`
-	Error    string `json:"error,omitempty"`
-}
-
-func (s Status) wire() wireStatus {
-	w := wireStatus{plainStatus: plainStatus(s), ID: s.Group, Started: s.FirstAt, Completed: s.CompletedAt}
-	if s.Total > 0 {
-		total := s.Total
-		w.Total = &total
-	}
-	if s.CallbackURL != "" {
-		w.Callback = &wireCallback{URL: s.CallbackURL, State: s.CallbackState, Attempts: s.CallbackAttempts, Error: s.CallbackError}
-	}
-	return w
-}
-
-// MarshalJSON renders the status with the synonyms the type's doc lists.
-func (s Status) MarshalJSON() ([]byte, error) { return json.Marshal(s.wire()) }
-
-// Cancelled answers a cancel, at the gate (DELETE) and at the admin API
-// (POST /api/v1/groups/{group}/cancel) alike: the group's status read after
-// the cancel, and how many ready jobs it removed.
-type Cancelled struct {
-	Status
-	// Removed is how many ready jobs the cancel took off the group's
-	// lane; delayed ones go when due, running ones finish.
-	Removed int `json:"removed"`
-}
-
-// MarshalJSON renders the status as Status does, with removed.
-func (c Cancelled) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		wireStatus
-		Removed int `json:"removed"`
-	}{c.Status.wire(), c.Removed})
-}
 
 // View is the status of group name in queue partition q, from what Redis
 // keeps of it, as of now (Rate and EstimatedFinish depend on it).
@@ -291,7 +178,7 @@ func Cancel(ctx context.Context, pool *queue.Pool, topics []string, name string,
 	if err != nil {
 		return Cancelled{}, fmt.Errorf("group %q of topic %s is cancelled (%d ready jobs removed), but reading its status afterwards failed: %w", name, q.Topic, n, err)
 	}
-	return Cancelled{Status: View(name, q, st, now), Removed: n}, nil
+	return Cancelled{GroupStatus: View(name, q, st, now), Removed: n}, nil
 }
 
 // Path is where the gate answers a group's status (GET) and cancels it

@@ -82,7 +82,7 @@ func TestStatusStatesAndNullTotal(t *testing.T) {
 // A Go client of either API decodes the answer into the type, synonyms
 // and nullable total included.
 func TestStatusRoundTrip(t *testing.T) {
-	in := groups.Cancelled{Status: groups.View("g", q, queue.GroupStatus{Found: true, Total: 10, Relayed: 10, Done: 2, Cancelled: 8,
+	in := groups.Cancelled{GroupStatus: groups.View("g", q, queue.GroupStatus{Found: true, Total: 10, Relayed: 10, Done: 2, Cancelled: 8,
 		FirstAt: first, CancelledAt: first.Add(time.Second), CallbackURL: "http://cb/x"}, now), Removed: 8}
 	m := fields(t, in)
 	if string(m["removed"]) != "8" || string(m["group"]) != `"g"` || string(m["total"]) != "10" {

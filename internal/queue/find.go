@@ -11,17 +11,18 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
-// Where a job is, as FindJob tells it.
+// Where a job is, as FindJob tells it (internal/wire says what each means).
 const (
-	WhereRunning  = "running"  // in a claimed batch, not settled yet
-	WhereDelayed  = "delayed"  // in delayed until Until (Why says what for)
-	WhereReady    = "ready"    // on its lane, waiting its turn
-	WhereDead     = "dead"     // in the dead set, with its last error
-	WhereDone     = "done"     // acked; its record kept (retain, or an earlier failure)
-	WhereInKafka  = "in-kafka" // its Kafka position is above the watermark: not relayed yet
-	WhereNotFound = "not-found"
+	WhereRunning  = wire.JobRunning
+	WhereDelayed  = wire.JobDelayed
+	WhereReady    = wire.JobReady
+	WhereDead     = wire.JobDead
+	WhereDone     = wire.JobDone
+	WhereInKafka  = wire.JobInKafka
+	WhereNotFound = wire.JobNotFound
 )
 
 // Why a delayed job waits.
@@ -284,27 +285,9 @@ func globEscape(s string) string {
 }
 
 // JobView is a lookup's answer as the gate's and the admin API's
-// GET .../topics/{topic}/jobs/{id} render it: one JSON for both.
-type JobView struct {
-	Topic string `json:"topic"`
-	ID    string `json:"id"`
-	// RedisPartition is the queue partition looked in.
-	RedisPartition int    `json:"redis_partition"`
-	State          string `json:"state"`
-	// Relayed: the job's Kafka position is at or below the watermark
-	// (only said for a job Redis no longer holds).
-	Relayed   bool       `json:"relayed,omitempty"`
-	Attempts  int        `json:"attempts"`
-	LastError string     `json:"last_error,omitempty"`
-	Result    string     `json:"result,omitempty"`
-	Worker    string     `json:"worker,omitempty"`
-	Since     *time.Time `json:"since,omitempty"`
-	Batch     string     `json:"batch,omitempty"`
-	Until     *time.Time `json:"until,omitempty"`
-	Why       string     `json:"why,omitempty"`
-	// Note says in words what the state means, and what cannot be known.
-	Note string `json:"note"`
-}
+// GET .../topics/{topic}/jobs/{id} render it: one JSON for both, and the
+// Go client's (internal/wire).
+type JobView = wire.JobView
 
 // View renders a lookup's answer.
 func (w JobWhereabouts) View(l JobLookup) JobView {

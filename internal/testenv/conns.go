@@ -94,3 +94,12 @@ func untilClosed(conn net.Conn, within time.Duration) error {
 	}
 	return err
 }
+
+// AssertConnLimits runs AssertSlowBodyClosed and AssertIdleClosed (on
+// path) as subtests against the server at addr, whose read and idle
+// timeouts are readTimeout and idleTimeout.
+func AssertConnLimits(t *testing.T, addr, path string, readTimeout, idleTimeout time.Duration) {
+	t.Helper()
+	t.Run("slow body", func(t *testing.T) { AssertSlowBodyClosed(t, addr, readTimeout) })
+	t.Run("idle", func(t *testing.T) { AssertIdleClosed(t, addr, path, idleTimeout) })
+}

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"time"
@@ -141,6 +142,29 @@ func (s Server) Config(onReloadError func(error)) (*tls.Config, error) {
 		}
 		tc.ClientCAs = pool
 		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
+
+// ForPart is Config for a part's Config.TLS (part names it in errors, as
+// "gate"): its errors name the Config field at fault, a ClientCAFile
+// without HTTPS is refused, and a renewed certificate that fails to load
+// is logged on log while the last good one is served on. It returns nil
+// when the Server is not Enabled.
+func (s Server) ForPart(part string, log *slog.Logger) (*tls.Config, error) {
+	if s.ClientCAFile != "" {
+		if !s.Enabled() {
+			return nil, fmt.Errorf("%s: Config.TLS.ClientCAFile asks clients for certificates, which needs HTTPS: set Config.TLS.CertFile and Config.TLS.KeyFile too", part)
+		}
+		if _, err := LoadCAs(s.ClientCAFile); err != nil {
+			return nil, fmt.Errorf("%s: Config.TLS.ClientCAFile: %w", part, err)
+		}
+	}
+	tc, err := s.Config(func(err error) {
+		log.Error("the renewed TLS certificate does not load: serving the last good one", "err", err)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("%s: Config.TLS.CertFile, Config.TLS.KeyFile: %w", part, err)
 	}
 	return tc, nil
 }

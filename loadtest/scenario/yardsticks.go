@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/internal/ops"
+	"github.com/sluicehq/sluice/loadtest/openloop"
 )
 
 // Yardsticks are this machine's physical limits, measured in the same run
@@ -96,7 +97,7 @@ func bareHTTP(ctx context.Context, bin string, d time.Duration) (float64, error)
 		if err != nil {
 			return 0, err
 		}
-		srv := ops.NewServer(BareHandler(), ops.DefaultHTTPLimits(), nil)
+		srv := ops.NewServer(openloop.BareHandler(), ops.DefaultHTTPLimits(), nil)
 		go srv.Serve(ln)
 		defer srv.Close()
 	}

@@ -7,7 +7,9 @@ package devtest
 import (
 	"bytes"
 	"context"
+	"io"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -48,4 +50,19 @@ func Start(t *testing.T, args ...string) *Dev {
 		}
 	})
 	return &Dev{Gate: d.Endpoints.Gate, Redis: rdb, log: &log}
+}
+
+// Run runs an example's run against the dev's gate (--gate is added to
+// args) within timeout, fails the test with its output if it errs, and
+// returns its output.
+func (d *Dev) Run(t *testing.T, timeout time.Duration, run func(context.Context, []string, io.Writer) error, args ...string) []byte {
+	t.Helper()
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := run(ctx, append([]string{"--gate", d.Gate}, args...), &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	t.Logf("output:\n%s", out.String())
+	return out.Bytes()
 }

@@ -1,4 +1,4 @@
-package scenario
+package openloop
 
 import (
 	"context"
@@ -19,7 +19,7 @@ func TestOpenLoopSendsAtTheRateAndCountsAnswers(t *testing.T) {
 		BareHandler().ServeHTTP(w, r)
 	}))
 	defer srv.Close()
-	rep, err := OpenLoop(context.Background(), OpenLoopConfig{
+	rep, err := Run(context.Background(), Config{
 		URL: srv.URL, Body: Envelope(1), Rate: 500, Duration: 400 * time.Millisecond, Conns: 4,
 	})
 	if err != nil {
@@ -49,7 +49,7 @@ func TestOpenLoopMeasuresFromDueTime(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // the stall being measured, not synchronisation
 		close(stall)
 	}()
-	rep, err := OpenLoop(context.Background(), OpenLoopConfig{
+	rep, err := Run(context.Background(), Config{
 		URL: srv.URL, Rate: 200, Duration: 300 * time.Millisecond, Conns: 1,
 	})
 	if err != nil {

@@ -1,13 +1,14 @@
-// Package scenario is the library behind the load generator (go run
-// ./loadtest, sluice loadtest): generators, histograms, reports and the
-// seed scenarios.
+// Package openloop is the fixed-rate HTTP load of `sluice loadtest` and the
+// gate benchmarks, in a package of its own so that the sluice binary links
+// it without the scenarios' Kafka, Redis and histogram code
+// (loadtest/scenario).
 //
-// OpenLoop sends HTTP requests at a fixed rate whatever the server's answer
+// Run sends HTTP requests at a fixed rate whatever the server's answer
 // time (an open loop, as real clients do), and measures each request's
 // latency from the moment it was due, not from when a free connection sent
 // it, so a stalled server shows in the percentiles instead of slowing the
 // load down ("coordinated omission").
-package scenario
+package openloop
 
 import (
 	"bytes"
@@ -23,8 +24,8 @@ import (
 	"time"
 )
 
-// OpenLoopConfig describes one fixed-rate run.
-type OpenLoopConfig struct {
+// Config describes one fixed-rate run.
+type Config struct {
 	URL         string
 	Body        []byte
 	ContentType string
@@ -37,8 +38,8 @@ type OpenLoopConfig struct {
 	MaxQueue int
 }
 
-// OpenLoopReport is what an OpenLoop run measured.
-type OpenLoopReport struct {
+// Report is what a Run measured.
+type Report struct {
 	Sent, OK, Dropped int
 	Status            map[int]int // answers by status code; 0 for transport errors
 	Elapsed           time.Duration
@@ -47,20 +48,20 @@ type OpenLoopReport struct {
 }
 
 // Rate is the rate of successful answers.
-func (r OpenLoopReport) Rate() float64 { return float64(r.OK) / r.Elapsed.Seconds() }
+func (r Report) Rate() float64 { return float64(r.OK) / r.Elapsed.Seconds() }
 
-func (r OpenLoopReport) String() string {
+func (r Report) String() string {
 	return fmt.Sprintf("sent %d ok %d dropped %d in %s (%.0f ok/s); latency p50 %s p90 %s p99 %s p99.9 %s max %s; status %v",
 		r.Sent, r.OK, r.Dropped, r.Elapsed.Round(time.Millisecond), r.Rate(),
 		r.P50.Round(time.Microsecond), r.P90.Round(time.Microsecond), r.P99.Round(time.Microsecond),
 		r.P999.Round(time.Microsecond), r.Max.Round(time.Microsecond), r.Status)
 }
 
-// OpenLoop runs cfg until its duration passed or ctx ended, then waits for
+// Run runs cfg until its duration passed or ctx ended, then waits for
 // the answers still due and reports.
-func OpenLoop(ctx context.Context, cfg OpenLoopConfig) (OpenLoopReport, error) {
+func Run(ctx context.Context, cfg Config) (Report, error) {
 	if cfg.Rate <= 0 || cfg.Duration <= 0 || cfg.Conns <= 0 {
-		return OpenLoopReport{}, errors.New("loadtest: rate, duration and conns must be positive")
+		return Report{}, errors.New("loadtest: rate, duration and conns must be positive")
 	}
 	if cfg.MaxQueue <= 0 {
 		cfg.MaxQueue = 100000
@@ -118,7 +119,7 @@ func OpenLoop(ctx context.Context, cfg OpenLoopConfig) (OpenLoopReport, error) {
 	close(due)
 	wg.Wait()
 
-	rep := OpenLoopReport{Status: map[int]int{}, Elapsed: time.Since(start), Dropped: dropped}
+	rep := Report{Status: map[int]int{}, Elapsed: time.Since(start), Dropped: dropped}
 	var lat []time.Duration
 	for _, rs := range results {
 		for _, r := range rs {
@@ -138,7 +139,7 @@ func OpenLoop(ctx context.Context, cfg OpenLoopConfig) (OpenLoopReport, error) {
 	return rep, ctx.Err()
 }
 
-func send(ctx context.Context, client *http.Client, cfg OpenLoopConfig) int {
+func send(ctx context.Context, client *http.Client, cfg Config) int {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, cfg.URL, bytes.NewReader(cfg.Body))
 	if err != nil {
 		return 0
