@@ -115,12 +115,6 @@ func (r *Runner) Steady(ctx context.Context, cfg SteadyConfig, rival SteadyRival
 		maxRate = ph.EndToEndRate
 	}
 	rep.number("single_max_jobs_per_second", maxRate)
-	if rival != nil {
-		if err := rival.Start(ctx, r.ep.Redis); err != nil {
-			return rep, fmt.Errorf("starting %s: %w", rival.Name(), err)
-		}
-		defer rival.Stop()
-	}
 	for i, share := range cfg.Shares {
 		rate := math.Max(math.Round(maxRate*share), 10)
 		name := fmt.Sprintf("%g%%", share*100)
@@ -189,6 +183,12 @@ func ms3(s float64) float64 {
 func (r *Runner) rivalLoad(ctx context.Context, rival SteadyRival, share, rate float64, d time.Duration, payload []byte) (SteadyRow, error) {
 	name := strings.Fields(rival.Name())[0]
 	r.progress.Printf("%s: %g jobs/s for %s\n", rival.Name(), rate, d)
+	// Its server runs only during its own loads: idle, asynq's workers
+	// poll Redis (each every TaskCheckInterval), which would load sluice's.
+	if err := rival.Start(ctx, r.ep.Redis); err != nil {
+		return SteadyRow{}, fmt.Errorf("starting %s: %w", rival.Name(), err)
+	}
+	defer rival.Stop()
 	cpu0 := r.t.cpuMark(ctx)
 	res, err := rival.OpenLoop(ctx, rate, d, payload)
 	cpu1 := r.t.cpuMark(ctx)
