@@ -10,7 +10,7 @@ GOFILES := $(shell find . -name '*.go' -not -path './tools/*' -not -path './.slu
 TEST_P  ?= 2
 TEST_TIMEOUT ?= 15m
 
-.PHONY: all build run test deps run-deps test-deps packages sdk-deps jaeger kafka redis chromium consul modules fuzz bench bench-gate bench-relay bench-asynq bench-asynq-e2e bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
+.PHONY: all build run test deps run-deps test-deps packages sdk-deps jaeger kafka redis chromium consul modules fuzz bench bench-gate bench-relay bench-asynq bench-asynq-e2e bench-steady bench-idle bench-seed bench-seed-full bench-scaling bench-scaling-full loadtest bench-e2e chaos clean
 
 all: build
 
@@ -202,6 +202,21 @@ bench-asynq: deps
 ## through the gate, the same jobs each (ASYNQ_E2E_FLAGS='--jobs 200000').
 bench-asynq-e2e: deps build
 	cd loadtest/asynqbench && $(GO) run ./e2e --sluice-bin ../../bin/sluice $(ASYNQ_E2E_FLAGS)
+
+## bench-steady: where users live (issue 34): single-job POSTs in open loops at
+## 1%, 10%, 25% and 50% of the single-POST maximum (measured first; STEADY_MAX=N
+## gives it), each followed by asynq v0.26.0 at the same rate on the same Redis:
+## CPU per job per part, enqueue-to-start and -done p50/p99, a table and an SVG
+## plot (docs/loadtest.md, BENCHMARKS.md "Steady loads"). About 4 minutes.
+STEADY_MAX ?= 0
+bench-steady: deps build
+	cd loadtest/asynqbench && $(GO) run ./e2e --sluice-bin ../../bin/sluice --steady --max $(STEADY_MAX) $(ASYNQ_E2E_FLAGS)
+
+## bench-idle: sluice dev's parts and Redis over a minute with no jobs but the
+## canaries (every 10 s), each process's CPU from /proc (target: under 1% of one
+## core together).
+bench-idle: deps build
+	$(GO) run ./loadtest --start-dev --sluice-bin bin/sluice $(LOADTEST_FLAGS) idle
 
 ## bench-seed: the rate-limited seed scenario scaled down (3 x 1,000 jobs at
 ## 100/s per resource, ideal 10 s) against real Redis and Consul.

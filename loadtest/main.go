@@ -84,12 +84,13 @@ func (c *config) register(fs *flag.FlagSet) {
 	fs.Float64Var(&c.opts.Rate, "rate", 0, "load: requests per second, open loop (0: closed loop); spike: the spike's requests/s; ratelimit: the limit")
 	fs.IntVar(&c.opts.Conns, "conns", 0, "connections (closed loop: the concurrency)")
 	fs.IntVar(&c.opts.Jobs, "jobs", 0, "load: jobs to send (0: for --duration); ratelimit: jobs per group; scaling, hol: jobs")
-	fs.DurationVar(&c.opts.Duration, "duration", 0, "load, throughput: how long each stream sends; spike: the spike's length")
+	fs.DurationVar(&c.opts.Duration, "duration", 0, "load, throughput: how long each stream sends; steady: each load (20s); idle: the measurement (1m); spike: the spike's length")
 	fs.IntVar(&c.opts.Batch, "batch", 0, "jobs per POST (1: single-job route)")
 	fs.IntVar(&c.opts.PayloadBytes, "payload", 0, "payload size in bytes")
 	fs.StringVar(&c.opts.JobType, "type", "", `load: job type ("noop", or "sleep" with --sleep-ms)`)
 	fs.IntVar(&c.opts.SleepMS, "sleep-ms", 0, "sleep jobs' time (spike, scaling, load)")
 	fs.IntVar(&c.opts.SampleEvery, "sample-every", 0, "load: read the completion time of one job in this many (1: every job; a sampled job carries an id and a retained record, which costs Redis more than a plain job's nothing); 0: one in 100 with single-job POSTs, one per request with batches")
+	fs.Float64Var(&c.opts.Max, "max", 0, "steady: the single-POST maximum in jobs/s whose 1%, 10%, 25% and 50% it runs (0: measured first, in the same run)")
 	fs.IntVar(&c.opts.Groups, "groups", 0, "throughput, load: groups the jobs are spread over (0: the scenario's default; -1: none, each job on its partition's shared lane)")
 }
 

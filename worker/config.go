@@ -100,6 +100,13 @@ type Config struct {
 	// Maintain is how often expired leases are reaped and due delayed jobs
 	// promoted. Default 500ms.
 	Maintain time.Duration
+	// IdleRecheck is how long an idle consumer blocks on its partition's
+	// wake and command lists before it claims again anyway. Enqueues,
+	// promotions, reaps and retries push a wake token, so this only bounds
+	// how long a lost token (a Redis restarted without its AOF) can leave
+	// ready jobs waiting; each recheck costs an idle partition a BLPOP and
+	// a claim. Default 5s.
+	IdleRecheck time.Duration
 	// Consul's KV holds the execution rate limits
 	// (sluice/<stage>/limits/<resource>); an empty ConsulAddr means no
 	// limits.
@@ -141,7 +148,7 @@ func DefaultConfig() Config {
 		Lease:    30 * time.Second, ClaimBatch: 256, Prefetch: 512, PrefetchWait: 50 * time.Millisecond, AckLinger: time.Millisecond, MaxAttempts: 5, Timeout: time.Minute,
 		Backoff: time.Second, MaxBackoff: 16 * time.Second, ResultTTL: 24 * time.Hour, IdempotencyTTL: 24 * time.Hour,
 		DeadMax: 100000, DeadTTL: 7 * 24 * time.Hour,
-		Drain: 30 * time.Second, Maintain: 500 * time.Millisecond,
+		Drain: 30 * time.Second, Maintain: 500 * time.Millisecond, IdleRecheck: 5 * time.Second,
 		RateLimitLead: 25 * time.Millisecond, RateLimitMargin: 5 * time.Millisecond,
 	}
 }
@@ -173,6 +180,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.DeadTTL, "dead-ttl", c.DeadTTL, "how long a dead job is kept")
 	cli.DurationVar(fs, &c.Drain, "drain-timeout", c.Drain, "on SIGTERM, how long running jobs may take; the rest go back to ready")
 	cli.DurationVar(fs, &c.Maintain, "maintain-every", c.Maintain, "how often expired leases are reaped and due retries promoted")
+	cli.DurationVar(fs, &c.IdleRecheck, "idle-recheck", c.IdleRecheck, "how long an idle consumer waits for a wake token (pushed by every enqueue, promotion and reap) before it claims again anyway")
 	c.Config.RegisterFlags(fs)
 	fs.Lookup("consul-addr").Usage = "Consul HTTP address whose KV holds the execution rate limits, sluice/<stage>/limits/<resource>; empty: no limits"
 	cli.DurationVar(fs, &c.RateLimitLead, "rate-limit-lead", c.RateLimitLead, "how long before its slot a throttled job comes back from delayed, to wait the rest in process")
@@ -197,6 +205,8 @@ func (c *Config) validate() error {
 		return errors.New("worker: Config.PrefetchWait: must not be negative")
 	case c.AckLinger < 0:
 		return errors.New("worker: Config.AckLinger: must not be negative")
+	case c.IdleRecheck < time.Second:
+		return fmt.Errorf("worker: Config.IdleRecheck: %s, want at least 1s (--idle-recheck; BLPOP waits whole seconds)", c.IdleRecheck)
 	case c.Lease < time.Second:
 		return fmt.Errorf("worker: Config.Lease: %s, want at least 1s", c.Lease)
 	case c.MaxAttempts < 1:

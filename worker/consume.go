@@ -178,7 +178,7 @@ func (c *consumer) run(ctx context.Context) {
 				case <-ctx.Done():
 				}
 			} else {
-				c.waitForWork(ctx, time.Second)
+				c.waitForWork(ctx, w.cfg.IdleRecheck)
 			}
 			continue
 		}
@@ -245,6 +245,8 @@ func (c *consumer) waitForWork(ctx context.Context, max time.Duration) {
 	for _, t := range c.topics.queues {
 		keys = append(keys, layout.Keys(t.q).Wake())
 	}
+	c.slots.listening.Store(true)
+	defer c.slots.listening.Store(false)
 	if w.pool.Cluster() {
 		c.pollForWork(ctx, max, cmd, keys)
 		return

@@ -32,7 +32,11 @@ func newMetrics(outage *queue.Outage) *metrics {
 			Name: "sluice_worker_execution_seconds", Help: "Time from an attempt's start to the handler's return, by job type.", Buckets: buckets,
 		}, []string{"type"}),
 		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name: "sluice_worker_queue_wait_seconds", Help: "Time from the gate accepting a job to its first attempt starting.", Buckets: buckets,
+			Name: "sluice_worker_queue_wait_seconds", Help: "Time from the gate accepting a job to its first attempt starting.",
+			// Fine below 50 ms, where enqueue-to-start's p50 and p99 targets
+			// are (issue 34: under 10 and 50 ms); the loadtest reads the
+			// shares under 1, 5 and 10 ms, which stay bounds.
+			Buckets: []float64{.0005, .001, .002, .003, .005, .0075, .01, .02, .03, .05, .1, .5, 1, 5, 10, 30, 60, 300},
 		}),
 		enqueueToDone: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "sluice_worker_enqueue_to_done_seconds", Help: "Time from the gate accepting a job to its success recorded in Redis (retries and their backoff included).",

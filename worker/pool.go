@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -30,6 +31,10 @@ type slots struct {
 	since time.Time
 	// id names this consumer in its partition's heartbeats.
 	id string
+	// listening: the consumer blocks on its partition's command and wake
+	// lists now (waitForWork), so a command reaches it there and the
+	// maintainer need not pop the command list too.
+	listening atomic.Bool
 	// resizing serialises the two writers of limit that read Redis first
 	// (a command's SetWorkers, the heartbeat following the checkpoint), so
 	// that a stale read cannot undo a newer resize.

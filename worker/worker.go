@@ -218,8 +218,16 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 		case <-t.C:
 		}
 		// Commands, also under load, when the consumer never waits on
-		// its lists: applied within a maintenance tick.
+		// its lists: applied within a maintenance tick. While it waits on
+		// them (idle) its BLPOP takes them at once: popping here too would
+		// be a round trip per tick for nothing.
+		w.mu.RLock()
+		listening := w.pools[part].listening.Load()
+		w.mu.RUnlock()
 		for range 10 {
+			if listening {
+				break
+			}
 			raw, err := w.pool.Client(part).LPop(ctx, w.pool.Layout().PartKeys(part).Cmd()).Result()
 			if err != nil {
 				break

@@ -38,6 +38,10 @@ type Report struct {
 	Yardsticks *Yardsticks        `json:"yardsticks,omitempty"`
 	Ratios     map[string]float64 `json:"ratios,omitempty"`
 	Notes      []string           `json:"notes,omitempty"`
+	// Steady is the steady scenario's table: each system at each load;
+	// Idle the idle scenario's processes.
+	Steady []SteadyRow `json:"steady,omitempty"`
+	Idle   []IdleRow   `json:"idle,omitempty"`
 }
 
 // openLoop: every stream of ph sent at a rate it was given, so its end to
@@ -279,6 +283,15 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  error: %s\n", e)
 		}
 	}
+	if len(r.Steady) > 0 {
+		fmt.Fprintf(w, "\nsteady loads (CPU per job in µs; latencies in ms):\n%s", SteadyTable(r.Steady))
+	}
+	if len(r.Idle) > 0 {
+		fmt.Fprintln(w, "\nidle, share of one core:")
+		for _, i := range r.Idle {
+			fmt.Fprintf(w, "  %-12s %6.3f%%\n", i.Name, i.Share*100)
+		}
+	}
 	if len(r.Ratios) > 0 {
 		fmt.Fprintln(w, "\nratios:")
 		for _, k := range slices.Sorted(maps.Keys(r.Ratios)) {
@@ -339,7 +352,13 @@ func (r *Report) Save(dir string) (string, error) {
 	}
 	name := strings.NewReplacer(" ", "-", "/", "-").Replace(r.Scenario)
 	path := filepath.Join(dir, name+"-"+r.Started.Format("20060102-150405"))
-	for ext, write := range map[string]func(io.Writer) error{".json": r.WriteJSON, ".html": r.WriteHTML} {
+	writers := map[string]func(io.Writer) error{".json": r.WriteJSON, ".html": r.WriteHTML}
+	if len(r.Steady) > 0 {
+		writers[".svg"] = func(w io.Writer) error {
+			return WriteSteadySVG(w, r.Steady, fmt.Sprintf("steady loads, %s, %d CPUs, load %s", r.Started.Format("2006-01-02"), r.Machine.CPUs, r.Machine.Load1))
+		}
+	}
+	for ext, write := range writers {
 		f, err := os.Create(path + ext)
 		if err != nil {
 			return "", err

@@ -48,6 +48,9 @@ type Options struct {
 	SleepMS      int           // the sleep jobs' time
 	SampleEvery  int           // load: one job in this many has its completion read (0: the default)
 	Groups       int           // groups the jobs are spread over
+	// Max is the steady scenario's single-POST maximum, jobs/s (0:
+	// measured first).
+	Max float64
 }
 
 func (o Options) full() bool { return o.Size == "full" }
@@ -70,7 +73,7 @@ func or[T comparable](v, def T) T {
 }
 
 // Scenarios names the scenarios, in the order the docs present them.
-var Scenarios = []string{"throughput", "spike", "ratelimit", "scaling", "hol", "load"}
+var Scenarios = []string{"throughput", "spike", "ratelimit", "scaling", "hol", "load", "steady", "idle"}
 
 // RunScenario runs the named scenario.
 func (r *Runner) RunScenario(ctx context.Context, name string, o Options) (*Report, error) {
@@ -92,6 +95,13 @@ func (r *Runner) RunScenario(ctx context.Context, name string, o Options) (*Repo
 		err = r.hol(ctx, o, rep)
 	case "load":
 		err = r.custom(ctx, o, rep)
+	case "steady":
+		var st *Report
+		st, err = r.Steady(ctx, SteadyConfig{Max: o.Max, Duration: o.Duration, Conns: o.Conns, PayloadBytes: o.PayloadBytes, Groups: o.Groups, Run: o.Run}, nil)
+		st.Size = o.Size
+		return st, err
+	case "idle":
+		return r.Idle(ctx, 5*time.Second, or(o.Duration, time.Minute))
 	default:
 		return nil, fmt.Errorf("unknown scenario %q: want one of %v", name, Scenarios)
 	}

@@ -22,6 +22,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -29,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -55,7 +57,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		timeout   = fs.Duration("timeout", 15*time.Minute, "the whole run's bound")
 		check     = fs.Duration("asynq-task-check-interval", 0, "asynq's TaskCheckInterval, how long an idle worker sleeps (0: asynq's default, 1s)")
 		strict    = fs.Bool("strict", false, "exit with status 3 when a verdict fails")
+		steady    = fs.Bool("steady", false, "run the steady scenario instead (make bench-steady): open loops of single-job POSTs at 1%, 10%, 25% and 50% of the single-POST maximum, each followed by asynq at the same rate")
+		st        scenario.SteadyConfig
 	)
+	fs.Float64Var(&st.Max, "max", 0, "--steady: the single-POST maximum in jobs/s (0: measured first, in the same run)")
+	fs.DurationVar(&st.Duration, "steady-duration", 20*time.Second, "--steady: how long each load runs, per system")
 	fs.IntVar(&cfg.Jobs, "jobs", 100000, "jobs per system and phase")
 	fs.IntVar(&cfg.Conns, "conns", 64, "asynq's enqueueing goroutines and its server's concurrency; sluice's connections for single-job POSTs")
 	fs.IntVar(&cfg.BatchConns, "batch-conns", 16, "sluice's connections for batched POSTs")
@@ -105,6 +111,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	} else {
 		progress.Printf("sluice dev's processes not found (%v): the phases report the sluice processes' CPU together\n", err)
 	}
+	if *steady {
+		st.PayloadBytes = cfg.PayloadBytes
+		rep, err := r.Steady(ctx, st, &asynqRival{checkInterval: *check})
+		if rep != nil {
+			rep.Notes = append(rep.Notes, fmt.Sprintf("asynq v0.26.0 ran on sluice dev's Redis (%s) right after sluice at each load, its client and server in this process (TaskCheckInterval %s); its CPU per job is this process's and Redis's, sluice's its processes' and Redis's (the generator's and Consul's left out)", dev.Endpoints.Redis, or(*check, time.Second)),
+				"sluice's enqueue-to-start and -done are the worker's histograms of every job (enqueued_at by the gate to the start, and to the ack recorded), interpolated in their buckets; asynq's are exact, from each job's due time to its handler's start and return")
+			rep.Publish(stdout, stderr, *out, "e2e")
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "e2e: %v\n", err)
+			return 1
+		}
+		return 0
+	}
 	rep, err := r.Compare(ctx, &asynqRival{checkInterval: *check}, cfg)
 	if rep != nil {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("asynq v0.26.0 ran on sluice dev's Redis (%s): one Redis, one run; its client and server ran in this process (the generator's line of its phase), sluice's parts idle meanwhile", dev.Endpoints.Redis),
@@ -131,6 +151,18 @@ type asynqRival struct {
 	ran, want     atomic.Int64
 	mu            sync.Mutex
 	all           chan struct{} // closed when want jobs ran
+	// The steady loads' latencies, from each job's due time (the first 8
+	// bytes of its payload, Unix ns).
+	hmu             sync.Mutex
+	toStart, toDone *scenario.Hist
+}
+
+func or[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
 }
 
 func (a *asynqRival) Name() string { return "asynq v0.26.0" }
@@ -139,6 +171,26 @@ func (a *asynqRival) Start(ctx context.Context, addr string) error {
 	a.addr = addr
 	mux := asynq.NewServeMux()
 	mux.HandleFunc("noop", func(context.Context, *asynq.Task) error {
+		if a.ran.Add(1) == a.want.Load() {
+			a.mu.Lock()
+			close(a.all)
+			a.mu.Unlock()
+		}
+		return nil
+	})
+	mux.HandleFunc("steady", func(_ context.Context, t *asynq.Task) error {
+		p := t.Payload()
+		if len(p) < 8 {
+			return fmt.Errorf("steady task without its due time")
+		}
+		due := time.Unix(0, int64(binary.BigEndian.Uint64(p)))
+		started := time.Since(due)
+		// A no-op: the handler returns at once.
+		done := time.Since(due)
+		a.hmu.Lock()
+		a.toStart.Record(started)
+		a.toDone.Record(done)
+		a.hmu.Unlock()
 		if a.ran.Add(1) == a.want.Load() {
 			a.mu.Lock()
 			close(a.all)
@@ -191,6 +243,75 @@ func (a *asynqRival) Run(ctx context.Context, jobs, conns int, payload []byte) (
 		return time.Time{}, fmt.Errorf("asynq ran %d of %d jobs: %w", a.ran.Load(), jobs, ctx.Err())
 	}
 	return last, nil
+}
+
+// OpenLoop enqueues rate tasks a second for d from 64 goroutines, each
+// task when it is due (as the loadtest's open loop sends a POST), and
+// waits until every one has run.
+func (a *asynqRival) OpenLoop(ctx context.Context, rate float64, d time.Duration, payload []byte) (scenario.RivalLoad, error) {
+	const conns = 64
+	jobs := int(rate * d.Seconds())
+	a.hmu.Lock()
+	a.toStart, a.toDone = scenario.NewHist(), scenario.NewHist()
+	a.hmu.Unlock()
+	a.mu.Lock()
+	a.all = make(chan struct{})
+	all := a.all
+	a.mu.Unlock()
+	a.ran.Store(0)
+	a.want.Store(int64(jobs))
+	client := asynq.NewClient(asynq.RedisClientOpt{Addr: a.addr, PoolSize: conns})
+	defer client.Close()
+	due := make(chan time.Time, jobs)
+	errs := make([]error, conns)
+	var wg sync.WaitGroup
+	for g := range conns {
+		wg.Go(func() {
+			buf := make([]byte, 8+len(payload))
+			copy(buf[8:], payload)
+			for at := range due {
+				p := slices.Clone(buf)
+				binary.BigEndian.PutUint64(p, uint64(at.UnixNano()))
+				if _, err := client.EnqueueContext(ctx, asynq.NewTask("steady", p)); err != nil && errs[g] == nil {
+					errs[g] = err
+				}
+			}
+		})
+	}
+	start := time.Now()
+	interval := time.Duration(float64(time.Second) / rate)
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	for i := 0; i < jobs && ctx.Err() == nil; i++ {
+		at := start.Add(time.Duration(i) * interval)
+		if w := time.Until(at); w > 0 {
+			timer.Reset(w)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+			}
+		}
+		due <- at
+	}
+	close(due)
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return scenario.RivalLoad{}, fmt.Errorf("asynq's client: %w", err)
+		}
+	}
+	wait := time.NewTimer(2 * time.Minute)
+	defer wait.Stop()
+	select {
+	case <-all:
+	case <-wait.C:
+		return scenario.RivalLoad{}, fmt.Errorf("asynq ran %d of %d jobs within 2 minutes of the last enqueue", a.ran.Load(), jobs)
+	case <-ctx.Done():
+		return scenario.RivalLoad{}, ctx.Err()
+	}
+	a.hmu.Lock()
+	defer a.hmu.Unlock()
+	return scenario.RivalLoad{Jobs: jobs, ToStart: a.toStart, ToDone: a.toDone}, nil
 }
 
 func (a *asynqRival) Stop() {

@@ -1,0 +1,57 @@
+package worker_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/worker"
+)
+
+// An idle worker's round trips to Redis (issue 34: idle costs next to
+// nothing): while every consumer blocks on its wake and command lists,
+// the maintainer does not pop the command list too (the BLPOP takes
+// commands), and a consumer's BLPOP runs for IdleRecheck, not a second.
+// Over a 3 s window with the bed's Maintain of 20 ms, the old code made
+// 282 LPOPs and 4 BLPOPs over 2 partitions.
+func TestAnIdleWorkerDoesNotPollItsLists(t *testing.T) {
+	b := newBed(t)
+	b.start(t, nil, func(w *worker.Worker) { w.Handle("t", worker.Noop) })
+	rdb := b.redis.Client()
+	ctx := context.Background()
+	testenv.WaitFor(t, 5*time.Second, "the consumers to block on their wake lists", func() bool {
+		info, err := rdb.Info(ctx, "clients").Result()
+		return err == nil && strings.Contains(info, "blocked_clients:"+strconv.Itoa(b.layout.Partitions)+"\r")
+	})
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The window measured: how many calls an idle second costs is the
+	// point, so it is a duration, not a condition to wait for.
+	time.Sleep(3 * time.Second)
+	stats, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	calls := func(cmd string) int {
+		for _, l := range strings.Split(stats, "\r\n") {
+			if rest, ok := strings.CutPrefix(l, "cmdstat_"+cmd+":calls="); ok {
+				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+				return n
+			}
+		}
+		return 0
+	}
+	parts := b.layout.Partitions
+	if n := calls("lpop"); n > 0 {
+		t.Errorf("%d LPOPs in 3 s of an idle worker over %d partitions; want none while its consumers block on the command lists", n, parts)
+	}
+	// At most one BLPOP per partition ends in the window (a 5 s wait
+	// that began before it), and the claims after one.
+	if n := calls("blpop"); n > parts {
+		t.Errorf("%d BLPOPs in 3 s over %d partitions; want at most one each (IdleRecheck 5s)", n, parts)
+	}
+}
