@@ -462,15 +462,10 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 			c.settle(ctx, h, []byte(`{"skipped":"idempotency key completed by job `+strings.TrimPrefix(mark, "done:")+`"}`), nil, maxAttempts)
 			return
 		case mark != "":
-			// Another job with the key runs now: look again after a
-			// lease, without spending an attempt on waiting.
-			if err := c.untilRedisAnswers(c.settling, "deferring a job", func(pool *queue.Pool) error {
-				now := w.cfg.Now()
-				_, err := pool.Defer(context.WithoutCancel(ctx), h.q, cl, now.Add(w.cfg.Lease), now)
-				return err
-			}); err != nil {
-				c.log.Warn("deferring a job behind its idempotency key failed; its lease will expire", "job", cl.ID, "err", err)
-			}
+			// Another job with the key runs now: wait in delayed,
+			// without spending an attempt on waiting, until that run
+			// ends (it wakes this one: waitBehind) or a lease passes.
+			c.waitBehind(ctx, h, key, mark)
 			w.count("idempotent_wait", j.Type, 1)
 			return
 		}
@@ -535,9 +530,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		// even when the lease was lost meanwhile: the mark is this
 		// attempt's, and the next holder must find the key done (and
 		// skip the job) rather than free (and run it again).
-		if err := c.untilRedisAnswers(c.settling, "recording an idempotency key", func(pool *queue.Pool) error {
-			return pool.IdempotencyEnd(context.WithoutCancel(ctx), key, cl.ID, cl.Attempt, herr == nil, w.cfg.IdempotencyTTL)
-		}); err != nil {
+		if err := c.endIdempotency(ctx, key, cl, herr == nil); err != nil {
 			c.log.Warn("recording the idempotency key failed", "job", cl.ID, "key", key, "err", err)
 		}
 	}
@@ -556,6 +549,63 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		return // cut short by shutdown: handed back by release, not failed
 	}
 	c.settle(context.WithoutCancel(ctx), h, result, herr, maxAttempts)
+}
+
+// waitBehind defers a job whose idempotency key another job's run holds
+// (mark) for a lease, and registers it with the key, so that the run's end
+// (endIdempotency) wakes it at once: a duplicate of a job that completes
+// is then skipped within a round trip or two of that, not a lease later.
+// Should the run's worker die, the deferral's due time still brings it
+// back. A run that ended before the registration has handed its waiters
+// over already: the job wakes itself.
+func (c *consumer) waitBehind(ctx context.Context, h *heldJob, key, mark string) {
+	w, cl := c.w, h.claimed
+	ctx = context.WithoutCancel(ctx)
+	var deferred bool
+	if err := c.untilRedisAnswers(c.settling, "deferring a job", func(pool *queue.Pool) (err error) {
+		now := w.cfg.Now()
+		deferred, err = pool.Defer(ctx, h.q, cl, now.Add(w.cfg.Lease), now)
+		return err
+	}); err != nil || !deferred {
+		if err != nil {
+			c.log.Warn("deferring a job behind its idempotency key failed; its lease will expire", "job", cl.ID, "err", err)
+		}
+		return
+	}
+	d := queue.DeferredEntry(h.q, cl)
+	var registered bool
+	err := c.untilRedisAnswers(c.settling, "waiting on an idempotency key", func(pool *queue.Pool) (err error) {
+		registered, err = pool.IdempotencyWait(ctx, key, mark, d, w.cfg.Lease)
+		return err
+	})
+	if err == nil && !registered {
+		err = w.pool.WakeDeferred(ctx, []queue.Deferred{d}, w.cfg.Now())
+	}
+	if err != nil {
+		c.log.Warn("a job deferred behind its idempotency key waits out its deferral", "job", cl.ID, "err", err)
+	}
+}
+
+// endIdempotency records the end of a run of an idempotency key (done, or
+// freed) and wakes the jobs deferred behind it (waitBehind).
+func (c *consumer) endIdempotency(ctx context.Context, key string, cl queue.Claimed, succeeded bool) error {
+	w := c.w
+	ctx = context.WithoutCancel(ctx)
+	var waiters []queue.Deferred
+	if err := c.untilRedisAnswers(c.settling, "recording an idempotency key", func(pool *queue.Pool) (err error) {
+		waiters, err = pool.IdempotencyEnd(ctx, key, cl.ID, cl.Attempt, succeeded, w.cfg.IdempotencyTTL)
+		return err
+	}); err != nil {
+		return err
+	}
+	if len(waiters) == 0 {
+		return nil
+	}
+	if err := w.pool.WakeDeferred(ctx, waiters, w.cfg.Now()); err != nil {
+		// Not lost: they come due at the end of their deferral.
+		c.log.Warn("waking the jobs deferred behind an idempotency key failed; they wait out their deferral", "key", key, "jobs", len(waiters), "err", err)
+	}
+	return nil
 }
 
 // firstPositive is the first of vs above zero (an envelope's 0, or a

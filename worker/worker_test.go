@@ -650,3 +650,47 @@ func TestAPlainJobLeavesNothingBehind(t *testing.T) {
 		t.Fatalf("a plain job that succeeded left a record: %v", h)
 	}
 }
+
+// Regression (issue 32: a duplicate sat "delayed / deferred" for a whole
+// lease, 30 s, after the job that held its idempotency key had completed):
+// a job deferred behind another job's run of its key is woken when that
+// run ends, and skipped at once, not a lease later. The lease here is 5 s,
+// the deferral before the fix.
+func TestADuplicateIsSkippedAsSoonAsItsKeyCompletes(t *testing.T) {
+	b := newBed(t)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	var ended time.Time
+	b.start(t, func(c *worker.Config) { c.Lease = 5 * time.Second }, func(w *worker.Worker) {
+		w.Handle("send", worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+			time.Sleep(300 * time.Millisecond) // the duplicate starts meanwhile and finds the key running
+			mu.Lock()
+			defer mu.Unlock()
+			runs[j.ID]++
+			ended = time.Now()
+			return []byte("sent"), nil
+		}))
+	})
+	// Both claimed in one batch, run side by side: one holds the key.
+	b.enqueue(t, job.Job{ID: "dup-a", Type: "send", IdempotencyKey: "order-7"}, job.Job{ID: "dup-b", Type: "send", IdempotencyKey: "order-7"})
+	ha := b.waitState(t, "dup-a", "dup-a", "done")
+	hb := b.waitState(t, "dup-b", "dup-b", "done")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(runs) != 1 {
+		t.Fatalf("one idempotency key ran %v", runs)
+	}
+	skipped := hb
+	if _, ran := runs["dup-b"]; ran {
+		skipped = ha
+	}
+	if !strings.Contains(skipped["result"], "skipped") {
+		t.Fatalf("the duplicate: %v, want skipped", skipped)
+	}
+	doneMS, _ := strconv.ParseInt(skipped["done_ms"], 10, 64)
+	after := time.UnixMilli(doneMS).Sub(ended)
+	t.Logf("the duplicate was skipped %v after the run that held its key returned (lease %v)", after, 5*time.Second)
+	if after > 500*time.Millisecond {
+		t.Fatalf("the duplicate settled %v after its key completed; want it woken at once, not a lease (5s) later", after)
+	}
+}

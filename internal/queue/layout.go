@@ -188,6 +188,11 @@ func (k PartKeys) Prefix() string { return k.prefix }
 // the jobs' groups.
 func (k PartKeys) Idempotency(key string) string { return k.prefix + "idem:" + key }
 
+// IdempotencyWaiters is the set of jobs deferred behind an idempotency
+// key's running mark ("<topic> <partition> <entry>"), which the run's end
+// wakes; beside the mark, and expiring with it at the latest.
+func (k PartKeys) IdempotencyWaiters(key string) string { return k.prefix + "idemwait:" + key }
+
 // Limit is the execution rate-limit schedule of a resource key: the GCRA
 // state and the slots reserved for throttled jobs (see ratelimit.go). Like
 // idempotency markers it lives in the partition PartitionOf(resource)
