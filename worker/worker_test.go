@@ -694,3 +694,67 @@ func TestADuplicateIsSkippedAsSoonAsItsKeyCompletes(t *testing.T) {
 		t.Fatalf("the duplicate settled %v after its key completed; want it woken at once, not a lease (5s) later", after)
 	}
 }
+
+// Cancel of a running job (issue 32): the worker learns of it at its next
+// lease extension (every Lease/3), cancels the handler's context with a
+// cause that says so, and settles the job cancelled, not failed: it is
+// not retried, and its lookup says cancelled. A waiting job's cancel drops
+// it before it starts. The time from the cancel call to the handler's
+// ctx.Done() is at most one extension interval, plus slack.
+func TestCancelOfARunningJobCancelsItsHandler(t *testing.T) {
+	b := newBed(t)
+	const lease = 3 * time.Second // extensions every second
+	var runs atomic.Int32
+	started := make(chan struct{}, 1)
+	stopped := make(chan time.Time, 1)
+	var cause atomic.Value
+	b.start(t, func(c *worker.Config) { c.Lease, c.Workers, c.Prefetch = lease, 1, 0 }, func(w *worker.Worker) {
+		w.Handle("block", worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+			runs.Add(1)
+			started <- struct{}{}
+			<-ctx.Done()
+			stopped <- time.Now()
+			cause.Store(context.Cause(ctx).Error())
+			return nil, ctx.Err()
+		}))
+	})
+	b.enqueue(t, job.Job{ID: "long", Type: "block", Group: "g"})
+	<-started
+	ctx := context.Background()
+	sent := time.Now()
+	out, _, err := b.pool.CancelJob(ctx, queue.JobLookup{Topic: "jobs", ID: "long", Group: "g"}, false, time.Now())
+	if err != nil || out != queue.CancelRequested {
+		t.Fatalf("cancel: %q %v", out, err)
+	}
+	var took time.Duration
+	select {
+	case at := <-stopped:
+		took = at.Sub(sent)
+	case <-time.After(2 * lease):
+		t.Fatal("the handler's context was not cancelled")
+	}
+	t.Logf("cancel to the handler's ctx.Done(): %v (extension interval %v)", took, lease/3)
+	if took > lease/3+500*time.Millisecond {
+		t.Fatalf("the handler stopped %v after the cancel; want within one extension interval (%v) plus slack", took, lease/3)
+	}
+	if c, _ := cause.Load().(string); !strings.Contains(c, "cancelled by an operator") {
+		t.Fatalf("the context's cause: %q", c)
+	}
+	h := b.waitState(t, "long", "g", "cancelled")
+	if h["attempts"] != "1" {
+		t.Fatalf("the cancelled job's record: %v", h)
+	}
+	w, err := b.pool.FindJob(ctx, queue.JobLookup{Topic: "jobs", ID: "long", Group: "g"})
+	if err != nil || w.Where != queue.WhereCancelled {
+		t.Fatalf("the lookup of the cancelled job: %+v %v", w, err)
+	}
+	if st, err := b.pool.GroupStatus(ctx, "jobs", "g"); err != nil || st.Cancelled != 1 || st.Running != 0 || st.Failed != 0 {
+		t.Fatalf("its group: %+v %v", st, err)
+	}
+	// Not retried: a job after it runs, and it does not.
+	b.enqueue(t, job.Job{ID: "next", Type: "block", Group: "g"})
+	<-started
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("%d runs: the cancelled job ran again", n)
+	}
+}

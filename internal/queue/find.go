@@ -15,13 +15,16 @@ import (
 
 // Where a job is, as FindJob tells it.
 const (
-	WhereRunning  = "running"  // in a claimed batch, not settled yet
-	WhereDelayed  = "delayed"  // in delayed until Until (Why says what for)
-	WhereReady    = "ready"    // on its lane, waiting its turn
-	WhereDead     = "dead"     // in the dead set, with its last error
-	WhereDone     = "done"     // acked; its record kept (retain, or an earlier failure)
-	WhereInKafka  = "in-kafka" // its Kafka position is above the watermark: not relayed yet
-	WhereNotFound = "not-found"
+	WhereRunning = "running" // in a claimed batch, not settled yet
+	WhereDelayed = "delayed" // in delayed until Until (Why says what for)
+	WhereReady   = "ready"   // on its lane, waiting its turn
+	WhereDead    = "dead"    // in the dead set, with its last error
+	WhereDone    = "done"    // acked; its record kept (retain, or an earlier failure)
+	// WhereCancelled: cancelled by an operator (CancelJob) before it
+	// ended; its record says when.
+	WhereCancelled = "cancelled"
+	WhereInKafka   = "in-kafka" // its Kafka position is above the watermark: not relayed yet
+	WhereNotFound  = "not-found"
 )
 
 // Why a delayed job waits.
@@ -70,6 +73,14 @@ type JobWhereabouts struct {
 	Why   string
 	// Record is the job's record as stored, when it has one.
 	Record map[string]string
+	// CancelRequested: a running job's cancel was asked for (its record's
+	// cancel_ms); its worker stops it at its next lease extension.
+	CancelRequested time.Time
+	// entry is the job's entry where it was found (ready, delayed or
+	// running), place its place in its batch (running): what CancelJob
+	// names to its scripts.
+	entry string
+	place int
 }
 
 // findScanBound bounds the entries FindJob reads on a lane and in
@@ -100,7 +111,11 @@ func (p *Pool) FindJob(ctx context.Context, l JobLookup) (JobWhereabouts, error)
 		case "done":
 			w.Where, w.Until = WhereDone, msTime(rec["done_ms"])
 			return w, nil
+		case "cancelled":
+			w.Where, w.Until = WhereCancelled, msTime(rec["cancelled_ms"])
+			return w, nil
 		}
+		w.CancelRequested = msTime(rec["cancel_ms"])
 	}
 	if found, err := p.findRunning(ctx, q, l.ID, &w); err != nil || found {
 		return w, err
@@ -137,11 +152,12 @@ func msTime(ms string) time.Time {
 // due first) for the job's entry in a place not settled yet.
 func (p *Pool) findRunning(ctx context.Context, q Queue, id string, w *JobWhereabouts) (bool, error) {
 	found := false
-	err := p.eachRunning(ctx, q, findScanBound/100, func(batch string, deadline time.Time, pe ParsedEntry) bool {
+	err := p.eachRunning(ctx, q, findScanBound/100, func(batch string, deadline time.Time, pe ParsedEntry, place int, e string) bool {
 		if pe.ID != id {
 			return true
 		}
 		w.Where, w.Batch, w.Until, w.Worker, w.Since = WhereRunning, batch, deadline, batchOwner(batch), batchClaimed(batch)
+		w.entry, w.place = e, place
 		w.Attempts = max(w.Attempts, pe.Attempts+1) // the attempt under way
 		found = true
 		return false
@@ -152,7 +168,7 @@ func (p *Pool) findRunning(ctx context.Context, q Queue, id string, w *JobWherea
 // eachRunning calls fn with each job of the batches claimed in q (the
 // first batches due, up to batches) whose place is not settled yet,
 // until fn returns false.
-func (p *Pool) eachRunning(ctx context.Context, q Queue, batches int, fn func(batch string, deadline time.Time, pe ParsedEntry) bool) error {
+func (p *Pool) eachRunning(ctx context.Context, q Queue, batches int, fn func(batch string, deadline time.Time, pe ParsedEntry, place int, entry string) bool) error {
 	k, c := p.layout.Keys(q), p.byPart[q.Part]
 	leased, err := c.ZRangeWithScores(ctx, k.Leases(), 0, int64(batches)-1).Result()
 	if err != nil || len(leased) == 0 {
@@ -177,7 +193,7 @@ func (p *Pool) eachRunning(ctx context.Context, q Queue, batches int, fn func(ba
 			if err != nil || (place < len(done) && done[place] != 0) {
 				continue
 			}
-			if !fn(name, time.UnixMilli(int64(b.Score)), pe) {
+			if !fn(name, time.UnixMilli(int64(b.Score)), pe, place, e) {
 				return nil
 			}
 		}
@@ -203,6 +219,7 @@ func (p *Pool) findDelayed(ctx context.Context, q Queue, id string, w *JobWherea
 			}
 			due, _ := strconv.ParseFloat(members[i+1], 64)
 			w.Where, w.Until, w.Attempts = WhereDelayed, time.UnixMilli(int64(due)), pe.Attempts
+			w.entry = members[i]
 			w.Why = delayReason(pe, w.Record["state"], int64(due))
 			return true, nil
 		}
@@ -259,6 +276,7 @@ func (p *Pool) findReady(ctx context.Context, q Queue, id, group string, w *JobW
 				}
 				if pe, err := ParseEntry(e); err == nil && pe.ID == id {
 					w.Where, w.Attempts, w.Why = WhereReady, pe.Attempts, lane
+					w.entry = e
 					return true, nil
 				}
 			}
@@ -324,6 +342,9 @@ func (w JobWhereabouts) View(l JobLookup) JobView {
 		if w.Worker != "" {
 			v.Note = "held by worker " + w.Worker + ", " + v.Note
 		}
+		if !w.CancelRequested.IsZero() {
+			v.Note = "cancel requested at " + w.CancelRequested.UTC().Format(time.RFC3339Nano) + ": its worker cancels its handler's context at its next lease extension, then settles it cancelled; " + v.Note
+		}
 	case WhereDelayed:
 		v.Note = "waiting until " + w.Until.UTC().Format(time.RFC3339Nano) + " (" + w.Why + "), then back on its lane"
 	case WhereReady:
@@ -332,6 +353,8 @@ func (w JobWhereabouts) View(l JobLookup) JobView {
 		v.Note = "dead after its last attempt; until is when it died; replay it with the admin API"
 	case WhereDone:
 		v.Note = "done; until is when; its record is kept for its retain, or because an attempt had failed"
+	case WhereCancelled:
+		v.Note = "cancelled by an operator before it ended; until is when"
 	case WhereInKafka:
 		v.Note = "in Kafka: its offset is above what the relay applied to Redis"
 	default:
@@ -393,7 +416,7 @@ type JobListing struct {
 // due first, their unsettled places) and its delayed jobs (due first,
 // with why they wait), up to max of each.
 func (p *Pool) ListJobs(ctx context.Context, q Queue, max int) (running, delayed []JobListing, err error) {
-	err = p.eachRunning(ctx, q, max, func(batch string, deadline time.Time, pe ParsedEntry) bool {
+	err = p.eachRunning(ctx, q, max, func(batch string, deadline time.Time, pe ParsedEntry, _ int, _ string) bool {
 		running = append(running, JobListing{ID: pe.ID, Lane: pe.Lane, State: WhereRunning, Attempts: pe.Attempts + 1,
 			Worker: batchOwner(batch), Since: batchClaimed(batch), Batch: batch, Until: deadline})
 		return len(running) < max
