@@ -270,3 +270,31 @@ func parseCancels(s string) []int {
 	}
 	return out
 }
+
+// JobChange is the admin API's answer to a job's cancel or delete (POST
+// .../jobs/{id}/cancel, DELETE .../jobs/{id}): what was done, and where the
+// job was before.
+type JobChange struct {
+	Topic          string `json:"topic"`
+	ID             string `json:"id"`
+	RedisPartition int    `json:"redis_partition"`
+	// Was is the job's state before (a lookup's state), Outcome one of
+	// Cancelled, Deleted, CancelRequested.
+	Was     string `json:"was"`
+	Outcome string `json:"outcome"`
+	Note    string `json:"note"`
+}
+
+// Change renders what CancelJob did.
+func (w JobWhereabouts) Change(l JobLookup, outcome string) JobChange {
+	c := JobChange{Topic: l.Topic, ID: l.ID, RedisPartition: w.Queue.Part, Was: w.Where, Outcome: outcome}
+	switch outcome {
+	case Cancelled:
+		c.Note = "taken out of its queue; its lookup says cancelled while its record is kept"
+	case Deleted:
+		c.Note = "gone: nothing of it is left in Redis"
+	case CancelRequested:
+		c.Note = "its worker cancels its handler's context at its next lease extension (within a third of the lease) and settles it cancelled; its lookup says so then"
+	}
+	return c
+}

@@ -401,15 +401,17 @@ func ParseJobLookup(topic, id string, group, partition, offset string) (JobLooku
 // JobListing is one job of ListJobs: running or delayed, with what
 // FindJob would say of it.
 type JobListing struct {
-	ID       string    `json:"id"`
-	Lane     string    `json:"lane"`
-	State    string    `json:"state"` // WhereRunning or WhereDelayed
-	Attempts int       `json:"attempts"`
-	Worker   string    `json:"worker,omitempty"`
-	Since    time.Time `json:"since,omitzero"`
-	Batch    string    `json:"batch,omitempty"`
-	Until    time.Time `json:"until"`
-	Why      string    `json:"why,omitempty"`
+	ID        string    `json:"id"`
+	Lane      string    `json:"lane,omitempty"`
+	State     string    `json:"state"` // a Where* constant
+	Partition int       `json:"partition"`
+	Attempts  int       `json:"attempts"`
+	LastError string    `json:"last_error,omitempty"` // a dead job's
+	Worker    string    `json:"worker,omitempty"`
+	Since     time.Time `json:"since,omitzero"`
+	Batch     string    `json:"batch,omitempty"`
+	Until     time.Time `json:"until"`
+	Why       string    `json:"why,omitempty"`
 }
 
 // ListJobs lists a queue partition's running jobs (the claimed batches
@@ -455,13 +457,4 @@ func (p *Pool) ListJobs(ctx context.Context, q Queue, max int) (running, delayed
 			Until: time.UnixMilli(int64(z.Score)), Why: delayReason(parsed[i], state, int64(z.Score))})
 	}
 	return running, delayed, nil
-}
-
-// JobList is the admin API's GET /api/v1/jobs answer: a queue partition's
-// running and delayed jobs (ListJobs).
-type JobList struct {
-	Topic     string       `json:"topic"`
-	Partition int          `json:"partition"`
-	Running   []JobListing `json:"running"`
-	Delayed   []JobListing `json:"delayed"`
 }
