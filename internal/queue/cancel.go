@@ -226,7 +226,7 @@ func (p *Pool) cancelAt(ctx context.Context, l JobLookup, w JobWhereabouts, del 
 			return true, "", fmt.Errorf("delete the record of job %s on %s: %w", l.ID, q, err)
 		}
 		return true, Deleted, nil
-	case WhereInKafka:
+	case WhereInKafka, WhereRatePaused:
 		return true, "", &JobStateError{Where: w.Where, Message: "job " + l.ID + " is still in Kafka: the relay has not moved it to Redis yet",
 			Fix: "try again once it is relayed (its lookup then says ready); a paused relay rate holds it in Kafka"}
 	}

@@ -24,7 +24,11 @@ const (
 	// ended; its record says when.
 	WhereCancelled = "cancelled"
 	WhereInKafka   = "in-kafka" // its Kafka position is above the watermark: not relayed yet
-	WhereNotFound  = "not-found"
+	// WhereRatePaused: Redis does not hold it, nothing says it was relayed,
+	// and its topic's relay rate is paused: waiting in Kafka, held by the
+	// pause (Paused says since when).
+	WhereRatePaused = "rate-paused"
+	WhereNotFound   = "not-found"
 )
 
 // Why a delayed job waits.
@@ -76,6 +80,8 @@ type JobWhereabouts struct {
 	// CancelRequested: a running job's cancel was asked for (its record's
 	// cancel_ms); its worker stops it at its next lease extension.
 	CancelRequested time.Time
+	// Paused: since when the topic's relay rate is paused (rate-paused).
+	Paused time.Time
 	// entry is the job's entry where it was found (ready, delayed or
 	// running), place its place in its batch (running): what CancelJob
 	// names to its scripts.
@@ -93,6 +99,20 @@ const findScanBound = 10000
 // findScanBound entries, then the Kafka watermark. It reads only; what it
 // reads may change between its commands, as the job moves on.
 func (p *Pool) FindJob(ctx context.Context, l JobLookup) (JobWhereabouts, error) {
+	w, err := p.findJob(ctx, l)
+	if err != nil || (w.Where != WhereInKafka && (w.Where != WhereNotFound || w.Relayed)) {
+		return w, err
+	}
+	// Not in Redis, not known relayed: a paused rate holds it in Kafka.
+	paused, err := p.TopicPaused(ctx, l.Topic)
+	if err != nil || paused.IsZero() {
+		return w, err
+	}
+	w.Where, w.Paused = WhereRatePaused, paused
+	return w, nil
+}
+
+func (p *Pool) findJob(ctx context.Context, l JobLookup) (JobWhereabouts, error) {
 	q := p.layout.QueueOf(l.Topic, l.Group, l.ID)
 	w := JobWhereabouts{Queue: q, Where: WhereNotFound}
 	k, c := p.layout.Keys(q), p.byPart[q.Part]
@@ -357,6 +377,14 @@ func (w JobWhereabouts) View(l JobLookup) JobView {
 		v.Note = "cancelled by an operator before it ended; until is when"
 	case WhereInKafka:
 		v.Note = "in Kafka: its offset is above what the relay applied to Redis"
+	case WhereRatePaused:
+		since := w.Paused.UTC()
+		v.Until = &since
+		v.Why = "rate paused"
+		v.Note = "waiting in Kafka: the topic's relay rate is paused (since " + since.Format(time.RFC3339) + "; until is when), so the relay moves nothing to Redis; sluice rate resume " + l.Topic + " lets it through"
+		if !l.HasPosition {
+			v.Note += " (without the job's Kafka position, a job done long ago without a record reads the same)"
+		}
 	default:
 		switch {
 		case w.Relayed:
