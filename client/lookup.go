@@ -29,6 +29,12 @@ const (
 	// JobDone: done and its record kept (Retain, or an earlier failed
 	// attempt); Result is what the handler returned.
 	JobDone = wire.JobDone
+	// JobCancelled: cancelled by an operator before it ended (sluice
+	// jobs cancel); Until is when.
+	JobCancelled = wire.JobCancelled
+	// JobRatePaused: Redis does not hold it and its topic's relay rate is
+	// paused: waiting in Kafka, held by the pause; Until is since when.
+	JobRatePaused = wire.JobRatePaused
 	// JobNotFound: Redis holds nothing of it. With its position given,
 	// Relayed tells a job done without a record (or cancelled) from an
 	// unknown one.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,18 +30,98 @@ func TestAdminJobLookup(t *testing.T) {
 	if code, body := c.call(t, "GET", "/api/v1/topics/jobs/jobs/x?offset=3", adminToken, nil); code != http.StatusBadRequest {
 		t.Fatalf("offset without partition: %d %s", code, body)
 	}
-	// A partition's running jobs: those claimed and not settled.
-	if _, err := b.pool.Enqueue(context.Background(), 1, []queue.Item{{ID: "run-me", Topic: "jobs", Weight: 1, Envelope: []byte(`{"type":"t"}`)}}, time.Now()); err != nil {
+	// The topic's jobs across partitions, by state, paged.
+	ctx := context.Background()
+	var items []queue.Item
+	for i := range 7 {
+		id := "ls-" + strconv.Itoa(i)
+		items = append(items, queue.Item{ID: id, Topic: "jobs", Weight: 1, Envelope: []byte(`{"id":"` + id + `","type":"t"}`)})
+	}
+	if _, err := b.pool.Enqueue(ctx, 1, items, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	claimed := b.claimAll(t, "jobs")
-	var list queue.JobList
-	part := b.layout.QueueOf("jobs", "", "run-me").Part
-	c.must(t, "GET", "/api/v1/jobs?topic=jobs&partition="+strconv.Itoa(part), nil, &list)
-	if len(claimed) != 1 || len(list.Running) != 1 || list.Running[0].ID != "run-me" || list.Topic != "jobs" || list.Partition != part {
-		t.Fatalf("jobs of partition %d with %d claimed: %+v", part, len(claimed), list)
+	claimed := b.claimAll(t, "jobs") // the seven, running
+	if len(claimed) != 7 {
+		t.Fatalf("%d claimed", len(claimed))
 	}
-	if code, body := c.call(t, "GET", "/api/v1/jobs?topic=jobs&partition=99", adminToken, nil); code != http.StatusBadRequest {
-		t.Fatalf("a partition out of range: %d %s", code, body)
+	if _, err := b.pool.Enqueue(ctx, 1, []queue.Item{{ID: "waits", Topic: "jobs", Weight: 1, Envelope: []byte(`{"id":"waits","type":"t"}`)}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]string{}
+	cursor, pages := "", 0
+	for {
+		var page queue.JobPage
+		c.must(t, "GET", "/api/v1/jobs?topic=jobs&limit=3&cursor="+cursor, nil, &page)
+		pages++
+		for _, j := range page.Jobs {
+			if _, dup := seen[j.ID]; dup {
+				t.Fatalf("job %s listed twice", j.ID)
+			}
+			seen[j.ID] = j.State
+		}
+		if cursor = page.NextCursor; cursor == "" || pages > 20 {
+			break
+		}
+	}
+	for id := range claimed {
+		if seen[id] != queue.WhereRunning {
+			t.Fatalf("the listing of every state and partition: %v, want %s running", seen, id)
+		}
+	}
+	if seen["waits"] != queue.WhereReady || seen["job-a"] != queue.WhereDead || len(seen) != 9 || pages < 3 {
+		t.Fatalf("the listing of every state and partition, %d pages: %v", pages, seen)
+	}
+	var ready queue.JobPage
+	c.must(t, "GET", "/api/v1/jobs?topic=jobs&state=ready", nil, &ready)
+	if len(ready.Jobs) != 1 || ready.Jobs[0].ID != "waits" || ready.NextCursor != "" || ready.State != queue.WhereReady {
+		t.Fatalf("the ready jobs: %+v", ready)
+	}
+	for _, bad := range []string{"partition=99", "state=sleeping", "limit=0", "cursor=x"} {
+		if code, body := c.call(t, "GET", "/api/v1/jobs?topic=jobs&"+bad, adminToken, nil); code != http.StatusBadRequest {
+			t.Fatalf("%s: %d %s", bad, code, body)
+		}
+	}
+}
+
+// POST .../jobs/{id}/cancel and DELETE .../jobs/{id}: a ready job
+// cancelled (its lookup says so), a running one's cancel requested, its
+// delete refused (409), an unknown job 404, a read token refused.
+func TestAdminJobCancelAndDelete(t *testing.T) {
+	b := newBed(t, 2)
+	c := b.start(t, "c1", nil)
+	ctx := context.Background()
+	if _, err := b.pool.Enqueue(ctx, 1, []queue.Item{{ID: "runs", Topic: "jobs", Weight: 1, Envelope: []byte(`{"id":"runs","type":"t"}`)}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	b.claimAll(t, "jobs")
+	if _, err := b.pool.Enqueue(ctx, 1, []queue.Item{{ID: "waits", Topic: "jobs", Weight: 1, Envelope: []byte(`{"id":"waits","type":"t"}`)}}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := c.call(t, "POST", "/api/v1/topics/jobs/jobs/waits/cancel", readToken, nil); code != http.StatusForbidden {
+		t.Fatalf("a cancel with a read token: %d %s", code, body)
+	}
+	var ch queue.JobChange
+	c.must(t, "POST", "/api/v1/topics/jobs/jobs/waits/cancel", nil, &ch)
+	if ch.Was != queue.WhereReady || ch.Outcome != queue.Cancelled {
+		t.Fatalf("a ready job's cancel: %+v", ch)
+	}
+	var v queue.JobView
+	c.must(t, "GET", "/api/v1/topics/jobs/jobs/waits", nil, &v)
+	if v.State != queue.WhereCancelled {
+		t.Fatalf("the cancelled job's lookup: %+v", v)
+	}
+	if code, body := c.call(t, "DELETE", "/api/v1/topics/jobs/jobs/runs", adminToken, nil); code != http.StatusConflict || !strings.Contains(string(body), "cancel it first") {
+		t.Fatalf("a running job's delete: %d %s", code, body)
+	}
+	c.must(t, "POST", "/api/v1/topics/jobs/jobs/runs/cancel", nil, &ch)
+	if ch.Was != queue.WhereRunning || ch.Outcome != queue.CancelRequested {
+		t.Fatalf("a running job's cancel: %+v", ch)
+	}
+	c.must(t, "DELETE", "/api/v1/topics/jobs/jobs/waits", nil, &ch)
+	if ch.Was != queue.WhereCancelled || ch.Outcome != queue.Deleted {
+		t.Fatalf("a cancelled job's delete: %+v", ch)
+	}
+	if code, body := c.call(t, "POST", "/api/v1/topics/jobs/jobs/nope/cancel", adminToken, nil); code != http.StatusNotFound {
+		t.Fatalf("an unknown job's cancel: %d %s", code, body)
 	}
 }

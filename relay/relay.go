@@ -263,6 +263,14 @@ func (r *Relay) applyRate(topic string, th *throttle, rate Rate) {
 		r.m.rateLimit.WithLabelValues(topic).Set(rate.PerSecond)
 	}
 	r.log.Info("relay rate in force", "topic", topic, "rate", rate.String())
+	// The lookup (gate, admin API) reads Redis, not Consul: it learns
+	// here that the topic's jobs wait in Kafka on a pause. Every relay of
+	// the topic writes the same, holder or not.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := r.pool.SetTopicPaused(ctx, topic, rate.Paused, r.now()); err != nil {
+		r.log.Warn("recording the relay rate's pause for job lookups failed; they may not say that jobs wait on it", "topic", topic, "err", err)
+	}
 }
 
 // saramaConfig is the consumer's configuration: new groups start at the

@@ -641,3 +641,38 @@ func TestLagShowsWhilePausedAndGoesWithTheRelay(t *testing.T) {
 		}
 	}
 }
+
+// Regression (issue 32: a job sent while its topic's rate was paused
+// looked up as not-found): the relays record the pause in Redis, so the
+// lookup says the job waits in Kafka on the paused rate; once resumed and
+// relayed, it is on its lane.
+func TestLookupSaysAPausedRateHoldsTheJob(t *testing.T) {
+	b := newBed(t)
+	kv := b.consul.Client().KV()
+	key := "sluice/test/relay/" + topic + "/rate"
+	if _, err := kv.Put(&consulapi.KVPair{Key: key, Value: []byte(`paused`)}, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := b.start(t, "r1", nil)
+	testenv.WaitFor(t, 10*time.Second, "the relay to hold the lock", func() bool { return r.relay.Holds(topic) })
+	b.produce(t, 0, 1) // j0, group g0
+	pool := b.pool(t)
+	look := func() queue.JobWhereabouts {
+		w, err := pool.FindJob(context.Background(), queue.JobLookup{Topic: topic, ID: "j0", Group: "g0"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	testenv.WaitFor(t, 10*time.Second, "the lookup to say the rate holds the job", func() bool { return look().Where == queue.WhereRatePaused })
+	if v := look().View(queue.JobLookup{Topic: topic, ID: "j0"}); !strings.Contains(v.Note, "paused") || v.Until == nil {
+		t.Fatalf("the paused job's view: %+v", v)
+	}
+	if _, err := kv.Delete(key, nil); err != nil {
+		t.Fatal(err)
+	}
+	testenv.WaitFor(t, 30*time.Second, "the job relayed once resumed", func() bool { return look().Where == queue.WhereReady })
+	if paused, err := pool.TopicPaused(context.Background(), topic); err != nil || !paused.IsZero() {
+		t.Fatalf("the pause after the resume: %v %v", paused, err)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,10 +92,14 @@ type heldJob struct {
 	// lost: the lease is gone (reaped), or given up because it could not
 	// be extended (why says which); this worker does not settle the job.
 	// Under consumer.mu.
-	lost    bool
-	why     error
-	acking  bool   // handed to the acker, which forgets it; under consumer.mu
-	jobType string // once its envelope is read
+	lost   bool
+	why    error
+	acking bool // handed to the acker, which forgets it; under consumer.mu
+	// cancelled: an operator cancelled the job (its lease extension said
+	// so); its handler's context is cancelled, and the job settled
+	// cancelled unless it succeeded all the same. Under consumer.mu.
+	cancelled bool
+	jobType   string // once its envelope is read
 	// trace is the job's trace context from its envelope; invalid
 	// unless tracing is on and the envelope carries one (tracing.go).
 	trace      trace.SpanContext
@@ -464,15 +469,10 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 			c.settle(ctx, h, []byte(`{"skipped":"idempotency key completed by job `+strings.TrimPrefix(mark, "done:")+`"}`), nil, maxAttempts)
 			return
 		case mark != "":
-			// Another job with the key runs now: look again after a
-			// lease, without spending an attempt on waiting.
-			if err := c.untilRedisAnswers(c.settling, "deferring a job", func(pool *queue.Pool) error {
-				now := w.cfg.Now()
-				_, err := pool.Defer(context.WithoutCancel(ctx), h.q, cl, now.Add(w.cfg.Lease), now)
-				return err
-			}); err != nil {
-				c.log.Warn("deferring a job behind its idempotency key failed; its lease will expire", "job", cl.ID, "err", err)
-			}
+			// Another job with the key runs now: wait in delayed,
+			// without spending an attempt on waiting, until that run
+			// ends (it wakes this one: waitBehind) or a lease passes.
+			c.waitBehind(ctx, h, key, mark)
 			w.count("idempotent_wait", j.Type, 1)
 			return
 		}
@@ -494,10 +494,20 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	defer cancel()
 	c.mu.Lock()
 	h.cancel = cancelRun
-	lostEarly := h.lost
+	lostEarly, cancelledEarly := h.lost, h.cancelled
 	c.mu.Unlock()
 	if lostEarly {
 		return // dropped by the lease keeper as this job started
+	}
+	if cancelledEarly {
+		// Cancelled as it started: it never ran.
+		if key := j.IdempotencyKey; key != "" {
+			if err := c.endIdempotency(ctx, key, cl, false); err != nil {
+				c.log.Warn("freeing the idempotency key of a cancelled job failed", "job", cl.ID, "key", key, "err", err)
+			}
+		}
+		c.settleCancelled(ctx, h)
+		return
 	}
 	var span trace.Span
 	if h.trace.IsSampled() {
@@ -518,7 +528,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	c.ran(took, end)
 	w.m.execution.WithLabelValues(w.typeLabel(j.Type)).Observe(took.Seconds())
 	c.mu.Lock()
-	lost, why, draining := h.lost, h.why, c.draining
+	lost, why, draining, cancelled := h.lost, h.why, c.draining, h.cancelled
 	c.mu.Unlock()
 	switch key := j.IdempotencyKey; {
 	case key == "":
@@ -537,9 +547,7 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		// even when the lease was lost meanwhile: the mark is this
 		// attempt's, and the next holder must find the key done (and
 		// skip the job) rather than free (and run it again).
-		if err := c.untilRedisAnswers(c.settling, "recording an idempotency key", func(pool *queue.Pool) error {
-			return pool.IdempotencyEnd(context.WithoutCancel(ctx), key, cl.ID, cl.Attempt, herr == nil, w.cfg.IdempotencyTTL)
-		}); err != nil {
+		if err := c.endIdempotency(ctx, key, cl, herr == nil); err != nil {
 			c.log.Warn("recording the idempotency key failed", "job", cl.ID, "key", key, "err", err)
 		}
 	}
@@ -554,10 +562,131 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 		c.log.WarnContext(ctx, "lease lost while running; the job will run again", "job", cl.ID, "why", why)
 		return
 	}
+	if cancelled && herr != nil {
+		// Stopped on its cancel: settled cancelled, not failed. (A
+		// handler that succeeded all the same is acked: its work is done.)
+		c.settleCancelled(ctx, h)
+		return
+	}
 	if herr != nil && ctx.Err() != nil && draining {
 		return // cut short by shutdown: handed back by release, not failed
 	}
 	c.settle(context.WithoutCancel(ctx), h, result, herr, maxAttempts)
+}
+
+// waitBehind defers a job whose idempotency key another job's run holds
+// (mark) for a lease, and registers it with the key, so that the run's end
+// (endIdempotency) wakes it at once: a duplicate of a job that completes
+// is then skipped within a round trip or two of that, not a lease later.
+// Should the run's worker die, the deferral's due time still brings it
+// back. A run that ended before the registration has handed its waiters
+// over already: the job wakes itself.
+func (c *consumer) waitBehind(ctx context.Context, h *heldJob, key, mark string) {
+	w, cl := c.w, h.claimed
+	ctx = context.WithoutCancel(ctx)
+	var deferred bool
+	if err := c.untilRedisAnswers(c.settling, "deferring a job", func(pool *queue.Pool) (err error) {
+		now := w.cfg.Now()
+		deferred, err = pool.Defer(ctx, h.q, cl, now.Add(w.cfg.Lease), now)
+		return err
+	}); err != nil || !deferred {
+		if err != nil {
+			c.log.Warn("deferring a job behind its idempotency key failed; its lease will expire", "job", cl.ID, "err", err)
+		}
+		return
+	}
+	d := queue.DeferredEntry(h.q, cl)
+	var registered bool
+	err := c.untilRedisAnswers(c.settling, "waiting on an idempotency key", func(pool *queue.Pool) (err error) {
+		registered, err = pool.IdempotencyWait(ctx, key, mark, d, w.cfg.Lease)
+		return err
+	})
+	if err == nil && !registered {
+		err = w.pool.WakeDeferred(ctx, []queue.Deferred{d}, w.cfg.Now())
+	}
+	if err != nil {
+		c.log.Warn("a job deferred behind its idempotency key waits out its deferral", "job", cl.ID, "err", err)
+	}
+}
+
+// endIdempotency records the end of a run of an idempotency key (done, or
+// freed) and wakes the jobs deferred behind it (waitBehind).
+func (c *consumer) endIdempotency(ctx context.Context, key string, cl queue.Claimed, succeeded bool) error {
+	w := c.w
+	ctx = context.WithoutCancel(ctx)
+	var waiters []queue.Deferred
+	if err := c.untilRedisAnswers(c.settling, "recording an idempotency key", func(pool *queue.Pool) (err error) {
+		waiters, err = pool.IdempotencyEnd(ctx, key, cl.ID, cl.Attempt, succeeded, w.cfg.IdempotencyTTL)
+		return err
+	}); err != nil {
+		return err
+	}
+	if len(waiters) == 0 {
+		return nil
+	}
+	if err := w.pool.WakeDeferred(ctx, waiters, w.cfg.Now()); err != nil {
+		// Not lost: they come due at the end of their deferral.
+		c.log.Warn("waking the jobs deferred behind an idempotency key failed; they wait out their deferral", "key", key, "jobs", len(waiters), "err", err)
+	}
+	return nil
+}
+
+// errJobCancelled is the cause a handler's context is cancelled with when
+// an operator cancelled its job (sluice jobs cancel, the admin API).
+var errJobCancelled = errors.New("job cancelled by an operator (sluice jobs cancel)")
+
+// settleCancelled records a held job stopped on its cancel: cancelled.
+func (c *consumer) settleCancelled(ctx context.Context, h *heldJob) {
+	w := c.w
+	ctx = context.WithoutCancel(ctx)
+	var ok bool
+	err := c.untilRedisAnswers(c.settling, "settling a cancelled job", func(pool *queue.Pool) (err error) {
+		ok, err = pool.SettleCancelled(ctx, h.q, h.claimed, w.cfg.Now(), w.cfg.ResultTTL)
+		return err
+	})
+	switch {
+	case err != nil:
+		c.log.Warn("settling a cancelled job failed; its lease will expire and it runs again", "job", h.claimed.ID, "err", err)
+	case ok:
+		w.count("cancelled", h.jobType, 1)
+		c.log.Info("job cancelled", "job", h.claimed.ID, "queue", h.q.String())
+	}
+}
+
+// cancelHeld acts on the cancel requests an extension round brought
+// (batch -> places): a running job's handler is cancelled with
+// errJobCancelled (execute settles it); a waiting one is dropped and
+// settled cancelled at once; one about to start finds h.cancelled. Jobs
+// lost or being acked are left to what they are doing.
+func (c *consumer) cancelHeld(ctx context.Context, requests map[string][]int) {
+	var settleNow []*heldJob
+	c.mu.Lock()
+	for key, h := range c.held {
+		places, ok := requests[h.claimed.Batch]
+		if !ok || h.lost || h.acking || h.cancelled || !slices.Contains(places, h.claimed.Index) {
+			continue
+		}
+		h.cancelled = true
+		if h.cancel != nil {
+			h.cancel(errJobCancelled)
+			continue
+		}
+		for k, x := range c.waiting {
+			if x == h {
+				c.waiting = append(c.waiting[:k], c.waiting[k+1:]...)
+				delete(c.held, key)
+				settleNow = append(settleNow, h)
+				break
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, h := range settleNow {
+		c.settleCancelled(ctx, h)
+	}
+	if len(settleNow) > 0 {
+		c.slots.poke() // room grew
+	}
 }
 
 // firstPositive is the first of vs above zero (an envelope's 0, or a
@@ -966,8 +1095,11 @@ func (c *consumer) extendHeld(ctx context.Context, pool *queue.Pool, warn bool) 
 		// outlast a tick: the next one tries again.
 		sent := time.Now()
 		callCtx, cancel := context.WithTimeout(ctx, w.cfg.Lease/3)
-		kept, err := pool.Extend(callCtx, same[0].q, names, w.cfg.Lease)
+		kept, cancels, err := pool.ExtendLeases(callCtx, same[0].q, names, w.cfg.Lease)
 		cancel()
+		if len(cancels) > 0 {
+			c.cancelHeld(ctx, cancels)
+		}
 		if queue.Transient(err) && ctx.Err() == nil {
 			unavailable = true
 		}

@@ -26,7 +26,7 @@ func newMetrics(outage *queue.Outage) *metrics {
 		reg: ops.NewRegistry(),
 		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_worker_jobs_total",
-			Help: "Job attempts by outcome (done, retried, dead, lost: lease gone while held, reaped: expired leases returned, released: handed back on shutdown, idempotent_skip, idempotent_wait, throttled: waits in delayed for its rate-limit slot) and job type (types without a handler of their own: other; not known where the job was not read: unknown).",
+			Help: "Job attempts by outcome (done, retried, dead, lost: lease gone while held, reaped: expired leases returned, released: handed back on shutdown, idempotent_skip, idempotent_wait, throttled: waits in delayed for its rate-limit slot, cancelled: by an operator while held) and job type (types without a handler of their own: other; not known where the job was not read: unknown).",
 		}, []string{"outcome", "type"}),
 		execution: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sluice_worker_execution_seconds", Help: "Time from an attempt's start to the handler's return, by job type.", Buckets: buckets,

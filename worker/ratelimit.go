@@ -334,9 +334,7 @@ func (c *consumer) deferJob(ctx context.Context, h *heldJob, j *job.Job, at time
 	w := c.w
 	ctx = context.WithoutCancel(ctx)
 	if key := j.IdempotencyKey; key != "" {
-		if err := c.untilRedisAnswers(c.settling, "freeing an idempotency key", func(pool *queue.Pool) error {
-			return pool.IdempotencyEnd(ctx, key, h.claimed.ID, h.claimed.Attempt, false, w.cfg.IdempotencyTTL)
-		}); err != nil {
+		if err := c.endIdempotency(ctx, key, h.claimed, false); err != nil {
 			c.log.Warn("freeing the idempotency key of a throttled job failed", "job", h.claimed.ID, "err", err)
 		}
 	}

@@ -650,3 +650,111 @@ func TestAPlainJobLeavesNothingBehind(t *testing.T) {
 		t.Fatalf("a plain job that succeeded left a record: %v", h)
 	}
 }
+
+// Regression (issue 32: a duplicate sat "delayed / deferred" for a whole
+// lease, 30 s, after the job that held its idempotency key had completed):
+// a job deferred behind another job's run of its key is woken when that
+// run ends, and skipped at once, not a lease later. The lease here is 5 s,
+// the deferral before the fix.
+func TestADuplicateIsSkippedAsSoonAsItsKeyCompletes(t *testing.T) {
+	b := newBed(t)
+	var mu sync.Mutex
+	runs := map[string]int{}
+	var ended time.Time
+	b.start(t, func(c *worker.Config) { c.Lease = 5 * time.Second }, func(w *worker.Worker) {
+		w.Handle("send", worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+			time.Sleep(300 * time.Millisecond) // the duplicate starts meanwhile and finds the key running
+			mu.Lock()
+			defer mu.Unlock()
+			runs[j.ID]++
+			ended = time.Now()
+			return []byte("sent"), nil
+		}))
+	})
+	// Both claimed in one batch, run side by side: one holds the key.
+	b.enqueue(t, job.Job{ID: "dup-a", Type: "send", IdempotencyKey: "order-7"}, job.Job{ID: "dup-b", Type: "send", IdempotencyKey: "order-7"})
+	ha := b.waitState(t, "dup-a", "dup-a", "done")
+	hb := b.waitState(t, "dup-b", "dup-b", "done")
+	mu.Lock()
+	defer mu.Unlock()
+	if len(runs) != 1 {
+		t.Fatalf("one idempotency key ran %v", runs)
+	}
+	skipped := hb
+	if _, ran := runs["dup-b"]; ran {
+		skipped = ha
+	}
+	if !strings.Contains(skipped["result"], "skipped") {
+		t.Fatalf("the duplicate: %v, want skipped", skipped)
+	}
+	doneMS, _ := strconv.ParseInt(skipped["done_ms"], 10, 64)
+	after := time.UnixMilli(doneMS).Sub(ended)
+	t.Logf("the duplicate was skipped %v after the run that held its key returned (lease %v)", after, 5*time.Second)
+	if after > 500*time.Millisecond {
+		t.Fatalf("the duplicate settled %v after its key completed; want it woken at once, not a lease (5s) later", after)
+	}
+}
+
+// Cancel of a running job (issue 32): the worker learns of it at its next
+// lease extension (every Lease/3), cancels the handler's context with a
+// cause that says so, and settles the job cancelled, not failed: it is
+// not retried, and its lookup says cancelled. A waiting job's cancel drops
+// it before it starts. The time from the cancel call to the handler's
+// ctx.Done() is at most one extension interval, plus slack.
+func TestCancelOfARunningJobCancelsItsHandler(t *testing.T) {
+	b := newBed(t)
+	const lease = 3 * time.Second // extensions every second
+	var runs atomic.Int32
+	started := make(chan struct{}, 1)
+	stopped := make(chan time.Time, 1)
+	var cause atomic.Value
+	b.start(t, func(c *worker.Config) { c.Lease, c.Workers, c.Prefetch = lease, 1, 0 }, func(w *worker.Worker) {
+		w.Handle("block", worker.HandlerFunc(func(ctx context.Context, j *worker.Job) ([]byte, error) {
+			runs.Add(1)
+			started <- struct{}{}
+			<-ctx.Done()
+			stopped <- time.Now()
+			cause.Store(context.Cause(ctx).Error())
+			return nil, ctx.Err()
+		}))
+	})
+	b.enqueue(t, job.Job{ID: "long", Type: "block", Group: "g"})
+	<-started
+	ctx := context.Background()
+	sent := time.Now()
+	out, _, err := b.pool.CancelJob(ctx, queue.JobLookup{Topic: "jobs", ID: "long", Group: "g"}, false, time.Now())
+	if err != nil || out != queue.CancelRequested {
+		t.Fatalf("cancel: %q %v", out, err)
+	}
+	var took time.Duration
+	select {
+	case at := <-stopped:
+		took = at.Sub(sent)
+	case <-time.After(2 * lease):
+		t.Fatal("the handler's context was not cancelled")
+	}
+	t.Logf("cancel to the handler's ctx.Done(): %v (extension interval %v)", took, lease/3)
+	if took > lease/3+500*time.Millisecond {
+		t.Fatalf("the handler stopped %v after the cancel; want within one extension interval (%v) plus slack", took, lease/3)
+	}
+	if c, _ := cause.Load().(string); !strings.Contains(c, "cancelled by an operator") {
+		t.Fatalf("the context's cause: %q", c)
+	}
+	h := b.waitState(t, "long", "g", "cancelled")
+	if h["attempts"] != "1" {
+		t.Fatalf("the cancelled job's record: %v", h)
+	}
+	w, err := b.pool.FindJob(ctx, queue.JobLookup{Topic: "jobs", ID: "long", Group: "g"})
+	if err != nil || w.Where != queue.WhereCancelled {
+		t.Fatalf("the lookup of the cancelled job: %+v %v", w, err)
+	}
+	if st, err := b.pool.GroupStatus(ctx, "jobs", "g"); err != nil || st.Cancelled != 1 || st.Running != 0 || st.Failed != 0 {
+		t.Fatalf("its group: %+v %v", st, err)
+	}
+	// Not retried: a job after it runs, and it does not.
+	b.enqueue(t, job.Job{ID: "next", Type: "block", Group: "g"})
+	<-started
+	if n := runs.Load(); n != 2 {
+		t.Fatalf("%d runs: the cancelled job ran again", n)
+	}
+}

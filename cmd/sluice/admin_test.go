@@ -223,8 +223,16 @@ func TestCLIAdminCommandsAgainstDev(t *testing.T) {
 	if v := adminJSON[queue.JobView](t, cfg, "jobs", "show", "--partition", "0", "--offset", "999999999", cfg.Topic, "later"); v.State != queue.WhereInKafka || v.ID != "later" {
 		t.Errorf("jobs show with a position: %+v", v)
 	}
-	if out := adminCLI(t, cfg, 0, "jobs", "ls", "--topic", cfg.Topic, "--partition", "0"); !strings.Contains(out, "RUNNING") || !strings.Contains(out, "DELAYED") {
+	if out := adminCLI(t, cfg, 0, "jobs", "ls", "--topic", cfg.Topic, "--partition", "0"); !strings.Contains(out, "STATE") || !strings.Contains(out, "ATTEMPTS") {
 		t.Errorf("jobs ls: %s", out)
+	}
+	// Across partitions and states, every page (the dead set was purged
+	// above: the listing may be empty, and says so).
+	if out := adminCLI(t, cfg, 0, "jobs", "ls", "--topic", cfg.Topic, "--state", "dead", "--all"); !strings.Contains(out, "STATE") {
+		t.Errorf("jobs ls --state dead --all: %s", out)
+	}
+	if code, _, errOut := cliRun("jobs", "cancel", cfg.Topic, "no-such-job", "--admin-url", "http://"+cfg.CoordinatorAddr, "--admin-token-file", filepath.Join(cfg.Dir, "admin-token")); code != 1 || !strings.Contains(errOut, "does not hold it") {
+		t.Errorf("jobs cancel of an unknown job: exit %d: %s", code, errOut)
 	}
 	if out := adminCLI(t, cfg, 0, "scale", "set", "0", "3"); !strings.Contains(out, "pinned 3") {
 		t.Errorf("scale set: %s", out)
@@ -315,7 +323,8 @@ func TestCLIAdminHelpAndUsage(t *testing.T) {
 		t.Errorf("sluice help: %d %s", code, out)
 	}
 	// Usage errors exit 2, as docs/admin.md says (issue 32).
-	for _, args := range [][]string{{"rate", "set", "jobs"}, {"scale", "set", "0", "many"}, {"dlq", "replay"}, {"dlq", "ls", "-o", "yaml"}, {"groups", "frobnicate"}} {
+	for _, args := range [][]string{{"rate", "set", "jobs"}, {"scale", "set", "0", "many"}, {"dlq", "replay"}, {"dlq", "ls", "-o", "yaml"}, {"groups", "frobnicate"},
+		{"jobs", "ls", "--limit", "5000"}, {"jobs", "ls", "--state", "sleeping"}, {"jobs", "ls", "--topic", "a b"}, {"jobs", "cancel", "jobs"}, {"jobs", "delete"}} {
 		if code, _, errOut := cliRun(append(args, "--admin-url", "http://127.0.0.1:1")...); code != 2 || strings.Contains(errOut, "cannot reach") {
 			t.Errorf("sluice %s: exit %d: %s", strings.Join(args, " "), code, errOut)
 		}

@@ -6,51 +6,118 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
-// runJobs is `sluice jobs ls` (a queue partition's running and delayed
-// jobs, GET /api/v1/jobs) and `sluice jobs show` (where a job is, GET
-// /api/v1/topics/{topic}/jobs/{id}, docs/gate.md), through the admin API.
+// runJobs is `sluice jobs ls` (a topic's jobs across its partitions, by
+// state, paged: GET /api/v1/jobs), `sluice jobs show` (where a job is, GET
+// /api/v1/topics/{topic}/jobs/{id}, docs/gate.md) and `sluice jobs
+// cancel|delete` (one job, docs/admin.md#cancel-and-delete-a-job), through
+// the admin API.
 func runJobs(ctx context.Context, args []string, stdout, _ io.Writer) error {
-	var group, topic string
+	var group, topic, state, cursor string
+	var all bool
 	partition, offset, limit := -1, int64(-1), 100
+	change := func(verb string) adminCmd {
+		return adminCmd{name: verb, synopsis: "[--group G] <topic> <id>",
+			register: func(fs *flag.FlagSet) {
+				fs.StringVar(&group, "group", "", "the job's group, which places it (default: none, as for a job without a group)")
+			},
+			run: func(ctx context.Context, c *admin.Client, args []string, out io.Writer, asJSON bool) error {
+				if err := wantArgs(args, 2, 2, "<topic> <id>"); err != nil {
+					return err
+				}
+				path := "/api/v1/topics/" + url.PathEscape(args[0]) + "/jobs/" + url.PathEscape(args[1])
+				method := "DELETE"
+				if verb == "cancel" {
+					method, path = "POST", path+"/cancel"
+				}
+				if group != "" {
+					path += "?" + url.Values{"group": {group}}.Encode()
+				}
+				return show(ctx, c, method, path, nil, out, asJSON, func(w *tabwriter.Writer, v queue.JobChange) {
+					fmt.Fprintf(w, "job\t%s\ntopic\t%s\nredis partition\t%d\nwas\t%s\noutcome\t%s\nnote\t%s\n", v.ID, v.Topic, v.RedisPartition, v.Was, v.Outcome, v.Note)
+				})
+			}}
+	}
 	return runAdmin(ctx, "jobs", []adminCmd{
-		{name: "ls", synopsis: "--topic T --partition P [--limit N]",
+		{name: "ls", synopsis: "[--topic T] [--state S] [--partition P] [--limit N] [--cursor C | --all]",
 			register: func(fs *flag.FlagSet) {
 				fs.StringVar(&topic, "topic", "jobs", "the queue's topic")
-				fs.IntVar(&partition, "partition", -1, "the queue's Redis partition (required)")
-				fs.IntVar(&limit, "limit", 100, "most running and most delayed jobs listed (1..1000)")
+				fs.StringVar(&state, "state", "", "only jobs in this state: "+strings.Join(queue.ListStates, ", ")+" (default: every state, in that order)")
+				fs.IntVar(&partition, "partition", -1, "only this Redis partition (default: every partition)")
+				fs.IntVar(&limit, "limit", 100, "most jobs on a page (1..1000)")
+				fs.StringVar(&cursor, "cursor", "", "the page after the one whose next cursor this is")
+				fs.BoolVar(&all, "all", false, "follow the cursors to the end: every page")
 			},
 			run: func(ctx context.Context, c *admin.Client, args []string, out io.Writer, asJSON bool) error {
 				if err := wantArgs(args, 0, 0, "none"); err != nil {
 					return err
 				}
-				if partition < 0 {
-					return usageErrorf("--partition is required: the queue partition to list, 0 up to the pool's --redis-partitions minus 1 (sluice stats shows them)")
+				// Checked here, not by the API: a usage error exits 2.
+				switch {
+				case state != "" && state != "all" && !slices.Contains(queue.ListStates, state):
+					return usageErrorf("--state %q: want one of %s", state, strings.Join(queue.ListStates, ", "))
+				case limit < 1 || limit > 1000:
+					return usageErrorf("--limit %d: want 1..1000", limit)
+				case all && cursor != "":
+					return usageErrorf("--all starts at the first page: give it or --cursor, not both")
+				case queue.ValidTopic(topic) != nil:
+					return usageErrorf("--topic: %v", queue.ValidTopic(topic))
 				}
-				q := url.Values{"topic": {topic}, "partition": {strconv.Itoa(partition)}, "limit": {strconv.Itoa(limit)}}
-				return show(ctx, c, "GET", "/api/v1/jobs?"+q.Encode(), nil, out, asJSON, func(w *tabwriter.Writer, l queue.JobList) {
-					fmt.Fprintf(w, "RUNNING (%s, partition %d)\nID\tLANE\tATTEMPT\tWORKER\tSINCE\tLEASE UNTIL\n", l.Topic, l.Partition)
-					for _, j := range l.Running {
-						fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", cell(j.ID, 40), cell(j.Lane, 40), j.Attempts, cell(j.Worker, 40), j.Since.Format("15:04:05.000"), j.Until.Format("15:04:05.000"))
+				q := url.Values{"topic": {topic}, "limit": {strconv.Itoa(limit)}}
+				if state != "" {
+					q.Set("state", state)
+				}
+				if partition >= 0 {
+					q.Set("partition", strconv.Itoa(partition))
+				}
+				first := true
+				for {
+					if cursor != "" {
+						q.Set("cursor", cursor)
 					}
-					if len(l.Running) == 0 {
-						fmt.Fprintln(w, "(none)")
+					var next string
+					err := show(ctx, c, "GET", "/api/v1/jobs?"+q.Encode(), nil, out, asJSON, func(w *tabwriter.Writer, p queue.JobPage) {
+						if first {
+							fmt.Fprintf(w, "STATE\tPARTITION\tID\tATTEMPTS\tUNTIL\tDETAIL\n")
+						}
+						for _, j := range p.Jobs {
+							until := ""
+							if !j.Until.IsZero() {
+								until = j.Until.Format("2006-01-02 15:04:05.000")
+							}
+							detail := j.Why
+							switch j.State {
+							case queue.WhereRunning:
+								detail = "worker " + j.Worker + ", batch " + j.Batch
+							case queue.WhereDead:
+								detail = j.LastError
+							}
+							fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%s\n", j.State, j.Partition, cell(j.ID, 40), j.Attempts, until, cell(detail, 60))
+						}
+						if first && len(p.Jobs) == 0 && p.NextCursor == "" {
+							fmt.Fprintln(w, "(none)")
+						}
+						next = p.NextCursor
+						if next != "" && !all {
+							fmt.Fprintf(w, "\nmore: --cursor %s\n", next)
+						}
+					})
+					if err != nil || !all || asJSON || next == "" {
+						return err
 					}
-					fmt.Fprintf(w, "\nDELAYED\nID\tLANE\tATTEMPTS\tUNTIL\tWHY\n")
-					for _, j := range l.Delayed {
-						fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", cell(j.ID, 40), cell(j.Lane, 40), j.Attempts, j.Until.Format("2006-01-02 15:04:05.000"), j.Why)
-					}
-					if len(l.Delayed) == 0 {
-						fmt.Fprintln(w, "(none)")
-					}
-				})
+					first, cursor = false, next
+				}
 			}},
+		change("cancel"),
+		change("delete"),
 		{name: "show", synopsis: "[--group G] [--partition P --offset O] <topic> <id>",
 			register: func(fs *flag.FlagSet) {
 				fs.StringVar(&group, "group", "", "the job's group, which places it (default: none, as for a job without a group)")

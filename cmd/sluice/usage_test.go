@@ -6,7 +6,7 @@ import (
 )
 
 // TestJobsUsageErrorsExitTwo: docs/admin.md says a usage error exits 2; a
-// missing --partition, a wrong argument count and an unknown subcommand of
+// flag out of range, a wrong argument count and an unknown subcommand of
 // `sluice jobs` are usage errors, each said on stderr (issue 32). No
 // console is needed: none of them reaches the admin API.
 func TestJobsUsageErrorsExitTwo(t *testing.T) {
@@ -15,8 +15,11 @@ func TestJobsUsageErrorsExitTwo(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"jobs", "ls"}, "--partition is required"},
+		{[]string{"jobs", "ls", "--limit", "0"}, "--limit 0: want 1..1000"},
+		{[]string{"jobs", "ls", "--state", "sleeping"}, `--state "sleeping": want one of`},
+		{[]string{"jobs", "ls", "--all", "--cursor", "0.0.5"}, "not both"},
 		{[]string{"jobs", "ls", "extra", "--partition", "0"}, "want arguments none"},
+		{[]string{"jobs", "cancel", "jobs"}, "want arguments <topic> <id>"},
 		{[]string{"jobs", "show", "jobs"}, "want arguments <topic> <id>"},
 		{[]string{"jobs", "lss"}, `unknown command "lss"`},
 		{[]string{"jobs", "ls", "--no-such-flag"}, "flag provided but not defined"},

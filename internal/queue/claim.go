@@ -465,12 +465,17 @@ func runScript(ctx context.Context, c redis.UniversalClient, s *redis.Script, ke
 }
 
 // extendScript moves the leases of claimed batches to a new deadline,
-// Redis's clock (TIME) plus the lease, and reports which were lost.
+// Redis's clock (TIME) plus the lease, and reports which were lost, and
+// the cancel requests (CancelJob) for jobs of the batches kept: read in the
+// same call, so that a worker learns of a cancel within one extension
+// round at no cost while none is pending (one EXISTS).
 //
-// KEYS[1] leases
+// KEYS[1] leases   KEYS[2] cancels
 // ARGV[1] the lease, ms   ARGV[2..] batches
 // Returns an array with one entry per batch: 1 extended, 0 no longer
-// leased (every job settled, or taken back by the reaper).
+// leased (every job settled, or taken back by the reaper); then, for each
+// kept batch with cancel requests, its index (1-based) and the places of
+// the jobs to cancel (" 3 7 ").
 var extendScript = newScript(luaNow + `
 local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 2))
 local out, members = {}, {}
@@ -485,6 +490,18 @@ for i = 1, #ARGV - 1 do
   end
 end
 if #members > 0 then redis.call('ZADD', KEYS[1], 'XX', unpack(members)) end
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  local n = #ARGV - 1
+  for i = 1, n do
+    local places = redis.call('HGET', KEYS[2], ARGV[i+1])
+    if places and out[i] == 1 then
+      out[#out+1] = i
+      out[#out+1] = places
+    elseif places then
+      redis.call('HDEL', KEYS[2], ARGV[i+1])
+    end
+  end
+end
 return out
 `)
 
@@ -493,7 +510,16 @@ return out
 // (the reaper took it back, or all of it was settled): the holder of its
 // jobs must stop, their results would not count.
 func (p *Pool) Extend(ctx context.Context, q Queue, batches []string, lease time.Duration) (kept []bool, err error) {
+	kept, _, err = p.ExtendLeases(ctx, q, batches, lease)
+	return kept, err
+}
+
+// ExtendLeases is Extend that also answers the cancel requests for jobs
+// of the batches kept (CancelJob): batch -> the places of the jobs to
+// cancel; nil when none is pending.
+func (p *Pool) ExtendLeases(ctx context.Context, q Queue, batches []string, lease time.Duration) (kept []bool, cancels map[string][]int, err error) {
 	kept = make([]bool, 0, len(batches))
+	k := p.layout.Keys(q)
 	for len(batches) > 0 {
 		chunk := batches[:min(len(batches), MaxBatch)]
 		batches = batches[len(chunk):]
@@ -502,17 +528,28 @@ func (p *Pool) Extend(ctx context.Context, q Queue, batches []string, lease time
 		for _, b := range chunk {
 			args = append(args, b)
 		}
-		res, err := runScript(ctx, p.byPart[q.Part], extendScript, []string{p.layout.Keys(q).Leases()}, args...)
+		res, err := runScript(ctx, p.byPart[q.Part], extendScript, []string{k.Leases(), k.Cancels()}, args...)
 		if err != nil {
-			return nil, fmt.Errorf("extending leases on %s: %w", q, err)
+			return nil, nil, fmt.Errorf("extending leases on %s: %w", q, err)
 		}
 		flat, _ := res.([]any)
-		if len(flat) != len(chunk) {
-			return nil, fmt.Errorf("extending leases on %s: %d answers for %d batches", q, len(flat), len(chunk))
+		if len(flat) < len(chunk) || (len(flat)-len(chunk))%2 != 0 {
+			return nil, nil, fmt.Errorf("extending leases on %s: %d answers for %d batches", q, len(flat), len(chunk))
 		}
-		for _, v := range flat {
+		for _, v := range flat[:len(chunk)] {
 			kept = append(kept, v == int64(1))
 		}
+		for i := len(chunk); i+1 < len(flat); i += 2 {
+			at, _ := flat[i].(int64)
+			places, _ := flat[i+1].(string)
+			if at < 1 || int(at) > len(chunk) {
+				continue
+			}
+			if cancels == nil {
+				cancels = map[string][]int{}
+			}
+			cancels[chunk[at-1]] = parseCancels(places)
+		}
 	}
-	return kept, nil
+	return kept, cancels, nil
 }

@@ -161,7 +161,7 @@ func TestClusterEndsAsOneRedisDoes(t *testing.T) {
 			if mark, err := pool.IdempotencyBegin(ctx, key, "j", 1, time.Hour); err != nil || mark != "" {
 				t.Fatalf("idempotency %s: %q %v", key, mark, err)
 			}
-			if err := pool.IdempotencyEnd(ctx, key, "j", 1, i%2 == 0, time.Hour); err != nil {
+			if _, err := pool.IdempotencyEnd(ctx, key, "j", 1, i%2 == 0, time.Hour); err != nil {
 				t.Fatal(err)
 			}
 			if _, err := pool.Reserve(ctx, Reservation{Resource: fmt.Sprintf("res-%d", i), Job: "j", Limit: "10/s", Interval: 100 * time.Millisecond, Burst: 1, Hold: time.Second}, now); err != nil {

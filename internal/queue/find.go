@@ -16,13 +16,15 @@ import (
 
 // Where a job is, as FindJob tells it (internal/wire says what each means).
 const (
-	WhereRunning  = wire.JobRunning
-	WhereDelayed  = wire.JobDelayed
-	WhereReady    = wire.JobReady
-	WhereDead     = wire.JobDead
-	WhereDone     = wire.JobDone
-	WhereInKafka  = wire.JobInKafka
-	WhereNotFound = wire.JobNotFound
+	WhereRunning    = wire.JobRunning
+	WhereDelayed    = wire.JobDelayed
+	WhereReady      = wire.JobReady
+	WhereDead       = wire.JobDead
+	WhereDone       = wire.JobDone
+	WhereCancelled  = wire.JobCancelled
+	WhereInKafka    = wire.JobInKafka
+	WhereRatePaused = wire.JobRatePaused
+	WhereNotFound   = wire.JobNotFound
 )
 
 // Why a delayed job waits.
@@ -71,6 +73,16 @@ type JobWhereabouts struct {
 	Why   string
 	// Record is the job's record as stored, when it has one.
 	Record map[string]string
+	// CancelRequested: a running job's cancel was asked for (its record's
+	// cancel_ms); its worker stops it at its next lease extension.
+	CancelRequested time.Time
+	// Paused: since when the topic's relay rate is paused (rate-paused).
+	Paused time.Time
+	// entry is the job's entry where it was found (ready, delayed or
+	// running), place its place in its batch (running): what CancelJob
+	// names to its scripts.
+	entry string
+	place int
 }
 
 // findScanBound bounds the entries FindJob reads on a lane and in
@@ -83,6 +95,20 @@ const findScanBound = 10000
 // findScanBound entries, then the Kafka watermark. It reads only; what it
 // reads may change between its commands, as the job moves on.
 func (p *Pool) FindJob(ctx context.Context, l JobLookup) (JobWhereabouts, error) {
+	w, err := p.findJob(ctx, l)
+	if err != nil || (w.Where != WhereInKafka && (w.Where != WhereNotFound || w.Relayed)) {
+		return w, err
+	}
+	// Not in Redis, not known relayed: a paused rate holds it in Kafka.
+	paused, err := p.TopicPaused(ctx, l.Topic)
+	if err != nil || paused.IsZero() {
+		return w, err
+	}
+	w.Where, w.Paused = WhereRatePaused, paused
+	return w, nil
+}
+
+func (p *Pool) findJob(ctx context.Context, l JobLookup) (JobWhereabouts, error) {
 	q := p.layout.QueueOf(l.Topic, l.Group, l.ID)
 	w := JobWhereabouts{Queue: q, Where: WhereNotFound}
 	k, c := p.layout.Keys(q), p.byPart[q.Part]
@@ -101,7 +127,11 @@ func (p *Pool) FindJob(ctx context.Context, l JobLookup) (JobWhereabouts, error)
 		case "done":
 			w.Where, w.Until = WhereDone, msTime(rec["done_ms"])
 			return w, nil
+		case "cancelled":
+			w.Where, w.Until = WhereCancelled, msTime(rec["cancelled_ms"])
+			return w, nil
 		}
+		w.CancelRequested = msTime(rec["cancel_ms"])
 	}
 	if found, err := p.findRunning(ctx, q, l.ID, &w); err != nil || found {
 		return w, err
@@ -138,11 +168,12 @@ func msTime(ms string) time.Time {
 // due first) for the job's entry in a place not settled yet.
 func (p *Pool) findRunning(ctx context.Context, q Queue, id string, w *JobWhereabouts) (bool, error) {
 	found := false
-	err := p.eachRunning(ctx, q, findScanBound/100, func(batch string, deadline time.Time, pe ParsedEntry) bool {
+	err := p.eachRunning(ctx, q, findScanBound/100, func(batch string, deadline time.Time, pe ParsedEntry, place int, e string) bool {
 		if pe.ID != id {
 			return true
 		}
 		w.Where, w.Batch, w.Until, w.Worker, w.Since = WhereRunning, batch, deadline, batchOwner(batch), batchClaimed(batch)
+		w.entry, w.place = e, place
 		w.Attempts = max(w.Attempts, pe.Attempts+1) // the attempt under way
 		found = true
 		return false
@@ -153,7 +184,7 @@ func (p *Pool) findRunning(ctx context.Context, q Queue, id string, w *JobWherea
 // eachRunning calls fn with each job of the batches claimed in q (the
 // first batches due, up to batches) whose place is not settled yet,
 // until fn returns false.
-func (p *Pool) eachRunning(ctx context.Context, q Queue, batches int, fn func(batch string, deadline time.Time, pe ParsedEntry) bool) error {
+func (p *Pool) eachRunning(ctx context.Context, q Queue, batches int, fn func(batch string, deadline time.Time, pe ParsedEntry, place int, entry string) bool) error {
 	k, c := p.layout.Keys(q), p.byPart[q.Part]
 	leased, err := c.ZRangeWithScores(ctx, k.Leases(), 0, int64(batches)-1).Result()
 	if err != nil || len(leased) == 0 {
@@ -178,7 +209,7 @@ func (p *Pool) eachRunning(ctx context.Context, q Queue, batches int, fn func(ba
 			if err != nil || (place < len(done) && done[place] != 0) {
 				continue
 			}
-			if !fn(name, time.UnixMilli(int64(b.Score)), pe) {
+			if !fn(name, time.UnixMilli(int64(b.Score)), pe, place, e) {
 				return nil
 			}
 		}
@@ -204,6 +235,7 @@ func (p *Pool) findDelayed(ctx context.Context, q Queue, id string, w *JobWherea
 			}
 			due, _ := strconv.ParseFloat(members[i+1], 64)
 			w.Where, w.Until, w.Attempts = WhereDelayed, time.UnixMilli(int64(due)), pe.Attempts
+			w.entry = members[i]
 			w.Why = delayReason(pe, w.Record["state"], int64(due))
 			return true, nil
 		}
@@ -260,6 +292,7 @@ func (p *Pool) findReady(ctx context.Context, q Queue, id, group string, w *JobW
 				}
 				if pe, err := ParseEntry(e); err == nil && pe.ID == id {
 					w.Where, w.Attempts, w.Why = WhereReady, pe.Attempts, lane
+					w.entry = e
 					return true, nil
 				}
 			}
@@ -307,6 +340,9 @@ func (w JobWhereabouts) View(l JobLookup) JobView {
 		if w.Worker != "" {
 			v.Note = "held by worker " + w.Worker + ", " + v.Note
 		}
+		if !w.CancelRequested.IsZero() {
+			v.Note = "cancel requested at " + w.CancelRequested.UTC().Format(time.RFC3339Nano) + ": its worker cancels its handler's context at its next lease extension, then settles it cancelled; " + v.Note
+		}
 	case WhereDelayed:
 		v.Note = "waiting until " + w.Until.UTC().Format(time.RFC3339Nano) + " (" + w.Why + "), then back on its lane"
 	case WhereReady:
@@ -315,8 +351,18 @@ func (w JobWhereabouts) View(l JobLookup) JobView {
 		v.Note = "dead after its last attempt; until is when it died; replay it with the admin API"
 	case WhereDone:
 		v.Note = "done; until is when; its record is kept for its retain, or because an attempt had failed"
+	case WhereCancelled:
+		v.Note = "cancelled by an operator before it ended; until is when"
 	case WhereInKafka:
 		v.Note = "in Kafka: its offset is above what the relay applied to Redis"
+	case WhereRatePaused:
+		since := w.Paused.UTC()
+		v.Until = &since
+		v.Why = "rate paused"
+		v.Note = "waiting in Kafka: the topic's relay rate is paused (since " + since.Format(time.RFC3339) + "; until is when), so the relay moves nothing to Redis; sluice rate resume " + l.Topic + " lets it through"
+		if !l.HasPosition {
+			v.Note += " (without the job's Kafka position, a job done long ago without a record reads the same)"
+		}
 	default:
 		switch {
 		case w.Relayed:
@@ -361,22 +407,24 @@ func ParseJobLookup(topic, id string, group, partition, offset string) (JobLooku
 // JobListing is one job of ListJobs: running or delayed, with what
 // FindJob would say of it.
 type JobListing struct {
-	ID       string    `json:"id"`
-	Lane     string    `json:"lane"`
-	State    string    `json:"state"` // WhereRunning or WhereDelayed
-	Attempts int       `json:"attempts"`
-	Worker   string    `json:"worker,omitempty"`
-	Since    time.Time `json:"since,omitzero"`
-	Batch    string    `json:"batch,omitempty"`
-	Until    time.Time `json:"until"`
-	Why      string    `json:"why,omitempty"`
+	ID        string    `json:"id"`
+	Lane      string    `json:"lane,omitempty"`
+	State     string    `json:"state"` // a Where* constant
+	Partition int       `json:"partition"`
+	Attempts  int       `json:"attempts"`
+	LastError string    `json:"last_error,omitempty"` // a dead job's
+	Worker    string    `json:"worker,omitempty"`
+	Since     time.Time `json:"since,omitzero"`
+	Batch     string    `json:"batch,omitempty"`
+	Until     time.Time `json:"until"`
+	Why       string    `json:"why,omitempty"`
 }
 
 // ListJobs lists a queue partition's running jobs (the claimed batches
 // due first, their unsettled places) and its delayed jobs (due first,
 // with why they wait), up to max of each.
 func (p *Pool) ListJobs(ctx context.Context, q Queue, max int) (running, delayed []JobListing, err error) {
-	err = p.eachRunning(ctx, q, max, func(batch string, deadline time.Time, pe ParsedEntry) bool {
+	err = p.eachRunning(ctx, q, max, func(batch string, deadline time.Time, pe ParsedEntry, _ int, _ string) bool {
 		running = append(running, JobListing{ID: pe.ID, Lane: pe.Lane, State: WhereRunning, Attempts: pe.Attempts + 1,
 			Worker: batchOwner(batch), Since: batchClaimed(batch), Batch: batch, Until: deadline})
 		return len(running) < max
@@ -415,13 +463,4 @@ func (p *Pool) ListJobs(ctx context.Context, q Queue, max int) (running, delayed
 			Until: time.UnixMilli(int64(z.Score)), Why: delayReason(parsed[i], state, int64(z.Score))})
 	}
 	return running, delayed, nil
-}
-
-// JobList is the admin API's GET /api/v1/jobs answer: a queue partition's
-// running and delayed jobs (ListJobs).
-type JobList struct {
-	Topic     string       `json:"topic"`
-	Partition int          `json:"partition"`
-	Running   []JobListing `json:"running"`
-	Delayed   []JobListing `json:"delayed"`
 }

@@ -145,6 +145,12 @@ func (k Keys) Lease(batch string) string { return k.prefix + "lease:" + batch }
 // batch ends, both keys deleted, when every job is settled.
 func (k Keys) Settled(batch string) string { return k.prefix + "settled:" + batch }
 
+// Cancels is the hash of cancel requests for claimed jobs: batch -> the
+// places of its jobs whose cancel was asked for (" 3 7 "). The lease
+// extension reads it; the cancelled job's settlement clears its place,
+// and an extension that finds the batch gone clears the field.
+func (k Keys) Cancels() string { return k.prefix + "cancels" }
+
 // Watermark is the hash of the highest Kafka offset applied per Kafka
 // partition of the topic (the relay's dedupe by Kafka position).
 func (k Keys) Watermark() string { return k.prefix + "wm" }
@@ -187,6 +193,11 @@ func (k PartKeys) Prefix() string { return k.prefix }
 // one succeeded. It lives in the partition PartitionOf(key) picks, whatever
 // the jobs' groups.
 func (k PartKeys) Idempotency(key string) string { return k.prefix + "idem:" + key }
+
+// IdempotencyWaiters is the set of jobs deferred behind an idempotency
+// key's running mark ("<topic> <partition> <entry>"), which the run's end
+// wakes; beside the mark, and expiring with it at the latest.
+func (k PartKeys) IdempotencyWaiters(key string) string { return k.prefix + "idemwait:" + key }
 
 // Limit is the execution rate-limit schedule of a resource key: the GCRA
 // state and the slots reserved for throttled jobs (see ratelimit.go). Like

@@ -76,7 +76,7 @@ func TestMISCONFIsTransientForEveryWrite(t *testing.T) {
 	if err == nil || !Transient(err) || !strings.Contains(err.Error(), "MISCONF") {
 		t.Fatalf("enqueue while Redis cannot persist: results %+v, err %v; want a Transient MISCONF error for the batch", res, err)
 	}
-	if err := p.IdempotencyEnd(ctx, "k", "a", 1, true, time.Hour); !Transient(err) {
+	if _, err := p.IdempotencyEnd(ctx, "k", "a", 1, true, time.Hour); !Transient(err) {
 		t.Fatalf("idempotency record: %v, want Transient", err)
 	}
 	if _, err := p.AckMany(ctx, jq(0), []Done{{Job: claimed[0]}}, now, time.Hour); !Transient(err) {
@@ -90,7 +90,7 @@ func TestMISCONFIsTransientForEveryWrite(t *testing.T) {
 	if res := enqueueOK(t, p, 1, positioned(0, 1, item("b", "g")), now); res[0].Outcome != Queued {
 		t.Fatalf("enqueue once Redis persists: %+v", res)
 	}
-	if err := p.IdempotencyEnd(ctx, "k", "a", 1, true, time.Hour); err != nil {
+	if _, err := p.IdempotencyEnd(ctx, "k", "a", 1, true, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := p.AckMany(ctx, jq(0), []Done{{Job: claimed[0]}}, now, time.Hour); err != nil || !ok[0] {
@@ -114,13 +114,13 @@ func TestIdempotencyEndRecordsDoneOnAnExpiredMark(t *testing.T) {
 		n, _ := r.Client().Exists(ctx, key).Result()
 		return n == 0
 	})
-	if err := p.IdempotencyEnd(ctx, "k", "a", 1, false, time.Hour); err != nil {
+	if _, err := p.IdempotencyEnd(ctx, "k", "a", 1, false, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := r.Client().Exists(ctx, key).Result(); n != 0 {
 		t.Fatal("a failure recorded a mark")
 	}
-	if err := p.IdempotencyEnd(ctx, "k", "a", 1, true, time.Hour); err != nil {
+	if _, err := p.IdempotencyEnd(ctx, "k", "a", 1, true, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if mark, err := p.IdempotencyBegin(ctx, "k", "a", 2, time.Hour); err != nil || mark != "done:a" {
@@ -128,7 +128,7 @@ func TestIdempotencyEndRecordsDoneOnAnExpiredMark(t *testing.T) {
 	}
 	// Another job's running mark is not ours to end.
 	r.Client().Set(ctx, key, runningMark("b", 1), time.Hour)
-	if err := p.IdempotencyEnd(ctx, "k", "a", 1, true, time.Hour); err != nil {
+	if _, err := p.IdempotencyEnd(ctx, "k", "a", 1, true, time.Hour); err != nil {
 		t.Fatal(err)
 	}
 	if v, _ := r.Client().Get(ctx, key).Result(); v != runningMark("b", 1) {

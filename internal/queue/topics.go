@@ -2,10 +2,13 @@ package queue
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // Topics is partition 0's hash of the topics relayed into this stage:
@@ -48,4 +51,38 @@ func (p *Pool) Topics(ctx context.Context, also ...string) ([]string, error) {
 	}
 	slices.Sort(names)
 	return names, nil
+}
+
+// Paused is partition 0's hash of the topics whose relay rate is paused:
+// topic -> since when (Unix ms), as the relays watching the rate in
+// Consul last saw it. The lookup reads it (one HGET, only for a job Redis
+// does not hold) to say that a job is held in Kafka by the pause rather
+// than not found: the gate reads Redis, not Consul.
+func (k PartKeys) Paused() string { return k.prefix + "paused" }
+
+// SetTopicPaused records whether topic's relay rate is paused (see
+// PartKeys.Paused): a pause keeps the time it was first seen, a resume
+// removes the topic.
+func (p *Pool) SetTopicPaused(ctx context.Context, topic string, paused bool, now time.Time) error {
+	k := p.layout.PartKeys(0).Paused()
+	var err error
+	if paused {
+		err = p.byPart[0].HSetNX(ctx, k, topic, strconv.FormatInt(now.UnixMilli(), 10)).Err()
+	} else {
+		err = p.byPart[0].HDel(ctx, k, topic).Err()
+	}
+	if err != nil {
+		return fmt.Errorf("recording the pause of topic %s: %w", topic, err)
+	}
+	return nil
+}
+
+// TopicPaused says since when topic's relay rate is paused; zero when it
+// is not.
+func (p *Pool) TopicPaused(ctx context.Context, topic string) (time.Time, error) {
+	v, err := p.byPart[0].HGet(ctx, p.layout.PartKeys(0).Paused(), topic).Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return time.Time{}, fmt.Errorf("reading the pause of topic %s: %w", topic, err)
+	}
+	return msTime(v), nil
 }

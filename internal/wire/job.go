@@ -18,6 +18,13 @@ const (
 	// JobDone: acked, and its record kept (retain, or an earlier failed
 	// attempt); Result is what the handler returned.
 	JobDone = "done"
+	// JobCancelled: cancelled by an operator before it ended (sluice jobs
+	// cancel); Until is when.
+	JobCancelled = "cancelled"
+	// JobRatePaused: Redis does not hold it, nothing says it was relayed,
+	// and its topic's relay rate is paused: waiting in Kafka, held by the
+	// pause; Until is since when.
+	JobRatePaused = "rate-paused"
 	// JobInKafka: its Kafka offset is above what the relay applied to
 	// Redis (known only when the lookup gave its position).
 	JobInKafka = "in-kafka"

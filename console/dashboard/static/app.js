@@ -927,6 +927,52 @@
     }
   }
 
+  // ------------------------------------------------------------------ jobs
+
+  // listJobs shows a page of a topic's jobs (GET /jobs: every partition, a
+  // state or all, paged by cursor), each with Cancel and Delete (admin).
+  let jobsQuery = null;
+  function jobsMsg(text, bad) {
+    const m = $('#jobs-msg');
+    m.className = 'msg ' + (bad ? 'bad' : 'ok');
+    setText(m, text);
+  }
+  async function listJobs(cursor) {
+    if (!jobsQuery) return;
+    let path = `/jobs?topic=${encodeURIComponent(jobsQuery.topic)}&limit=50`;
+    if (jobsQuery.state) path += `&state=${encodeURIComponent(jobsQuery.state)}`;
+    if (cursor) path += `&cursor=${encodeURIComponent(cursor)}`;
+    try {
+      const page = await api('GET', path);
+      const rows = (page.jobs || []).map((j) => {
+        // A group's job is placed by its group (its lane, g/<group>).
+        const base = `/topics/${encodeURIComponent(jobsQuery.topic)}/jobs/${encodeURIComponent(j.id)}`;
+        const q = j.lane && j.lane.startsWith('g/') ? `?group=${encodeURIComponent(j.lane.slice(2))}` : '';
+        const cancel = el('button', { type: 'button', class: 'write', text: 'Cancel' });
+        const del = el('button', { type: 'button', class: 'danger write', text: 'Delete…' });
+        cancel.addEventListener('click', () => act(cancel, jobsMsg, (o) => `${o.id}: ${o.outcome} (was ${o.was}). ${o.note}`,
+          () => api('POST', `${base}/cancel${q}`)));
+        del.addEventListener('click', () => {
+          if (!window.confirm(`Delete job ${j.id}? Nothing of it is kept.`)) return;
+          act(del, jobsMsg, (o) => `${o.id}: ${o.outcome} (was ${o.was}).`, () => api('DELETE', base + q));
+        });
+        const detail = j.state === 'running' ? `worker ${j.worker || '?'}` : (j.state === 'dead' ? (j.last_error || '') : (j.why || ''));
+        return el('tr', null, el('td', { text: j.state }), el('td', { class: 'num', text: String(j.partition) }),
+          el('td', { class: 'id', text: j.id }), el('td', { class: 'num', text: String(j.attempts) }),
+          el('td', { text: j.until && !j.until.startsWith('0001') ? clock(j.until) : '' }), el('td', { class: 'err', text: detail }),
+          el('td', { class: 'actions' }, cancel, ' ', del));
+      });
+      $('#jobs-table tbody').replaceChildren(...rows);
+      $('#jobs-table').hidden = rows.length === 0;
+      const next = $('#jobs-next');
+      next.hidden = !page.next_cursor;
+      next.dataset.cursor = page.next_cursor || '';
+      jobsMsg(rows.length ? '' : 'No jobs on this page.', false);
+    } catch (e) {
+      jobsMsg(e.text || String(e), true);
+    }
+  }
+
   // ------------------------------------------------------------------ start
 
   function wire() {
@@ -941,6 +987,12 @@
       token = '';
       showLogin('Token forgotten.');
     });
+    $('#jobs-form').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      jobsQuery = { topic: $('#jobs-topic').value.trim(), state: $('#jobs-state').value };
+      listJobs('');
+    });
+    $('#jobs-next').addEventListener('click', (ev) => listJobs(ev.currentTarget.dataset.cursor));
     $('#deadset-purge').addEventListener('click', (ev) => purgeAll(ev.currentTarget, 'redis'));
     $('#dlq-purge').addEventListener('click', (ev) => purgeAll(ev.currentTarget, 'kafka'));
     const nf = $('#limit-new');
