@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -16,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/sluicehq/sluice/coordinator"
 	"github.com/sluicehq/sluice/gate"
@@ -281,6 +284,9 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 		stops = append(stops, consul.Stop)
 		consulExited = consul.Exited()
 		log.Info("consul up", "addr", cfg.ConsulAddr)
+		if err := relistDevTopics(startCtx, cfg, log); err != nil {
+			return fmt.Errorf("listing the topics of an earlier run: %w", err)
+		}
 	}
 	if cfg.Logging.Tracing {
 		stop, err := devTracing(startCtx, cfg, dir, log)
@@ -498,6 +504,70 @@ func clearDevFences(ctx context.Context, cfg devConfig) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// relistDevTopics puts back in the dev Consul's topic list the topics an
+// earlier run created with sluice topics create: the dev agent starts
+// empty, while Kafka (kfake on disk) and Redis (AOF) keep them, so without
+// this a restart would leave them unserved. A topic counts when a relay
+// registered it in Redis and Kafka still has it with its .dlq.
+func relistDevTopics(ctx context.Context, cfg devConfig, log *slog.Logger) error {
+	pool, err := queue.NewPool(queue.PoolConfig{Layout: queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}, Addr: cfg.RedisAddr})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	registered, err := pool.Topics(ctx)
+	if err != nil {
+		return err
+	}
+	var earlier []string
+	for _, t := range registered {
+		if !slices.Contains(cfg.topicNames(), t) {
+			earlier = append(earlier, t)
+		}
+	}
+	if len(earlier) == 0 {
+		return nil
+	}
+	kc := kafka.Config{Brokers: []string{cfg.KafkaAddr}, ClientID: "sluice-dev", Version: "3.6.0", Compression: "none"}
+	sc, err := kc.Sarama()
+	if err != nil {
+		return err
+	}
+	client, err := kc.Connect(ctx, sc)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	cc := consulapi.DefaultConfig()
+	cc.Address = cfg.ConsulAddr
+	consulClient, err := consulapi.NewClient(cc)
+	if err != nil {
+		return err
+	}
+	for _, t := range earlier {
+		parts, err := client.Partitions(t)
+		if err != nil {
+			continue // deleted, or never in this Kafka
+		}
+		if _, err := client.Partitions(kafka.DLQTopic(t)); err != nil {
+			continue
+		}
+		key, err := topics.Key("dev", t)
+		if err != nil {
+			continue
+		}
+		v, err := json.Marshal(topics.Spec{Partitions: len(parts), Replication: 1, Created: time.Now().UTC()})
+		if err != nil {
+			return err
+		}
+		if _, err := consulClient.KV().Put(&consulapi.KVPair{Key: key, Value: v}, (&consulapi.WriteOptions{}).WithContext(ctx)); err != nil {
+			return err
+		}
+		log.Info("topic of an earlier run listed again", "topic", t)
 	}
 	return nil
 }

@@ -25,7 +25,7 @@ func TestDevServesANewQueueInTwoCommands(t *testing.T) {
 	cfg := devOnFreePorts(t, filepath.Join(t.TempDir(), ".sluice"))
 	cfg.Topics = []string{"jobs", "mail"}
 	cfg.CanaryInterval = 0
-	startDev(t, &cfg)
+	d := startDev(t, &cfg)
 	gate := "http://" + cfg.GateAddr
 	pool, err := queue.NewPool(queue.PoolConfig{Layout: queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}, Addr: cfg.RedisAddr})
 	if err != nil {
@@ -93,6 +93,13 @@ func TestDevServesANewQueueInTwoCommands(t *testing.T) {
 	if !slices.Equal(names, []string{"jobs", "mail", "sms"}) {
 		t.Errorf("topics ls: %v", names)
 	}
+
+	// A restart keeps serving it: the dev Consul starts empty, and sluice
+	// dev lists again the topics its Kafka and Redis kept.
+	d.stop(t)
+	startDev(t, &cfg)
+	enqueueID(t, "http://"+cfg.GateAddr+"/v1/topics/sms/jobs", `{"type":"noop"}`)
+	testenv.WaitFor(t, 30*time.Second, "sms's job after a restart to run", func() bool { return completed("sms") == 2 })
 }
 
 func readAll(t *testing.T, resp *http.Response) string {
