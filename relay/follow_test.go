@@ -78,4 +78,3 @@ func TestRelayFollowsTheTopicList(t *testing.T) {
 	default:
 	}
 }
-
