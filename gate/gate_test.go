@@ -528,8 +528,9 @@ func TestBadRequestsAreClear4xx(t *testing.T) {
 func TestUnknownTopicWithoutAllowList(t *testing.T) {
 	k := newKafka(t)
 	g := startGate(t, k, nil)
-	if a := post(t, g.url+"/v1/topics/nope/jobs", `{"type":"t"}`); a.status != 404 {
-		t.Fatalf("unknown topic: %d %s", a.status, a.body)
+	// The 404 names the command that creates the topic (issue 32).
+	if a := post(t, g.url+"/v1/topics/nope/jobs", `{"type":"t"}`); a.status != 404 || !strings.Contains(string(a.body), "`sluice topics create nope`") {
+		t.Fatalf("unknown topic: %d %s, want a 404 naming `sluice topics create nope`", a.status, a.body)
 	}
 	// A topic created after the gate started is found without a restart.
 	k.CreateTopic("fresh", 2)

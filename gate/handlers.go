@@ -146,7 +146,7 @@ func (g *Gate) admit(x *exchange, topic string) (acks kafka.Acks, partition int3
 	partitions, err := g.catalog.Partitions(x.r.Context(), topic)
 	switch {
 	case errors.Is(err, kafka.ErrUnknownTopic):
-		x.fail(http.StatusNotFound, "topic %q does not exist; topics are created by operators, never by requests", topic)
+		x.fail(http.StatusNotFound, "topic %q does not exist; topics are created by operators, never by requests: `sluice topics create %s` creates it (docs/topics.md)", topic, topic)
 		return
 	case err != nil:
 		g.unavailable(x, err)

@@ -32,8 +32,13 @@ type Config struct {
 	// stage "dev", 8 partitions on 127.0.0.1:6379.
 	queue.Location
 	// Topics are the topics relayed; each needs its <topic>.dlq. Default
-	// "jobs".
+	// "jobs". They are served whatever the stage's topic list says.
 	Topics []string
+	// FollowTopics also relays every topic of the stage's topic list
+	// (Consul sluice/<stage>/topics/, `sluice topics create`), watched:
+	// a topic added is taken up and one removed let go, without a
+	// restart (docs/topics.md). Default true.
+	FollowTopics bool
 	// Kafka is where the topics are read and dead letters and requeues
 	// written. Default: brokers 127.0.0.1:9092, client id "sluice-relay",
 	// protocol version 3.6.0, no compression.
@@ -121,6 +126,7 @@ func DefaultConfig() Config {
 		Listen:        ":8081",
 		Location:      queue.DefaultLocation(),
 		Topics:        []string{"jobs"},
+		FollowTopics:  true,
 		Kafka:         kafka.Config{Brokers: cli.ListFlag{"127.0.0.1:9092"}, ClientID: "sluice-relay", Version: "3.6.0", Compression: "none"},
 		ConsumerGroup: kafka.RelayConsumerGroup,
 		Config:        consul.DefaultConfig(),
@@ -153,6 +159,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.HTTP.RegisterFlags(fs, "the relay's --listen")
 	c.Location.RegisterFlags(fs)
 	cli.StringsVar(fs, &c.Topics, "topics", c.Topics, "topics to relay, comma-separated; each needs its <topic>.dlq")
+	fs.BoolVar(&c.FollowTopics, "follow-topics", c.FollowTopics, "also relay the stage's topic list in Consul (sluice/<stage>/topics/, `sluice topics create`), watched: new topics without a restart")
 	cli.KeepValues(fs, &c.Kafka, func() { c.Kafka.Register(fs, c.Kafka.ClientID) })
 	fs.StringVar(&c.ConsumerGroup, "consumer-group", c.ConsumerGroup, "Kafka consumer group whose committed offsets the relay keeps (one per topic: <group>.<topic>)")
 	c.Config.RegisterFlags(fs)
@@ -211,8 +218,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("relay: Config.%w", err)
 	}
 	switch {
-	case len(c.Topics) == 0:
-		return errors.New("relay: Config.Topics: empty: name at least one topic")
+	case len(c.Topics) == 0 && !c.FollowTopics:
+		return errors.New("relay: Config.Topics: empty: name at least one topic, or follow the stage's topic list (Config.FollowTopics)")
 	case c.BatchSize < 1:
 		return errors.New("relay: Config.BatchSize: must be at least 1")
 	case c.LagEvery <= 0:

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/topics"
 )
 
 // Relay relays its topics while it runs.
@@ -146,6 +148,13 @@ func (r *Relay) ready(ctx context.Context) error {
 // Run relays the topics until ctx ends, then hands its locks over and
 // closes its clients. It serves no HTTP: Serve adds /healthz, /readyz and
 // /metrics, or a program that embeds the relay mounts Registry itself.
+//
+// Config.Topics are served from the start, and a failure of one ends Run.
+// With Config.FollowTopics, the topics of the stage's list in Consul
+// (internal/topics) are served too, taken up and let go as the list
+// changes; a listed topic that fails (its Kafka topic missing, say) is
+// logged and tried again, never ending Run: the list is the operators',
+// and one bad entry must not stop the topics that work.
 func (r *Relay) Run(ctx context.Context) error {
 	defer r.close()
 	gctx, cancel := context.WithCancel(ctx)
@@ -155,27 +164,117 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); g.Run(gctx) }()
 	}
-	errs := make(chan error, len(r.cfg.Topics))
+	fatal := make(chan error, len(r.cfg.Topics))
+	running := map[string]context.CancelFunc{} // listed topics served, by name
 	for _, topic := range r.cfg.Topics {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- r.runTopic(ctx, topic)
+			if err := r.runTopic(gctx, topic); err != nil && gctx.Err() == nil {
+				fatal <- err
+			}
 		}()
 	}
-	r.log.Info("relay running", "topics", strings.Join(r.cfg.Topics, ","), "partitions", r.cfg.Partitions,
+	var lists chan map[string]topics.Spec
+	if r.cfg.FollowTopics {
+		lists = make(chan map[string]topics.Spec, 1)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := topics.Watch(gctx, r.consul, r.cfg.Stage, consul.WatchOptions{Log: r.log}, func(m map[string]topics.Spec) {
+				// The newest list replaces one not yet taken.
+				select {
+				case <-lists:
+				default:
+				}
+				lists <- m
+			})
+			if err != nil {
+				r.log.Error("cannot follow the stage's topic list", "err", err)
+			}
+		}()
+	}
+	r.log.Info("relay running", "topics", strings.Join(r.cfg.Topics, ","), "follow_topics", r.cfg.FollowTopics, "partitions", r.cfg.Partitions,
 		"stage", r.cfg.Stage, "shadow", r.cfg.Shadow, "holder", r.holder)
 	var first error
-	for range r.cfg.Topics {
-		if err := <-errs; err != nil && first == nil && ctx.Err() == nil {
-			first = err
-			cancel()
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case first = <-fatal:
+			break loop
+		case m := <-lists:
+			for topic, stop := range running {
+				if _, ok := m[topic]; !ok {
+					r.log.Info("topic left the stage's list: letting it go", "topic", topic)
+					stop()
+					delete(running, topic)
+				}
+			}
+			for _, topic := range topics.Names(m) {
+				if _, ok := running[topic]; ok || slices.Contains(r.cfg.Topics, topic) {
+					continue
+				}
+				r.log.Info("topic joined the stage's list: relaying it", "topic", topic)
+				tctx, stop := context.WithCancel(gctx)
+				running[topic] = stop
+				wg.Add(1)
+				go func() { defer wg.Done(); r.runListed(tctx, topic) }()
+			}
 		}
 	}
 	cancel()
 	wg.Wait()
 	r.log.Info("relay stopped")
 	return first
+}
+
+// listedRetry is how long a listed topic that failed waits before it is
+// tried again.
+const listedRetry = 5 * time.Second
+
+// runListed serves a topic of the stage's list until ctx ends: it checks
+// that the topic and its .dlq exist in Kafka, registers it in Redis (so
+// that stats, the admin API and the coordinator read its queues), and
+// relays it; a failure is logged and tried again after listedRetry.
+func (r *Relay) runListed(ctx context.Context, topic string) {
+	log := r.log.With("topic", topic)
+	for ctx.Err() == nil {
+		err := r.startListed(ctx, topic)
+		if err == nil {
+			err = r.runTopic(ctx, topic)
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		log.Error("relaying a topic of the stage's list failed; trying again", "err", err, "in", listedRetry.String(),
+			"fix", "`sluice topics describe "+topic+"` shows what is missing; `sluice topics create "+topic+"` creates it")
+		t := time.NewTimer(listedRetry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (r *Relay) startListed(ctx context.Context, topic string) error {
+	client := r.producer.Client()
+	need := []string{topic, kafka.DLQTopic(topic)}
+	if err := client.RefreshMetadata(need...); err != nil {
+		return fmt.Errorf("Kafka metadata of %v: %w", need, err)
+	}
+	for _, t := range need {
+		if _, err := client.Partitions(t); err != nil {
+			return fmt.Errorf("topic %s: %v (the relay needs each topic and its .dlq)", t, err)
+		}
+	}
+	if r.cfg.Shadow {
+		return nil
+	}
+	return r.pool.RegisterTopics(ctx, []string{topic}, time.Now())
 }
 
 // Serve runs the relay (Run) until ctx ends, serving /healthz, /readyz

@@ -43,6 +43,13 @@ type Config struct {
 	// them: a later topic is claimed from only when every earlier one has
 	// nothing ready. Weights are then ignored. Default false.
 	Strict bool
+	// FollowTopics also serves, weight 1, every topic the stage's topic
+	// list in Consul (sluice/<stage>/topics/, `sluice topics create`)
+	// gains while the worker runs, without a restart; a topic leaving the
+	// list stays served (its jobs in Redis still need running). Needs
+	// ConsulAddr. Default false: a worker serves Topics, as its handlers
+	// were written for them; sluice dev's built-in worker follows.
+	FollowTopics bool
 	// Workers is the number of jobs run at once per partition, across its
 	// topics. Default 10.
 	Workers int
@@ -162,6 +169,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Location.RegisterFlags(fs)
 	cli.IntRangesVar(fs, &c.Serve, "partitions", c.Serve, "partitions to consume: \"0-7\", \"0,2,4\"; empty: all")
 	fs.Var(topicsValue{&c.Topics}, "topics", "topics (queues) to serve, with weights: \"critical=6,default=3,low=1\" (a topic without =w weighs 1); each partition's consumer claims from them weighted fair by jobs served")
+	fs.BoolVar(&c.FollowTopics, "follow-topics", c.FollowTopics, "also serve (weight 1) every topic the stage's topic list in Consul gains (sluice topics create), without a restart")
 	fs.BoolVar(&c.Strict, "strict", c.Strict, "drain --topics in the order given instead of by weight: a later topic only when every earlier one has nothing ready")
 	fs.IntVar(&c.Workers, "workers", c.Workers, "jobs run at once per partition, across its topics")
 	cli.DurationVar(fs, &c.Lease, "lease", c.Lease, "lease of a claimed job, extended every lease/3 while it is held")

@@ -51,6 +51,9 @@ type consumer struct {
 	// stops: writes that must not be dropped (acks, idempotency records,
 	// failures) wait out a Redis that cannot serve for that long.
 	settling context.Context
+	// topicsSeen is the version of the followed topics the chooser has
+	// (follow.go); the run loop's alone.
+	topicsSeen int64
 
 	mu       sync.Mutex
 	held     map[heldKey]*heldJob   // claimed, not yet settled: waiting, running or acking
@@ -161,6 +164,7 @@ func (c *consumer) run(ctx context.Context) {
 		}
 	}()
 	for ctx.Err() == nil {
+		c.followTopics()
 		c.startWaiting(runCtx, &running)
 		room, claimAt, changed := c.room()
 		if room < claimAt {

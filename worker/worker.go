@@ -36,6 +36,7 @@ type Worker struct {
 	pools    map[int]*slots // by partition
 	limits   *limiter
 	outage   *queue.Outage // waits on a Redis that cannot serve or write
+	follow   followed      // topics the stage's list added (follow.go)
 }
 
 // New creates a worker; call Handle for each job type, then Run.
@@ -189,6 +190,8 @@ func (w *Worker) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); w.limits.run(ctx) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); w.followTopics(ctx) }()
 	for _, p := range w.cfg.Serve {
 		// A restarted worker resumes the count the coordinator chose.
 		w.mu.RLock()
@@ -236,7 +239,7 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 		}
 		w.heartbeat(ctx, part)
 		now := w.cfg.Now()
-		for _, t := range w.cfg.Topics {
+		for _, t := range w.servedTopics() {
 			q := queue.Queue{Topic: t.Topic, Part: part}
 			// Leases expire by Redis's clock, not this worker's.
 			back, died, err := w.pool.Reap(ctx, q, 100, w.cfg.deadLimits(), w.attemptsOf)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -12,9 +13,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	consulapi "github.com/hashicorp/consul/api"
 
 	"github.com/sluicehq/sluice/coordinator"
 	"github.com/sluicehq/sluice/gate"
@@ -24,6 +28,7 @@ import (
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/stack"
+	"github.com/sluicehq/sluice/internal/topics"
 	"github.com/sluicehq/sluice/relay"
 	"github.com/sluicehq/sluice/worker"
 )
@@ -48,12 +53,15 @@ type devConfig struct {
 	CoordinatorAddr string
 	RedisPartitions int
 	Topic           string
-	Partitions      int
-	RedisMaxMemory  string
-	RedisAOF        bool
-	ResultTTL       time.Duration
-	CanaryInterval  time.Duration
-	WorkerServe     []int
+	// Topics, when given, are the job topics created and served instead
+	// of Topic alone (--topics jobs,mail).
+	Topics         []string
+	Partitions     int
+	RedisMaxMemory string
+	RedisAOF       bool
+	ResultTTL      time.Duration
+	CanaryInterval time.Duration
+	WorkerServe    []int
 	// Worker starts the built-in worker (every type runs noop); false
 	// leaves the queues to a worker of the developer's own, which the
 	// banner says how to attach.
@@ -98,6 +106,7 @@ func (c *devConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.CoordinatorAddr, "coordinator-addr", "127.0.0.1:8083", "the coordinator's address: the admin API (/api/v1, what sluice <command> --admin-url dials), the dashboard (/), and /healthz, /readyz and /metrics")
 	fs.IntVar(&c.RedisPartitions, "redis-partitions", 8, "Redis partitions (queue pool size)")
 	fs.StringVar(&c.Topic, "topic", "jobs", "job topic to create (with its .retry and .dlq topics)")
+	cli.StringsVar(fs, &c.Topics, "topics", nil, "job topics to create and serve, comma-separated (each with its .retry and .dlq), instead of --topic alone: --topics jobs,mail; more later without a restart: sluice topics create <name>")
 	fs.IntVar(&c.Partitions, "partitions", 8, "partitions of the job topic")
 	fs.StringVar(&c.RedisMaxMemory, "redis-maxmemory", "256mb", "Redis maxmemory (policy noeviction)")
 	fs.BoolVar(&c.RedisAOF, "redis-aof", true, "Redis appends every write to its AOF (fsync every second), so jobs survive a restart; --redis-aof=false for load tests that measure without it")
@@ -167,6 +176,11 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	if cfg.Partitions < 1 {
 		return errors.New("--partitions must be at least 1")
 	}
+	for _, t := range cfg.topicNames() {
+		if err := topics.Valid(t); err != nil {
+			return fmt.Errorf("--topics: %w", err)
+		}
+	}
 	if cfg.Kafka != devKafkaFake && cfg.Kafka != devKafkaApache {
 		return fmt.Errorf("--kafka %q: want %s or %s", cfg.Kafka, devKafkaFake, devKafkaApache)
 	}
@@ -232,19 +246,20 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	if err != nil {
 		return fmt.Errorf("--kafka-addr %q: port: %w", cfg.KafkaAddr, err)
 	}
-	topics := map[string]int32{
-		cfg.Topic:                   int32(cfg.Partitions),
-		kafka.RetryTopic(cfg.Topic): int32(cfg.Partitions),
-		kafka.DLQTopic(cfg.Topic):   1,
+	kafkaTopics := map[string]int32{}
+	for _, t := range cfg.topicNames() {
+		kafkaTopics[t] = int32(cfg.Partitions)
+		kafkaTopics[kafka.RetryTopic(t)] = int32(cfg.Partitions)
+		kafkaTopics[kafka.DLQTopic(t)] = 1
 	}
 	if _, err := run("kafka", func() (chan error, func(context.Context) error, error) {
 		if cfg.Kafka == devKafkaApache {
-			return startDevApacheKafka(startCtx, cfg, dir, port, topics, log)
+			return startDevApacheKafka(startCtx, cfg, dir, port, kafkaTopics, log)
 		}
 		broker, err := stack.StartKafka(startCtx, stack.KafkaConfig{
 			Ports:   []int{port},
 			DataDir: filepath.Join(dir, "kafka"),
-			Topics:  topics,
+			Topics:  kafkaTopics,
 		})
 		if err != nil {
 			return nil, nil, fmt.Errorf("kafka: %w", err)
@@ -278,6 +293,9 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 		stops = append(stops, consul.Stop)
 		consulExited = consul.Exited()
 		log.Info("consul up", "addr", cfg.ConsulAddr)
+		if err := relistDevTopics(startCtx, cfg, log); err != nil {
+			return fmt.Errorf("listing the topics of an earlier run: %w", err)
+		}
 	}
 	if cfg.Logging.Tracing {
 		stop, err := devTracing(startCtx, cfg, dir, log)
@@ -291,7 +309,8 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	// and moves jobs into the dev Redis.
 	rcfg := relay.DefaultConfig()
 	rcfg.Listen = cfg.RelayAddr
-	rcfg.Topics = []string{cfg.Topic}
+	rcfg.Topics = cfg.topicNames()
+	rcfg.FollowTopics = true // sluice topics create: served without a restart
 	rcfg.Kafka.Brokers = []string{cfg.KafkaAddr}
 	rcfg.ConsulAddr = cfg.ConsulAddr
 	rcfg.RedisAddr = cfg.RedisAddr
@@ -311,7 +330,11 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	wcfg := worker.DefaultConfig()
 	wcfg.Listen = cfg.WorkerAddr
 	wcfg.RedisAddr = cfg.RedisAddr
-	wcfg.Topics = worker.TopicWeights{{Topic: cfg.Topic, Weight: 1}}
+	wcfg.Topics = nil
+	for _, t := range cfg.topicNames() {
+		wcfg.Topics = append(wcfg.Topics, worker.TopicWeight{Topic: t, Weight: 1})
+	}
+	wcfg.FollowTopics = true // the topics sluice topics create adds, too
 	wcfg.Partitions = cfg.RedisPartitions
 	wcfg.Serve = cfg.WorkerServe
 	wcfg.Drain = cfg.StopTimeout
@@ -365,7 +388,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	if cfg.CanaryInterval > 0 {
 		// Canaries through the dev gate into every partition; until the
 		// gate (started last) answers, the monitor retries each round.
-		ccfg.Canary.Topics = []string{cfg.Topic}
+		ccfg.Canary.Topics = cfg.topicNames()
 		ccfg.Canary.GateURL = "http://" + cfg.GateAddr
 		ccfg.Canary.Interval = cfg.CanaryInterval
 		ccfg.Canary.Grace = cfg.CanaryInterval / 2
@@ -478,13 +501,103 @@ func clearDevFences(ctx context.Context, cfg devConfig) error {
 		return err
 	}
 	defer pool.Close()
+	// Every topic relayed before, too: one created with sluice topics
+	// create has a fence of the last run's.
+	names, err := pool.Topics(ctx, cfg.topicNames()...)
+	if err != nil {
+		return err
+	}
 	// One DEL per key: a partition's keys hash to a slot of their own.
-	for p := range cfg.RedisPartitions {
-		if err := pool.Client(p).Del(ctx, layout.Keys(queue.Queue{Topic: cfg.Topic, Part: p}).Fence()).Err(); err != nil {
-			return err
+	for _, t := range names {
+		for p := range cfg.RedisPartitions {
+			if err := pool.Client(p).Del(ctx, layout.Keys(queue.Queue{Topic: t, Part: p}).Fence()).Err(); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
+}
+
+// relistDevTopics puts back in the dev Consul's topic list the topics an
+// earlier run created with sluice topics create: the dev agent starts
+// empty, while Kafka (kfake on disk) and Redis (AOF) keep them, so without
+// this a restart would leave them unserved. A topic counts when a relay
+// registered it in Redis and Kafka still has it with its .dlq.
+func relistDevTopics(ctx context.Context, cfg devConfig, log *slog.Logger) error {
+	pool, err := queue.NewPool(queue.PoolConfig{Layout: queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}, Addr: cfg.RedisAddr})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	registered, err := pool.Topics(ctx)
+	if err != nil {
+		return err
+	}
+	var earlier []string
+	for _, t := range registered {
+		if !slices.Contains(cfg.topicNames(), t) {
+			earlier = append(earlier, t)
+		}
+	}
+	if len(earlier) == 0 {
+		return nil
+	}
+	kc := kafka.Config{Brokers: []string{cfg.KafkaAddr}, ClientID: "sluice-dev", Version: "3.6.0", Compression: "none"}
+	sc, err := kc.Sarama()
+	if err != nil {
+		return err
+	}
+	client, err := kc.Connect(ctx, sc)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	cc := consulapi.DefaultConfig()
+	cc.Address = cfg.ConsulAddr
+	consulClient, err := consulapi.NewClient(cc)
+	if err != nil {
+		return err
+	}
+	for _, t := range earlier {
+		parts, err := client.Partitions(t)
+		if err != nil {
+			continue // deleted, or never in this Kafka
+		}
+		if _, err := client.Partitions(kafka.DLQTopic(t)); err != nil {
+			continue
+		}
+		key, err := topics.Key("dev", t)
+		if err != nil {
+			continue
+		}
+		v, err := json.Marshal(topics.Spec{Partitions: len(parts), Replication: 1, Created: time.Now().UTC()})
+		if err != nil {
+			return err
+		}
+		if _, err := consulClient.KV().Put(&consulapi.KVPair{Key: key, Value: v}, (&consulapi.WriteOptions{}).WithContext(ctx)); err != nil {
+			return err
+		}
+		log.Info("topic of an earlier run listed again", "topic", t)
+	}
+	return nil
+}
+
+// topicNames are the job topics sluice dev creates and serves: --topics,
+// else --topic.
+func (c devConfig) topicNames() []string {
+	if len(c.Topics) > 0 {
+		return slices.Clone(c.Topics)
+	}
+	return []string{c.Topic}
+}
+
+// quotedTopics are the topics for the banner: "jobs", "mail".
+func (c devConfig) quotedTopics() string {
+	var q []string
+	for _, t := range c.topicNames() {
+		q = append(q, strconv.Quote(t))
+	}
+	return strings.Join(q, ", ")
 }
 
 // devSettingNames names the console's settings, in the admin API's fixes,
@@ -563,10 +676,10 @@ sluice dev is running (data in %s). Ctrl-C stops everything; jobs survive a rest
 
   gate     %s   (no authentication: development only)
   metrics  %s/metrics   health %s/healthz   ready %s/readyz
-  kafka    %s   topic %q with %d partitions, plus %s.retry and %s.dlq (%s)
+  kafka    %s   topic %s with %d partitions, plus %s (%s)
   redis    %s   (AOF %s; maxmemory %s)
   consul   http://%s   (dev agent; KV starts empty on each start)
-  relay    http://%s/metrics   topic %q into %d Redis partitions (rate: sluice/dev/relay/%s/rate in Consul)
+  relay    http://%s/metrics   topic %s into %d Redis partitions (rate: sluice/dev/relay/%s/rate in Consul), and every topic sluice topics create adds
 %s  coord    http://%s/metrics   the coordinator: admin API /api/v1/ and dashboard /; bulk groups' callbacks (lock sluice/dev/coordinator/lock in Consul)
            and per-partition scaling on PWQD; parameters: sluice/dev/scaling in Consul, e.g. {"threshold": 50}
            heartbeat canaries through every partition every %s (sluice_canary_* metrics)
@@ -579,9 +692,9 @@ Enqueue a job:
     -d '{"type":"hello","payload":{"greeting":"<hi> & welcome"}}'
 
 %s
-`, dir, gateURL, gateURL, gateURL, gateURL, cfg.KafkaAddr, cfg.Topic, cfg.Partitions, cfg.Topic, cfg.Topic, devKafkaName(cfg),
-		cfg.RedisAddr, onOff(cfg.RedisAOF), cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.Topic, cfg.RedisPartitions, cfg.Topic, workerLines(cfg), cfg.CoordinatorAddr,
-		canaryEvery(cfg.CanaryInterval), cfg.RedisAddr, cfg.RedisPartitions, cfg.KafkaAddr, gateURL, gateURL, cfg.Topic, adminLines(cfg, dir, adminToken))
+`, dir, gateURL, gateURL, gateURL, gateURL, cfg.KafkaAddr, cfg.quotedTopics(), cfg.Partitions, kafkaCompanions(cfg), devKafkaName(cfg),
+		cfg.RedisAddr, onOff(cfg.RedisAOF), cfg.RedisMaxMemory, cfg.ConsulAddr, cfg.RelayAddr, cfg.quotedTopics(), cfg.RedisPartitions, cfg.topicNames()[0], workerLines(cfg), cfg.CoordinatorAddr,
+		canaryEvery(cfg.CanaryInterval), cfg.RedisAddr, cfg.RedisPartitions, cfg.KafkaAddr, gateURL, gateURL, cfg.topicNames()[0], adminLines(cfg, dir, adminToken))
 	if f, ok := w.(*os.File); ok {
 		f.Sync()
 	}
@@ -595,9 +708,9 @@ func workerLines(cfg devConfig) string {
 		if cfg.HTTP != "" {
 			http = "\n           http handler (POSTs the payload): " + cfg.HTTP
 		}
-		return fmt.Sprintf(`  worker   http://%s/metrics   serves topic %q; every job type runs "noop"; type "sleep" sleeps {"ms": N}%s
+		return fmt.Sprintf(`  worker   http://%s/metrics   serves topic %s, and every topic sluice topics create adds; every job type runs "noop"; type "sleep" sleeps {"ms": N}%s
            rate limits per resource (else tenant, else type): sluice/dev/limits/<resource> in Consul, e.g. {"rate": 10}
-`, cfg.WorkerAddr, cfg.Topic, http)
+`, cfg.WorkerAddr, cfg.quotedTopics(), http)
 	}
 	env := ""
 	for _, kv := range devWorkerSettings(cfg) {
@@ -621,8 +734,17 @@ func workerLines(cfg devConfig) string {
 func devWorkerSettings(cfg devConfig) [][2]string {
 	return [][2]string{
 		{"redis-addr", cfg.RedisAddr}, {"redis-partitions", strconv.Itoa(cfg.RedisPartitions)}, {"stage", "dev"},
-		{"topics", cfg.Topic}, {"consul-addr", cfg.ConsulAddr}, {"listen", cfg.WorkerAddr},
+		{"topics", strings.Join(cfg.topicNames(), ",")}, {"consul-addr", cfg.ConsulAddr}, {"listen", cfg.WorkerAddr},
 	}
+}
+
+// kafkaCompanions names the topics' .retry and .dlq for the banner.
+func kafkaCompanions(cfg devConfig) string {
+	names := cfg.topicNames()
+	if len(names) == 1 {
+		return names[0] + kafka.RetrySuffix + " and " + names[0] + kafka.DLQSuffix
+	}
+	return "each one's " + kafka.RetrySuffix + " and " + kafka.DLQSuffix
 }
 
 func canaryEvery(d time.Duration) string {

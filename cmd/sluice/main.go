@@ -35,6 +35,7 @@ func commands() []command {
 		{"canary", "the heartbeat canary monitor alone: canaries through every path, alerts when one is late; `canary status`: their state (admin API)", runCanary},
 		{"stats", "the stage funnel per topic with its gaps explained, and the canaries' state (admin API, or the stores directly)", runStats},
 		{"dlq", "dead letters: ls, show, replay, purge the dead set or a topic's Kafka DLQ (admin API)", runDLQ},
+		{"topics", "topics (queues): create with their .retry and .dlq, ls, describe, delete (admin API)", runTopics},
 		{"rate", "relay rates per topic: get, set, pause, resume (admin API)", runRate},
 		{"limits", "execution rate limits per resource: get, set, unset (admin API)", runLimits},
 		{"groups", "groups: ls, show, cancel (admin API)", runGroups},

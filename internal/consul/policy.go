@@ -58,9 +58,11 @@ func PolicyFor(p Policy) (string, error) {
 			key("key", root+"relay/"+t+"/lock", "write", "topic "+t+"'s lock")
 			key("key", root+"relay/"+t+"/rate", "read", "topic "+t+"'s relay rate, watched")
 		}
+		key("key_prefix", root+"topics/", "read", "the stage's topic list, watched (--follow-topics; a listed topic's lock and rate need the relay/ rules above: narrowed to --topics, list them too)")
 		session()
 	case "worker":
 		key("key_prefix", root+"limits/", "read", "the execution rate limits, watched")
+		key("key_prefix", root+"topics/", "read", "the stage's topic list, watched by a worker that follows it (sluice dev's)")
 	case "coordinator":
 		key("key", root+"coordinator/lock", "write", "the coordinator's lock")
 		key("key_prefix", root+"scaling", "read", "the scaling parameters (scaling) and the operators' pins (scaling/pins/), watched")
@@ -79,6 +81,7 @@ func PolicyFor(p Policy) (string, error) {
 		key("key", root+"scaling", "read", "the scaling parameters, shown by a console without a coordinator in its process")
 		key("key_prefix", root+"scaling/pins/", "write", "the scale pins, listed, set and lifted")
 		key("key_prefix", root+"periodic/", "write", "the periodic schedules, listed, created, changed, paused and deleted")
+		key("key_prefix", root+"topics/", "write", "the stage's topic list: sluice topics create, ls, describe, delete")
 	default:
 		return "", fmt.Errorf("consul: no policy for part %q: the parts that use Consul are %s", p.Part, strings.Join(Parts, ", "))
 	}

@@ -86,3 +86,14 @@ func (p *Pool) TopicPaused(ctx context.Context, topic string) (time.Time, error)
 	}
 	return msTime(v), nil
 }
+
+// UnregisterTopic takes topic out of the stage's registry (PartKeys.Topics)
+// once it is deleted (sluice topics delete), so that readers of every
+// queue stop listing it; whether it was there.
+func (p *Pool) UnregisterTopic(ctx context.Context, topic string) (bool, error) {
+	n, err := p.byPart[0].HDel(ctx, p.layout.PartKeys(0).Topics(), topic).Result()
+	if err != nil {
+		return false, fmt.Errorf("unregistering topic %s: %w", topic, err)
+	}
+	return n > 0, nil
+}

@@ -305,6 +305,8 @@
         ['rates', Promise.all([api('GET', '/rates'), api('GET', '/limits')]), renderRates],
         ['periodic', api('GET', '/periodic'), renderPeriodic],
       );
+      // Topics ask Kafka for its metadata: as seldom as the funnel.
+      if (due(STATS_EVERY)) jobs.push(['topics', api('GET', '/topics'), renderTopics]);
       if (due(GROUPS_EVERY)) jobs.push(['groups', api('GET', '/groups?limit=100'), renderGroups]);
       if (due(DLQ_EVERY)) jobs.push(['dead', loadDeadLetters(stats), renderDeadLetters]);
       const results = await Promise.allSettled(jobs.map((j) => j[1]));
@@ -857,6 +859,26 @@
       fill(tr._ed.burst, l.burst);
     });
     $('#limits-empty').hidden = ls.length > 0;
+  }
+
+  // ---------------------------------------------------------------- topics
+
+  function renderTopics(list) {
+    const ts = (list && list.topics) || [];
+    syncRows($('#topics-table tbody'), ts, (t) => t.name,
+      () => el('tr', null, el('th', { scope: 'row' }), el('td', { class: 'num' }), el('td', { class: 'num' }), el('td'), el('td'), el('td')),
+      (tr, t) => {
+        const c = tr.cells;
+        setText(c[0], t.name);
+        setText(c[1], t.partitions ? String(t.partitions) : '—');
+        setText(c[2], t.replication ? String(t.replication) : '—');
+        setText(c[3], t.listed ? 'yes' : 'no (a relay\'s --topics)');
+        setText(c[4], t.relay || 'none');
+        const problems = t.problems || [];
+        setText(c[5], problems.length ? problems.join(' · ') : '—');
+        c[5].classList.toggle('bad-num', problems.length > 0);
+      });
+    $('#topics-empty').hidden = ts.length > 0;
   }
 
   // --------------------------------------------------------- periodic jobs
