@@ -120,7 +120,11 @@ func TestListJobs(t *testing.T) {
 	if ok, err := p.Defer(ctx, jq(0), byID["c"], later.Add(time.Second), now); !ok || err != nil {
 		t.Fatal(ok, err)
 	}
-	running, delayed, err := p.ListJobs(ctx, jq(0), 10)
+	running, _, _, err := p.listState(ctx, jq(0), WhereRunning, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delayed, _, _, err := p.listState(ctx, jq(0), WhereDelayed, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,7 +161,7 @@ func TestFindJobNamesTheWorker(t *testing.T) {
 	if err != nil || w.Where != WhereRunning || w.Worker != "host_a/42_x" || !w.Since.Equal(claimedAt) || !strings.Contains(w.View(JobLookup{}).Note, "host_a/42_x") {
 		t.Fatalf("a held job: %+v %v", w, err)
 	}
-	if running, _, err := p.ListJobs(ctx, jq(0), 10); err != nil || len(running) != 1 || running[0].Worker != "host_a/42_x" || !running[0].Since.Equal(claimedAt) {
+	if running, _, _, err := p.listState(ctx, jq(0), WhereRunning, 0, 10); err != nil || len(running) != 1 || running[0].Worker != "host_a/42_x" || !running[0].Since.Equal(claimedAt) {
 		t.Fatalf("listed: %+v %v", running, err)
 	}
 }
