@@ -23,3 +23,7 @@ key_prefix "sluice/compose/scaling/pins/" {
 key_prefix "sluice/compose/periodic/" {
   policy = "write"
 }
+# the stage's topic list: sluice topics create, ls, describe, delete
+key_prefix "sluice/compose/topics/" {
+  policy = "write"
+}

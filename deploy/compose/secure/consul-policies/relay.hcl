@@ -7,6 +7,10 @@ key "sluice/compose/relay/jobs/lock" {
 key "sluice/compose/relay/jobs/rate" {
   policy = "read"
 }
+# the stage's topic list, watched (--follow-topics; a listed topic's lock and rate need the relay/ rules above: narrowed to --topics, list them too)
+key_prefix "sluice/compose/topics/" {
+  policy = "read"
+}
 # its lock's session: create, renew, destroy (narrow to session "<agent node>" if every agent's node name is known)
 session_prefix "" {
   policy = "write"
