@@ -14,12 +14,13 @@ import (
 // An idle worker's round trips to Redis (issue 34: idle costs next to
 // nothing): while every consumer blocks on its wake and command lists,
 // the maintainer does not pop the command list too (the BLPOP takes
-// commands), and a consumer's BLPOP runs for IdleRecheck, not a second.
+// commands), and a consumer's BLPOP runs for IdleRecheck (5 s here),
+// not a fixed second.
 // Over a 3 s window with the bed's Maintain of 20 ms, the old code made
 // 282 LPOPs and 4 BLPOPs over 2 partitions.
 func TestAnIdleWorkerDoesNotPollItsLists(t *testing.T) {
 	b := newBed(t)
-	b.start(t, nil, func(w *worker.Worker) { w.Handle("t", worker.Noop) })
+	b.start(t, func(c *worker.Config) { c.IdleRecheck = 5 * time.Second }, func(w *worker.Worker) { w.Handle("t", worker.Noop) })
 	rdb := b.redis.Client()
 	ctx := context.Background()
 	testenv.WaitFor(t, 5*time.Second, "the consumers to block on their wake lists", func() bool {
