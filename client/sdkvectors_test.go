@@ -19,7 +19,10 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/client"
+	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/callback"
+	"github.com/sluicehq/sluice/internal/queue"
+	"github.com/sluicehq/sluice/internal/wire"
 )
 
 // The shared test vectors under sdk/testdata are the one contract of the
@@ -438,5 +441,63 @@ func TestSDKVectorsSignatures(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSDKVectorsAdminAnswers: every 200 answer of sdk/testdata/admin.json
+// (the SDKs' admin clients' vectors) is what the console sends: decoded
+// into the Go type the console encodes it from, and encoded again, it is
+// the same JSON, no field missing, none added, none renamed.
+func TestSDKVectorsAdminAnswers(t *testing.T) {
+	var v struct {
+		Cases []struct {
+			Name    string         `json:"name"`
+			GoType  string         `json:"go_type"`
+			Answers []vectorAnswer `json:"answers"`
+		} `json:"cases"`
+	}
+	readVectors(t, "admin.json", &v)
+	types := map[string]func() any{
+		"JobView":        func() any { return new(wire.JobView) },
+		"JobPage":        func() any { return new(queue.JobPage) },
+		"JobChange":      func() any { return new(queue.JobChange) },
+		"GroupStatus":    func() any { return new(wire.GroupStatus) },
+		"GroupCancelled": func() any { return new(wire.GroupCancelled) },
+		"TopicCreated":   func() any { return new(admin.TopicCreated) },
+		"TopicList":      func() any { return new(admin.TopicList) },
+		"TopicState":     func() any { return new(admin.TopicState) },
+		"TopicDeleted":   func() any { return new(admin.TopicDeleted) },
+	}
+	checked := 0
+	for _, tc := range v.Cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			for i, a := range tc.Answers {
+				if a.Status != http.StatusOK {
+					continue
+				}
+				mk, ok := types[tc.GoType]
+				if !ok {
+					t.Fatalf("answer %d: go_type %q: want one of the types this test knows (add it here)", i, tc.GoType)
+				}
+				val := mk()
+				if err := json.Unmarshal(a.Body, val); err != nil {
+					t.Fatalf("answer %d does not decode into %s: %v", i, tc.GoType, err)
+				}
+				again, err := json.Marshal(val)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var want, got any
+				json.Unmarshal(a.Body, &want)
+				json.Unmarshal(again, &got)
+				if !reflect.DeepEqual(got, want) {
+					t.Fatalf("answer %d is not what the console sends as %s:\n  vector %s\n  Go     %s", i, tc.GoType, a.Body, again)
+				}
+				checked++
+			}
+		})
+	}
+	if checked == 0 {
+		t.Fatal("no admin answer checked")
 	}
 }

@@ -1,8 +1,9 @@
 // Package integration runs the Python and TypeScript SDKs' suites against
 // the real pipeline: `sluice dev` on free loopback ports, its built-in
 // worker delivering two job types through its http handler to handlers
-// the suites build with the SDKs' helpers, signed group callbacks, and a
-// loopback proxy that eats one answer to show the resend after a 504.
+// the suites build with the SDKs' helpers, signed group callbacks, a
+// loopback proxy that eats one answer to show the resend after a 504, and
+// the admin API (topics, a running job cancelled, listings, a delete).
 package integration
 
 import (
@@ -93,10 +94,18 @@ func TestSDKsAgainstSluiceDev(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// sluice dev serves the admin API on the coordinator's address, with
+	// the admin token it generated into <dir>/admin-token (docs/admin.md).
+	adminToken, err := os.ReadFile(filepath.Join(dev.Dir(), "stack", "admin-token"))
+	if err != nil {
+		t.Fatalf("the admin token sluice dev generates: %v", err)
+	}
 	env := append(os.Environ(),
 		"SLUICE_TEST_GATE="+dev.Endpoints.Gate,
 		"SLUICE_TEST_FLAKY_GATE="+flaky.URL,
 		"SLUICE_TEST_CALLBACK_SECRET="+secret,
+		"SLUICE_TEST_ADMIN="+dev.Endpoints.Coordinator,
+		"SLUICE_TEST_ADMIN_TOKEN="+strings.TrimSpace(string(adminToken)),
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -110,19 +119,19 @@ func TestSDKsAgainstSluiceDev(t *testing.T) {
 	}{
 		{"python", pyDir, []string{python, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "tests/integration"},
 			[]string{"SLUICE_TEST_JOB_TYPE=sdkpy", "SLUICE_TEST_HANDLER_PORT=" + strconv.Itoa(pyPort)},
-			func(out string) bool { return strings.Contains(out, "3 passed") && !strings.Contains(out, "skipped") },
-			"3 passed, none skipped"},
+			func(out string) bool { return strings.Contains(out, "4 passed") && !strings.Contains(out, "skipped") },
+			"4 passed, none skipped"},
 		{"typescript", tsDir, []string{node, "--test", "dist/test/integration/pipeline.test.js"},
 			[]string{"SLUICE_TEST_JOB_TYPE=sdkts", "SLUICE_TEST_HANDLER_PORT=" + strconv.Itoa(tsPort)},
 			func(out string) bool {
-				return strings.Contains(out, "# pass 3") && strings.Contains(out, "# skipped 0")
+				return strings.Contains(out, "# pass 4") && strings.Contains(out, "# skipped 0")
 			},
-			"# pass 3, # skipped 0"},
+			"# pass 4, # skipped 0"},
 		// The unit suites on the shared vectors (sdk/testdata), so that
 		// make test breaks on an envelope change in any of the three.
 		{"python unit", pyDir, []string{python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests", "--ignore=tests/integration"}, nil,
 			func(out string) bool { return regexp.MustCompile(`(?m)^\d+ passed in `).MatchString(out) }, "every test passed"},
-		{"typescript unit", tsDir, []string{node, "--test", "dist/test/vectors.test.js", "dist/test/handler.test.js"}, nil,
+		{"typescript unit", tsDir, []string{node, "--test", "dist/test/vectors.test.js", "dist/test/admin.test.js", "dist/test/handler.test.js"}, nil,
 			func(out string) bool {
 				return strings.Contains(out, "# fail 0") && strings.Contains(out, "# skipped 0")
 			}, "# fail 0, # skipped 0"},

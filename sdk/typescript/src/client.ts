@@ -57,31 +57,40 @@ export class BatchError extends SluiceError {
 /** The gate's answer to a bulk group: every item (job "<group>.<i>") is in Kafka. */
 export interface GroupResult { group: string; topic: string; count: number; status: string }
 
-/** A bulk group's status (docs/groups.md). */
+/** A bulk group's status (docs/groups.md); times are RFC 3339 strings. total is null until the group's size is known. */
 export interface GroupStatus {
   group: string; topic: string; partition: number;
   state: "submitting" | "running" | "cancelling" | "completed";
-  total: number; relayed: number; queued: number; running: number; done: number; failed: number; dead: number; cancelled: number;
+  total: number | null; relayed: number; queued: number; running: number; done: number; failed: number; dead: number; cancelled: number;
   progress: number | null; rate: number;
+  estimated_finish?: string; first_at: string | null; closed_at: string | null; cancelled_at: string | null; completed_at: string | null;
   callback_url?: string; callback_state?: string; callback_attempts?: number; callback_error?: string;
   [k: string]: unknown;
 }
 
-/** Where a job is (docs/gate.md); "not-found" is an answer, not an error. */
+/** The admin API's answer to a group's cancel: its status after, and the ready jobs the cancel removed. */
+export interface GroupCancelled extends GroupStatus { removed: number }
+
+/**
+ * Where a job is (docs/gate.md); "not-found" is an answer, not an error.
+ * Times are RFC 3339 strings: until is a running job's lease deadline, a
+ * delayed job's due time, when a dead or done job ended.
+ */
 export interface JobInfo {
   topic: string; id: string; redis_partition: number;
-  state: "in-kafka" | "ready" | "running" | "delayed" | "dead" | "done" | "not-found";
-  relayed?: boolean; attempts?: number; last_error?: string; result?: string; why?: string; note?: string;
+  state: "in-kafka" | "ready" | "running" | "delayed" | "dead" | "done" | "cancelled" | "rate-paused" | "not-found";
+  relayed?: boolean; attempts?: number; last_error?: string; result?: string;
+  worker?: string; since?: string; batch?: string; until?: string; why?: string; note?: string;
   [k: string]: unknown;
 }
 
-type Rule = (status: number, eb: ErrorBody | undefined) => boolean;
+export type Rule = (status: number, eb: ErrorBody | undefined) => boolean;
 const temporary: Rule = (s) => s === 503 || s === 504;
-const only503: Rule = (s) => s === 503;
+export const only503: Rule = (s) => s === 503;
 
 interface Answer { status: number; body: string; retryAfterMs: number; sends: number }
 
-interface Exchange {
+export interface Exchange {
   method: string;
   path: string;
   body?: string;
@@ -97,21 +106,31 @@ function connectionNeverMade(e: unknown): boolean {
   return code === "ECONNREFUSED" || code === "ENOTFOUND" || code === "EAI_AGAIN";
 }
 
-/** Talks to one gate (or a load balancer in front of several). */
-export class Client {
+/** What an HTTP API's client says of itself: who answers, in errors. */
+interface ApiName {
+  api: string;
+  urlExample: string;
+  /** The fix of a 404 that is not the API's. */
+  notApiFix?: string;
+}
+
+/** Sends requests to one HTTP API with the retry rules: the gate's (Client) or the admin API's (AdminClient). */
+export class HttpApi {
   readonly url: string;
+  protected readonly retry: Required<RetryPolicy>;
   private readonly token?: string;
-  private readonly retry: Required<RetryPolicy>;
   private readonly timeoutMs: number;
   private readonly fetch: typeof fetch;
+  private readonly name: ApiName;
 
-  constructor(o: ClientOptions | string) {
+  protected constructor(o: ClientOptions | string, name: ApiName) {
     const opts: ClientOptions = typeof o === "string" ? { url: o } : o;
+    this.name = name;
     let u: URL;
     try {
       u = new URL(opts.url);
     } catch {
-      throw new TypeError(`sluice: url ${JSON.stringify(opts.url)}: want the gate's base URL, like http://127.0.0.1:8080`);
+      throw new TypeError(`sluice: url ${JSON.stringify(opts.url)}: want ${name.urlExample}`);
     }
     if (u.protocol !== "http:" && u.protocol !== "https:") throw new TypeError(`sluice: url ${opts.url}: want http:// or https://`);
     this.url = opts.url.replace(/\/+$/, "");
@@ -123,14 +142,16 @@ export class Client {
     this.fetch = opts.fetch ?? fetch;
   }
 
-  private backoff(attempt: number, retryAfterMs = 0): number {
+  protected backoff(attempt: number, retryAfterMs = 0): number {
     const d = Math.min(this.retry.minBackoffMs * 2 ** (attempt - 1), this.retry.maxBackoffMs) * (0.8 + Math.random() * 0.4);
     return Math.min(Math.max(d, retryAfterMs), this.retry.maxBackoffMs);
   }
 
   private async once(x: Exchange): Promise<{ status: number; body: string; retryAfterMs: number }> {
     const headers: Record<string, string> = { ...x.headers };
-    if (x.body !== undefined && !headers["Content-Type"]) headers["Content-Type"] = "application/json";
+    // A change carries it even without a body: the admin API refuses a
+    // change with neither it nor a token (a page of another site could send one).
+    if ((x.body !== undefined || (x.method !== "GET" && x.method !== "HEAD")) && !headers["Content-Type"]) headers["Content-Type"] = "application/json";
     if (this.token) headers.Authorization = `Bearer ${this.token}`;
     const resp = await this.fetch(this.url + x.path, { method: x.method, headers, body: x.body, signal: AbortSignal.timeout(this.timeoutMs), redirect: "manual" });
     const body = await resp.text();
@@ -138,7 +159,7 @@ export class Client {
     return { status: resp.status, body, retryAfterMs: ra > 0 ? ra * 1000 : 0 };
   }
 
-  private async do(x: Exchange): Promise<Answer> {
+  protected async do(x: Exchange): Promise<Answer> {
     const bound = Math.min(this.retry.maxAttempts, x.maxSends ?? Infinity);
     for (let attempt = 1; ; attempt++) {
       let a: { status: number; body: string; retryAfterMs: number };
@@ -162,11 +183,18 @@ export class Client {
         }
       }
       if (!x.retryable(a.status, eb) || attempt >= bound) {
-        if (eb && a.status >= 400 && !("results" in eb)) throw SluiceError.fromBody(a.status, eb, a.body, attempt);
+        if (eb && a.status >= 400 && !("results" in eb)) throw SluiceError.fromBody(a.status, eb, a.body, attempt, this.name.api, this.name.notApiFix);
         return { ...a, sends: attempt };
       }
       await sleep(this.backoff(attempt, a.retryAfterMs));
     }
+  }
+}
+
+/** Talks to one gate (or a load balancer in front of several). */
+export class Client extends HttpApi {
+  constructor(o: ClientOptions | string) {
+    super(o, { api: "gate", urlExample: "the gate's base URL, like http://127.0.0.1:8080" });
   }
 
   private static topic(topic: string): string {

@@ -1,5 +1,7 @@
 """sluice-client: enqueue jobs into Sluice through its gate's HTTP API,
-verify signed group callbacks, and serve the worker's http handler.
+verify signed group callbacks, serve the worker's http handler, and
+look up, list, cancel and delete jobs, groups and topics through the
+admin API (AdminClient).
 
     from sluice_client import Client
     c = Client("http://127.0.0.1:8080")
@@ -9,9 +11,11 @@ The same contract as the Go client (github.com/sluicehq/sluice/client):
 sdk/testdata holds the vectors all three clients are tested against.
 """
 
+from ._admin import AdminClient, JobChange, JobListing, JobPage, TopicDeleted, TopicQueue, TopicState
 from ._client import (
     BatchResult,
     Client,
+    GroupCancelled,
     GroupResult,
     GroupStatus,
     ItemResult,
@@ -35,6 +39,7 @@ from .callback import (
 from .handler import Delivery, Kill, RetryLater, asgi_handler, callback_asgi, callback_wsgi, serve, wsgi_handler
 
 __all__ = [
+    "AdminClient", "GroupCancelled", "JobChange", "JobListing", "JobPage", "TopicDeleted", "TopicQueue", "TopicState",
     "BadSignature", "BatchError", "BatchResult", "Client", "Delivery", "GroupResult", "GroupStatus", "ItemResult",
     "Job", "JobInfo", "Kill", "NoSignature", "NoV2Signature", "Raw", "Result", "RetryLater", "RetryPolicy",
     "ShortSecret", "SignatureError", "SluiceConnectionError", "SluiceError", "StaleSignature", "asgi_handler",

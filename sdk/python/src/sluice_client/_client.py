@@ -107,7 +107,9 @@ class GroupStatus:
     group: str
     topic: str
     state: str
-    total: int = 0
+    partition: int = 0
+    total: int | None = None
+    relayed: int = 0
     done: int = 0
     dead: int = 0
     cancelled: int = 0
@@ -115,21 +117,40 @@ class GroupStatus:
     running: int = 0
     failed: int = 0
     progress: float | None = None
+    rate: float = 0.0
     callback_state: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
+class GroupCancelled(GroupStatus):
+    """The admin API's answer to a group's cancel: its status after the
+    cancel, and how many ready jobs the cancel removed."""
+
+    removed: int = 0
+
+
+@dataclass
 class JobInfo:
     """Where a job is (docs/gate.md): state is in-kafka, ready, running,
-    delayed, dead, done or not-found (an answer, not an error)."""
+    delayed, dead, done, cancelled, rate-paused or not-found (an answer,
+    not an error). Times are RFC 3339 strings, as the API sends them:
+    until is a running job's lease deadline, a delayed job's due time,
+    when a dead or done job ended; why a delayed job's reason."""
 
     topic: str
     id: str
     state: str
+    redis_partition: int = 0
+    relayed: bool = False
     attempts: int = 0
     last_error: str = ""
     result: str = ""
+    worker: str = ""
+    since: str | None = None
+    batch: str = ""
+    until: str | None = None
+    why: str = ""
     note: str = ""
     raw: dict[str, Any] = field(default_factory=dict)
 
@@ -168,14 +189,14 @@ def _only_503(status: int, _eb: dict[str, Any] | None) -> bool:
     return status == 503
 
 
-class Client:
-    """Talks to one gate (or a load balancer in front of several); safe to
-    share between threads.
+class _Http:
+    """Sends requests to one HTTP API with the retry rules: the gate's
+    (Client) or the admin API's (AdminClient)."""
 
-    url is the gate's base URL (sluice dev's: http://127.0.0.1:8080);
-    token, when set, is sent as "Authorization: Bearer <token>"; timeout
-    bounds each send, in seconds.
-    """
+    # Who answers, in errors; what a 404 that is not the API's means.
+    _api = "gate"
+    _not_api_fix = ""
+    _url_example = "the gate's base URL, like http://127.0.0.1:8080"
 
     def __init__(
         self,
@@ -187,17 +208,18 @@ class Client:
     ) -> None:
         u = urllib.parse.urlparse(url)
         if u.scheme not in ("http", "https") or not u.netloc:
-            raise ValueError(f"sluice: url {url!r}: want the gate's base URL, like http://127.0.0.1:8080")
+            raise ValueError(f"sluice: url {url!r}: want {self._url_example}")
         self.url = url.rstrip("/")
         self.token = token
         self.retry = retry or RetryPolicy()
         self.timeout = timeout
 
-    # -- sending ---------------------------------------------------------
-
     def _once(self, method: str, path: str, body: bytes | None, headers: dict[str, str]) -> tuple[int, bytes, float]:
         h = dict(headers)
-        if body is not None:
+        if body is not None or method not in ("GET", "HEAD"):
+            # Even without a body: the admin API refuses a change that
+            # carries neither this nor a token (a page of another site
+            # could send it).
             h.setdefault("Content-Type", "application/json")
         if self.token:
             h["Authorization"] = "Bearer " + self.token
@@ -248,9 +270,19 @@ class Client:
                     eb = {}  # a proxy's page: the message falls back to the body
             if not retryable(status, eb) or attempt >= bound:
                 if eb is not None and status >= 400 and "results" not in eb:
-                    raise SluiceError.from_body(status, eb, data, attempt)
+                    raise SluiceError.from_body(status, eb, data, attempt, self._api, self._not_api_fix)
                 return _Answer(status, data, ra, attempt)
             time.sleep(self.retry.backoff(attempt, ra))
+
+
+class Client(_Http):
+    """Talks to one gate (or a load balancer in front of several); safe to
+    share between threads.
+
+    url is the gate's base URL (sluice dev's: http://127.0.0.1:8080);
+    token, when set, is sent as "Authorization: Bearer <token>"; timeout
+    bounds each send, in seconds.
+    """
 
     @staticmethod
     def _topic(topic: str) -> str:

@@ -8,10 +8,12 @@ if TYPE_CHECKING:
 
 
 class SluiceError(Exception):
-    """A gate's error answer the client raises rather than retries: a 4xx
-    (fix the request: message says how, field names the envelope field at
-    fault), or a 503 or 504 still failing after the retry policy's sends.
-    ids are the jobs (or the group) whose fate is unknown after a 504."""
+    """A gate's (or the admin API's) error answer the client raises rather
+    than retries: a 4xx (fix the request: message says how, field names the
+    envelope field at fault; the admin API adds fix), or a 503 or 504 still
+    failing after the retry policy's sends. ids are the jobs (or the group)
+    whose fate is unknown after a 504. api names who answered: "gate" or
+    "admin API"."""
 
     def __init__(
         self,
@@ -24,6 +26,8 @@ class SluiceError(Exception):
         ids: list[str] | None = None,
         attempts: int = 1,
         body: dict[str, Any] | None = None,
+        fix: str = "",
+        api: str = "gate",
     ) -> None:
         self.status = status
         self.message = message
@@ -33,11 +37,15 @@ class SluiceError(Exception):
         self.ids = ids or []
         self.attempts = attempts
         self.body = body or {}
+        self.fix = fix
+        self.api = api
         try:
             text = HTTPStatus(status).phrase
         except ValueError:
             text = ""
-        s = f"sluice gate: {status} {text}: {message}"
+        s = f"sluice {api}: {status} {text}: {message}"
+        if fix:
+            s += f" (fix: {fix})"
         if attempts > 1:
             s += f" (after {attempts} sends)"
         super().__init__(s)
@@ -49,10 +57,17 @@ class SluiceError(Exception):
         return self.status in (503, 504)
 
     @classmethod
-    def from_body(cls, status: int, eb: dict[str, Any], raw: bytes, attempts: int) -> "SluiceError":
-        msg = eb.get("error") or raw.decode("utf-8", "replace").strip()
+    def from_body(cls, status: int, eb: dict[str, Any], raw: bytes, attempts: int, api: str = "gate", not_api_fix: str = "") -> "SluiceError":
+        msg = eb.get("error")
+        fix = eb.get("fix", "")
+        if not msg:
+            # Not the API answering (a proxy's page, a coordinator without
+            # its console): the body is the message.
+            msg = raw.decode("utf-8", "replace").strip()
+            if status == 404 and not fix:
+                fix = not_api_fix
         return cls(status, msg, field=eb.get("field", ""), line=eb.get("line", 0), column=eb.get("column", 0),
-                   ids=eb.get("ids"), attempts=attempts, body=eb)
+                   ids=eb.get("ids"), attempts=attempts, body=eb, fix=fix, api=api)
 
 
 class BatchError(SluiceError):
@@ -69,6 +84,7 @@ class BatchError(SluiceError):
 
 
 class SluiceConnectionError(ConnectionError):
-    """The gate could not be reached (or its answer was lost) and the
-    client gave up: after its retries, or at once where a resend is not
-    safe (a bulk group whose answer was lost: look at its status)."""
+    """The gate (or the admin API) could not be reached, or its answer was
+    lost, and the client gave up: after its retries, or at once where a
+    resend is not safe (a bulk group, or an admin change, whose answer was
+    lost: look at its status)."""

@@ -8,13 +8,15 @@ import type { Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { after, before, describe, it } from "node:test";
 import { setTimeout as sleep } from "node:timers/promises";
-import { callbackHandler, Client, jobHandler, Kill, RetryLater, serve, type Delivery } from "../../src/index.js";
+import { AdminClient, callbackHandler, Client, jobHandler, Kill, RetryLater, serve, SluiceError, type Delivery } from "../../src/index.js";
 
 const env = process.env;
 const GATE = env.SLUICE_TEST_GATE ?? "";
 const FLAKY = env.SLUICE_TEST_FLAKY_GATE ?? "";
 const JOB_TYPE = env.SLUICE_TEST_JOB_TYPE ?? "";
 const SECRET = env.SLUICE_TEST_CALLBACK_SECRET ?? "";
+const ADMIN = env.SLUICE_TEST_ADMIN ?? "";
+const ADMIN_TOKEN = env.SLUICE_TEST_ADMIN_TOKEN ?? "";
 
 const deliveries = new Map<string, number[]>();
 
@@ -26,6 +28,16 @@ async function waitFor<T>(what: string, cond: () => Promise<T | false> | T | fal
     await sleep(50);
   }
   assert.fail(`waited ${timeoutMs} ms for ${what}`);
+}
+
+/** fn's answer, or false while it throws a SluiceError of that status. */
+async function unlessStatus<T>(status: number, fn: () => Promise<T>): Promise<T | false> {
+  try {
+    return await fn();
+  } catch (e) {
+    if (e instanceof SluiceError && e.status === status) return false;
+    throw e;
+  }
 }
 
 interface Callback { group: string; total: number; done: number; dead: number; items: Array<{ index: number; state: string; result?: unknown; error?: string }> }
@@ -83,9 +95,48 @@ describe("against sluice dev", { skip: GATE ? false : "SLUICE_TEST_GATE unset: r
       assert.deepStrictEqual(deliveries.get(`${g.group}.13`), [1], "Kill: the worker did not retry item 13");
       const st = await c.groupStatus("jobs", g.group);
       assert.deepStrictEqual([st.state, st.done, st.dead], ["completed", 19, 1]);
+      const ast = await new AdminClient(ADMIN, { token: ADMIN_TOKEN }).groupStatus(g.group, { topic: "jobs" });
+      assert.deepStrictEqual([ast.group, ast.state, ast.total, ast.done, ast.dead], [g.group, "completed", 20, 19, 1]);
     } finally {
       receiver.closeAllConnections();
       receiver.close();
     }
+  });
+
+  it("creates a topic through the admin API, cancels a running job, lists and deletes", async () => {
+    const a = new AdminClient(ADMIN, { token: ADMIN_TOKEN });
+    const c = new Client(GATE);
+    const topic = `sdkts-admin-${process.hrtime.bigint()}`;
+    const kafka = [topic, `${topic}.retry`, `${topic}.dlq`].sort();
+    const t = await a.createTopic(topic, { partitions: 2 });
+    assert.ok(t.listed);
+    assert.deepStrictEqual([...(t.created_kafka ?? [])].sort(), kafka);
+    assert.ok((await a.listTopics()).some((x) => x.name === topic));
+    // The gate learns the new Kafka topic when its catalog next reads
+    // Kafka's metadata: a 404 until then.
+    const slow = await waitFor("the gate to take the new topic", () => unlessStatus(404, () => c.enqueue(topic, "sleep", { ms: 120_000 }, { retainMs: 3_600_000 })));
+    await waitFor("the slow job running", async () => (await a.lookupJob(topic, slow.id)).state === "running");
+    const ch = await a.cancelJob(topic, slow.id);
+    assert.deepStrictEqual([ch.was, ch.outcome], ["running", "cancel-requested"]);
+    // Its worker learns it at its next lease extension (a third of the lease).
+    await waitFor("the cancelled job", async () => (await a.lookupJob(topic, slow.id)).state === "cancelled");
+    const later = await c.enqueue(topic, "sleep", { ms: 1 }, { delayMs: 3_600_000 });
+    await waitFor("the delayed job in Redis", async () => (await a.lookupJob(topic, later.id)).state === "delayed");
+    // limit 1: every job is a page of its own, so the listing pages.
+    const listed: Record<string, string> = {};
+    for await (const j of a.iterJobs(topic, { limit: 1 })) listed[j.id] = j.state;
+    assert.deepStrictEqual(listed, { [slow.id]: "cancelled", [later.id]: "delayed" });
+    const page = await a.listJobs(topic, { state: "delayed" });
+    assert.deepStrictEqual([page.jobs.map((j) => j.id), page.next_cursor], [[later.id], undefined]);
+    const del = await a.deleteJob(topic, later.id);
+    assert.deepStrictEqual([del.was, del.outcome], ["delayed", "deleted"]);
+    assert.equal((await a.lookupJob(topic, later.id)).state, "not-found");
+    const d = await a.describeTopic(topic);
+    assert.deepStrictEqual([d.queue?.ready, d.queue?.delayed, d.queue?.inflight], [0, 0, 0]);
+    // A 409 while the relay has not committed every record it relayed.
+    const gone = await waitFor("the topic deleted", () => unlessStatus(409, () => a.deleteTopic(topic)));
+    assert.ok(gone.unlisted);
+    assert.deepStrictEqual([...gone.deleted_kafka].sort(), kafka);
+    assert.ok(!(await a.listTopics()).some((x) => x.name === topic && x.listed));
   });
 });
