@@ -863,21 +863,76 @@
 
   // ---------------------------------------------------------------- topics
 
+  function topicsMsg(text, bad) {
+    const m = $('#topics-msg');
+    m.className = 'msg ' + (bad ? 'bad' : 'ok');
+    setText(m, text);
+  }
+
+  function createdText(o) {
+    const made = (o.created_kafka || []).length ? `Kafka topics created: ${o.created_kafka.join(', ')}`
+      : 'its Kafka topics existed already';
+    return `Created ${o.name}: ${num(o.partitions)} partitions, replication ${num(o.replication)}; ${made}. Relays that follow the list serve it within a second.`;
+  }
+
+  function deletedText(o) {
+    const k = (o.deleted_kafka || []).length ? `Kafka topics ${o.deleted_kafka.join(', ')} deleted` : 'no Kafka topic to delete';
+    const left = o.left ? `; ${plural(o.left, 'job')} left in Redis, for workers that serve it and the dead-letter commands` : '';
+    return `Deleted ${o.name}: ${k}${left}.`;
+  }
+
+  // deleteTopic asks first, then deletes without force: the API refuses
+  // (409) a topic that still holds jobs or that a relay serves by its
+  // --topics, and its words are what the operator decides on. Forcing is
+  // a second, explicit choice; declined, the refusal stays on the page.
+  function deleteTopic(name, button) {
+    if (!window.confirm(`Delete topic ${name}? Its Kafka topics (${name}, ${name}.retry, ${name}.dlq) are deleted and its relay lets it go. ` +
+      'If it still holds jobs the admin API refuses, and you are asked whether to force.')) return;
+    const path = `/topics/${encodeURIComponent(name)}`;
+    act(button, topicsMsg, deletedText, async () => {
+      try {
+        return await api('DELETE', path);
+      } catch (err) {
+        if (err.status !== 409) throw err;
+        if (!window.confirm(`The admin API refused to delete ${name}:\n\n${err.text}\n\n` +
+          'OK deletes it anyway (force, as sluice topics delete --force does): jobs in Kafka not yet relayed are lost; ' +
+          'jobs in Redis stay there. Cancel keeps the topic.')) throw err;
+        return api('DELETE', `${path}?force=true`);
+      }
+    });
+  }
+
+  function createTopic(form) {
+    const name = $('#topic-new-name').value.trim();
+    if (!name) { topicsMsg('Name the topic.', true); return; }
+    // What is typed goes as typed (a number as a number): the API judges
+    // it, and an empty field takes its default.
+    const body = { name };
+    const parts = $('#topic-new-partitions').value.trim();
+    const repl = $('#topic-new-replication').value.trim();
+    if (parts !== '') body.partitions = typed(parts);
+    if (repl !== '') body.replication = typed(repl);
+    act(form.querySelector('button[type=submit]'), topicsMsg, createdText, () => api('POST', '/topics', body));
+  }
+
   function renderTopics(list) {
     const ts = (list && list.topics) || [];
-    syncRows($('#topics-table tbody'), ts, (t) => t.name,
-      () => el('tr', null, el('th', { scope: 'row' }), el('td', { class: 'num' }), el('td', { class: 'num' }), el('td'), el('td'), el('td')),
-      (tr, t) => {
-        const c = tr.cells;
-        setText(c[0], t.name);
-        setText(c[1], t.partitions ? String(t.partitions) : '—');
-        setText(c[2], t.replication ? String(t.replication) : '—');
-        setText(c[3], t.listed ? 'yes' : 'no (a relay\'s --topics)');
-        setText(c[4], t.relay || 'none');
-        const problems = t.problems || [];
-        setText(c[5], problems.length ? problems.join(' · ') : '—');
-        c[5].classList.toggle('bad-num', problems.length > 0);
-      });
+    syncRows($('#topics-table tbody'), ts, (t) => t.name, (t) => {
+      const del = el('button', { type: 'button', class: 'topic-delete danger write', text: 'Delete…', 'aria-label': `Delete topic ${t.name}` });
+      del.addEventListener('click', () => deleteTopic(t.name, del));
+      return el('tr', null, el('th', { scope: 'row' }), el('td', { class: 'num' }), el('td', { class: 'num' }), el('td'), el('td'), el('td'),
+        el('td', { class: 'actions' }, del));
+    }, (tr, t) => {
+      const c = tr.cells;
+      setText(c[0], t.name);
+      setText(c[1], t.partitions ? String(t.partitions) : '—');
+      setText(c[2], t.replication ? String(t.replication) : '—');
+      setText(c[3], t.listed ? 'yes' : 'no (a relay\'s --topics)');
+      setText(c[4], t.relay || 'none');
+      const problems = t.problems || [];
+      setText(c[5], problems.length ? problems.join(' · ') : '—');
+      c[5].classList.toggle('bad-num', problems.length > 0);
+    });
     $('#topics-empty').hidden = ts.length > 0;
   }
 
@@ -1026,6 +1081,10 @@
       if (!res) { say('Name the resource.', true); return; }
       act(nf.querySelector('button'), say, () => `Set the limit of ${res}.`,
         () => api('PUT', `/limits/${encodeURIComponent(res)}`, { rate: typed($('#limit-new-rate').value) }));
+    });
+    $('#topic-new').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      createTopic(ev.currentTarget);
     });
     $('#find-form').addEventListener('submit', (ev) => {
       ev.preventDefault();
