@@ -257,6 +257,10 @@
   let timer = null;
   let polling = false;
   let inFlight = null;
+  // No poll runs while an action (act) is under way: one that left before
+  // it finishes first, and none starts until it is done, so the page never
+  // reads half a change (the Kafka DLQ of a topic being deleted, say).
+  let acting = 0;
 
   function startPolling() {
     polling = true;
@@ -281,6 +285,7 @@
   // and renders it. Polls never overlap: a slow API slows the page down
   // instead of piling requests up.
   async function refresh(all) {
+    if (!all && acting) return undefined;
     if (inFlight) {
       // An action's refresh waits for the poll under way, then reads
       // everything: that poll may have left before the action was done.
@@ -306,9 +311,10 @@
         ['periodic', api('GET', '/periodic'), renderPeriodic],
       );
       // Topics ask Kafka for its metadata: as seldom as the funnel.
-      if (due(STATS_EVERY)) jobs.push(['topics', api('GET', '/topics'), renderTopics]);
+      const topicList = due(STATS_EVERY) ? api('GET', '/topics') : null;
+      if (topicList) jobs.push(['topics', topicList, renderTopics]);
       if (due(GROUPS_EVERY)) jobs.push(['groups', api('GET', '/groups?limit=100'), renderGroups]);
-      if (due(DLQ_EVERY)) jobs.push(['dead', loadDeadLetters(stats), renderDeadLetters]);
+      if (due(DLQ_EVERY)) jobs.push(['dead', loadDeadLetters(stats, topicList), renderDeadLetters]);
       const results = await Promise.allSettled(jobs.map((j) => j[1]));
       let reached = false;
       let down = null;
@@ -624,13 +630,17 @@
 
   let deadTotal = 0;
 
-  async function loadDeadLetters(stats) {
+  async function loadDeadLetters(stats, topicList) {
     // The Kafka DLQ is per topic: every topic the page knows of, with the
-    // funnel's of this poll when it reads the funnel (the first poll knows
-    // of none before it).
+    // funnel's and the topic list's of this poll when it reads them (the
+    // first poll knows of none before it).
     if (stats) {
       const r = await stats.catch(() => null);
       if (r) topics = topicsOf(r);
+    }
+    if (topicList) {
+      const r = await topicList.catch(() => null);
+      if (r) dlqTopics = dlqTopicsOf(r);
     }
     const ts = knownTopics();
     const [redisDLQ, ...kafka] = await Promise.allSettled([
@@ -643,7 +653,13 @@
     return { redis: redisDLQ, kafka: kafka.map((r, i) => ({ topic: ts[i], r })) };
   }
 
+  // knownTopics are the topics whose Kafka DLQ the page reads and purges:
+  // those whose .dlq Kafka has, once the topic list has been read. The
+  // funnel and the rate keys also name topics deleted since (the gate's
+  // counters and a rate outlive a topic), whose DLQ would be a 404 at
+  // every poll.
   function knownTopics() {
+    if (dlqTopics !== null) return dlqTopics.slice();
     const s = new Set(topics);
     for (const r of lastRates) s.add(r.topic);
     return Array.from(s).sort();
@@ -659,7 +675,9 @@
   // and polls at once so the page shows the effect.
   async function act(button, msgNode, what, fn) {
     button.disabled = true;
+    acting++;
     try {
+      if (inFlight) await inFlight.catch(() => {});
       const out = await fn();
       msgNode(what(out), false);
     } catch (err) {
@@ -670,6 +688,7 @@
         msgNode(err.text || String(err), true);
       }
     } finally {
+      acting--;
       button.disabled = false;
     }
     await refresh(true);
@@ -863,6 +882,16 @@
 
   // ---------------------------------------------------------------- topics
 
+  // dlqTopics: the topics whose Kafka .dlq exists, from the last topic
+  // list read (null: none read yet, or a list without Kafka's view: a
+  // console without brokers, whose DLQ reads then say why they fail).
+  let dlqTopics = null;
+  function dlqTopicsOf(list) {
+    const ts = (list && list.topics) || [];
+    if (!ts.some((t) => (t.kafka || []).length > 0)) return null;
+    return ts.filter((t) => (t.kafka || []).includes(t.name + '.dlq')).map((t) => t.name).sort();
+  }
+
   function topicsMsg(text, bad) {
     const m = $('#topics-msg');
     m.className = 'msg ' + (bad ? 'bad' : 'ok');
@@ -917,6 +946,7 @@
 
   function renderTopics(list) {
     const ts = (list && list.topics) || [];
+    dlqTopics = dlqTopicsOf(list);
     syncRows($('#topics-table tbody'), ts, (t) => t.name, (t) => {
       const del = el('button', { type: 'button', class: 'topic-delete danger write', text: 'Delete…', 'aria-label': `Delete topic ${t.name}` });
       del.addEventListener('click', () => deleteTopic(t.name, del));
