@@ -24,6 +24,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/console/dashboard"
 	"github.com/sluicehq/sluice/internal/limits"
@@ -31,6 +32,7 @@ import (
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/stack"
 	"github.com/sluicehq/sluice/internal/testenv"
+	"github.com/sluicehq/sluice/internal/topics"
 )
 
 // chromiumPath finds Debian's chromium. A missing browser fails the test
@@ -514,7 +516,7 @@ func TestDevDashboard(t *testing.T) {
 		case m := <-dialogs:
 			return m
 		case <-time.After(10 * time.Second):
-			t.Fatal("no confirmation asked for the purge")
+			t.Fatal("no confirmation asked")
 			return ""
 		}
 	}
@@ -584,14 +586,105 @@ func TestDevDashboard(t *testing.T) {
 		t.Fatalf("after the bad value Consul holds rate %g, paused %v (read: %v), want the 250 kept", r, paused, ok)
 	}
 
+	// Topics: one created from the page is listed in Consul and made in
+	// Kafka, and the page lists it. Delete asks first; the API refuses a
+	// topic that holds a job, the page asks whether to force with the
+	// API's words; declined, the topic stays and the refusal shows;
+	// forced, it is gone from Consul, Kafka and the page.
+	const newTopic, newParts = "dash-new", 2
+	topicKey, err := topics.Key("dev", newTopic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// kafkaParts is how many partitions Kafka has for topic (0: none).
+	kafkaParts := func(topic string) int {
+		req := kmsg.NewPtrMetadataRequest()
+		req.AllowAutoTopicCreation = false
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(topic)
+		req.Topics = append(req.Topics, rt)
+		resp, err := req.RequestWith(ctx, kc)
+		if err != nil || len(resp.Topics) != 1 || resp.Topics[0].ErrorCode != 0 {
+			return 0
+		}
+		return len(resp.Topics[0].Partitions)
+	}
+	b.do(t, "creating a topic", 10*time.Second,
+		chromedp.SetValue(chromedp.ID("topic-new-name"), newTopic),
+		chromedp.SetValue(chromedp.ID("topic-new-partitions"), strconv.Itoa(newParts)),
+		chromedp.Click(chromedp.CSS(`#topic-new button[type=submit]`)))
+	topicRow := fmt.Sprintf(`#topics-table tr[data-key=%q]`, newTopic)
+	b.waitJS(t, "the new topic listed on the page", 10*time.Second,
+		fmt.Sprintf(`(() => { const r = document.querySelector('%s'); return r && r.cells[1].textContent === '%d' && r.cells[2].textContent === '1' && r.cells[3].textContent === 'yes'; })()`, topicRow, newParts))
+	if m := b.text(t, `document.querySelector('#topics-msg').textContent`); !strings.HasPrefix(m, "Created "+newTopic+": 2 partitions, replication 1") {
+		t.Errorf("the create's message: %q", m)
+	}
+	if kv, _, err := consul.KV().Get(topicKey, nil); err != nil || kv == nil {
+		t.Fatalf("the created topic is not in Consul's list (%s): %v", topicKey, err)
+	}
+	for _, k := range []string{newTopic, newTopic + ".retry", newTopic + ".dlq"} {
+		if n := kafkaParts(k); n == 0 {
+			t.Errorf("Kafka has no topic %s after the create", k)
+		}
+	}
+	// A job due in an hour holds the topic: delayed in Redis, or in Kafka
+	// until the relay takes it. The gate finds a new topic within a second.
+	job := `{"type":"work","run_at":"` + time.Now().Add(time.Hour).UTC().Format(time.RFC3339) + `"}`
+	testenv.WaitFor(t, 10*time.Second, "the gate to take a job for the new topic", func() bool {
+		resp, err := http.Post(gate+"/v1/topics/"+newTopic+"/jobs", "application/json", strings.NewReader(job))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusAccepted
+	})
+	deleteTopic := chromedp.Click(chromedp.CSS(topicRow + ` button.topic-delete`))
+	// First time: the first question accepted, forcing declined.
+	answers <- true
+	answers <- false
+	b.do(t, "clicking Delete on the topic", 10*time.Second, deleteTopic)
+	if m := dialog(); !strings.Contains(m, "Delete topic "+newTopic+"?") {
+		t.Errorf("the delete's confirmation %q does not name the topic", m)
+	}
+	force := dialog()
+	if !strings.Contains(force, "still holds jobs") || !strings.Contains(force, "anyway") {
+		t.Errorf("the force question %q does not give the API's refusal and the choice", force)
+	}
+	b.waitJS(t, "the API's refusal on the page", 10*time.Second,
+		`(() => { const m = document.querySelector('#topics-msg'); return m.classList.contains('bad') && m.textContent.startsWith('409: ') && m.textContent.includes('still holds jobs'); })()`)
+	if kv, _, err := consul.KV().Get(topicKey, nil); err != nil || kv == nil {
+		t.Fatalf("a declined force took the topic out of Consul's list: %v", err)
+	}
+	if kafkaParts(newTopic) != newParts {
+		t.Fatalf("a declined force deleted the Kafka topic %s", newTopic)
+	}
+	// Second time: forced.
+	answers <- true
+	answers <- true
+	b.do(t, "clicking Delete on the topic, forcing", 10*time.Second, deleteTopic)
+	dialog()
+	dialog()
+	b.waitJS(t, "the topic gone from the page", 10*time.Second,
+		fmt.Sprintf(`!document.querySelector('%s') && document.querySelector('#topics-msg').textContent.startsWith('Deleted %s: Kafka topics ')`, topicRow, newTopic))
+	if kv, _, err := consul.KV().Get(topicKey, nil); err != nil || kv != nil {
+		t.Errorf("the deleted topic is still in Consul's list (%v)", err)
+	}
+	for _, k := range []string{newTopic, newTopic + ".retry", newTopic + ".dlq"} {
+		if n := kafkaParts(k); n != 0 {
+			t.Errorf("Kafka still has %s (%d partitions) after the delete", k, n)
+		}
+	}
+
 	// Let a few more polls draw the sparklines, then keep the picture.
 	b.waitJS(t, "a few polls of throughput", 15*time.Second,
 		`[...document.querySelectorAll('#partitions-table tbody polyline')].some(p => p.getAttribute('points').split(' ').length >= 4)`)
 	b.screenshot(t, "dashboard.png")
 	var unexpected []string
 	for _, p := range b.pageProblems() {
-		// The bad value's 400 was the point.
-		if !strings.Contains(p, "status of 400") || !strings.Contains(p, "/api/v1/rates/"+cfg.Topic) {
+		// The bad value's 400 and the unforced delete's 409 were the point.
+		badRate := strings.Contains(p, "status of 400") && strings.Contains(p, "/api/v1/rates/"+cfg.Topic)
+		refused := strings.Contains(p, "status of 409") && strings.Contains(p, "/api/v1/topics/"+newTopic)
+		if !badRate && !refused {
 			unexpected = append(unexpected, p)
 		}
 	}
@@ -604,8 +697,8 @@ func TestDevDashboard(t *testing.T) {
 	b.do(t, "opening the dashboard with a read token", 20*time.Second, chromedp.Navigate("about:blank"), chromedp.Navigate(coord+"/#token="+readToken))
 	b.waitJS(t, "the read-only page", 20*time.Second, `document.querySelector('#conn').textContent.startsWith('live') &&
 		document.querySelector('#role').textContent === 'role: read' && !document.querySelector('#readonly-note').hidden &&
-		document.querySelectorAll('#deadset-table tbody tr').length > 0`)
-	if n := b.text(t, `String([...document.querySelectorAll('button.replay, button.purge, button.pause, form.editor, #limit-new, #deadset-purge')].filter(e => e.offsetParent !== null).length)`); n != "0" {
+		document.querySelectorAll('#deadset-table tbody tr').length > 0 && document.querySelectorAll('#topics-table tbody tr').length > 0`)
+	if n := b.text(t, `String([...document.querySelectorAll('button.replay, button.purge, button.pause, form.editor, #limit-new, #deadset-purge, #topic-new, button.topic-delete')].filter(e => e.offsetParent !== null).length)`); n != "0" {
 		t.Errorf("a read token's page shows %s controls that change things", n)
 	}
 

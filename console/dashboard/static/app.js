@@ -257,6 +257,10 @@
   let timer = null;
   let polling = false;
   let inFlight = null;
+  // No poll runs while an action (act) is under way: one that left before
+  // it finishes first, and none starts until it is done, so the page never
+  // reads half a change (the Kafka DLQ of a topic being deleted, say).
+  let acting = 0;
 
   function startPolling() {
     polling = true;
@@ -281,6 +285,7 @@
   // and renders it. Polls never overlap: a slow API slows the page down
   // instead of piling requests up.
   async function refresh(all) {
+    if (!all && acting) return undefined;
     if (inFlight) {
       // An action's refresh waits for the poll under way, then reads
       // everything: that poll may have left before the action was done.
@@ -306,9 +311,10 @@
         ['periodic', api('GET', '/periodic'), renderPeriodic],
       );
       // Topics ask Kafka for its metadata: as seldom as the funnel.
-      if (due(STATS_EVERY)) jobs.push(['topics', api('GET', '/topics'), renderTopics]);
+      const topicList = due(STATS_EVERY) ? api('GET', '/topics') : null;
+      if (topicList) jobs.push(['topics', topicList, renderTopics]);
       if (due(GROUPS_EVERY)) jobs.push(['groups', api('GET', '/groups?limit=100'), renderGroups]);
-      if (due(DLQ_EVERY)) jobs.push(['dead', loadDeadLetters(stats), renderDeadLetters]);
+      if (due(DLQ_EVERY)) jobs.push(['dead', loadDeadLetters(stats, topicList), renderDeadLetters]);
       const results = await Promise.allSettled(jobs.map((j) => j[1]));
       let reached = false;
       let down = null;
@@ -624,13 +630,17 @@
 
   let deadTotal = 0;
 
-  async function loadDeadLetters(stats) {
+  async function loadDeadLetters(stats, topicList) {
     // The Kafka DLQ is per topic: every topic the page knows of, with the
-    // funnel's of this poll when it reads the funnel (the first poll knows
-    // of none before it).
+    // funnel's and the topic list's of this poll when it reads them (the
+    // first poll knows of none before it).
     if (stats) {
       const r = await stats.catch(() => null);
       if (r) topics = topicsOf(r);
+    }
+    if (topicList) {
+      const r = await topicList.catch(() => null);
+      if (r) dlqTopics = dlqTopicsOf(r);
     }
     const ts = knownTopics();
     const [redisDLQ, ...kafka] = await Promise.allSettled([
@@ -643,7 +653,13 @@
     return { redis: redisDLQ, kafka: kafka.map((r, i) => ({ topic: ts[i], r })) };
   }
 
+  // knownTopics are the topics whose Kafka DLQ the page reads and purges:
+  // those whose .dlq Kafka has, once the topic list has been read. The
+  // funnel and the rate keys also name topics deleted since (the gate's
+  // counters and a rate outlive a topic), whose DLQ would be a 404 at
+  // every poll.
   function knownTopics() {
+    if (dlqTopics !== null) return dlqTopics.slice();
     const s = new Set(topics);
     for (const r of lastRates) s.add(r.topic);
     return Array.from(s).sort();
@@ -659,7 +675,9 @@
   // and polls at once so the page shows the effect.
   async function act(button, msgNode, what, fn) {
     button.disabled = true;
+    acting++;
     try {
+      if (inFlight) await inFlight.catch(() => {});
       const out = await fn();
       msgNode(what(out), false);
     } catch (err) {
@@ -670,6 +688,7 @@
         msgNode(err.text || String(err), true);
       }
     } finally {
+      acting--;
       button.disabled = false;
     }
     await refresh(true);
@@ -863,21 +882,87 @@
 
   // ---------------------------------------------------------------- topics
 
+  // dlqTopics: the topics whose Kafka .dlq exists, from the last topic
+  // list read (null: none read yet, or a list without Kafka's view: a
+  // console without brokers, whose DLQ reads then say why they fail).
+  let dlqTopics = null;
+  function dlqTopicsOf(list) {
+    const ts = (list && list.topics) || [];
+    if (!ts.some((t) => (t.kafka || []).length > 0)) return null;
+    return ts.filter((t) => (t.kafka || []).includes(t.name + '.dlq')).map((t) => t.name).sort();
+  }
+
+  function topicsMsg(text, bad) {
+    const m = $('#topics-msg');
+    m.className = 'msg ' + (bad ? 'bad' : 'ok');
+    setText(m, text);
+  }
+
+  function createdText(o) {
+    const made = (o.created_kafka || []).length ? `Kafka topics created: ${o.created_kafka.join(', ')}`
+      : 'its Kafka topics existed already';
+    return `Created ${o.name}: ${num(o.partitions)} partitions, replication ${num(o.replication)}; ${made}. Relays that follow the list serve it within a second.`;
+  }
+
+  function deletedText(o) {
+    const k = (o.deleted_kafka || []).length ? `Kafka topics ${o.deleted_kafka.join(', ')} deleted` : 'no Kafka topic to delete';
+    const left = o.left ? `; ${plural(o.left, 'job')} left in Redis, for workers that serve it and the dead-letter commands` : '';
+    return `Deleted ${o.name}: ${k}${left}.`;
+  }
+
+  // deleteTopic asks first, then deletes without force: the API refuses
+  // (409) a topic that still holds jobs or that a relay serves by its
+  // --topics, and its words are what the operator decides on. Forcing is
+  // a second, explicit choice; declined, the refusal stays on the page.
+  function deleteTopic(name, button) {
+    if (!window.confirm(`Delete topic ${name}? Its Kafka topics (${name}, ${name}.retry, ${name}.dlq) are deleted and its relay lets it go. ` +
+      'If it still holds jobs the admin API refuses, and you are asked whether to force.')) return;
+    const path = `/topics/${encodeURIComponent(name)}`;
+    act(button, topicsMsg, deletedText, async () => {
+      try {
+        return await api('DELETE', path);
+      } catch (err) {
+        if (err.status !== 409) throw err;
+        if (!window.confirm(`The admin API refused to delete ${name}:\n\n${err.text}\n\n` +
+          'OK deletes it anyway (force, as sluice topics delete --force does): jobs in Kafka not yet relayed are lost; ' +
+          'jobs in Redis stay there. Cancel keeps the topic.')) throw err;
+        return api('DELETE', `${path}?force=true`);
+      }
+    });
+  }
+
+  function createTopic(form) {
+    const name = $('#topic-new-name').value.trim();
+    if (!name) { topicsMsg('Name the topic.', true); return; }
+    // What is typed goes as typed (a number as a number): the API judges
+    // it, and an empty field takes its default.
+    const body = { name };
+    const parts = $('#topic-new-partitions').value.trim();
+    const repl = $('#topic-new-replication').value.trim();
+    if (parts !== '') body.partitions = typed(parts);
+    if (repl !== '') body.replication = typed(repl);
+    act(form.querySelector('button[type=submit]'), topicsMsg, createdText, () => api('POST', '/topics', body));
+  }
+
   function renderTopics(list) {
     const ts = (list && list.topics) || [];
-    syncRows($('#topics-table tbody'), ts, (t) => t.name,
-      () => el('tr', null, el('th', { scope: 'row' }), el('td', { class: 'num' }), el('td', { class: 'num' }), el('td'), el('td'), el('td')),
-      (tr, t) => {
-        const c = tr.cells;
-        setText(c[0], t.name);
-        setText(c[1], t.partitions ? String(t.partitions) : '—');
-        setText(c[2], t.replication ? String(t.replication) : '—');
-        setText(c[3], t.listed ? 'yes' : 'no (a relay\'s --topics)');
-        setText(c[4], t.relay || 'none');
-        const problems = t.problems || [];
-        setText(c[5], problems.length ? problems.join(' · ') : '—');
-        c[5].classList.toggle('bad-num', problems.length > 0);
-      });
+    dlqTopics = dlqTopicsOf(list);
+    syncRows($('#topics-table tbody'), ts, (t) => t.name, (t) => {
+      const del = el('button', { type: 'button', class: 'topic-delete danger write', text: 'Delete…', 'aria-label': `Delete topic ${t.name}` });
+      del.addEventListener('click', () => deleteTopic(t.name, del));
+      return el('tr', null, el('th', { scope: 'row' }), el('td', { class: 'num' }), el('td', { class: 'num' }), el('td'), el('td'), el('td'),
+        el('td', { class: 'actions' }, del));
+    }, (tr, t) => {
+      const c = tr.cells;
+      setText(c[0], t.name);
+      setText(c[1], t.partitions ? String(t.partitions) : '—');
+      setText(c[2], t.replication ? String(t.replication) : '—');
+      setText(c[3], t.listed ? 'yes' : 'no (a relay\'s --topics)');
+      setText(c[4], t.relay || 'none');
+      const problems = t.problems || [];
+      setText(c[5], problems.length ? problems.join(' · ') : '—');
+      c[5].classList.toggle('bad-num', problems.length > 0);
+    });
     $('#topics-empty').hidden = ts.length > 0;
   }
 
@@ -1026,6 +1111,10 @@
       if (!res) { say('Name the resource.', true); return; }
       act(nf.querySelector('button'), say, () => `Set the limit of ${res}.`,
         () => api('PUT', `/limits/${encodeURIComponent(res)}`, { rate: typed($('#limit-new-rate').value) }));
+    });
+    $('#topic-new').addEventListener('submit', (ev) => {
+      ev.preventDefault();
+      createTopic(ev.currentTarget);
     });
     $('#find-form').addEventListener('submit', (ev) => {
       ev.preventDefault();
