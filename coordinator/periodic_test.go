@@ -28,6 +28,23 @@ type periodicGate struct {
 	refused int      // posts to topic jbos, answered 404
 }
 
+// startPeriodic starts a coordinator whose scheduler posts to a recording
+// gate with a token, and waits until it leads.
+func startPeriodic(t *testing.T, b *bed) (*periodicGate, *running) {
+	t.Helper()
+	gate := newPeriodicGate(t)
+	tokenFile := t.TempDir() + "/token"
+	if err := os.WriteFile(tokenFile, []byte("periodic-secret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := b.start(t, "c1", func(c *coordinator.Config) {
+		c.Periodic.GateURL = gate.srv.URL
+		c.Periodic.Token.File = tokenFile
+	})
+	r.waitHolding(t)
+	return gate, r
+}
+
 func newPeriodicGate(t *testing.T) *periodicGate {
 	g := &periodicGate{}
 	g.srv = httptest.NewServer(http.HandlerFunc(g.serve))
@@ -89,16 +106,7 @@ func (g *periodicGate) waitPostTo(t *testing.T, n int, topic, what string) {
 // good, and the log says so once (issue 32).
 func TestPeriodicRefusedPostIsNotRetried(t *testing.T) {
 	b := newBed(t, 2)
-	gate := newPeriodicGate(t)
-	tokenFile := t.TempDir() + "/token"
-	if err := os.WriteFile(tokenFile, []byte("periodic-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r := b.start(t, "c1", func(c *coordinator.Config) {
-		c.Periodic.GateURL = gate.srv.URL
-		c.Periodic.Token.File = tokenFile
-	})
-	r.waitHolding(t)
+	gate, r := startPeriodic(t, b)
 	key, _ := periodic.ScheduleKey(b.layout.Stage, "typo")
 	if _, err := b.consul.Client().KV().Put(&consulapi.KVPair{Key: key, Value: []byte(`{"every":"24h","topic":"jbos","type":"report","run_now":"n1"}`)}, nil); err != nil {
 		t.Fatal(err)
@@ -123,16 +131,7 @@ func TestPeriodicRefusedPostIsNotRetried(t *testing.T) {
 
 func TestPeriodicSchedulesFireFollowLiveChangesAndOutliveAConsulRestart(t *testing.T) {
 	b := newBed(t, 2)
-	gate := newPeriodicGate(t)
-	tokenFile := t.TempDir() + "/token"
-	if err := os.WriteFile(tokenFile, []byte("periodic-secret\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	r := b.start(t, "c1", func(c *coordinator.Config) {
-		c.Periodic.GateURL = gate.srv.URL
-		c.Periodic.Token.File = tokenFile
-	})
-	r.waitHolding(t)
+	gate, r := startPeriodic(t, b)
 	kv := b.consul.Client().KV()
 	key, _ := periodic.ScheduleKey(b.layout.Stage, "tick")
 	put := func(value string) {

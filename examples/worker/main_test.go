@@ -39,16 +39,7 @@ func TestExampleWorkerRunsBothTypedHandlers(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	root, err := stack.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "worker")
-	build := exec.Command("go", "build", "-o", bin, "./examples/worker")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./examples/worker: %v\n%s", err, out)
-	}
+	bin := buildExampleWorker(t)
 	port, err := stack.FreePort()
 	if err != nil {
 		t.Fatal(err)
@@ -149,16 +140,7 @@ func TestExampleWorkerRunsBothTypedHandlers(t *testing.T) {
 // printed, naming it, with exit status 2 (the example used to exit 2
 // without a word); -h prints the usage and exits 0.
 func TestExampleWorkerSaysWhatIsWrongWithItsSettings(t *testing.T) {
-	root, err := stack.ModuleRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "worker")
-	build := exec.Command("go", "build", "-o", bin, "./examples/worker")
-	build.Dir = root
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./examples/worker: %v\n%s", err, out)
-	}
+	bin := buildExampleWorker(t)
 	cmd := exec.Command(bin)
 	cmd.Env = append(os.Environ(), "SLUICE_WORKER_WORKERS=many")
 	out, err := cmd.CombinedOutput()
@@ -170,4 +152,20 @@ func TestExampleWorkerSaysWhatIsWrongWithItsSettings(t *testing.T) {
 	if err != nil || !strings.Contains(string(out), "SLUICE_WORKER_WORKERS") {
 		t.Fatalf("-h: %v, output %q; want the usage and exit status 0", err, out)
 	}
+}
+
+// buildExampleWorker builds examples/worker into the test's temp dir.
+func buildExampleWorker(t *testing.T) string {
+	t.Helper()
+	root, err := stack.ModuleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "worker")
+	build := exec.Command("go", "build", "-o", bin, "./examples/worker")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./examples/worker: %v\n%s", err, out)
+	}
+	return bin
 }
