@@ -60,7 +60,8 @@ func (w *Worker) Try(ctx context.Context, j *Job, timeout time.Duration) Outcome
 // retryIn is the delay before the next attempt of a job of jobType whose
 // attempt failed with herr, and false when there is none (Permanent, or
 // its last attempt): the job is dead. RetryAfter's delay wins, then the
-// type's TypeRetryDelay, then the backoff. settle and Try decide by it.
+// type's TypeRetryDelay, then the backoff. settle (recordFailure) and Try
+// decide by it.
 func (w *Worker) retryIn(jobType string, herr error, attempt, maxAttempts int) (time.Duration, bool) {
 	if IsPermanent(herr) || attempt >= maxAttempts {
 		return 0, false

@@ -7,18 +7,14 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sluicehq/sluice/internal/canary"
-	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/retry"
-	"github.com/sluicehq/sluice/internal/tracing"
 )
 
 // consumer runs one partition's jobs, from the queue partitions {topic,
@@ -37,9 +33,9 @@ import (
 // while slow ones are not hoarded by one process, out of the fair order.
 //
 // This file follows a job in one direction: run claims it, startWaiting
-// gives it a slot, execute runs it, settle records a failure or hands a
-// success to the acker; then what runs beside them (the lease keeper) and
-// the way out (shutdown, release).
+// gives it a slot, execute (run.go) runs it as steps and settles it, the
+// acker records its success; then what runs beside them (the lease
+// keeper) and the way out (shutdown, release).
 type consumer struct {
 	w      *Worker
 	part   int
@@ -414,248 +410,9 @@ func (c *consumer) startWaiting(runCtx context.Context, running *sync.WaitGroup)
 	}
 }
 
-// execute runs one claimed job and settles it.
-func (c *consumer) execute(ctx context.Context, h *heldJob) {
-	w, cl := c.w, h.claimed
-	if h.env == nil {
-		c.settle(ctx, h, nil, Permanent(fmt.Errorf("job %s has no envelope in Redis", cl.ID)), 1)
-		return
-	}
-	j, err := job.Decode(h.env)
-	if err != nil {
-		c.settle(ctx, h, nil, Permanent(fmt.Errorf("envelope: %w", err)), 1)
-		return
-	}
-	h.jobType = j.Type // read by settle and the acker, after this
-	h.enqueuedAt = j.EnqueuedAt
-	if canary.IsCanary(cl.Group) {
-		c.completeCanary(ctx, h, j)
-		return
-	}
-	if j.Traceparent != "" && tracing.Enabled() {
-		ctx = c.traceJob(ctx, h, j)
-	}
-	// The envelope's own limits win, then the type's defaults (Handle's
-	// options), then the Config's.
-	handler, defaults := w.handler(j.Type)
-	maxAttempts := firstPositive(j.MaxAttempts, defaults.maxAttempts, w.cfg.MaxAttempts)
-	h.retain = w.retainOf(j, h.q.Topic)
-	if handler == nil {
-		// Retried with backoff, attempt counted, never killed on the
-		// spot: during a rolling deploy that adds the type, a worker
-		// with the handler takes it on a later try.
-		err := fmt.Errorf("no handler for job type %q on worker %s (retried later: a worker with the handler may take it)", j.Type, c.slots.id)
-		if cl.Attempt >= maxAttempts {
-			// The last attempt: the error stays as the dead job's
-			// last_error, so it says what happened and what to do.
-			err = fmt.Errorf("no handler for job type %q on worker %s, and its %d attempts are spent: dead (register a handler for the type, then sluice dlq replay)", j.Type, c.slots.id, maxAttempts)
-		}
-		c.settle(ctx, h, nil, err, maxAttempts)
-		return
-	}
-	timeout := firstPositive(time.Duration(j.Timeout), defaults.timeout, w.cfg.Timeout)
-	if key := j.IdempotencyKey; key != "" {
-		// A Redis that cannot write now is waited out: failing the
-		// attempt would spend it on an outage.
-		var mark string
-		err := c.untilRedisAnswers(ctx, "marking an idempotency key", func(pool *queue.Pool) (err error) {
-			mark, err = pool.IdempotencyBegin(ctx, key, cl.ID, cl.Attempt, timeout+w.cfg.Lease)
-			return err
-		})
-		switch {
-		case err != nil:
-			c.settle(ctx, h, nil, err, maxAttempts)
-			return
-		case strings.HasPrefix(mark, "done:"):
-			// A job with this key completed within its TTL: done
-			// without running again.
-			w.count("idempotent_skip", j.Type, 1)
-			c.settle(ctx, h, []byte(`{"skipped":"idempotency key completed by job `+strings.TrimPrefix(mark, "done:")+`"}`), nil, maxAttempts)
-			return
-		case mark != "":
-			// Another job with the key runs now: wait in delayed,
-			// without spending an attempt on waiting, until that run
-			// ends (it wakes this one: waitBehind) or a lease passes.
-			c.waitBehind(ctx, h, key, mark)
-			w.count("idempotent_wait", j.Type, 1)
-			return
-		}
-	}
-	// The execution rate limit of the job's resource: it starts at its
-	// slot, or waits in delayed for it (ratelimit.go).
-	handler, admitted := c.admit(ctx, h, j, handler)
-	if !admitted {
-		return
-	}
-	start := w.cfg.Now()
-	if !j.EnqueuedAt.IsZero() && cl.Attempt == 1 {
-		w.m.queueWait.Observe(start.Sub(j.EnqueuedAt).Seconds())
-	}
-	// Cancelled with a cause when the lease is lost or cannot be extended.
-	runCtx, cancelRun := context.WithCancelCause(ctx)
-	defer cancelRun(nil)
-	jctx, cancel := context.WithTimeout(runCtx, timeout)
-	defer cancel()
-	c.mu.Lock()
-	h.cancel = cancelRun
-	lostEarly, cancelledEarly := h.lost, h.cancelled
-	c.mu.Unlock()
-	if lostEarly {
-		return // dropped by the lease keeper as this job started
-	}
-	if cancelledEarly {
-		// Cancelled as it started: it never ran.
-		if key := j.IdempotencyKey; key != "" {
-			if err := c.endIdempotency(ctx, key, cl, false); err != nil {
-				c.log.Warn("freeing the idempotency key of a cancelled job failed", "job", cl.ID, "key", key, "err", err)
-			}
-		}
-		c.settleCancelled(ctx, h)
-		return
-	}
-	var span trace.Span
-	if h.trace.IsSampled() {
-		jctx, span = c.startAttempt(jctx, h, j, maxAttempts, start)
-		ctx = trace.ContextWithSpan(ctx, span) // log lines about the attempt carry its ids
-	} else if h.trace.IsValid() {
-		jctx = trace.ContextWithRemoteSpanContext(jctx, h.trace) // the handler's own spans follow the gate's decision
-	}
-	w.m.inflight.Inc()
-	result, herr := call(jctx, handler, &Job{
-		ID: j.ID, Type: j.Type, Group: cl.Group, Tenant: j.Tenant, Resource: j.Resource, Topic: h.q.Topic,
-		Payload: j.Payload, Attempt: cl.Attempt, MaxAttempts: maxAttempts, EnqueuedAt: j.EnqueuedAt,
-	})
-	w.m.inflight.Dec()
-	cancel()
-	end := w.cfg.Now()
-	took := end.Sub(start)
-	c.ran(took, end)
-	w.m.execution.WithLabelValues(w.typeLabel(j.Type)).Observe(took.Seconds())
-	c.mu.Lock()
-	lost, why, draining, cancelled := h.lost, h.why, c.draining, h.cancelled
-	c.mu.Unlock()
-	switch key := j.IdempotencyKey; {
-	case key == "":
-	case lost && herr != nil:
-		// Cut short (or failed) after its lease was lost or given up:
-		// what the handler did is unknown (an HTTP call cancelled here
-		// may have been answered 2xx, or still run at its server).
-		// Freeing the key would let the next holder run the job at once,
-		// beside it; the running mark is left to expire (timeout plus a
-		// lease), as a killed worker's is.
-		c.log.WarnContext(ctx, "a run cut short after its lease was lost leaves its idempotency key's running mark to expire", "job", cl.ID, "attempt", cl.Attempt, "key", key, "err", herr)
-	default:
-		// Kept until Redis takes it (a Redis that cannot persist, MISCONF,
-		// is an outage to wait out), even past the running mark's TTL:
-		// the end script records done on an expired mark too. Recorded
-		// even when the lease was lost meanwhile: the mark is this
-		// attempt's, and the next holder must find the key done (and
-		// skip the job) rather than free (and run it again).
-		if err := c.endIdempotency(ctx, key, cl, herr == nil); err != nil {
-			c.log.Warn("recording the idempotency key failed", "job", cl.ID, "key", key, "err", err)
-		}
-	}
-	if h.trace.IsValid() {
-		c.endAttempt(ctx, span, h, maxAttempts, herr, lost, start, end)
-	}
-	if lost {
-		// The reaper took the job back (we were too slow to extend), or
-		// the lease could not be extended and is given up: its next
-		// holder settles it.
-		w.count("lost", j.Type, 1)
-		c.log.WarnContext(ctx, "lease lost while running; the job will run again", "job", cl.ID, "why", why)
-		return
-	}
-	if cancelled && herr != nil {
-		// Stopped on its cancel: settled cancelled, not failed. (A
-		// handler that succeeded all the same is acked: its work is done.)
-		c.settleCancelled(ctx, h)
-		return
-	}
-	if herr != nil && ctx.Err() != nil && draining {
-		return // cut short by shutdown: handed back by release, not failed
-	}
-	c.settle(context.WithoutCancel(ctx), h, result, herr, maxAttempts)
-}
-
-// waitBehind defers a job whose idempotency key another job's run holds
-// (mark) for a lease, and registers it with the key, so that the run's end
-// (endIdempotency) wakes it at once: a duplicate of a job that completes
-// is then skipped within a round trip or two of that, not a lease later.
-// Should the run's worker die, the deferral's due time still brings it
-// back. A run that ended before the registration has handed its waiters
-// over already: the job wakes itself.
-func (c *consumer) waitBehind(ctx context.Context, h *heldJob, key, mark string) {
-	w, cl := c.w, h.claimed
-	ctx = context.WithoutCancel(ctx)
-	var deferred bool
-	if err := c.untilRedisAnswers(c.settling, "deferring a job", func(pool *queue.Pool) (err error) {
-		now := w.cfg.Now()
-		deferred, err = pool.Defer(ctx, h.q, cl, now.Add(w.cfg.Lease), now)
-		return err
-	}); err != nil || !deferred {
-		if err != nil {
-			c.log.Warn("deferring a job behind its idempotency key failed; its lease will expire", "job", cl.ID, "err", err)
-		}
-		return
-	}
-	d := queue.DeferredEntry(h.q, cl)
-	var registered bool
-	err := c.untilRedisAnswers(c.settling, "waiting on an idempotency key", func(pool *queue.Pool) (err error) {
-		registered, err = pool.IdempotencyWait(ctx, key, mark, d, w.cfg.Lease)
-		return err
-	})
-	if err == nil && !registered {
-		err = w.pool.WakeDeferred(ctx, []queue.Deferred{d}, w.cfg.Now())
-	}
-	if err != nil {
-		c.log.Warn("a job deferred behind its idempotency key waits out its deferral", "job", cl.ID, "err", err)
-	}
-}
-
-// endIdempotency records the end of a run of an idempotency key (done, or
-// freed) and wakes the jobs deferred behind it (waitBehind).
-func (c *consumer) endIdempotency(ctx context.Context, key string, cl queue.Claimed, succeeded bool) error {
-	w := c.w
-	ctx = context.WithoutCancel(ctx)
-	var waiters []queue.Deferred
-	if err := c.untilRedisAnswers(c.settling, "recording an idempotency key", func(pool *queue.Pool) (err error) {
-		waiters, err = pool.IdempotencyEnd(ctx, key, cl.ID, cl.Attempt, succeeded, w.cfg.IdempotencyTTL)
-		return err
-	}); err != nil {
-		return err
-	}
-	if len(waiters) == 0 {
-		return nil
-	}
-	if err := w.pool.WakeDeferred(ctx, waiters, w.cfg.Now()); err != nil {
-		// Not lost: they come due at the end of their deferral.
-		c.log.Warn("waking the jobs deferred behind an idempotency key failed; they wait out their deferral", "key", key, "jobs", len(waiters), "err", err)
-	}
-	return nil
-}
-
 // errJobCancelled is the cause a handler's context is cancelled with when
 // an operator cancelled its job (sluice jobs cancel, the admin API).
 var errJobCancelled = errors.New("job cancelled by an operator (sluice jobs cancel)")
-
-// settleCancelled records a held job stopped on its cancel: cancelled.
-func (c *consumer) settleCancelled(ctx context.Context, h *heldJob) {
-	w := c.w
-	ctx = context.WithoutCancel(ctx)
-	var ok bool
-	err := c.untilRedisAnswers(c.settling, "settling a cancelled job", func(pool *queue.Pool) (err error) {
-		ok, err = pool.SettleCancelled(ctx, h.q, h.claimed, w.cfg.Now(), w.cfg.ResultTTL)
-		return err
-	})
-	switch {
-	case err != nil:
-		c.log.Warn("settling a cancelled job failed; its lease will expire and it runs again", "job", h.claimed.ID, "err", err)
-	case ok:
-		w.count("cancelled", h.jobType, 1)
-		c.log.Info("job cancelled", "job", h.claimed.ID, "queue", h.q.String())
-	}
-}
 
 // cancelHeld acts on the cancel requests an extension round brought
 // (batch -> places): a running job's handler is cancelled with
@@ -736,44 +493,6 @@ func (c *consumer) countFinished(now time.Time) {
 			c.finished += (r - c.finished) / 4
 		}
 		c.windowStart, c.windowJobs = now, 0
-	}
-}
-
-// settle records the attempt's outcome. A success goes to the acker, which
-// answers later: the slot is free for the next job meanwhile.
-func (c *consumer) settle(ctx context.Context, h *heldJob, result []byte, herr error, maxAttempts int) {
-	w, cl := c.w, h.claimed
-	now := w.cfg.Now()
-	if herr == nil {
-		c.mu.Lock()
-		h.acking = true
-		c.acking++
-		c.mu.Unlock()
-		c.acks <- ackRequest{job: h, result: result}
-		return
-	}
-	var next time.Time
-	if delay, again := w.retryIn(h.jobType, herr, cl.Attempt, maxAttempts); again {
-		next = now.Add(delay)
-	}
-	// Waits out a Redis that cannot serve: a failure dropped would be
-	// reaped later, its error and a group's count lost.
-	var res int
-	err := c.untilRedisAnswers(c.settling, "recording a failure", func(pool *queue.Pool) (err error) {
-		res, err = pool.Fail(context.WithoutCancel(ctx), h.q, queue.Failure{Job: cl, Cause: herr.Error(), NextTry: next}, now, w.cfg.deadLimits())
-		return err
-	})
-	switch {
-	case err != nil:
-		c.log.Warn("recording a failure failed; the lease will expire and the job run again", "job", cl.ID, "err", err)
-	case res == queue.FailRetrying:
-		w.count("retried", h.jobType, 1)
-		if h.trace.IsSampled() {
-			c.traceWait(ctx, h, "retry_backoff", now, next)
-		}
-	case res == queue.FailDead:
-		w.count("dead", h.jobType, 1)
-		c.log.WarnContext(ctx, "job dead", "job", cl.ID, "attempts", cl.Attempt, "err", herr)
 	}
 }
 
@@ -924,60 +643,6 @@ func byQueue[T any](items []T, queueOf func(T) queue.Queue) [][]T {
 	}
 	return out
 }
-
-// untilRedisAnswers runs do again, with backoff, while Redis cannot serve
-// (restarting, loading its AOF, unreachable, unable to persist: MISCONF),
-// until ctx ends: for a write that must not be dropped, c.settling. The
-// job stays held meanwhile, so the lease keeper keeps its lease once Redis
-// is back. Dropping the write instead would let the lease expire and the
-// job run again: an ack or an idempotency key lost to a Redis restart is
-// a job run twice with one key (found by the chaos suite). The wait joins
-// the worker's outage: one Warn per outage, its time counted.
-//
-// The retries go through fresh clients (queue.Pool.Fresh), at most
-// retryCap apart, so the write lands within about retryCap of Redis
-// answering again: the worker's own clients, after failed dials, wait out
-// a second of go-redis's dial backoff first, and a worker killed in that
-// second has run a job whose ack or idempotency key was never recorded
-// (the chaos suite measured 920 ms).
-func (c *consumer) untilRedisAnswers(ctx context.Context, what string, do func(*queue.Pool) error) error {
-	pool := c.w.pool
-	var (
-		fresh  *queue.Pool
-		waited func()
-	)
-	defer func() {
-		if fresh != nil {
-			fresh.Close()
-		}
-		if waited != nil {
-			waited()
-		}
-	}()
-	for attempt := 1; ; attempt++ {
-		err := do(pool)
-		if err == nil || !queue.Transient(err) || ctx.Err() != nil {
-			return err
-		}
-		if waited == nil {
-			waited = c.w.outage.Wait(what, err)
-		}
-		if retry.Sleep(ctx, retry.Backoff(20*time.Millisecond, retryCap, attempt)) != nil {
-			return err
-		}
-		if fresh != nil {
-			fresh.Close()
-		}
-		if fresh, err = c.w.pool.Fresh(); err == nil {
-			pool = fresh
-		}
-	}
-}
-
-// retryCap bounds the wait between retries of an ack or an idempotency
-// key's record while Redis is away: how late after Redis answers again
-// they land, at most (plus the write itself).
-const retryCap = 100 * time.Millisecond
 
 // leaseState is what the consumer knows of a batch's lease.
 type leaseState struct {

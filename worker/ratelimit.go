@@ -181,10 +181,10 @@ func (l *limiter) limitOf(ctx context.Context, key string) (limit, bool, error) 
 	return lim, ok, nil
 }
 
-// admit holds a job to its resource key's limit. It returns the handler to
-// run (wrapped to record when it starts) once the job may start, or false
-// when the job must not run now: deferred to its slot in delayed, or the
-// worker is stopping.
+// admit holds a job to its resource key's limit: the run's step after the
+// idempotency gate. It passes the job once it may start, its handler
+// wrapped to record when it starts, or sets it aside: deferred to its slot
+// in delayed (settle writes that), or left when the worker is stopping.
 //
 // A job whose slot is within RateLimitLead waits for it here; a later one
 // goes into delayed until RateLimitLead before its slot, recorded in Redis,
@@ -192,24 +192,24 @@ func (l *limiter) limitOf(ctx context.Context, key string) (limit, bool, error) 
 // window log has the last word: if jobs before it started late, it waits
 // until its start leaves every one-second window within the limit; if that
 // would take more than maxLogWait, it reserves a later slot instead.
-func (c *consumer) admit(ctx context.Context, h *heldJob, j *job.Job, handler Handler) (Handler, bool) {
-	w, l := c.w, c.w.limits
+func (c *consumer) admit(r *jobRun) settlement {
+	w, l, ctx, j := c.w, c.w.limits, r.ctx, r.j
 	key := resourceKey(j)
 	lim, limited, err := l.limitOf(ctx, key)
 	if err != nil {
-		return nil, false // stopping: the job is handed back
+		return settlement{end: endLeft} // stopping: the job is handed back
 	}
 	if !limited {
 		l.m.granted.WithLabelValues("other").Inc()
-		return handler, true
+		return passed
 	}
-	cfg, id := w.cfg, h.claimed.ID
+	cfg, id := w.cfg, r.h.claimed.ID
 	var notBefore time.Time
 	throttles := 0
 	for {
 		now := cfg.Now()
 		// A Redis that cannot write now (MISCONF, ...) is waited out
-		// here: the deferral below could not be written either.
+		// here: the deferral could not be written either.
 		var slot queue.Slot
 		err := c.untilRedisAnswers(ctx, "reserving a rate-limit slot", func(*queue.Pool) (err error) {
 			slot, err = l.pool.Reserve(ctx, queue.Reservation{
@@ -223,33 +223,24 @@ func (c *consumer) admit(ctx context.Context, h *heldJob, j *job.Job, handler Ha
 			// No slot can be known: look again later, without
 			// spending an attempt, rather than run unlimited.
 			c.log.Warn("reserving a rate-limit slot failed; the job waits", "job", id, "resource", key, "err", err)
-			c.deferJob(ctx, h, j, now.Add(cfg.Backoff))
-			return nil, false
+			return deferred(now.Add(cfg.Backoff), time.Time{})
 		}
 		if !slot.Recorded {
 			l.m.delay.WithLabelValues(key).Observe(max(slot.At.Sub(now), 0).Seconds())
 		}
 		if slot.Deferred {
-			due := slot.At.Add(-cfg.RateLimitLead)
 			if slot.Throttles > throttles {
 				w.count("throttled", j.Type, 1)
 			}
-			if c.deferJob(ctx, h, j, due) {
-				l.promoter.at(h.q, due, id)
-				if h.trace.IsSampled() {
-					c.traceWait(ctx, h, "throttled", now, due)
-				}
-			}
-			return nil, false
+			return deferred(slot.At.Add(-cfg.RateLimitLead), now)
 		}
 		if sleepUntil(ctx, cfg.Now, slot.At) != nil {
-			return nil, false
+			return settlement{end: endLeft}
 		}
 		member, wait, err := l.admitStart(ctx, key, id, lim)
 		if err != nil {
 			c.log.Warn("checking a rate-limited start failed; the job waits", "job", id, "resource", key, "err", err)
-			c.deferJob(ctx, h, j, cfg.Now().Add(cfg.Backoff))
-			return nil, false
+			return deferred(cfg.Now().Add(cfg.Backoff), time.Time{})
 		}
 		if wait > 0 {
 			// Held back long: starts before it ran late. Its slot is
@@ -260,7 +251,8 @@ func (c *consumer) admit(ctx context.Context, h *heldJob, j *job.Job, handler Ha
 		}
 		l.m.granted.WithLabelValues(key).Inc()
 		l.m.throttles.WithLabelValues(key).Observe(float64(slot.Throttles))
-		return l.recordStart(key, member, slot, handler), true
+		r.handler = l.recordStart(key, member, slot, r.handler)
+		return passed
 	}
 }
 
@@ -323,30 +315,6 @@ func (l *limiter) recordStart(key, member string, slot queue.Slot, next Handler)
 		started <- l.w.cfg.Now()
 		return next.Handle(ctx, job)
 	})
-}
-
-// deferJob puts a claimed job in delayed until at without spending an
-// attempt, and frees its idempotency key meanwhile (another job with the
-// key need not wait for this one's slot). It reports whether the job was
-// deferred; if not, its lease expires and it comes back that way (a reap
-// counts an attempt, so both writes wait out a Redis that cannot write).
-func (c *consumer) deferJob(ctx context.Context, h *heldJob, j *job.Job, at time.Time) bool {
-	w := c.w
-	ctx = context.WithoutCancel(ctx)
-	if key := j.IdempotencyKey; key != "" {
-		if err := c.endIdempotency(ctx, key, h.claimed, false); err != nil {
-			c.log.Warn("freeing the idempotency key of a throttled job failed", "job", h.claimed.ID, "err", err)
-		}
-	}
-	var ok bool
-	err := c.untilRedisAnswers(c.settling, "deferring a job", func(pool *queue.Pool) (err error) {
-		ok, err = pool.Defer(ctx, h.q, h.claimed, at, w.cfg.Now())
-		return err
-	})
-	if err != nil {
-		c.log.Warn("deferring a throttled job failed; its lease will expire", "job", h.claimed.ID, "err", err)
-	}
-	return ok && err == nil
 }
 
 // slotInterval is the spacing of a limit's slots, stretched so that rate

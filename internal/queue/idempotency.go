@@ -81,17 +81,38 @@ func (p *Pool) idemKey(key string) (string, int) {
 	return p.layout.PartKeys(part).Idempotency(key), part
 }
 
-// IdempotencyBegin claims key for an attempt of job id for up to hold. It
-// returns "" when the attempt may run, else the mark in force ("done:<id>"
-// or "running:<id>:<attempt>").
-func (p *Pool) IdempotencyBegin(ctx context.Context, key, id string, attempt int, hold time.Duration) (string, error) {
+// IdempotencyBegun is what IdempotencyBegin found of a key: exactly one of
+// its fields is set.
+type IdempotencyBegun struct {
+	// Run: the attempt holds the key's running mark (set now, or its own
+	// already) and may run.
+	Run bool
+	// DoneBy is the job that ran the key to completion within its TTL: the
+	// attempt is done without running.
+	DoneBy string
+	// Running is the mark of another attempt that holds the key now
+	// ("running:<id>:<attempt>"): the attempt waits behind it, and
+	// IdempotencyWait takes it.
+	Running string
+}
+
+// IdempotencyBegin claims key for an attempt of job id for up to hold, and
+// says whether the attempt may run, is done already, or waits behind
+// another attempt's run.
+func (p *Pool) IdempotencyBegin(ctx context.Context, key, id string, attempt int, hold time.Duration) (IdempotencyBegun, error) {
 	k, part := p.idemKey(key)
 	res, err := runScript(ctx, p.byPart[part], idemBeginScript, []string{k}, runningMark(id, attempt), hold.Milliseconds())
 	if err != nil {
-		return "", fmt.Errorf("idempotency key %q: %w", key, err)
+		return IdempotencyBegun{}, fmt.Errorf("idempotency key %q: %w", key, err)
 	}
-	s, _ := res.(string)
-	return s, nil
+	mark, _ := res.(string)
+	if mark == "" {
+		return IdempotencyBegun{Run: true}, nil
+	}
+	if id, ok := strings.CutPrefix(mark, "done:"); ok {
+		return IdempotencyBegun{DoneBy: id}, nil
+	}
+	return IdempotencyBegun{Running: mark}, nil
 }
 
 func runningMark(id string, attempt int) string { return "running:" + id + ":" + strconv.Itoa(attempt) }

@@ -67,8 +67,8 @@ func TestMISCONFIsTransientForEveryWrite(t *testing.T) {
 	if err != nil || len(claimed) != 1 {
 		t.Fatalf("claim: %v %v", claimed, err)
 	}
-	if mark, err := p.IdempotencyBegin(ctx, "k", "a", 1, time.Hour); err != nil || mark != "" {
-		t.Fatalf("begin: %q %v", mark, err)
+	if begun, err := p.IdempotencyBegin(ctx, "k", "a", 1, time.Hour); err != nil || !begun.Run {
+		t.Fatalf("begin: %+v %v", begun, err)
 	}
 
 	persistAgain := r.RefusePersisting(t)
@@ -123,8 +123,8 @@ func TestIdempotencyEndRecordsDoneOnAnExpiredMark(t *testing.T) {
 	if _, err := p.IdempotencyEnd(ctx, "k", "a", 1, true, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if mark, err := p.IdempotencyBegin(ctx, "k", "a", 2, time.Hour); err != nil || mark != "done:a" {
-		t.Fatalf("the next attempt found %q (%v), want done:a", mark, err)
+	if begun, err := p.IdempotencyBegin(ctx, "k", "a", 2, time.Hour); err != nil || begun.DoneBy != "a" {
+		t.Fatalf("the next attempt found %+v (%v), want done by a", begun, err)
 	}
 	// Another job's running mark is not ours to end.
 	r.Client().Set(ctx, key, runningMark("b", 1), time.Hour)
@@ -209,5 +209,34 @@ func TestCheckEvictionOnEveryClusterMaster(t *testing.T) {
 	var ev *EvictingError
 	if !errors.As(err, &ev) || !strings.Contains(err.Error(), "cluster master "+last) {
 		t.Fatalf("one master allkeys-lru (%s): %v", last, err)
+	}
+}
+
+// IdempotencyBegin answers which of its three cases holds: the attempt
+// may run (the mark is set, or is its own already), another attempt's run
+// holds the key (its mark, for IdempotencyWait), or a job completed it.
+func TestIdempotencyBeginAnswersWhoHoldsTheKey(t *testing.T) {
+	r := testenv.Redis(t)
+	p := newPool(t, 1, r.Addr(), nil)
+	ctx := context.Background()
+	for _, c := range []struct {
+		id      string
+		attempt int
+		want    IdempotencyBegun
+	}{
+		{"a", 1, IdempotencyBegun{Run: true}},
+		{"a", 1, IdempotencyBegun{Run: true}}, // its own mark: again
+		{"a", 2, IdempotencyBegun{Running: runningMark("a", 1)}},
+		{"b", 1, IdempotencyBegun{Running: runningMark("a", 1)}},
+	} {
+		if got, err := p.IdempotencyBegin(ctx, "k", c.id, c.attempt, time.Hour); err != nil || got != c.want {
+			t.Fatalf("begin by %s attempt %d: %+v %v, want %+v", c.id, c.attempt, got, err, c.want)
+		}
+	}
+	if _, err := p.IdempotencyEnd(ctx, "k", "a", 1, true, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := p.IdempotencyBegin(ctx, "k", "b", 1, time.Hour); err != nil || got != (IdempotencyBegun{DoneBy: "a"}) {
+		t.Fatalf("begin after a's success: %+v %v, want done by a", got, err)
 	}
 }
