@@ -63,7 +63,7 @@ type bed struct {
 	consul *testenv.ConsulServer
 	kafka  *testenv.KafkaCluster
 	ledger *ledger
-	layout queue.Layout
+	layout queue.Keyspace
 
 	gates, relays, workers, coords []*part
 	load                           *loader // the run's, for the faults that post jobs of their own
@@ -160,7 +160,7 @@ func newBed(t *testing.T) *bed { t.Helper(); return newBedWith(t) }
 // brokers, their server properties).
 func newBedWith(t *testing.T, kafkaOpts ...testenv.KafkaOption) *bed {
 	t.Helper()
-	b := &bed{t: t, logDir: t.TempDir(), layout: queue.Layout{Stage: stage, Partitions: redisPartitions}}
+	b := &bed{t: t, logDir: t.TempDir(), layout: queue.Keyspace{Stage: stage, Partitions: redisPartitions}}
 	bin := make(chan string, 1)
 	go func() { bin <- testenv.BuildSluice(t) }()
 	b.redis = testenv.Redis(t, testenv.WithAOF(), testenv.WithMaxMemory("512mb"))

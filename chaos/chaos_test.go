@@ -353,7 +353,7 @@ func sampleCompleted(ctx context.Context, b *bed) *completions {
 				return
 			case <-tick.C:
 			}
-			if n := b.funnel(queue.StageCompleted); n >= 0 {
+			if n := b.funnel(queue.MilestoneCompleted); n >= 0 {
 				c.mu.Lock()
 				c.at, c.n = append(c.at, time.Now()), append(c.n, n)
 				c.mu.Unlock()

@@ -470,7 +470,7 @@ func (b *bed) relayWrites() (relayWrites, error) {
 				w.fenced += n
 				continue
 			}
-			for _, stage := range []string{queue.StageRelayed, queue.StageDeduplicated, queue.StageDropped, queue.StageDeadLettered, queue.StageRequeued} {
+			for _, stage := range []string{queue.MilestoneRelayed, queue.MilestoneDeduplicated, queue.MilestoneDropped, queue.MilestoneDeadLettered, queue.MilestoneRequeued} {
 				if field == queue.FunnelField(topic, stage, false) || field == queue.FunnelField(topic, stage, true) {
 					w.accepted += n
 				}

@@ -246,7 +246,7 @@ var (
 		if _, err := kv.Put(&consulapi.KVPair{Key: key, Value: []byte(`{"paused": true}`)}, nil); err != nil {
 			return "", 0, err
 		}
-		relayed := max(0, b.funnel(queue.StageRelayed))
+		relayed := max(0, b.funnel(queue.MilestoneRelayed))
 		took, err := waitUntil(20*time.Second, "the relay to pause", func() bool {
 			h := b.holder(relayLock)
 			if h == nil {
@@ -263,14 +263,14 @@ var (
 		// while the gate takes 2 more batches.
 		var stalled int
 		_, err = waitUntil(15*time.Second, "the relayed counter to stand still while paused", func() bool {
-			before, accepted := b.funnel(queue.StageRelayed), b.gateAccepted()
+			before, accepted := b.funnel(queue.MilestoneRelayed), b.gateAccepted()
 			if before < 0 {
 				return false // Redis is down (a mixed step)
 			}
 			if _, err := waitUntil(10*time.Second, "the gate to take more jobs", func() bool { return b.gateAccepted() > accepted+2*batchSize }); err != nil {
 				return false
 			}
-			stalled = b.funnel(queue.StageRelayed)
+			stalled = b.funnel(queue.MilestoneRelayed)
 			return stalled == before
 		})
 		if err != nil {
@@ -343,9 +343,9 @@ func liveNode(b *bed, n int32) int32 {
 // waitFlow waits until jobs move through the whole pipeline: the funnel's
 // relayed and completed counters both grow.
 func (b *bed) waitFlow(what string) error {
-	relayed, completed := b.funnel(queue.StageRelayed), b.funnel(queue.StageCompleted)
+	relayed, completed := b.funnel(queue.MilestoneRelayed), b.funnel(queue.MilestoneCompleted)
 	_, err := waitUntil(failoverTimeout, what, func() bool {
-		return b.funnel(queue.StageRelayed) > relayed && b.funnel(queue.StageCompleted) > completed
+		return b.funnel(queue.MilestoneRelayed) > relayed && b.funnel(queue.MilestoneCompleted) > completed
 	})
 	return err
 }

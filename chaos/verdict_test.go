@@ -199,8 +199,8 @@ func verdictOf(t *testing.T, b *bed, l *loader, poison int, drain time.Duration)
 		if len(dying) > 0 {
 			return false
 		}
-		relayed := b.funnel(queue.StageRelayed)
-		ended := b.funnel(queue.StageCompleted) + b.funnel(queue.StageDead) + b.funnel(queue.StageCancelled)
+		relayed := b.funnel(queue.MilestoneRelayed)
+		ended := b.funnel(queue.MilestoneCompleted) + b.funnel(queue.MilestoneDead) + b.funnel(queue.MilestoneCancelled)
 		return relayed > 0 && ended == relayed
 	})
 	v.Settled = time.Since(start)
@@ -380,8 +380,8 @@ func verdictOf(t *testing.T, b *bed, l *loader, poison int, drain time.Duration)
 	}
 
 	// The funnel, exact, from the counters in Redis and the log.
-	v.Relayed, v.Completed, v.DeadN = b.funnel(queue.StageRelayed), b.funnel(queue.StageCompleted), b.funnel(queue.StageDead)
-	v.Cancelled, v.Dropped, v.Deduplicated = b.funnel(queue.StageCancelled), b.funnel(queue.StageDropped), b.funnel(queue.StageDeduplicated)
+	v.Relayed, v.Completed, v.DeadN = b.funnel(queue.MilestoneRelayed), b.funnel(queue.MilestoneCompleted), b.funnel(queue.MilestoneDead)
+	v.Cancelled, v.Dropped, v.Deduplicated = b.funnel(queue.MilestoneCancelled), b.funnel(queue.MilestoneDropped), b.funnel(queue.MilestoneDeduplicated)
 	for _, r := range logs {
 		if r.Given {
 			v.ExpectedRelayed++
@@ -393,7 +393,7 @@ func verdictOf(t *testing.T, b *bed, l *loader, poison int, drain time.Duration)
 	// Copies that were never applied: a record Redis refused was produced
 	// again (requeued), and, refused too often, to the DLQ; what the DLQ
 	// holds beyond the poison are such jobs.
-	v.Requeued = b.funnel(queue.StageRequeued)
+	v.Requeued = b.funnel(queue.MilestoneRequeued)
 	v.ExpectedRelayed -= v.Dropped + len(v.LostWithTopic) + v.Requeued + max(0, v.PoisonDLQ-v.Poison)
 	// A keyed job of the deleted log that never ran may have been relayed
 	// and done by its key, or lost with the topic: the log cannot say.
@@ -592,7 +592,7 @@ func (v verdict) table(outcomes []outcome) string {
 		for _, tp := range v.Funnel.Topics {
 			if tp.Topic == topic && tp.Gate != nil {
 				funnelNote += fmt.Sprintf("; gate accepted %d, relayed %d, deduplicated %d, completed %d, dead %d, retried %d",
-					tp.Gate.Accepted, tp.Stages["relayed"], tp.Stages["deduplicated"], tp.Stages["completed"], tp.Stages["dead"], tp.Stages["retried"])
+					tp.Gate.Accepted, tp.Milestones["relayed"], tp.Milestones["deduplicated"], tp.Milestones["completed"], tp.Milestones["dead"], tp.Milestones["retried"])
 			}
 		}
 	}

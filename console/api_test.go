@@ -240,7 +240,7 @@ func TestAdminDeadJobReplayedRunsAgain(t *testing.T) {
 	if st, _ := b.pool.GroupStatus(context.Background(), "jobs", "g-job-a"); st.Done != 1 || st.Dead != 0 {
 		t.Errorf("the group after the replay ran: %+v", st)
 	}
-	if n := b.stage(t, "jobs", queue.StageCompleted); n != 2 {
+	if n := b.stage(t, "jobs", queue.MilestoneCompleted); n != 2 {
 		t.Errorf("completed counted %d after both replays ran, want 2", n)
 	}
 
@@ -332,7 +332,7 @@ func TestAdminKafkaDLQReplayReachesTheTopic(t *testing.T) {
 	if len(list.Entries) != 2 || list.Entries[0].ID != "0:1" {
 		t.Errorf("after the replay the DLQ holds %+v", list.Entries)
 	}
-	if n := b.stage(t, "jobs", queue.StageDLQReplayed); n != 1 {
+	if n := b.stage(t, "jobs", queue.MilestoneDLQReplayed); n != 1 {
 		t.Errorf("dlq_replayed counted %d", n)
 	}
 	c.must(t, "POST", "/api/v1/dlq/purge", admin.DLQAction{Source: "kafka", Topic: "jobs", All: true}, &res)
@@ -370,7 +370,7 @@ func (b *bed) stage(t *testing.T, topic, stage string) int64 {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n += f.Stages[topic][stage]
+		n += f.Milestones[topic][stage]
 	}
 	return n
 }

@@ -41,11 +41,11 @@ type Config struct {
 	// on a file it cannot load. sluice coordinator serves its whole
 	// listener with it. Default: no files, plain HTTP.
 	TLS tlsfiles.Server
-	// Location is where the Redis partitions live (Stage, RedisAddr,
+	// StageRedis is where the Redis partitions live (Stage, RedisAddr,
 	// Partitions, PartitionAddrs, as the other parts'); Stage also names
 	// the Consul keys (sluice/<stage>/). Default: stage "dev", 8
 	// partitions on 127.0.0.1:6379.
-	queue.Location
+	queue.StageRedis
 	// Topics are read besides the topics the stage's relays registered
 	// (queue.Pool.Topics), as the coordinator's Config.Topics: for a topic
 	// whose relay has not started yet. Default: none.
@@ -145,7 +145,7 @@ func DefaultConfig() Config {
 	return Config{
 		HTTP:             ops.DefaultHTTPLimits(),
 		Listen:           ":8084",
-		Location:         queue.DefaultLocation(),
+		StageRedis:       queue.DefaultStageRedis(),
 		Config:           consul.DefaultConfig(),
 		ConsumerTTL:      15 * time.Second,
 		Kafka:            kafka.Config{ClientID: "sluice-console", Version: "3.6.0", Compression: "none"},
@@ -170,7 +170,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address to serve the admin API, the dashboard, /healthz, /readyz and /metrics on")
 	c.HTTP.RegisterFlags(fs, "the console's --listen")
 	c.TLS.Register(fs, "", "the console (the admin API, the dashboard, /healthz, /readyz and /metrics)")
-	c.Location.RegisterFlags(fs)
+	c.StageRedis.RegisterFlags(fs)
 	fs.Lookup("redis-partitions").Usage = "Redis partitions in the layout (as the other parts')"
 	cli.StringsVar(fs, &c.Topics, "topics", c.Topics, "topics whose queues are read besides those the relays registered (their relays have not started yet), comma-separated; default none")
 	c.Config.RegisterFlags(fs)
@@ -188,7 +188,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 // check validates the configuration; its errors name the field.
 func (c *Config) check() error {
-	if err := c.Location.Validate(); err != nil {
+	if err := c.StageRedis.Validate(); err != nil {
 		return fmt.Errorf("console: Config.%w", err)
 	}
 	if _, err := consul.Key(c.Stage, "relay"); err != nil {

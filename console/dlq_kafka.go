@@ -356,7 +356,7 @@ func (con *Console) kafkaAct(ctx context.Context, act admin.DLQAction, replay bo
 			if err := con.produce(ctx, msgs); err != nil {
 				return admin.DLQResult{}, err
 			}
-			if err := con.pool.CountStage(ctx, act.Topic, queue.StageDLQReplayed, false, int64(len(msgs))); err != nil {
+			if err := con.pool.CountMilestone(ctx, act.Topic, queue.MilestoneDLQReplayed, false, int64(len(msgs))); err != nil {
 				// Produced already: the count is only the funnel's.
 				con.log.Warn("counting replayed DLQ records failed; the funnel will show them as unexplained", "topic", act.Topic, "count", len(msgs), "err", err)
 			}

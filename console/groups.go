@@ -40,7 +40,7 @@ func (con *Console) groupList(r *http.Request, _ admin.Role) (any, error) {
 	}
 	now := con.cfg.Now()
 	out := admin.GroupList{Active: []admin.ActiveLane{}, Bulk: []admin.GroupInfo{}}
-	layout := con.pool.Layout()
+	layout := con.pool.Keyspace()
 	for _, topic := range topics {
 		for part := range layout.Partitions {
 			q := queue.Queue{Topic: topic, Part: part}

@@ -21,8 +21,8 @@ import (
 func BenchmarkAggregate(b *testing.B) {
 	const n = 100_000
 	r := testenv.Redis(b)
-	layout := queue.Layout{Stage: "bench", Partitions: 1}
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	layout := queue.Keyspace{Stage: "bench", Partitions: 1}
+	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: r.Addr()})
 	if err != nil {
 		b.Fatal(err)
 	}

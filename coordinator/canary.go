@@ -259,7 +259,7 @@ func (cm *CanaryMonitor) Run(ctx context.Context, valid func() bool) {
 // of paths no longer planned are removed.
 func (cm *CanaryMonitor) plan(ctx context.Context, last map[string][]canary.Route) map[string][]canary.Route {
 	out := map[string][]canary.Route{}
-	layout := cm.pool.Layout()
+	layout := cm.pool.Keyspace()
 	for _, topic := range cm.cfg.Topics {
 		n, err := cm.partitions(ctx, topic)
 		if err != nil {
@@ -554,7 +554,7 @@ func (cm *CanaryMonitor) notify(ctx context.Context, status string, statuses []c
 		Stage     string   `json:"stage"`
 		Stale     []path   `json:"stale"`
 		Diagnosis []string `json:"diagnosis"`
-	}{Status: status, Stage: cm.pool.Layout().Stage, Stale: []path{}, Diagnosis: diagnosis}
+	}{Status: status, Stage: cm.pool.Keyspace().Stage, Stale: []path{}, Diagnosis: diagnosis}
 	for _, st := range statuses {
 		if st.Stale {
 			body.Stale = append(body.Stale, path{st.Topic, st.KafkaPartition, st.RedisPartition, st.Age.Seconds()})

@@ -261,8 +261,8 @@ func TestCanaryAlertsNameTheStuckPartitionAndClear(t *testing.T) {
 		return err == nil && f.Ready == 0 && f.Inflight == 0
 	})
 	f, _ := b.pool.Funnel(context.Background(), queue.Queue{Topic: "jobs", Part: 2})
-	if len(f.Stages) != 0 || f.Canaries["jobs"][queue.StageCompleted] < 3 {
-		t.Errorf("partition 2's funnel: user %v, canaries %v: canaries must count apart", f.Stages, f.Canaries)
+	if len(f.Milestones) != 0 || f.Canaries["jobs"][queue.MilestoneCompleted] < 3 {
+		t.Errorf("partition 2's funnel: user %v, canaries %v: canaries must count apart", f.Milestones, f.Canaries)
 	}
 }
 

@@ -37,11 +37,11 @@ type Config struct {
 	// deployment keeps one listener. No flag: set it in code (sluice's
 	// --console). Default nil: those paths answer 404.
 	Handler http.Handler
-	// Location is where the Redis partitions live (Stage, RedisAddr,
+	// StageRedis is where the Redis partitions live (Stage, RedisAddr,
 	// Partitions, PartitionAddrs, as the relays' and the workers'); Stage
 	// also names the Consul keys (sluice/<stage>/). Default: stage "dev",
 	// 8 partitions on 127.0.0.1:6379.
-	queue.Location
+	queue.StageRedis
 	// Topics are read besides the topics the stage's relays registered
 	// (queue.Pool.Topics): for a topic whose relay has not started yet.
 	// The registry is read again every watcher round, scaling cycle and
@@ -207,7 +207,7 @@ func DefaultConfig() Config {
 	return Config{
 		HTTP:                ops.DefaultHTTPLimits(),
 		Listen:              ":8083",
-		Location:            queue.DefaultLocation(),
+		StageRedis:          queue.DefaultStageRedis(),
 		Config:              consul.DefaultConfig(),
 		LockTTL:             10 * time.Second,
 		LockDelay:           5 * time.Second,
@@ -253,7 +253,7 @@ func init() {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address for /healthz, /readyz and /metrics (and the console's admin API and dashboard, with --console)")
 	c.HTTP.RegisterFlags(fs, "the coordinator's --listen (and the console on it)")
-	c.Location.RegisterFlags(fs)
+	c.StageRedis.RegisterFlags(fs)
 	fs.Lookup("redis-partitions").Usage = "Redis partitions in the layout (as the relay's and the workers')"
 	cli.StringsVar(fs, &c.Topics, "topics", c.Topics, "topics whose queues are read besides those the relays registered (their relays have not started yet), comma-separated; default none")
 	c.Config.RegisterFlags(fs)
@@ -305,7 +305,7 @@ func (c *CanaryConfig) RegisterFlags(fs *flag.FlagSet) {
 
 // check validates the configuration; its errors name the field.
 func (c *Config) check() error {
-	if err := c.Location.Validate(); err != nil {
+	if err := c.StageRedis.Validate(); err != nil {
 		return fmt.Errorf("coordinator: Config.%w", err)
 	}
 	switch {

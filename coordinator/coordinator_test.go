@@ -30,13 +30,13 @@ type bed struct {
 	redis  *testenv.RedisServer
 	consul *testenv.ConsulServer
 	pool   *queue.Pool
-	layout queue.Layout
+	layout queue.Keyspace
 }
 
 func newBed(t *testing.T, partitions int) *bed {
 	t.Helper()
-	b := &bed{t: t, redis: testenv.Redis(t), consul: testenv.Consul(t), layout: queue.Layout{Stage: "test", Partitions: partitions}}
-	p, err := queue.NewPool(queue.PoolConfig{Layout: b.layout, Addr: b.redis.Addr()})
+	b := &bed{t: t, redis: testenv.Redis(t), consul: testenv.Consul(t), layout: queue.Keyspace{Stage: "test", Partitions: partitions}}
+	p, err := queue.NewPool(queue.PoolConfig{Keyspace: b.layout, Addr: b.redis.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ func (c *Coordinator) observe(ctx context.Context, valid func() bool) {
 				c.m.inflight.WithLabelValues(topic, label).Set(float64(f.Inflight))
 				c.m.delayed.WithLabelValues(topic, label).Set(float64(f.Delayed))
 				c.m.dead.WithLabelValues(topic, label).Set(float64(f.Dead))
-				for t, s := range f.Stages {
+				for t, s := range f.Milestones {
 					for stage, n := range s {
 						stages[[2]string{t, stage}] += n
 					}

@@ -78,11 +78,11 @@ type Config struct {
 	// CallbackResolver resolves callback_url hosts. No flag: set it in
 	// code (tests). Default nil: net.DefaultResolver.
 	CallbackResolver callback.Resolver
-	// Location is where GET and DELETE /v1/groups/{id} read and cancel
+	// StageRedis is where GET and DELETE /v1/groups/{id} read and cancel
 	// groups: the relay's stage and Redis partitions. Without a RedisAddr
 	// those routes answer 501. Default: stage "dev", no RedisAddr, 8
 	// partitions, no PartitionAddrs.
-	queue.Location
+	queue.StageRedis
 	// ProduceTimeout is the longest wait for Kafka's acknowledgement
 	// before answering 504. Default 5s.
 	ProduceTimeout time.Duration
@@ -117,7 +117,7 @@ type Config struct {
 
 // DefaultConfig is the configuration sluice gate starts from.
 func DefaultConfig() Config {
-	loc := queue.DefaultLocation()
+	loc := queue.DefaultStageRedis()
 	loc.RedisAddr = "" // the group routes are optional
 	return Config{
 		Listen:                 ":8080",
@@ -129,7 +129,7 @@ func DefaultConfig() Config {
 		CallbackResolveBudget:  5 * time.Second,
 		TokensCheckEvery:       time.Second,
 		MaxGroupItems:          10_000_000,
-		Location:               loc,
+		StageRedis:             loc,
 		ProduceTimeout:         5 * time.Second,
 		ProduceLinger:          time.Millisecond,
 		RetryAfter:             time.Second,
@@ -176,7 +176,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	cli.StringsVar(fs, &c.CallbackAllow, "callback-allow", c.CallbackAllow, "addresses a callback_url may reach besides public ones: CIDR prefixes, addresses and host names, comma-separated; beyond them loopback, private, link-local and the like are refused with a 400")
 	cli.DurationVar(fs, &c.CallbackResolveTimeout, "callback-resolve-timeout", c.CallbackResolveTimeout, "time limit of the lookup of a callback_url's host")
 	cli.DurationVar(fs, &c.CallbackResolveBudget, "callback-resolve-budget", c.CallbackResolveBudget, "time limit of all the callback_url lookups of one batch (each host once); jobs past it are rejected")
-	c.Location.RegisterFlags(fs)
+	c.StageRedis.RegisterFlags(fs)
 	fs.Lookup("redis-addr").Usage = "Redis of the queue, for GET and DELETE /v1/groups/{id} (empty: those answer 501)"
 	fs.Lookup("stage").Usage = "stage name (as the relay's), for the group routes"
 	fs.Lookup("redis-partitions").Usage = "Redis partitions in the layout (as the relay's)"
@@ -212,7 +212,7 @@ func (c *Config) validate() error {
 		}
 	}
 	if c.RedisAddr != "" {
-		if err := c.Location.Validate(); err != nil {
+		if err := c.StageRedis.Validate(); err != nil {
 			return fmt.Errorf("gate: Config.%w", err)
 		}
 	}

@@ -184,9 +184,9 @@ func TestGroupStatusAndCancel(t *testing.T) {
 		t.Fatalf("without Redis: %d %s", a.status, a.body)
 	}
 	r := testenv.Redis(t)
-	layout := queue.Layout{Stage: "dev", Partitions: 8}
+	layout := queue.Keyspace{Stage: "dev", Partitions: 8}
 	g := startGate(t, k, func(c *gate.Config) { c.RedisAddr = r.Addr() })
-	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	p, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: r.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}

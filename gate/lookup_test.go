@@ -45,7 +45,7 @@ func TestJobLookup(t *testing.T) {
 	}
 
 	// The relay's write of it (its position, its group).
-	p, err := queue.NewPool(queue.PoolConfig{Layout: queue.Layout{Stage: "dev", Partitions: 8}, Addr: r.Addr()})
+	p, err := queue.NewPool(queue.PoolConfig{Keyspace: queue.Keyspace{Stage: "dev", Partitions: 8}, Addr: r.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestJobLookup(t *testing.T) {
 	} else if a.decode(t, &v); v.State != queue.WhereReady || v.Why != "g/grp" {
 		t.Fatalf("ready: %s", a.body)
 	}
-	q := p.Layout().QueueOf("jobs", "grp", posted.ID)
+	q := p.Keyspace().QueueOf("jobs", "grp", posted.ID)
 	if _, err := p.Claim(ctx, q, 1, time.Minute); err != nil {
 		t.Fatal(err)
 	}

@@ -131,7 +131,7 @@ func apacheBed(t *testing.T, k *testenv.KafkaCluster) *bed {
 		kafka:  k,
 		redis:  testenv.Redis(t),
 		consul: testenv.Consul(t),
-		layout: queue.Layout{Stage: "test", Partitions: kParts},
+		layout: queue.Keyspace{Stage: "test", Partitions: kParts},
 		sent:   map[string][]byte{},
 	}
 	kcfg := kafka.Config{Brokers: k.Brokers(), ClientID: "test", Version: "3.6.0", Compression: "none"}

@@ -27,10 +27,10 @@ type Config struct {
 	// (ops.HTTPLimits; a zero field: its default). Default:
 	// ops.DefaultHTTPLimits.
 	HTTP ops.HTTPLimits
-	// Location is where the Redis partitions live; its Stage also names
+	// StageRedis is where the Redis partitions live; its Stage also names
 	// the relay's Consul keys (sluice/<stage>/relay/<topic>/). Default:
 	// stage "dev", 8 partitions on 127.0.0.1:6379.
-	queue.Location
+	queue.StageRedis
 	// Topics are the topics relayed; each needs its <topic>.dlq. Default
 	// "jobs". They are served whatever the stage's topic list says.
 	Topics []string
@@ -124,7 +124,7 @@ func DefaultConfig() Config {
 	return Config{
 		HTTP:          ops.DefaultHTTPLimits(),
 		Listen:        ":8081",
-		Location:      queue.DefaultLocation(),
+		StageRedis:    queue.DefaultStageRedis(),
 		Topics:        []string{"jobs"},
 		FollowTopics:  true,
 		Kafka:         kafka.Config{Brokers: cli.ListFlag{"127.0.0.1:9092"}, ClientID: "sluice-relay", Version: "3.6.0", Compression: "none"},
@@ -157,7 +157,7 @@ func init() {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address for /healthz, /readyz and /metrics")
 	c.HTTP.RegisterFlags(fs, "the relay's --listen")
-	c.Location.RegisterFlags(fs)
+	c.StageRedis.RegisterFlags(fs)
 	cli.StringsVar(fs, &c.Topics, "topics", c.Topics, "topics to relay, comma-separated; each needs its <topic>.dlq")
 	fs.BoolVar(&c.FollowTopics, "follow-topics", c.FollowTopics, "also relay the stage's topic list in Consul (sluice/<stage>/topics/, `sluice topics create`), watched: new topics without a restart")
 	cli.KeepValues(fs, &c.Kafka, func() { c.Kafka.Register(fs, c.Kafka.ClientID) })
@@ -214,7 +214,7 @@ func (v durableValue) Set(s string) error {
 
 // validate checks the configuration; its errors name the field.
 func (c *Config) validate() error {
-	if err := c.Location.Validate(); err != nil {
+	if err := c.StageRedis.Validate(); err != nil {
 		return fmt.Errorf("relay: Config.%w", err)
 	}
 	switch {

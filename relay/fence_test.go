@@ -48,7 +48,7 @@ func (b *bed) depose(t *testing.T) {
 // pool is a queue pool on the bed's Redis, as another relay holds one.
 func (b *bed) pool(t *testing.T) *queue.Pool {
 	t.Helper()
-	p, err := queue.NewPool(queue.PoolConfig{Layout: b.layout, Addr: b.redis.Addr()})
+	p, err := queue.NewPool(queue.PoolConfig{Keyspace: b.layout, Addr: b.redis.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -236,7 +236,7 @@ func TestADeposedRelayDeadLettersAndCountsNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := f.Stages[topic][queue.StageDeadLettered]; n != 0 {
+		if n := f.Milestones[topic][queue.MilestoneDeadLettered]; n != 0 {
 			t.Fatalf("a deposed relay counted %d dead letters in partition %d", n, p)
 		}
 	}

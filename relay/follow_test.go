@@ -47,7 +47,7 @@ func TestRelayFollowsTheTopicList(t *testing.T) {
 	env := job.Job{ID: "m1", Topic: "mail", Type: "t", Payload: []byte(`{}`), EnqueuedAt: time.Now()}
 	b.produceRaw(t, []kafka.Message{{Topic: "mail", Key: []byte("m1"), Value: env.AppendJSON(nil), Partition: -1}})
 	q := b.layout.QueueOf("mail", "", "m1")
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: b.layout, Addr: b.redis.Addr()})
+	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: b.layout, Addr: b.redis.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}

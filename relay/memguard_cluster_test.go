@@ -14,7 +14,7 @@ import (
 // and any of them may be the one that fills.
 func TestMemGuardOnAClusterFollowsTheFullestMaster(t *testing.T) {
 	c := testenv.NewRedisCluster(t, 3)
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: queue.Layout{Stage: "test", Partitions: 4}, Addr: c.Seeds(), Cluster: true})
+	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: queue.Keyspace{Stage: "test", Partitions: 4}, Addr: c.Seeds(), Cluster: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,7 +34,7 @@ type bed struct {
 	redis  *testenv.RedisServer
 	consul *testenv.ConsulServer
 	prod   *kafka.Producer
-	layout queue.Layout
+	layout queue.Keyspace
 	sent   map[string][]byte // envelope by job id
 }
 
@@ -50,7 +50,7 @@ func newBedTB(t testing.TB, parts int, redisOpts ...testenv.RedisOption) *bed {
 		kafka:  testenv.Kafka(t, testenv.Topic(topic, int32(parts)), testenv.Topic(topic+".dlq", 1)),
 		redis:  testenv.Redis(t, redisOpts...),
 		consul: testenv.Consul(t),
-		layout: queue.Layout{Stage: "test", Partitions: parts},
+		layout: queue.Keyspace{Stage: "test", Partitions: parts},
 		sent:   map[string][]byte{},
 	}
 	kcfg := kafka.Config{Brokers: b.kafka.Brokers(), ClientID: "test", Version: "3.6.0", Compression: "none"}
@@ -359,7 +359,7 @@ func TestPoisonGoesToTheDLQAndGoodJobsFlow(t *testing.T) {
 		}
 	}
 	// The stage funnel counts both kinds, summed over the partitions.
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: b.layout, Addr: b.redis.Addr()})
+	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: b.layout, Addr: b.redis.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,11 +370,11 @@ func TestPoisonGoesToTheDLQAndGoodJobsFlow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for stage, n := range f.Stages[topic] {
+		for stage, n := range f.Milestones[topic] {
 			stages[stage] += n
 		}
 	}
-	if stages[queue.StageRelayed] != 3 || stages[queue.StageDeadLettered] != 3 {
+	if stages[queue.MilestoneRelayed] != 3 || stages[queue.MilestoneDeadLettered] != 3 {
 		t.Fatalf("funnel %v: want 3 relayed and 3 dead-lettered", stages)
 	}
 }

@@ -31,7 +31,7 @@ func (r *Relay) waitReplicas(ctx context.Context, topic string, queues []queue.Q
 }
 
 // queuesOf are the queue partitions items go to, each once.
-func queuesOf(layout queue.Layout, items []queue.Item) []queue.Queue {
+func queuesOf(layout queue.Keyspace, items []queue.Item) []queue.Queue {
 	seen := map[queue.Queue]bool{}
 	var queues []queue.Queue
 	for i := range items {

@@ -31,7 +31,7 @@ func TestSentinelFailoverLosesNoJob(t *testing.T) {
 		kafka:  testenv.Kafka(t, testenv.Topic(topic, kParts), testenv.Topic(topic+".dlq", 1)),
 		redis:  g.Servers[0], // unused: the relay finds the master through the Sentinels
 		consul: testenv.Consul(t),
-		layout: queue.Layout{Stage: "test", Partitions: redisParts},
+		layout: queue.Keyspace{Stage: "test", Partitions: redisParts},
 		sent:   map[string][]byte{},
 	}
 	kcfg := kafka.Config{Brokers: b.kafka.Brokers(), ClientID: "test", Version: "3.6.0", Compression: "none"}
@@ -42,19 +42,19 @@ func TestSentinelFailoverLosesNoJob(t *testing.T) {
 	t.Cleanup(func() { prod.Close() })
 	b.prod = prod
 
-	sentinel := func(l *queue.Location) {
+	sentinel := func(l *queue.StageRedis) {
 		l.RedisAddr = "127.0.0.1:1" // not used with Sentinel: a wrong one proves it
 		l.SentinelAddrs, l.SentinelMaster = g.Sentinels, testenv.SentinelMaster
 	}
 	r := b.start(t, "r1", func(c *relay.Config) {
-		sentinel(&c.Location)
+		sentinel(&c.StageRedis)
 		c.DurableAfter, c.DurableReplicas = 0, 1
 		c.BatchSize = 16
 	})
 
 	// The consumer: claims every partition's ready jobs, acks them, and
 	// notes each id it ran.
-	loc := queue.Location{Stage: b.layout.Stage, Partitions: b.layout.Partitions}
+	loc := queue.StageRedis{Stage: b.layout.Stage, Partitions: b.layout.Partitions}
 	sentinel(&loc)
 	pool, err := queue.NewPool(loc.PoolConfig())
 	if err != nil {

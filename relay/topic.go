@@ -408,7 +408,7 @@ func (t *topicRun) relayBatch(ctx context.Context, batch []*sarama.ConsumerMessa
 			return err
 		}
 		r.m.jobs.WithLabelValues(topic, "dead_lettered").Add(float64(len(poison)))
-		if err := t.countStage(ctx, queue.StageDeadLettered, len(poison), log); err != nil {
+		if err := t.countMilestone(ctx, queue.MilestoneDeadLettered, len(poison), log); err != nil {
 			return err
 		}
 		log.Warn("poison messages sent to the DLQ", "count", len(poison), "dlq", kafka.DLQTopic(topic), "first_reason", string(poison[0].Headers[0].Value))
@@ -418,7 +418,7 @@ func (t *topicRun) relayBatch(ctx context.Context, batch []*sarama.ConsumerMessa
 	}
 	results, err := t.co.Enqueue(ctx, items) // merged with the other partitions' waiting batches
 	if traced != nil {
-		traced.end(topic, r.pool.Layout(), items, results, err)
+		traced.end(topic, r.pool.Keyspace(), items, results, err)
 	}
 	if err != nil {
 		return err
@@ -460,10 +460,10 @@ func (t *topicRun) relayBatch(ctx context.Context, batch []*sarama.ConsumerMessa
 			}
 			return err
 		}
-		if err := t.countStage(ctx, queue.StageRequeued, counts["requeued"], log); err != nil {
+		if err := t.countMilestone(ctx, queue.MilestoneRequeued, counts["requeued"], log); err != nil {
 			return err
 		}
-		if err := t.countStage(ctx, queue.StageDeadLettered, counts["dead_lettered"], log); err != nil {
+		if err := t.countMilestone(ctx, queue.MilestoneDeadLettered, counts["dead_lettered"], log); err != nil {
 			return err
 		}
 	}
@@ -473,7 +473,7 @@ func (t *topicRun) relayBatch(ctx context.Context, batch []*sarama.ConsumerMessa
 	return nil
 }
 
-// countStage adds to a stage of the topic's funnel that no script counts:
+// countMilestone adds to a milestone of the topic's funnel that no script counts:
 // messages produced to Kafka again or to the DLQ. After the produce and
 // before the commit: a relay that dies between the two counts them again
 // when it relays them again (the funnel's docs say so). A count Redis
@@ -483,7 +483,7 @@ func (t *topicRun) relayBatch(ctx context.Context, batch []*sarama.ConsumerMessa
 // deposed relay's count is refused (the new holder counts the same records
 // when it relays them again), and the error wrapping queue.ErrFenced, or
 // errLeaseLost, is returned so that the relay stops.
-func (t *topicRun) countStage(ctx context.Context, stage string, n int, log *slog.Logger) error {
+func (t *topicRun) countMilestone(ctx context.Context, milestone string, n int, log *slog.Logger) error {
 	if n == 0 {
 		return nil
 	}
@@ -494,14 +494,14 @@ func (t *topicRun) countStage(ctx context.Context, stage string, n int, log *slo
 		if !t.lease.Valid() {
 			return errLeaseLost
 		}
-		err := t.r.pool.CountStageFenced(ctx, t.lease.Token(), t.topic, stage, int64(n))
+		err := t.r.pool.CountMilestoneFenced(ctx, t.lease.Token(), t.topic, milestone, int64(n))
 		switch {
 		case err == nil || ctx.Err() != nil:
 			return nil
 		case errors.Is(err, queue.ErrFenced):
 			return err
 		case !queue.Transient(err):
-			log.Warn("counting the funnel's stage failed", "stage", stage, "jobs", n, "err", err)
+			log.Warn("counting the funnel's milestone failed", "milestone", milestone, "jobs", n, "err", err)
 			return nil
 		}
 		rw.failed(err, "")
@@ -533,7 +533,7 @@ func (t *topicRun) cancelGroups(ctx context.Context, groups []string, log *slog.
 			}
 			if err == nil {
 				// Settled once the replicas have it, as an enqueue.
-				err = r.waitReplicas(ctx, topic, []queue.Queue{r.pool.Layout().QueueOf(topic, g, "")})
+				err = r.waitReplicas(ctx, topic, []queue.Queue{r.pool.Keyspace().QueueOf(topic, g, "")})
 			}
 			if err == nil {
 				rw.end()
@@ -606,7 +606,7 @@ func (t *topicRun) enqueue(ctx context.Context, items []queue.Item) ([]queue.Res
 	defer rw.end()
 	// Reserve each Redis's share of the batch with its memory guard, once.
 	bytes := map[redis.UniversalClient]uint64{}
-	layout := r.pool.Layout()
+	layout := r.pool.Keyspace()
 	for i := range items {
 		bytes[r.pool.Client(layout.PartitionOfJob(items[i].Group, items[i].ID))] += uint64(len(items[i].Envelope) + jobFootprint)
 	}

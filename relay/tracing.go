@@ -42,7 +42,7 @@ func (b *batchTrace) add(j *job.Job, m *sarama.ConsumerMessage) {
 
 // end records the spans of the traced jobs among items, whose enqueue
 // ended now with results (or err for the whole batch).
-func (b *batchTrace) end(topic string, layout queue.Layout, items []queue.Item, results []queue.Result, err error) {
+func (b *batchTrace) end(topic string, layout queue.Keyspace, items []queue.Item, results []queue.Result, err error) {
 	if len(b.jobs) == 0 {
 		return
 	}

@@ -63,7 +63,7 @@ func TestApacheKafkaUncleanElectionTruncatesTheLog(t *testing.T) {
 		kafka:  k,
 		redis:  testenv.Redis(t),
 		consul: testenv.Consul(t),
-		layout: queue.Layout{Stage: "test", Partitions: kParts},
+		layout: queue.Keyspace{Stage: "test", Partitions: kParts},
 		sent:   map[string][]byte{},
 	}
 	b.prod = b.newProducer(t)

@@ -55,10 +55,10 @@ func benchWorkerNoop(b *testing.B, prefetch, claim int) {
 
 // enqueueNoops puts b.N no-op jobs in 100 groups into a Redis of 8
 // partitions, as the relay would; edit, when set, changes each job first.
-func enqueueNoops(b *testing.B, edit func(*job.Job)) (*testenv.RedisServer, queue.Layout) {
+func enqueueNoops(b *testing.B, edit func(*job.Job)) (*testenv.RedisServer, queue.Keyspace) {
 	r := testenv.Redis(b)
-	layout := queue.Layout{Stage: "bench", Partitions: 8}
-	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	layout := queue.Keyspace{Stage: "bench", Partitions: 8}
+	p, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: r.Addr()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func enqueueNoops(b *testing.B, edit func(*job.Job)) (*testenv.RedisServer, queu
 // runUntilAllDone runs a worker of cfg (its Redis, stage and partitions
 // set here, 8 jobs at once per partition, every type a no-op) and times it
 // from its start until Redis counts b.N jobs done; then stops it.
-func runUntilAllDone(b *testing.B, r *testenv.RedisServer, layout queue.Layout, cfg worker.Config) {
+func runUntilAllDone(b *testing.B, r *testenv.RedisServer, layout queue.Keyspace, cfg worker.Config) {
 	cfg.Stage, cfg.Partitions, cfg.RedisAddr = layout.Stage, layout.Partitions, r.Addr()
 	cfg.Workers = 8
 	w, err := worker.New(cfg, slog.New(slog.DiscardHandler))
@@ -120,8 +120,8 @@ func runUntilAllDone(b *testing.B, r *testenv.RedisServer, layout queue.Layout, 
 //	go test ./worker -run '^$' -bench EnqueueToStart -benchtime 500x
 func BenchmarkEnqueueToStart(b *testing.B) {
 	r := testenv.Redis(b)
-	layout := queue.Layout{Stage: "bench", Partitions: 8}
-	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	layout := queue.Keyspace{Stage: "bench", Partitions: 8}
+	p, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: r.Addr()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -174,8 +174,8 @@ func BenchmarkEnqueueToStart(b *testing.B) {
 func BenchmarkSmallGroupDuringHugeGroup(b *testing.B) {
 	const huge, small = 1_000_000, 50
 	r := testenv.Redis(b)
-	layout := queue.Layout{Stage: "bench", Partitions: 8}
-	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	layout := queue.Keyspace{Stage: "bench", Partitions: 8}
+	p, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: r.Addr()})
 	if err != nil {
 		b.Fatal(err)
 	}

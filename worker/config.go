@@ -25,11 +25,11 @@ type Config struct {
 	// (ops.HTTPLimits; a zero field: its default). Default:
 	// ops.DefaultHTTPLimits.
 	HTTP ops.HTTPLimits
-	// Location is where the Redis partitions live (Stage, RedisAddr,
+	// StageRedis is where the Redis partitions live (Stage, RedisAddr,
 	// Partitions, PartitionAddrs, as the relay's); Stage also names the
 	// Consul keys of the rate limits. Default: stage "dev", 8 partitions
 	// on 127.0.0.1:6379.
-	queue.Location
+	queue.StageRedis
 	// Serve lists the partitions this worker consumes. Default: none,
 	// meaning all.
 	Serve []int
@@ -150,12 +150,12 @@ type Config struct {
 // defaults documented in docs/worker.md.
 func DefaultConfig() Config {
 	return Config{
-		HTTP:     ops.DefaultHTTPLimits(),
-		Listen:   ":8082",
-		Location: queue.DefaultLocation(),
-		Workers:  10,
-		Topics:   TopicWeights{{Topic: DefaultTopic, Weight: 1}},
-		Lease:    30 * time.Second, ClaimBatch: 256, Prefetch: 512, PrefetchWait: 50 * time.Millisecond, AckLinger: time.Millisecond, MaxAttempts: 5, Timeout: time.Minute,
+		HTTP:       ops.DefaultHTTPLimits(),
+		Listen:     ":8082",
+		StageRedis: queue.DefaultStageRedis(),
+		Workers:    10,
+		Topics:     TopicWeights{{Topic: DefaultTopic, Weight: 1}},
+		Lease:      30 * time.Second, ClaimBatch: 256, Prefetch: 512, PrefetchWait: 50 * time.Millisecond, AckLinger: time.Millisecond, MaxAttempts: 5, Timeout: time.Minute,
 		Backoff: time.Second, MaxBackoff: 16 * time.Second, ResultTTL: 24 * time.Hour, IdempotencyTTL: 24 * time.Hour,
 		DeadMax: 100000, DeadTTL: 7 * 24 * time.Hour,
 		Drain: 30 * time.Second, Maintain: 500 * time.Millisecond, IdleRecheck: time.Second,
@@ -169,7 +169,7 @@ func DefaultConfig() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Listen, "listen", c.Listen, "address for /healthz, /readyz and /metrics")
 	c.HTTP.RegisterFlags(fs, "the worker's --listen")
-	c.Location.RegisterFlags(fs)
+	c.StageRedis.RegisterFlags(fs)
 	cli.IntRangesVar(fs, &c.Serve, "partitions", c.Serve, "partitions to consume: \"0-7\", \"0,2,4\"; empty: all")
 	fs.Var(topicsValue{&c.Topics}, "topics", "topics (queues) to serve, with weights: \"critical=6,default=3,low=1\" (a topic without =w weighs 1); each partition's consumer claims from them weighted fair by jobs served")
 	fs.BoolVar(&c.FollowTopics, "follow-topics", c.FollowTopics, "also serve (weight 1) every topic the stage's topic list in Consul gains (sluice topics create), without a restart")
@@ -202,7 +202,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 
 // validate checks the configuration; its errors name the field.
 func (c *Config) validate() error {
-	if err := c.Location.Validate(); err != nil {
+	if err := c.StageRedis.Validate(); err != nil {
 		return fmt.Errorf("worker: Config.%w", err)
 	}
 	switch {

@@ -243,7 +243,7 @@ func (c *consumer) run(ctx context.Context) {
 // instead (pollForWork).
 func (c *consumer) waitForWork(ctx context.Context, max time.Duration) {
 	w := c.w
-	layout := w.pool.Layout()
+	layout := w.pool.Keyspace()
 	cmd := layout.PartKeys(c.part).Cmd()
 	keys := make([]string, 0, 1+len(c.topics.queues))
 	keys = append(keys, cmd)
@@ -290,7 +290,7 @@ const clusterPoll = 50 * time.Millisecond
 // to max.
 func (c *consumer) pollForWork(ctx context.Context, max time.Duration, cmd string, keys []string) {
 	w := c.w
-	layout := w.pool.Layout()
+	layout := w.pool.Keyspace()
 	deadline := time.Now().Add(max)
 	t := time.NewTimer(0)
 	defer t.Stop()

@@ -126,7 +126,7 @@ func (w *Worker) SetWorkers(ctx context.Context, part, n int) error {
 	}
 	s.resizing.Lock()
 	defer s.resizing.Unlock()
-	if err := w.pool.Client(part).Set(ctx, w.pool.Layout().PartKeys(part).WorkerCount(), n, 0).Err(); err != nil {
+	if err := w.pool.Client(part).Set(ctx, w.pool.Keyspace().PartKeys(part).WorkerCount(), n, 0).Err(); err != nil {
 		return fmt.Errorf("checkpointing the worker count: %w", err)
 	}
 	s.resize(n)
@@ -147,7 +147,7 @@ func (w *Worker) Workers(part int) int {
 
 // checkpointed is the worker count stored for part, or fallback.
 func (w *Worker) checkpointed(ctx context.Context, part, fallback int) int {
-	n, err := w.pool.Client(part).Get(ctx, w.pool.Layout().PartKeys(part).WorkerCount()).Int()
+	n, err := w.pool.Client(part).Get(ctx, w.pool.Keyspace().PartKeys(part).WorkerCount()).Int()
 	if err != nil || n < 1 || n > queue.MaxWorkers {
 		if err != nil && err != redis.Nil {
 			w.log.Warn("reading the checkpointed worker count failed; using the configured one", "partition", part, "err", err)

@@ -234,7 +234,7 @@ func (c *consumer) probe(ctx context.Context, now time.Time) {
 	pipe := pool.Client(c.part).Pipeline()
 	looks := make([]interface{ Val() int64 }, len(empty))
 	for i, t := range empty {
-		looks[i] = pipe.Exists(ctx, pool.Layout().Keys(t.q).Lanes())
+		looks[i] = pipe.Exists(ctx, pool.Keyspace().Keys(t.q).Lanes())
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		if !errors.Is(err, context.Canceled) {

@@ -31,8 +31,8 @@ func TestAttemptSpansAndKeptFailures(t *testing.T) {
 	defer tracing.Use(sdktrace.NewTracerProvider(sdktrace.WithSampler(sampler), sdktrace.WithSpanProcessor(rec)))()
 
 	r := testenv.Redis(t)
-	layout := queue.Layout{Stage: "trace", Partitions: 2}
-	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	layout := queue.Keyspace{Stage: "trace", Partitions: 2}
+	p, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: r.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}

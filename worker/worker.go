@@ -231,7 +231,7 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 			if listening {
 				break
 			}
-			raw, err := w.pool.Client(part).LPop(ctx, w.pool.Layout().PartKeys(part).Cmd()).Result()
+			raw, err := w.pool.Client(part).LPop(ctx, w.pool.Keyspace().PartKeys(part).Cmd()).Result()
 			if err != nil {
 				break
 			}

@@ -22,7 +22,7 @@ import (
 type bed struct {
 	redis  *testenv.RedisServer
 	pool   *queue.Pool
-	layout queue.Layout
+	layout queue.Keyspace
 }
 
 func newBed(t *testing.T) *bed { t.Helper(); return newBedOf(t, 2) }
@@ -31,8 +31,8 @@ func newBed(t *testing.T) *bed { t.Helper(); return newBedOf(t, 2) }
 func newBedOf(t *testing.T, parts int, opts ...testenv.RedisOption) *bed {
 	t.Helper()
 	r := testenv.Redis(t, opts...)
-	layout := queue.Layout{Stage: "test", Partitions: parts}
-	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	layout := queue.Keyspace{Stage: "test", Partitions: parts}
+	p, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: r.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,8 +307,8 @@ func TestIdleWorkerStartsNewWorkWithinMilliseconds(t *testing.T) {
 // none twice.
 func TestRedisRestartDuringExecutionLosesNothing(t *testing.T) {
 	r := testenv.Redis(t, testenv.WithAOF())
-	layout := queue.Layout{Stage: "test", Partitions: 2}
-	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	layout := queue.Keyspace{Stage: "test", Partitions: 2}
+	p, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: r.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -171,7 +171,7 @@ func TestCLIAdminCommandsAgainstDev(t *testing.T) {
 		return len(l.Entries) == 1 && l.Entries[0].DeadAt.After(firstDeath) && l.Entries[0].Attempts == 1
 	})
 	stats := adminJSON[funnel.Report](t, cfg, "stats")
-	if st := topicOf(stats, cfg.Topic).Stages; st["replayed"] != 1 || st["dead"] != 2 {
+	if st := topicOf(stats, cfg.Topic).Milestones; st["replayed"] != 1 || st["dead"] != 2 {
 		t.Errorf("the funnel after the replay: %v", st)
 	}
 	adminCLI(t, cfg, 0, "dlq", "purge", "--all")

@@ -32,13 +32,13 @@ type canaryCmdFlags struct {
 	cfg     coordinator.CanaryConfig
 	listen  string
 	http    ops.HTTPLimits
-	redis   queue.Location
+	redis   queue.StageRedis
 	logging cli.Logging
 }
 
 func (f *canaryCmdFlags) register(fs *flag.FlagSet) {
 	f.cfg = coordinator.DefaultCanaryConfig()
-	f.redis = queue.DefaultLocation()
+	f.redis = queue.DefaultStageRedis()
 	fs.StringVar(&f.listen, "listen", ":8084", "address for /healthz, /readyz and /metrics")
 	f.http = ops.DefaultHTTPLimits()
 	f.http.RegisterFlags(fs, "the canary monitor's --listen")

@@ -38,7 +38,7 @@ func TestRelayAndWorkerOnAClusterWhileASlotMoves(t *testing.T) {
 	k := testenv.Kafka(t, testenv.Topic(topic, kParts), testenv.Topic(topic+".dlq", 1))
 	consul := testenv.Consul(t)
 	cluster := testenv.NewRedisCluster(t, 3)
-	loc := queue.Location{Stage: "test", RedisAddr: cluster.Seeds(), Partitions: parts, RedisCluster: true}
+	loc := queue.StageRedis{Stage: "test", RedisAddr: cluster.Seeds(), Partitions: parts, RedisCluster: true}
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
 	log := slog.New(slog.NewTextHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -49,7 +49,7 @@ func TestRelayAndWorkerOnAClusterWhileASlotMoves(t *testing.T) {
 		calls = map[string][]int{} // job id -> attempts it ran with
 	)
 	wcfg := worker.DefaultConfig()
-	wcfg.Location = loc
+	wcfg.StageRedis = loc
 	wcfg.ConsulAddr = consul.Addr()
 	wcfg.Workers = 8
 	wcfg.Backoff, wcfg.MaxBackoff = 20*time.Millisecond, 100*time.Millisecond
@@ -76,7 +76,7 @@ func TestRelayAndWorkerOnAClusterWhileASlotMoves(t *testing.T) {
 	}()
 
 	rcfg := relay.DefaultConfig()
-	rcfg.Location = loc
+	rcfg.StageRedis = loc
 	rcfg.Topics = []string{topic}
 	rcfg.Kafka.Brokers = k.Brokers()
 	rcfg.ConsulAddr = consul.Addr()
@@ -110,7 +110,7 @@ func TestRelayAndWorkerOnAClusterWhileASlotMoves(t *testing.T) {
 	}
 	defer prod.Close()
 	// Groups of ten: one in three on partition 0, whose slot moves.
-	layout := loc.Layout()
+	layout := loc.Keyspace()
 	var busy []string
 	for g := 0; len(busy) < 40; g++ {
 		if name := "g" + strconv.Itoa(g); layout.PartitionOf(name) == 0 {

@@ -164,7 +164,7 @@ func checkConfigFlags(t *testing.T, part string, defaults func() any, dir string
 		}
 	})
 	docs := configFieldDocs(t, dir)
-	// The fields of the embedded queue.Location and consul.Config are
+	// The fields of the embedded queue.StageRedis and consul.Config are
 	// documented there.
 	for _, embedded := range [][2]string{{"../../internal/queue", "Location"}, {"../../internal/consul", "Config"}} {
 		for name, doc := range typeFieldDocs(t, embedded[0], embedded[1]) {
@@ -214,7 +214,7 @@ func typeFieldDocs(t *testing.T, dir, typeName string) map[string]string {
 				for _, field := range ts.Type.(*ast.StructType).Fields.List {
 					doc := field.Doc.Text() + field.Comment.Text()
 					names := field.Names
-					if len(names) == 0 { // embedded: queue.Location
+					if len(names) == 0 { // embedded: queue.StageRedis
 						if sel, ok := field.Type.(*ast.SelectorExpr); ok {
 							names = []*ast.Ident{sel.Sel}
 						}

@@ -77,11 +77,11 @@ func coordinatorConsoleConfig() console.Config {
 
 // sharedConsoleFlags are the console's flags that sluice coordinator's
 // Config defines already: one flag sets both (share).
-// Every flag of the embedded queue.Location is one (share copies it whole).
+// Every flag of the embedded queue.StageRedis is one (share copies it whole).
 // So is every flag of the embedded consul.Config (share copies it whole).
 // So is every flag of the listener's ops.HTTPLimits: one listener, one set
 // of limits (share copies them).
-var sharedConsoleFlags = append(append(append([]string{"listen", "topics", "consumer-ttl"}, locationFlags()...), consulFlags()...), httpFlags()...)
+var sharedConsoleFlags = append(append(append([]string{"listen", "topics", "consumer-ttl"}, stageRedisFlags()...), consulFlags()...), httpFlags()...)
 
 // httpFlags are the names of ops.HTTPLimits' flags.
 func httpFlags() []string {
@@ -93,9 +93,9 @@ func httpFlags() []string {
 	return names
 }
 
-// locationFlags are the names of queue.Location's flags.
-func locationFlags() []string {
-	var loc queue.Location
+// stageRedisFlags are the names of queue.StageRedis's flags.
+func stageRedisFlags() []string {
+	var loc queue.StageRedis
 	fs := flag.NewFlagSet("", flag.ContinueOnError)
 	loc.RegisterFlags(fs)
 	var names []string
@@ -138,7 +138,7 @@ func (cc *coordinatorConsole) register(fs *flag.FlagSet) {
 // (sharedConsoleFlags).
 func (cc *coordinatorConsole) share(cfg coordinator.Config) {
 	cc.cfg.Listen = cfg.Listen
-	cc.cfg.Location = cfg.Location
+	cc.cfg.StageRedis = cfg.StageRedis
 	cc.cfg.Topics = cfg.Topics
 	cc.cfg.Config = cfg.Config // Consul: address, token, TLS
 	cc.cfg.ConsumerTTL = cfg.ConsumerTTL

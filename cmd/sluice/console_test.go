@@ -30,7 +30,7 @@ type consoleBed struct {
 func newConsoleBed(t *testing.T) *consoleBed {
 	t.Helper()
 	b := &consoleBed{redis: testenv.Redis(t), consul: testenv.Consul(t)}
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: queue.Layout{Stage: "test", Partitions: 2}, Addr: b.redis.Addr()})
+	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: queue.Keyspace{Stage: "test", Partitions: 2}, Addr: b.redis.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -377,7 +377,7 @@ func devStack(ctx context.Context, cfg devConfig, log *slog.Logger, stdout io.Wr
 	// serves it (docs/admin.md): the dev Kafka for the DLQ and the relay's
 	// lag, the dev gate's counters for the funnel.
 	concfg := coordinatorConsoleConfig()
-	concfg.Location, concfg.ConsulAddr = ccfg.Location, ccfg.ConsulAddr
+	concfg.StageRedis, concfg.ConsulAddr = ccfg.StageRedis, ccfg.ConsulAddr
 	concfg.Kafka.Brokers = cli.ListFlag{cfg.KafkaAddr}
 	concfg.GateMetrics = []string{"http://" + cfg.GateAddr + "/metrics"}
 	concfg.AdminTokens, concfg.AdminInsecure = cfg.AdminTokens, cfg.AdminInsecure
@@ -494,9 +494,9 @@ func startPart[S ops.Server](name, addr string, build func() (S, error)) (done c
 // agent was just started empty and this process runs the only relay.
 // Production Consul keeps its state, and its tokens only grow.
 func clearDevFences(ctx context.Context, cfg devConfig) error {
-	layout := queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}
+	layout := queue.Keyspace{Stage: "dev", Partitions: cfg.RedisPartitions}
 	// Through the pool, as every part builds its clients.
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: cfg.RedisAddr})
+	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: cfg.RedisAddr})
 	if err != nil {
 		return err
 	}
@@ -524,7 +524,7 @@ func clearDevFences(ctx context.Context, cfg devConfig) error {
 // this a restart would leave them unserved. A topic counts when a relay
 // registered it in Redis and Kafka still has it with its .dlq.
 func relistDevTopics(ctx context.Context, cfg devConfig, log *slog.Logger) error {
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}, Addr: cfg.RedisAddr})
+	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: queue.Keyspace{Stage: "dev", Partitions: cfg.RedisPartitions}, Addr: cfg.RedisAddr})
 	if err != nil {
 		return err
 	}

@@ -44,7 +44,7 @@ func TestDevWithApacheKafka(t *testing.T) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
 	defer rdb.Close()
-	layout := queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}
+	layout := queue.Keyspace{Stage: "dev", Partitions: cfg.RedisPartitions}
 	testenv.WaitFor(t, 60*time.Second, "the job to be relayed and run", func() bool {
 		done := 0
 		for p := range layout.Partitions {

@@ -171,8 +171,8 @@ func TestDevCanariesAndFunnel(t *testing.T) {
 	if pt.KafkaLag == nil || *pt.KafkaLag < jobs {
 		t.Errorf("paused relay: Kafka lag %v, want at least the %d jobs", pt.KafkaLag, jobs)
 	}
-	if pt.Stages[queue.StageRelayed] != before.Stages[queue.StageRelayed] {
-		t.Errorf("relayed moved while paused: %d -> %d", before.Stages[queue.StageRelayed], pt.Stages[queue.StageRelayed])
+	if pt.Milestones[queue.MilestoneRelayed] != before.Milestones[queue.MilestoneRelayed] {
+		t.Errorf("relayed moved while paused: %d -> %d", before.Milestones[queue.MilestoneRelayed], pt.Milestones[queue.MilestoneRelayed])
 	}
 
 	if _, err := c.KV().Delete(rateKey, nil); err != nil {
@@ -185,10 +185,10 @@ func TestDevCanariesAndFunnel(t *testing.T) {
 		return flowing(after) && tt.InKafka != nil && *tt.InKafka == 0 && tt.InRedis == 0
 	})
 	tt := topicOf(after, cfg.Topic)
-	if got := tt.Stages[queue.StageCompleted]; got != tt.Gate.Accepted || got != jobs {
+	if got := tt.Milestones[queue.MilestoneCompleted]; got != tt.Gate.Accepted || got != jobs {
 		t.Errorf("after the run: completed %d, accepted by the gate %d, want %d each", got, tt.Gate.Accepted, jobs)
 	}
-	if after.Canary.Funnel[cfg.Topic][queue.StageCompleted] == 0 {
+	if after.Canary.Funnel[cfg.Topic][queue.MilestoneCompleted] == 0 {
 		t.Error("canaries' funnel counted nothing")
 	}
 }

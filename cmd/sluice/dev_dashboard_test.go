@@ -285,7 +285,7 @@ func TestDevDashboard(t *testing.T) {
 	startDev(t, &cfg)
 	gate := "http://" + cfg.GateAddr
 	coord := "http://" + cfg.CoordinatorAddr
-	layout := queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}
+	layout := queue.Keyspace{Stage: "dev", Partitions: cfg.RedisPartitions}
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
 	defer rdb.Close()
 	ctx := context.Background()
@@ -489,7 +489,7 @@ func TestDevDashboard(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	replayedField := "funnel:" + cfg.Topic + ":" + queue.StageReplayed
+	replayedField := "funnel:" + cfg.Topic + ":" + queue.MilestoneReplayed
 	replayedBefore, _ := rdb.HGet(ctx, k.Stats(), replayedField).Int64()
 	b.do(t, "clicking Replay", 10*time.Second, chromedp.Click(chromedp.CSS(fmt.Sprintf(`#deadset-table tr[data-key=%q] button.replay`, cfg.Topic+"/"+replayed))))
 	testenv.WaitFor(t, 10*time.Second, "the job's replay in Redis", func() bool {

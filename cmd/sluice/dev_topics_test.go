@@ -27,7 +27,7 @@ func TestDevServesANewQueueInTwoCommands(t *testing.T) {
 	cfg.CanaryInterval = 0
 	d := startDev(t, &cfg)
 	gate := "http://" + cfg.GateAddr
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}, Addr: cfg.RedisAddr})
+	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: queue.Keyspace{Stage: "dev", Partitions: cfg.RedisPartitions}, Addr: cfg.RedisAddr})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func TestDevWithoutWorkerLeavesTheJobsToYourOwn(t *testing.T) {
 	enqueueID(t, "http://"+cfg.GateAddr+"/v1/topics/jobs/jobs", `{"type":"hello","payload":{"greeting":"second"}}`)
 	rdb := redis.NewClient(&redis.Options{Addr: cfg.RedisAddr})
 	defer rdb.Close()
-	layout := queue.Layout{Stage: "dev", Partitions: cfg.RedisPartitions}
+	layout := queue.Keyspace{Stage: "dev", Partitions: cfg.RedisPartitions}
 	funnel := func(stage string) int {
 		n := 0
 		for p := range layout.Partitions {
@@ -73,8 +73,8 @@ func TestDevWithoutWorkerLeavesTheJobsToYourOwn(t *testing.T) {
 		}
 		return n
 	}
-	testenv.WaitFor(t, 30*time.Second, "both jobs to be relayed into Redis", func() bool { return funnel(queue.StageRelayed) == 2 })
-	if n := funnel(queue.StageDequeued); n != 0 {
+	testenv.WaitFor(t, 30*time.Second, "both jobs to be relayed into Redis", func() bool { return funnel(queue.MilestoneRelayed) == 2 })
+	if n := funnel(queue.MilestoneDequeued); n != 0 {
 		t.Fatalf("%d jobs claimed without a worker", n)
 	}
 
@@ -116,7 +116,7 @@ func TestDevWithoutWorkerLeavesTheJobsToYourOwn(t *testing.T) {
 			t.Errorf("our worker: %v", err)
 		}
 	}()
-	testenv.WaitFor(t, 30*time.Second, "our worker to complete both jobs", func() bool { return funnel(queue.StageCompleted) == 2 })
+	testenv.WaitFor(t, 30*time.Second, "our worker to complete both jobs", func() bool { return funnel(queue.MilestoneCompleted) == 2 })
 	mu.Lock()
 	defer mu.Unlock()
 	slices.Sort(greetings)

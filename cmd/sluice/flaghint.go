@@ -10,7 +10,7 @@ import (
 	"github.com/sluicehq/sluice/internal/cli"
 )
 
-// configFlags is a part's Config (or a piece of one, as queue.Location)
+// configFlags is a part's Config (or a piece of one, as queue.StageRedis)
 // that registers its flags.
 type configFlags[C any] interface {
 	*C

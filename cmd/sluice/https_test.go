@@ -235,7 +235,7 @@ func TestCanaryTokenFromAFileThroughAnHTTPSGate(t *testing.T) {
 		"--canary-gate-tls-ca-file", certs.CAFile, "--canary-token-file", tokenFile, "--canary-interval", "1s"}); err != nil {
 		t.Fatal(err)
 	}
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: queue.Layout{Stage: "test", Partitions: 2}, Addr: redis.Addr()})
+	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: queue.Keyspace{Stage: "test", Partitions: 2}, Addr: redis.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}

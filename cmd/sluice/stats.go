@@ -32,7 +32,7 @@ func init() {
 }
 
 type statsFlags struct {
-	redis         queue.Location
+	redis         queue.StageRedis
 	kafka         kafka.Config
 	consumerGroup string
 	gateMetrics   cli.ListFlag
@@ -44,7 +44,7 @@ type statsFlags struct {
 }
 
 func (f *statsFlags) register(fs *flag.FlagSet) {
-	f.redis = queue.DefaultLocation()
+	f.redis = queue.DefaultStageRedis()
 	f.redis.RegisterFlags(fs)
 	f.kafka.Register(fs, "sluice-stats")
 	fs.StringVar(&f.consumerGroup, "consumer-group", kafka.RelayConsumerGroup, "the relays' --consumer-group (the lag of <group>.<topic> is read); needs --kafka-brokers")

@@ -72,7 +72,7 @@ type Route struct {
 // of them, route i from Kafka partition i mod P to Redis partition i mod N,
 // so every partition on both sides carries a canary each interval, at the
 // fewest canaries that do.
-func Plan(topic string, kafkaPartitions int32, layout queue.Layout) []Route {
+func Plan(topic string, kafkaPartitions int32, layout queue.Keyspace) []Route {
 	n := max(int(kafkaPartitions), layout.Partitions)
 	routes := make([]Route, 0, n)
 	for i := range n {
@@ -85,7 +85,7 @@ func Plan(topic string, kafkaPartitions int32, layout queue.Layout) []Route {
 // groupFor finds a group name for the path whose hash picks its Redis
 // partition: the path's name plus the first salt that lands there (about
 // N tries).
-func groupFor(p Path, layout queue.Layout) string {
+func groupFor(p Path, layout queue.Keyspace) string {
 	base := fmt.Sprintf("%s%s.%d.%d", GroupPrefix, p.Topic, p.KafkaPartition, p.RedisPartition)
 	for salt := 0; ; salt++ {
 		g := base + "." + strconv.Itoa(salt)

@@ -13,7 +13,7 @@ func TestPlanCoversEveryPartitionOnBothSides(t *testing.T) {
 		kafka int32
 		redis int
 	}{{8, 8}, {3, 8}, {12, 4}, {1, 1}} {
-		layout := queue.Layout{Stage: "s", Partitions: c.redis}
+		layout := queue.Keyspace{Stage: "s", Partitions: c.redis}
 		routes := Plan("jobs", c.kafka, layout)
 		if len(routes) != max(int(c.kafka), c.redis) {
 			t.Errorf("%d×%d: %d routes", c.kafka, c.redis, len(routes))

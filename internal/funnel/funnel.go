@@ -1,6 +1,6 @@
-// Package funnel builds the stage funnel report of `sluice stats`: per
+// Package funnel builds the funnel report of `sluice stats`: per
 // topic, the jobs counted at every hand-off (the gate's counters, Kafka's
-// lag, the Redis scripts' counters), each gap between two stages explained
+// lag, the Redis scripts' counters), each gap between two milestones explained
 // by where the jobs are (answered 5xx, waiting in Kafka, held in Redis),
 // and a gap that nothing explains flagged. It also judges the canaries.
 // It reads nothing itself: cmd/sluice gathers the inputs. See docs/stats.md.
@@ -51,8 +51,8 @@ type Topic struct {
 	Topic string `json:"topic"`
 	// The gate's counters (since each gate started), when read.
 	Gate *GateCounts `json:"gate,omitempty"`
-	// Stages are the Redis-side counters by stage name (queue.Stage*).
-	Stages map[string]int64 `json:"stages"`
+	// Milestones are the Redis-side counters by milestone name (queue.Stage*).
+	Milestones map[string]int64 `json:"milestones"`
 	// KafkaLag is the relay's backlog in records, when read.
 	KafkaLag *int64 `json:"kafka_lag_records,omitempty"`
 	// RelayedOut is every job the relay settled: relayed, deduplicated,
@@ -98,7 +98,7 @@ type Canary struct {
 	LastRound time.Time       `json:"last_round"`
 	Paths     []canary.Status `json:"paths"`
 	Alerts    []string        `json:"alerts"`
-	// Funnel counts canaries per topic and stage, apart from user jobs.
+	// Funnel counts canaries per topic and milestone, apart from user jobs.
 	Funnel map[string]map[string]int64 `json:"funnel"`
 }
 
@@ -111,7 +111,7 @@ func Build(in Input) Report {
 	if in.Gate == nil {
 		r.Unread = append(r.Unread, "the gates' counters: no --gate-metrics given")
 	}
-	stages := map[string]map[string]int64{}
+	milestones := map[string]map[string]int64{}
 	canaries := map[string]map[string]int64{}
 	add := func(dst, src map[string]map[string]int64) {
 		for topic, s := range src {
@@ -124,10 +124,10 @@ func Build(in Input) Report {
 		}
 	}
 	for _, f := range in.Partitions {
-		add(stages, f.Stages)
+		add(milestones, f.Milestones)
 		add(canaries, f.Canaries)
 		p := Partition{Topic: f.Queue.Topic, Partition: f.Queue.Part, Ready: f.Ready, Delayed: f.Delayed, Inflight: f.Inflight, Dead: f.Dead}
-		for _, s := range []map[string]map[string]int64{f.Stages, f.Canaries} {
+		for _, s := range []map[string]map[string]int64{f.Milestones, f.Canaries} {
 			for _, st := range s {
 				p.Open += open(st)
 			}
@@ -145,7 +145,7 @@ func Build(in Input) Report {
 	})
 
 	names := map[string]bool{}
-	for t := range stages {
+	for t := range milestones {
 		names[t] = true
 	}
 	for t := range in.Gate {
@@ -155,7 +155,7 @@ func Build(in Input) Report {
 		names[t] = true
 	}
 	for _, name := range sortedKeys(names) {
-		t := topic(name, stages[name], in)
+		t := topic(name, milestones[name], in)
 		r.Topics = append(r.Topics, t)
 		for _, u := range t.Unexplained {
 			r.Problems = append(r.Problems, "topic "+name+": "+u)
@@ -182,18 +182,18 @@ func Build(in Input) Report {
 	return r
 }
 
-// open is a stage map's relayed jobs that have not ended. A dead job an
+// open is a milestone map's relayed jobs that have not ended. A dead job an
 // operator replayed (admin API) is open again.
 func open(s map[string]int64) int64 {
-	return s[queue.StageRelayed] + s[queue.StageReplayed] - s[queue.StageCompleted] - s[queue.StageDead] - s[queue.StageCancelled]
+	return s[queue.MilestoneRelayed] + s[queue.MilestoneReplayed] - s[queue.MilestoneCompleted] - s[queue.MilestoneDead] - s[queue.MilestoneCancelled]
 }
 
-func topic(name string, stages map[string]int64, in Input) Topic {
-	if stages == nil {
-		stages = map[string]int64{}
+func topic(name string, milestones map[string]int64, in Input) Topic {
+	if milestones == nil {
+		milestones = map[string]int64{}
 	}
-	t := Topic{Topic: name, Stages: stages, InRedis: open(stages)}
-	t.RelayedOut = stages[queue.StageRelayed] + stages[queue.StageDeduplicated] + stages[queue.StageDropped] + stages[queue.StageDeadLettered]
+	t := Topic{Topic: name, Milestones: milestones, InRedis: open(milestones)}
+	t.RelayedOut = milestones[queue.MilestoneRelayed] + milestones[queue.MilestoneDeduplicated] + milestones[queue.MilestoneDropped] + milestones[queue.MilestoneDeadLettered]
 	if lag, ok := in.KafkaLag[name]; ok {
 		t.KafkaLag = &lag
 	}
@@ -204,7 +204,7 @@ func topic(name string, stages map[string]int64, in Input) Topic {
 		}
 		// Records replayed from <topic>.dlq by the admin API were produced
 		// without a gate.
-		inKafka := t.Gate.Accepted + stages[queue.StageDLQReplayed] - t.RelayedOut
+		inKafka := t.Gate.Accepted + milestones[queue.MilestoneDLQReplayed] - t.RelayedOut
 		t.InKafka = &inKafka
 		switch {
 		case inKafka < 0:

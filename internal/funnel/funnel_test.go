@@ -10,8 +10,8 @@ import (
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
-func part(p int, stages map[string]int64, ready, delayed, inflight int64) queue.PartitionFunnel {
-	return queue.PartitionFunnel{Queue: queue.Queue{Topic: "jobs", Part: p}, Stages: map[string]map[string]int64{"jobs": stages}, Canaries: map[string]map[string]int64{},
+func part(p int, milestones map[string]int64, ready, delayed, inflight int64) queue.PartitionFunnel {
+	return queue.PartitionFunnel{Queue: queue.Queue{Topic: "jobs", Part: p}, Milestones: map[string]map[string]int64{"jobs": milestones}, Canaries: map[string]map[string]int64{},
 		Ready: ready, Delayed: delayed, Inflight: inflight}
 }
 
@@ -20,7 +20,7 @@ func gate(accepted, failed float64) map[string]map[string]float64 {
 }
 
 func TestBuildExplainsGapsAndFlagsTheRest(t *testing.T) {
-	balanced := map[string]int64{queue.StageRelayed: 90, queue.StageDeduplicated: 5, queue.StageDeadLettered: 5, queue.StageCompleted: 80, queue.StageDead: 4, queue.StageCancelled: 1}
+	balanced := map[string]int64{queue.MilestoneRelayed: 90, queue.MilestoneDeduplicated: 5, queue.MilestoneDeadLettered: 5, queue.MilestoneCompleted: 80, queue.MilestoneDead: 4, queue.MilestoneCancelled: 1}
 	for _, c := range []struct {
 		name       string
 		in         Input

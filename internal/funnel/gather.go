@@ -48,7 +48,7 @@ func Gather(ctx context.Context, pool *queue.Pool, src Sources, now time.Time) (
 		return in, &RedisError{err}
 	}
 	for _, topic := range queues {
-		for p := range pool.Layout().Partitions {
+		for p := range pool.Keyspace().Partitions {
 			pf, err := pool.Funnel(ctx, queue.Queue{Topic: topic, Part: p})
 			if err != nil {
 				return in, &RedisError{err}
@@ -61,7 +61,7 @@ func Gather(ctx context.Context, pool *queue.Pool, src Sources, now time.Time) (
 	}
 	topics := map[string]bool{}
 	for _, pf := range in.Partitions {
-		for t := range pf.Stages {
+		for t := range pf.Milestones {
 			topics[t] = true
 		}
 	}

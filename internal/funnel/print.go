@@ -10,18 +10,18 @@ import (
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
-// stageRows are the Redis-side stages in the order jobs pass them.
-var stageRows = []struct{ stage, label string }{
-	{queue.StageRelayed, "relayed into Redis"},
-	{queue.StageDeduplicated, "deduplicated (already relayed)"},
-	{queue.StageDropped, "dropped (group cancelled)"},
-	{queue.StageDeadLettered, "dead-lettered at the relay"},
-	{queue.StageRequeued, "requeued to Kafka"},
-	{queue.StageDequeued, "dequeued (every attempt)"},
-	{queue.StageCompleted, "completed"},
-	{queue.StageRetried, "retried"},
-	{queue.StageDead, "dead"},
-	{queue.StageCancelled, "cancelled in Redis"},
+// milestoneRows are the Redis-side milestones in the order jobs pass them.
+var milestoneRows = []struct{ milestone, label string }{
+	{queue.MilestoneRelayed, "relayed into Redis"},
+	{queue.MilestoneDeduplicated, "deduplicated (already relayed)"},
+	{queue.MilestoneDropped, "dropped (group cancelled)"},
+	{queue.MilestoneDeadLettered, "dead-lettered at the relay"},
+	{queue.MilestoneRequeued, "requeued to Kafka"},
+	{queue.MilestoneDequeued, "dequeued (every attempt)"},
+	{queue.MilestoneCompleted, "completed"},
+	{queue.MilestoneRetried, "retried"},
+	{queue.MilestoneDead, "dead"},
+	{queue.MilestoneCancelled, "cancelled in Redis"},
 }
 
 // Write prints the report for people.
@@ -42,8 +42,8 @@ func Write(w io.Writer, r Report) error {
 		} else if t.KafkaLag != nil {
 			fmt.Fprintf(tw, "  waiting in Kafka\t\t%s\n", lagText(t.KafkaLag))
 		}
-		for _, row := range stageRows {
-			fmt.Fprintf(tw, "  %s\t%d\t\n", row.label, t.Stages[row.stage])
+		for _, row := range milestoneRows {
+			fmt.Fprintf(tw, "  %s\t%d\t\n", row.label, t.Milestones[row.milestone])
 		}
 		fmt.Fprintf(tw, "  in Redis, not ended\t%d\t(ready, delayed or in flight)\n", t.InRedis)
 		for _, n := range t.Notes {

@@ -135,7 +135,7 @@ func Find(ctx context.Context, pool *queue.Pool, topics []string, name string) (
 		}
 		if s.Found {
 			found = append(found, t)
-			q, st = pool.Layout().QueueOf(t, name, ""), s
+			q, st = pool.Keyspace().QueueOf(t, name, ""), s
 		}
 	}
 	switch len(found) {

@@ -116,8 +116,8 @@ func mustJSON(t *testing.T, v any) string {
 // found group loses its ready jobs and answers its status after.
 func TestCancel(t *testing.T) {
 	r := testenv.Redis(t)
-	layout := queue.Layout{Stage: "test", Partitions: 4}
-	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	layout := queue.Keyspace{Stage: "test", Partitions: 4}
+	p, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: r.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}

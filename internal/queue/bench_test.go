@@ -13,7 +13,7 @@ import (
 // benchPool is a one-partition pool on a fresh Redis, scripts loaded.
 func benchPool(b *testing.B) (*Pool, *testenv.RedisServer) {
 	r := testenv.Redis(b)
-	p, err := NewPool(PoolConfig{Layout: Layout{Stage: "bench", Partitions: 1}, Addr: r.Addr()})
+	p, err := NewPool(PoolConfig{Keyspace: Keyspace{Stage: "bench", Partitions: 1}, Addr: r.Addr()})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -45,7 +45,7 @@ return 1
 // completed on partition part at done. It reports false when a newer one
 // had been recorded already.
 func (p *Pool) RecordCanaryDone(ctx context.Context, part int, field string, sent, done time.Time) (bool, error) {
-	res, err := runScript(ctx, p.byPart[part], canaryDoneScript, []string{p.layout.PartKeys(part).Canary()},
+	res, err := runScript(ctx, p.byPart[part], canaryDoneScript, []string{p.keyspace.PartKeys(part).Canary()},
 		CanaryDonePrefix+field, sent.UnixMilli(), done.UnixMilli())
 	if err != nil {
 		return false, fmt.Errorf("recording a canary on partition %d: %w", part, err)
@@ -62,7 +62,7 @@ func (p *Pool) RecordCanariesSent(ctx context.Context, fields map[int][]string, 
 		for _, f := range fs {
 			vals = append(vals, CanarySentPrefix+f, ms)
 		}
-		if err := p.byPart[part].HSet(ctx, p.layout.PartKeys(part).Canary(), vals...).Err(); err != nil {
+		if err := p.byPart[part].HSet(ctx, p.keyspace.PartKeys(part).Canary(), vals...).Err(); err != nil {
 			return fmt.Errorf("recording sent canaries on partition %d: %w", part, err)
 		}
 	}
@@ -71,13 +71,13 @@ func (p *Pool) RecordCanariesSent(ctx context.Context, fields map[int][]string, 
 
 // SetCanaryMonitor records the monitor's settings on partition 0.
 func (p *Pool) SetCanaryMonitor(ctx context.Context, value string) error {
-	return p.byPart[0].HSet(ctx, p.layout.PartKeys(0).Canary(), CanaryMonitor, value).Err()
+	return p.byPart[0].HSet(ctx, p.keyspace.PartKeys(0).Canary(), CanaryMonitor, value).Err()
 }
 
 // SetCanaryAlerting records on partition 0 whether an alert is out (see
 // CanaryAlerting).
 func (p *Pool) SetCanaryAlerting(ctx context.Context, on bool) error {
-	c, key := p.byPart[0], p.layout.PartKeys(0).Canary()
+	c, key := p.byPart[0], p.keyspace.PartKeys(0).Canary()
 	if on {
 		return c.HSet(ctx, key, CanaryAlerting, "1").Err()
 	}
@@ -87,7 +87,7 @@ func (p *Pool) SetCanaryAlerting(ctx context.Context, on bool) error {
 // CanaryAlerting reads on partition 0 whether an alert is out (see
 // CanaryAlerting, the field).
 func (p *Pool) CanaryAlerting(ctx context.Context) (bool, error) {
-	v, err := p.byPart[0].HGet(ctx, p.layout.PartKeys(0).Canary(), CanaryAlerting).Result()
+	v, err := p.byPart[0].HGet(ctx, p.keyspace.PartKeys(0).Canary(), CanaryAlerting).Result()
 	if err == redis.Nil {
 		return false, nil
 	}
@@ -103,14 +103,14 @@ func (p *Pool) ForgetCanaries(ctx context.Context, part int, fields []string) er
 	if len(fields) == 0 {
 		return nil
 	}
-	return p.byPart[part].HDel(ctx, p.layout.PartKeys(part).Canary(), fields...).Err()
+	return p.byPart[part].HDel(ctx, p.keyspace.PartKeys(part).Canary(), fields...).Err()
 }
 
 // CanaryHashes reads every partition's canary hash, by partition.
 func (p *Pool) CanaryHashes(ctx context.Context) (map[int]map[string]string, error) {
-	out := make(map[int]map[string]string, p.layout.Partitions)
-	for part := range p.layout.Partitions {
-		h, err := p.byPart[part].HGetAll(ctx, p.layout.PartKeys(part).Canary()).Result()
+	out := make(map[int]map[string]string, p.keyspace.Partitions)
+	for part := range p.keyspace.Partitions {
+		h, err := p.byPart[part].HGetAll(ctx, p.keyspace.PartKeys(part).Canary()).Result()
 		if err != nil {
 			return nil, fmt.Errorf("reading canaries of partition %d: %w", part, err)
 		}

@@ -175,7 +175,7 @@ func (p *Pool) CancelJob(ctx context.Context, l JobLookup, del bool, now time.Ti
 
 func (p *Pool) cancelAt(ctx context.Context, l JobLookup, w JobWhereabouts, del bool, now time.Time) (done bool, outcome string, err error) {
 	q := w.Queue
-	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	k, c := p.keyspace.Keys(q), p.byPart[q.Part]
 	keep := int64(CancelKeep / time.Second)
 	switch w.Where {
 	case WhereReady, WhereDelayed:
@@ -245,7 +245,7 @@ func laneGroup(lane string) string {
 // request (CancelJob): cancelled, its record kept for keep. It reports
 // false when the job was no longer held in its batch.
 func (p *Pool) SettleCancelled(ctx context.Context, q Queue, job Claimed, now time.Time, keep time.Duration) (bool, error) {
-	k := p.layout.Keys(q)
+	k := p.keyspace.Keys(q)
 	group, results := k.Stats(), k.Stats()
 	if job.Group != "" {
 		group, results = k.Group(job.Group), k.Results(job.Group)

@@ -23,7 +23,7 @@ func TestCancelAndDeleteOneJob(t *testing.T) {
 	runAt.RunAt = later
 	runAt.Envelope = (&job.Job{ID: "at", Type: "t", Topic: "jobs", RunAt: later}).AppendJSON(nil)
 	enqueueOK(t, p, 1, positioned(0, 0, item("run", "")), now)
-	k := p.layout.Keys(jq(0))
+	k := p.keyspace.Keys(jq(0))
 	find := func(id, group string) JobWhereabouts {
 		t.Helper()
 		w, err := p.FindJob(ctx, JobLookup{Topic: "jobs", ID: id, Group: group})

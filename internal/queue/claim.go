@@ -310,7 +310,7 @@ func (p *Pool) Claim(ctx context.Context, q Queue, max int, lease time.Duration)
 		// As many candidates as jobs asked for: a job each at the least
 		// (small groups). The script reads only those it needs.
 		// A few more, for names that are no lane's (passed over).
-		if names, err = p.byPart[q.Part].ZRange(ctx, p.layout.Keys(q).Lanes(), 0, int64(max-1+8)).Result(); err != nil || len(names) == 0 {
+		if names, err = p.byPart[q.Part].ZRange(ctx, p.keyspace.Keys(q).Lanes(), 0, int64(max-1+8)).Result(); err != nil || len(names) == 0 {
 			return nil, err
 		}
 	}
@@ -335,7 +335,7 @@ func (p *Pool) Claim(ctx context.Context, q Queue, max int, lease time.Duration)
 // fair order's head to call again with, else the candidates for the next
 // claim.
 func (p *Pool) claimAmong(ctx context.Context, q Queue, max int, lease time.Duration, names []string) (out []Claimed, next []string, stale bool, err error) {
-	keys := p.layout.Keys(q)
+	keys := p.keyspace.Keys(q)
 	lanes := make([]LaneInfo, 0, len(names))
 	var foreign []string
 	for _, name := range names {
@@ -519,7 +519,7 @@ func (p *Pool) Extend(ctx context.Context, q Queue, batches []string, lease time
 // cancel; nil when none is pending.
 func (p *Pool) ExtendLeases(ctx context.Context, q Queue, batches []string, lease time.Duration) (kept []bool, cancels map[string][]int, err error) {
 	kept = make([]bool, 0, len(batches))
-	k := p.layout.Keys(q)
+	k := p.keyspace.Keys(q)
 	for len(batches) > 0 {
 		chunk := batches[:min(len(batches), MaxBatch)]
 		batches = batches[len(chunk):]

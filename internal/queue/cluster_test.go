@@ -22,7 +22,7 @@ import (
 // fixed at now (batch names carry their claim time).
 func clusterPool(t *testing.T, c *testenv.RedisCluster, partitions int) *Pool {
 	t.Helper()
-	p, err := NewPool(PoolConfig{Layout: Layout{Stage: "test", Partitions: partitions}, Addr: c.Seeds(), Cluster: true, Now: func() time.Time { return now }})
+	p, err := NewPool(PoolConfig{Keyspace: Keyspace{Stage: "test", Partitions: partitions}, Addr: c.Seeds(), Cluster: true, Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestClusterEndsAsOneRedisDoes(t *testing.T) {
 	r := testenv.Redis(t)
 	const parts = 8
 	p := clusterPool(t, c, parts)
-	ref, err := NewPool(PoolConfig{Layout: Layout{Stage: "test", Partitions: parts}, Addr: r.Addr(), Now: func() time.Time { return now }})
+	ref, err := NewPool(PoolConfig{Keyspace: Keyspace{Stage: "test", Partitions: parts}, Addr: r.Addr(), Now: func() time.Time { return now }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,8 +77,8 @@ func TestClusterEndsAsOneRedisDoes(t *testing.T) {
 
 	masters := map[string]bool{}
 	for part := range parts {
-		masters[c.Owner(c.Slot(p.Layout().Keys(jq(part)).Lanes()))] = true
-		masters[c.Owner(c.Slot(p.Layout().PartKeys(part).Cmd()))] = true
+		masters[c.Owner(c.Slot(p.Keyspace().Keys(jq(part)).Lanes()))] = true
+		masters[c.Owner(c.Slot(p.Keyspace().PartKeys(part).Cmd()))] = true
 	}
 	if len(masters) < 2 {
 		t.Fatalf("every partition on one master (%v): the test would not span nodes", masters)
@@ -120,7 +120,7 @@ func TestClusterEndsAsOneRedisDoes(t *testing.T) {
 			// Every batch left in flight expires: the reap takes it back
 			// (deadlines are each Redis's own clock, which the two do not
 			// share, so none may be left in the dumps).
-			leased, err := pool.Client(part).ZRange(ctx, pool.Layout().Keys(jq(part)).Leases(), 0, -1).Result()
+			leased, err := pool.Client(part).ZRange(ctx, pool.Keyspace().Keys(jq(part)).Leases(), 0, -1).Result()
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -188,7 +188,7 @@ func TestClusterEndsAsOneRedisDoes(t *testing.T) {
 	// groups) asks the master of its slot and finds them all there.
 	scanned := 0
 	for part := range parts {
-		prefix := p.Layout().Keys(jq(part)).Group("")
+		prefix := p.Keyspace().Keys(jq(part)).Group("")
 		m, err := p.MasterOf(ctx, part, prefix)
 		if err != nil {
 			t.Fatal(err)
@@ -237,7 +237,7 @@ func TestClusterSlotMigrationLosesAndRepeatsNothing(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
 	// Partition 0's queue keys: the slot that moves.
-	slot := c.Slot(p.Layout().Keys(jq(0)).Lanes())
+	slot := c.Slot(p.Keyspace().Keys(jq(0)).Lanes())
 	from := c.Owner(slot)
 	to := c.Addrs()[0]
 	if to == from {
@@ -369,11 +369,11 @@ func TestClusterClientDoesNotResendACommandThatMayHaveRun(t *testing.T) {
 	c := testenv.NewRedisCluster(t, 3)
 	p := clusterPool(t, c, 1)
 	ctx := context.Background()
-	key := p.Layout().PartKeys(0).Cmd()
+	key := p.Keyspace().PartKeys(0).Cmd()
 	if err := p.Client(0).Set(ctx, key, 0, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	tight, err := NewPool(PoolConfig{Layout: p.Layout(), Addr: c.Seeds(), Cluster: true,
+	tight, err := NewPool(PoolConfig{Keyspace: p.Keyspace(), Addr: c.Seeds(), Cluster: true,
 		Options: func(o *redis.Options) { o.ReadTimeout = 300 * time.Millisecond }})
 	if err != nil {
 		t.Fatal(err)
@@ -412,7 +412,7 @@ func TestClusterClientDoesNotResendACommandThatMayHaveRun(t *testing.T) {
 // --redis-cluster makes the pool a cluster's; it excludes partition
 // addresses.
 func TestLocationClusterFlag(t *testing.T) {
-	l := DefaultLocation()
+	l := DefaultStageRedis()
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	l.RegisterFlags(fs)
@@ -439,11 +439,11 @@ func TestClusterWaitReplicasAsksEachQueuesMaster(t *testing.T) {
 	ctx := context.Background()
 	err := p.WaitReplicas(ctx, []Queue{jq(2)}, 1, 50*time.Millisecond)
 	var behind *ReplicasBehindError
-	want := "cluster master " + c.Owner(c.Slot(p.Layout().Keys(jq(2)).Lanes()))
+	want := "cluster master " + c.Owner(c.Slot(p.Keyspace().Keys(jq(2)).Lanes()))
 	if !errors.As(err, &behind) || behind.Server != want || behind.Acked != 0 {
 		t.Fatalf("WaitReplicas with no replica = %v, want a ReplicasBehindError from %s", err, want)
 	}
-	if n, _ := p.Client(2).Get(ctx, p.Layout().Keys(jq(2)).Prefix()+"wait").Int(); n != 1 {
+	if n, _ := p.Client(2).Get(ctx, p.Keyspace().Keys(jq(2)).Prefix()+"wait").Int(); n != 1 {
 		t.Fatalf("the wait key in the queue's slot is %d, want 1", n)
 	}
 	if err := p.WaitReplicas(ctx, []Queue{jq(0), jq(1), jq(2), jq(3)}, 0, 50*time.Millisecond); err != nil {
@@ -461,7 +461,7 @@ func TestClusterLogsInAsTheACLUserOnEveryNode(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	loc := Location{Stage: "test", Partitions: 4, RedisAddr: c.Seeds(), RedisCluster: true, RedisUser: "sluice"}
+	loc := StageRedis{Stage: "test", Partitions: 4, RedisAddr: c.Seeds(), RedisCluster: true, RedisUser: "sluice"}
 	loc.RedisPassword.Value = "wr0ng"
 	bad, err := NewPool(loc.PoolConfig())
 	if err != nil {

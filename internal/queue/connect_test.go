@@ -17,8 +17,8 @@ import (
 )
 
 // securePool is a pool of one partition at loc (as a part builds it from
-// its Location), closed with the test.
-func securePool(t *testing.T, loc Location) *Pool {
+// its StageRedis), closed with the test.
+func securePool(t *testing.T, loc StageRedis) *Pool {
 	t.Helper()
 	if err := loc.Validate(); err != nil {
 		t.Fatal(err)
@@ -42,7 +42,7 @@ func TestPoolOverTLSAsAnACLUser(t *testing.T) {
 	if err := os.WriteFile(pwFile, []byte("s3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	loc := Location{Stage: "test", Partitions: 2, RedisAddr: r.Addr(), RedisUser: "sluice",
+	loc := StageRedis{Stage: "test", Partitions: 2, RedisAddr: r.Addr(), RedisUser: "sluice",
 		RedisPassword: cli.Secret{File: pwFile}, RedisTLS: tlsfiles.Client{CAFile: certs.CAFile}}
 	p := securePool(t, loc)
 	if err := p.Ping(ctx); err != nil {
@@ -105,17 +105,17 @@ func TestPoolLoginAndTLSErrorsNameTheFix(t *testing.T) {
 	ctx := context.Background()
 	for _, c := range []struct {
 		name string
-		loc  Location
+		loc  StageRedis
 		ping bool // the error comes from LoadScripts, not Ping
 		want []string
 	}{
-		{"wrong password", Location{RedisAddr: r.Addr(), RedisUser: "sluice", RedisPassword: cli.Secret{Value: "wr0ng-pw"}, RedisTLS: trusted},
+		{"wrong password", StageRedis{RedisAddr: r.Addr(), RedisUser: "sluice", RedisPassword: cli.Secret{Value: "wr0ng-pw"}, RedisTLS: trusted},
 			true, []string{"WRONGPASS", "--redis-user", "--redis-password"}},
-		{"missing permission", Location{RedisAddr: r.Addr(), RedisUser: "reader", RedisPassword: cli.Secret{Value: "r3ader"}, RedisTLS: trusted},
+		{"missing permission", StageRedis{RedisAddr: r.Addr(), RedisUser: "reader", RedisPassword: cli.Secret{Value: "r3ader"}, RedisTLS: trusted},
 			false, []string{"NOPERM", "ACL rule", "~sluice:* &* +@all"}},
-		{"untrusted CA", Location{RedisAddr: r.Addr(), RedisUser: "sluice", RedisPassword: cli.Secret{Value: "s3cret"}, RedisTLS: tlsfiles.Client{CAFile: certs.OtherCAFile}},
+		{"untrusted CA", StageRedis{RedisAddr: r.Addr(), RedisUser: "sluice", RedisPassword: cli.Secret{Value: "s3cret"}, RedisTLS: tlsfiles.Client{CAFile: certs.OtherCAFile}},
 			true, []string{"not signed by a trusted CA", "--redis-tls-ca-file"}},
-		{"plain TCP to a TLS port", Location{RedisAddr: r.Addr(), RedisUser: "sluice", RedisPassword: cli.Secret{Value: "s3cret"}},
+		{"plain TCP to a TLS port", StageRedis{RedisAddr: r.Addr(), RedisUser: "sluice", RedisPassword: cli.Secret{Value: "s3cret"}},
 			true, []string{"closed the connection", "--redis-tls"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -151,10 +151,10 @@ func TestPoolLoginAndTLSErrorsNameTheFix(t *testing.T) {
 	}
 }
 
-// The new flags are on every Location, with their defaults, and a
+// The new flags are on every StageRedis, with their defaults, and a
 // Sentinel without a master name is an error naming the field.
 func TestLocationSecureFlags(t *testing.T) {
-	l := DefaultLocation()
+	l := DefaultStageRedis()
 	fs := newFlagSet()
 	l.RegisterFlags(fs)
 	for _, name := range []string{"redis-user", "redis-password", "redis-password-file", "redis-tls", "redis-tls-ca-file",

@@ -13,15 +13,15 @@ import (
 // The dead set's operator side (the admin API, docs/admin.md): list it,
 // replay a dead job (back to ready with its attempts reset) or purge it.
 
-// StageReplayed counts dead jobs an operator put back to ready: they are
+// MilestoneReplayed counts dead jobs an operator put back to ready: they are
 // open again, so the funnel's Redis balance is relayed + replayed −
 // (completed + dead + cancelled).
-const StageReplayed = "replayed"
+const MilestoneReplayed = "replayed"
 
-// StageDLQReplayed counts records replayed from <topic>.dlq into the topic
+// MilestoneDLQReplayed counts records replayed from <topic>.dlq into the topic
 // by the admin API: produced to Kafka, not through a gate, so the funnel
 // adds them to the gates' produced count.
-const StageDLQReplayed = "dlq_replayed"
+const MilestoneDLQReplayed = "dlq_replayed"
 
 // Replay outcomes.
 const (
@@ -111,7 +111,7 @@ func (d DeadRef) Score() int64 { return d.At.UnixMilli() }
 // below beforeMS, or equal with an id below beforeID. beforeMS < 0 starts
 // at the newest.
 func (p *Pool) DeadPage(ctx context.Context, q Queue, beforeMS int64, beforeID string, n int) ([]DeadRef, error) {
-	c, k := p.byPart[q.Part], p.layout.Keys(q)
+	c, k := p.byPart[q.Part], p.keyspace.Keys(q)
 	var out []DeadRef
 	add := func(zs []redis.Z) {
 		for _, z := range zs {
@@ -165,7 +165,7 @@ func (p *Pool) DeadJobs(ctx context.Context, q Queue, refs []DeadRef) error {
 	if len(refs) == 0 {
 		return nil
 	}
-	c, k := p.byPart[q.Part], p.layout.Keys(q)
+	c, k := p.byPart[q.Part], p.keyspace.Keys(q)
 	pipe := c.Pipeline()
 	cmds := make([]*redis.SliceCmd, len(refs))
 	for i, r := range refs {
@@ -190,9 +190,9 @@ func (p *Pool) DeadJobs(ctx context.Context, q Queue, refs []DeadRef) error {
 // partition follows its group, which the id does not tell): one ZSCORE per
 // partition. ok is false when no dead set holds it.
 func (p *Pool) FindDead(ctx context.Context, topic, id string) (ref DeadRef, q Queue, ok bool, err error) {
-	for part := range p.layout.Partitions {
+	for part := range p.keyspace.Partitions {
 		q = Queue{Topic: topic, Part: part}
-		s, err := p.byPart[q.Part].ZScore(ctx, p.layout.Keys(q).Dead(), id).Result()
+		s, err := p.byPart[q.Part].ZScore(ctx, p.keyspace.Keys(q).Dead(), id).Result()
 		if errors.Is(err, redis.Nil) {
 			continue
 		}
@@ -208,7 +208,7 @@ func (p *Pool) FindDead(ctx context.Context, topic, id string) (ref DeadRef, q Q
 // ReplayDead puts dead job id of queue partition q back on its lane with its
 // attempts reset; see replayScript and the Replay* outcomes.
 func (p *Pool) ReplayDead(ctx context.Context, q Queue, id string, now time.Time) (int, error) {
-	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	k, c := p.keyspace.Keys(q), p.byPart[q.Part]
 	e, err := c.HGet(ctx, k.Job(id), "env").Result()
 	if errors.Is(err, redis.Nil) || (err == nil && e == "") {
 		e = "0 " + id + " g/? {}" // no record: the script finds it gone
@@ -236,7 +236,7 @@ func (p *Pool) ReplayDead(ctx context.Context, q Queue, id string, now time.Time
 // PurgeDead removes dead job id of queue partition q for good; false when it
 // was not in the dead set.
 func (p *Pool) PurgeDead(ctx context.Context, q Queue, id string) (bool, error) {
-	k := p.layout.Keys(q)
+	k := p.keyspace.Keys(q)
 	res, err := runScript(ctx, p.byPart[q.Part], purgeScript, []string{k.Dead(), k.Job(id)}, id)
 	if err != nil {
 		return false, fmt.Errorf("purging dead job %s on %s: %w", id, q, err)

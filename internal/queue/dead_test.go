@@ -17,7 +17,7 @@ func kill(t *testing.T, p *Pool, id, group string, death time.Time) int {
 	if _, err := p.Enqueue(ctx, 1, []Item{item(id, group)}, death); err != nil {
 		t.Fatal(err)
 	}
-	part := p.Layout().PartitionOfJob(group, id)
+	part := p.Keyspace().PartitionOfJob(group, id)
 	jobs, err := p.Claim(ctx, jq(part), 1, time.Minute)
 	if err != nil || len(jobs) != 1 || jobs[0].ID != id {
 		t.Fatalf("claim %s: %v %v", id, jobs, err)
@@ -82,7 +82,7 @@ func TestReplayDeadOutcomes(t *testing.T) {
 	if err != nil || load.Ready != 1 {
 		t.Errorf("ready depth after the replay: %+v %v", load, err)
 	}
-	k := p.Layout().Keys(jq(part))
+	k := p.Keyspace().Keys(jq(part))
 	// The record keeps its last error, without the entry, until it expires.
 	if h := r.Client().HGetAll(ctx, k.Job("a")).Val(); h["env"] != "" || h["state"] != "" || h["last_error"] != "boom a" {
 		t.Errorf("the replayed job's record: %v", h)
@@ -92,8 +92,8 @@ func TestReplayDeadOutcomes(t *testing.T) {
 		t.Fatalf("claim after replay: %+v %v", jobs, err)
 	}
 	f, _ := p.Funnel(ctx, jq(part))
-	if f.Stages["jobs"][StageReplayed] != 1 {
-		t.Errorf("funnel: %v", f.Stages)
+	if f.Milestones["jobs"][MilestoneReplayed] != 1 {
+		t.Errorf("funnel: %v", f.Milestones)
 	}
 
 	part = kill(t, p, "b", "gb", now)
@@ -105,7 +105,7 @@ func TestReplayDeadOutcomes(t *testing.T) {
 	}
 
 	part = kill(t, p, "c", "gc", now)
-	r.Client().Del(ctx, p.Layout().Keys(jq(part)).Job("c"))
+	r.Client().Del(ctx, p.Keyspace().Keys(jq(part)).Job("c"))
 	if n, _ := p.ReplayDead(ctx, jq(part), "c", now); n != ReplayExpired {
 		t.Errorf("replay of an expired job: %d", n)
 	}
@@ -120,7 +120,7 @@ func TestReplayDeadOutcomes(t *testing.T) {
 	if ok, _ := p.PurgeDead(ctx, jq(part), "d"); ok {
 		t.Error("a second purge found it")
 	}
-	if n := r.Client().Exists(ctx, p.Layout().Keys(jq(part)).Job("d")).Val(); n != 0 {
+	if n := r.Client().Exists(ctx, p.Keyspace().Keys(jq(part)).Job("d")).Val(); n != 0 {
 		t.Error("the purged job's record is still there")
 	}
 }
@@ -137,7 +137,7 @@ func TestReplayKeepsACompletedBulkGroupFinal(t *testing.T) {
 	if _, err := p.Enqueue(ctx, 1, []Item{it, closeItem("bulk", 1)}, now); err != nil {
 		t.Fatal(err)
 	}
-	part := p.Layout().PartitionOf("bulk")
+	part := p.Keyspace().PartitionOf("bulk")
 	jobs, err := p.Claim(ctx, jq(part), 1, time.Minute)
 	if err != nil || len(jobs) != 1 {
 		t.Fatal(jobs, err)
@@ -151,7 +151,7 @@ func TestReplayKeepsACompletedBulkGroupFinal(t *testing.T) {
 	if err := p.FinishCompleted(ctx, "jobs", "bulk", map[string]any{"callback_state": "delivered"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	k := p.Layout().Keys(jq(part))
+	k := p.Keyspace().Keys(jq(part))
 	if n, err := p.ReplayDead(ctx, jq(part), "bulk.0", now); n != ReplayDone || err != nil {
 		t.Fatal(n, err)
 	}

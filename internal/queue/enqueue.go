@@ -459,7 +459,7 @@ func (p *Pool) EnqueueReporting(ctx context.Context, token uint64, items []Item,
 			}
 			valid = t
 		}
-		c := p.byPart[p.layout.QueueOf(items[i].Topic, items[i].Group, items[i].ID).Part]
+		c := p.byPart[p.keyspace.QueueOf(items[i].Topic, items[i].Group, items[i].ID).Part]
 		byClient[c] = append(byClient[c], i)
 	}
 	var (
@@ -505,7 +505,7 @@ func (p *Pool) enqueueOn(ctx context.Context, c redis.UniversalClient, token uin
 	byKey := map[callKey][]int{}
 	var keys []callKey
 	for _, i := range idx {
-		k := callKey{p.layout.QueueOf(items[i].Topic, items[i].Group, items[i].ID), items[i].TopicID}
+		k := callKey{p.keyspace.QueueOf(items[i].Topic, items[i].Group, items[i].ID), items[i].TopicID}
 		if _, ok := byKey[k]; !ok {
 			keys = append(keys, k)
 		}
@@ -620,7 +620,7 @@ func (it *Item) lane() string { return LaneOf(it.Group, it.Tenant, it.Topic, max
 // enqueueArgs lays out one call's KEYS and ARGV as enqueueScript documents:
 // plain jobs in runs, the others one by one (see enqueueLayout).
 func (p *Pool) enqueueArgs(cl call, items []Item, tok string, now time.Time) ([]string, []any, enqueueLayout) {
-	keys := p.layout.Keys(cl.q)
+	keys := p.keyspace.Keys(cl.q)
 	laneIndex := map[string]int{}
 	var lanes []LaneInfo
 	itemLane := make([]int, len(cl.items))

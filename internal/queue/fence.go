@@ -27,15 +27,15 @@ redis.call('SET', KEYS[1], ARGV[1])
 return ARGV[1]
 `)
 
-// countStageFencedScript adds to a stage of a topic's funnel for a lock
-// holder: like CountStage, but a deposed holder's count is refused, so
+// countMilestoneFencedScript adds to a milestone of a topic's funnel for a lock
+// holder: like CountMilestone, but a deposed holder's count is refused, so
 // that its late side effects do not count twice what the new holder
 // counts when it relays the same records again.
 //
 // KEYS[1] fence:<topic>   KEYS[2] stats
 // ARGV[1] lock token   ARGV[2] the funnel's field   ARGV[3] n
 // Returns 0 when fenced (nothing counted), 1 when counted.
-var countStageFencedScript = newScript(`
+var countMilestoneFencedScript = newScript(`
 if tonumber(ARGV[1]) < tonumber(redis.call('GET', KEYS[1]) or '0') then
   return 0
 end
@@ -55,7 +55,7 @@ func (p *Pool) RaiseFence(ctx context.Context, topic string, token uint64) error
 		return err
 	}
 	var errs []error
-	for part := range p.layout.Partitions {
+	for part := range p.keyspace.Partitions {
 		if err := p.raiseFenceIn(ctx, Queue{Topic: topic, Part: part}, token); err != nil {
 			errs = append(errs, err)
 		}
@@ -79,12 +79,12 @@ func (p *Pool) CheckFence(ctx context.Context, topic string, token uint64) error
 	if err := ValidTopic(topic); err != nil {
 		return err
 	}
-	return p.raiseFenceIn(ctx, Queue{Topic: topic, Part: p.layout.PartitionOf(topic)}, token)
+	return p.raiseFenceIn(ctx, Queue{Topic: topic, Part: p.keyspace.PartitionOf(topic)}, token)
 }
 
 func (p *Pool) raiseFenceIn(ctx context.Context, q Queue, token uint64) error {
 	tok := strconv.FormatUint(token, 10)
-	res, err := runScript(ctx, p.byPart[q.Part], raiseFenceScript, []string{p.layout.Keys(q).Fence()}, tok)
+	res, err := runScript(ctx, p.byPart[q.Part], raiseFenceScript, []string{p.keyspace.Keys(q).Fence()}, tok)
 	if err != nil {
 		return fmt.Errorf("raising the fence of %s on %s: %w", q, p.serverOf(p.byPart[q.Part]), err)
 	}
@@ -94,19 +94,19 @@ func (p *Pool) raiseFenceIn(ctx context.Context, q Queue, token uint64) error {
 	return nil
 }
 
-// CountStageFenced is CountStage for a lock holder's writes: the count is
+// CountMilestoneFenced is CountMilestone for a lock holder's writes: the count is
 // refused with ErrFenced when the partition has seen a token newer than
-// token. Canaries' stages are not counted this way (no relay counts them).
-func (p *Pool) CountStageFenced(ctx context.Context, token uint64, topic, stage string, n int64) error {
-	q := Queue{Topic: topic, Part: p.layout.PartitionOf(topic)}
-	k := p.layout.Keys(q)
-	res, err := runScript(ctx, p.byPart[q.Part], countStageFencedScript, []string{k.Fence(), k.Stats()},
-		strconv.FormatUint(token, 10), funnelName(topic, stage, false), n)
+// token. Canaries' milestones are not counted this way (no relay counts them).
+func (p *Pool) CountMilestoneFenced(ctx context.Context, token uint64, topic, milestone string, n int64) error {
+	q := Queue{Topic: topic, Part: p.keyspace.PartitionOf(topic)}
+	k := p.keyspace.Keys(q)
+	res, err := runScript(ctx, p.byPart[q.Part], countMilestoneFencedScript, []string{k.Fence(), k.Stats()},
+		strconv.FormatUint(token, 10), funnelName(topic, milestone, false), n)
 	if err != nil {
-		return fmt.Errorf("counting %s of %s: %w", stage, topic, err)
+		return fmt.Errorf("counting %s of %s: %w", milestone, topic, err)
 	}
 	if v, _ := res.(int64); v == 0 {
-		return fmt.Errorf("counting %s of %s: %w", stage, topic, ErrFenced)
+		return fmt.Errorf("counting %s of %s: %w", milestone, topic, ErrFenced)
 	}
 	return nil
 }

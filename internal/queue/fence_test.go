@@ -13,9 +13,9 @@ import (
 // fences reads the topic's fence in each partition ("" where none is set).
 func fences(t *testing.T, p *Pool, topic string) []string {
 	t.Helper()
-	out := make([]string, p.Layout().Partitions)
+	out := make([]string, p.Keyspace().Partitions)
 	for part := range out {
-		out[part], _ = p.byPart[part].Get(context.Background(), p.Layout().Keys(Queue{Topic: topic, Part: part}).Fence()).Result()
+		out[part], _ = p.byPart[part].Get(context.Background(), p.Keyspace().Keys(Queue{Topic: topic, Part: part}).Fence()).Result()
 	}
 	return out
 }
@@ -41,10 +41,10 @@ func TestRaiseFenceFencesEveryPartitionBeforeAnyWrite(t *testing.T) {
 	}
 	// The old holder writes a job of every partition: all refused.
 	var items []Item
-	for part := range p.Layout().Partitions {
+	for part := range p.Keyspace().Partitions {
 		for i := 0; ; i++ {
 			g := "g" + strconv.Itoa(i)
-			if p.Layout().PartitionOf(g) == part {
+			if p.Keyspace().PartitionOf(g) == part {
 				items = append(items, item("late-"+g, g))
 				break
 			}
@@ -52,7 +52,7 @@ func TestRaiseFenceFencesEveryPartitionBeforeAnyWrite(t *testing.T) {
 	}
 	for i, res := range enqueueOK(t, p, 5, positioned(0, 1, items...), now) {
 		if res.Outcome != Fenced {
-			t.Fatalf("the old holder's write of %s (partition %d) was %v, want fenced", items[i].ID, p.Layout().PartitionOf(items[i].Group), res.Outcome)
+			t.Fatalf("the old holder's write of %s (partition %d) was %v, want fenced", items[i].ID, p.Keyspace().PartitionOf(items[i].Group), res.Outcome)
 		}
 	}
 	// The old holder raising its fence again learns it is deposed; the
@@ -103,7 +103,7 @@ func TestCancelGroupFencedRefusesAnOlderToken(t *testing.T) {
 	if err := p.RaiseFence(ctx, "jobs", 3); err != nil {
 		t.Fatal(err)
 	}
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	before := dump(t, r.Client(), nil)
 	n, err := p.CancelGroupFenced(ctx, 2, "jobs", "c", now)
 	if !errors.Is(err, ErrFenced) || n != 0 {
@@ -125,21 +125,21 @@ func TestCancelGroupFencedRefusesAnOlderToken(t *testing.T) {
 
 // The relay's funnel counts (dead letters, requeues) are fenced: a
 // deposed relay's count is refused and changes nothing.
-func TestCountStageFencedRefusesAnOlderToken(t *testing.T) {
+func TestCountMilestoneFencedRefusesAnOlderToken(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
 	if err := p.RaiseFence(ctx, "jobs", 3); err != nil {
 		t.Fatal(err)
 	}
-	k := p.Layout().Keys(Queue{Topic: "jobs", Part: p.Layout().PartitionOf("jobs")})
-	field := FunnelField("jobs", StageDeadLettered, false)
-	if err := p.CountStageFenced(ctx, 2, "jobs", StageDeadLettered, 4); !errors.Is(err, ErrFenced) {
+	k := p.Keyspace().Keys(Queue{Topic: "jobs", Part: p.Keyspace().PartitionOf("jobs")})
+	field := FunnelField("jobs", MilestoneDeadLettered, false)
+	if err := p.CountMilestoneFenced(ctx, 2, "jobs", MilestoneDeadLettered, 4); !errors.Is(err, ErrFenced) {
 		t.Fatalf("count with an older token: %v, want ErrFenced", err)
 	}
 	if r.Client().HExists(ctx, k.Stats(), field).Val() {
 		t.Fatal("a fenced count was counted")
 	}
-	if err := p.CountStageFenced(ctx, 3, "jobs", StageDeadLettered, 4); err != nil {
+	if err := p.CountMilestoneFenced(ctx, 3, "jobs", MilestoneDeadLettered, 4); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := r.Client().HGet(ctx, k.Stats(), field).Int(); n != 4 {

@@ -109,9 +109,9 @@ func (p *Pool) FindJob(ctx context.Context, l JobLookup) (JobWhereabouts, error)
 }
 
 func (p *Pool) findJob(ctx context.Context, l JobLookup) (JobWhereabouts, error) {
-	q := p.layout.QueueOf(l.Topic, l.Group, l.ID)
+	q := p.keyspace.QueueOf(l.Topic, l.Group, l.ID)
 	w := JobWhereabouts{Queue: q, Where: WhereNotFound}
-	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	k, c := p.keyspace.Keys(q), p.byPart[q.Part]
 	rec, err := c.HGetAll(ctx, k.Job(l.ID)).Result()
 	if err != nil {
 		return w, fmt.Errorf("job %s on %s: %w", l.ID, q, err)
@@ -185,7 +185,7 @@ func (p *Pool) findRunning(ctx context.Context, q Queue, id string, w *JobWherea
 // first batches due, up to batches) whose place is not settled yet,
 // until fn returns false.
 func (p *Pool) eachRunning(ctx context.Context, q Queue, batches int, fn func(batch string, deadline time.Time, pe ParsedEntry, place int, entry string) bool) error {
-	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	k, c := p.keyspace.Keys(q), p.byPart[q.Part]
 	leased, err := c.ZRangeWithScores(ctx, k.Leases(), 0, int64(batches)-1).Result()
 	if err != nil || len(leased) == 0 {
 		return err
@@ -220,7 +220,7 @@ func (p *Pool) eachRunning(ctx context.Context, q Queue, batches int, fn func(ba
 // findDelayed scans delayed for the job's entry (ZSCAN with a pattern of
 // its head, so Redis does the matching).
 func (p *Pool) findDelayed(ctx context.Context, q Queue, id string, w *JobWhereabouts) (bool, error) {
-	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	k, c := p.keyspace.Keys(q), p.byPart[q.Part]
 	pattern := "[0-9]* " + globEscape(id) + " *"
 	var cursor uint64
 	for read := 0; read < findScanBound; {
@@ -263,7 +263,7 @@ func delayReason(pe ParsedEntry, recordState string, due int64) string {
 // findReady reads the job's lane (its group's, or the partition's shared
 // lanes of the topic), findScanBound entries at most in all.
 func (p *Pool) findReady(ctx context.Context, q Queue, id, group string, w *JobWhereabouts) (bool, error) {
-	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	k, c := p.keyspace.Keys(q), p.byPart[q.Part]
 	var lanes []string
 	if group != "" {
 		lanes = []string{LaneOf(group, "", q.Topic, 0)}

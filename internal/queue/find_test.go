@@ -142,7 +142,7 @@ func TestListJobs(t *testing.T) {
 func TestFindJobNamesTheWorker(t *testing.T) {
 	_, r := onePartition(t)
 	claimedAt := now.Add(-time.Minute)
-	p, err := NewPool(PoolConfig{Layout: Layout{Stage: "test", Partitions: 1}, Addr: r.Addr(), Owner: "host a/42~x",
+	p, err := NewPool(PoolConfig{Keyspace: Keyspace{Stage: "test", Partitions: 1}, Addr: r.Addr(), Owner: "host a/42~x",
 		Now: func() time.Time { return claimedAt }})
 	if err != nil {
 		t.Fatal(err)

@@ -10,36 +10,36 @@ import (
 )
 
 // CanaryGroupPrefix starts the group of every heartbeat canary (see
-// internal/canary): the scripts count a canary's stages apart from user
+// internal/canary): the scripts count a canary's milestones apart from user
 // jobs'.
 const CanaryGroupPrefix = "sluice.canary."
 
-// The stage funnel: per topic, scripts count each hand-off in the
-// partition's stats hash, in fields "funnel:<topic>:<stage>" (user jobs) or
-// "canary:<topic>:<stage>" (canaries). Kafka topic names cannot hold a
+// The funnel: per topic, scripts count each hand-off in the
+// partition's stats hash, in fields "funnel:<topic>:<milestone>" (user jobs) or
+// "canary:<topic>:<milestone>" (canaries). Kafka topic names cannot hold a
 // colon, so the fields read back unambiguously. The counters live as long
 // as Redis's data does (AOF), across restarts of every part, so a funnel
 // read after any run balances: see Funnel and docs/stats.md.
 const (
-	StageRelayed      = "relayed"       // enqueue: written into Redis, new
-	StageDeduplicated = "deduplicated"  // enqueue: a job with this id was there already
-	StageDropped      = "dropped"       // enqueue: its group was cancelled; not written
-	StageDeadLettered = "dead_lettered" // relay: poison, produced to <topic>.dlq
-	StageRequeued     = "requeued"      // relay: refused by Redis, produced to Kafka again
-	StageDequeued     = "dequeued"      // claim: leased by a worker (every attempt)
-	StageCompleted    = "completed"     // ack
-	StageRetried      = "retried"       // fail: a failed attempt, retried later
-	StageDead         = "dead"          // fail: the last attempt failed
-	StageCancelled    = "cancelled"     // cancel, return: removed with its cancelled group
+	MilestoneRelayed      = "relayed"       // enqueue: written into Redis, new
+	MilestoneDeduplicated = "deduplicated"  // enqueue: a job with this id was there already
+	MilestoneDropped      = "dropped"       // enqueue: its group was cancelled; not written
+	MilestoneDeadLettered = "dead_lettered" // relay: poison, produced to <topic>.dlq
+	MilestoneRequeued     = "requeued"      // relay: refused by Redis, produced to Kafka again
+	MilestoneDequeued     = "dequeued"      // claim: leased by a worker (every attempt)
+	MilestoneCompleted    = "completed"     // ack
+	MilestoneRetried      = "retried"       // fail: a failed attempt, retried later
+	MilestoneDead         = "dead"          // fail: the last attempt failed
+	MilestoneCancelled    = "cancelled"     // cancel, return: removed with its cancelled group
 )
 
-// luaFunnel gives scripts the stats field of a stage of a group's topic.
+// luaFunnel gives scripts the stats field of a milestone of a group's topic.
 var luaFunnel = `
-local function funnelField(group, topic, stage)
+local function funnelField(group, topic, milestone)
   if string.sub(group, 1, ` + strconv.Itoa(len(CanaryGroupPrefix)) + `) == '` + CanaryGroupPrefix + `' then
-    return 'canary:' .. topic .. ':' .. stage
+    return 'canary:' .. topic .. ':' .. milestone
   end
-  return 'funnel:' .. topic .. ':' .. stage
+  return 'funnel:' .. topic .. ':' .. milestone
 end
 local function funnelAdd(acc, field, n)
   if n ~= 0 then acc[field] = (acc[field] or 0) + n end
@@ -49,32 +49,34 @@ local function funnelFlush(statsKey, acc)
 end
 `
 
-// CountStage adds n to a stage of topic's funnel, for the stages counted
+// CountMilestone adds n to a milestone of topic's funnel, for the milestones counted
 // outside a script (the relay's dead letters and requeues). They go to
 // the topic's partition its name picks; readers sum every partition.
-func (p *Pool) CountStage(ctx context.Context, topic, stage string, canary bool, n int64) error {
-	q := Queue{Topic: topic, Part: p.layout.PartitionOf(topic)}
-	return p.byPart[q.Part].HIncrBy(ctx, p.layout.Keys(q).Stats(), funnelName(topic, stage, canary), n).Err()
+func (p *Pool) CountMilestone(ctx context.Context, topic, milestone string, canary bool, n int64) error {
+	q := Queue{Topic: topic, Part: p.keyspace.PartitionOf(topic)}
+	return p.byPart[q.Part].HIncrBy(ctx, p.keyspace.Keys(q).Stats(), funnelName(topic, milestone, canary), n).Err()
 }
 
-// FunnelField is the stats hash's field that counts stage of topic's
+// FunnelField is the stats hash's field that counts milestone of topic's
 // funnel: its user jobs', or its canaries'.
-func FunnelField(topic, stage string, canary bool) string { return funnelName(topic, stage, canary) }
+func FunnelField(topic, milestone string, canary bool) string {
+	return funnelName(topic, milestone, canary)
+}
 
-func funnelName(topic, stage string, canary bool) string {
+func funnelName(topic, milestone string, canary bool) string {
 	if canary {
-		return "canary:" + topic + ":" + stage
+		return "canary:" + topic + ":" + milestone
 	}
-	return "funnel:" + topic + ":" + stage
+	return "funnel:" + topic + ":" + milestone
 }
 
 // PartitionFunnel is one partition's funnel counters and what it holds, read
 // at one moment (one MULTI), so that its numbers agree with each other.
 type PartitionFunnel struct {
 	Queue Queue
-	// Stages holds the counters by topic, then stage; Canaries, the same
+	// Milestones holds the counters by topic, then milestone; Canaries, the same
 	// for canaries.
-	Stages, Canaries map[string]map[string]int64
+	Milestones, Canaries map[string]map[string]int64
 	// Ready, Delayed, Inflight are the jobs the partition holds now; Dead
 	// is the size of its dead set (capped, so not a count of deaths).
 	Ready, Delayed, Inflight, Dead int64
@@ -89,7 +91,7 @@ func (f PartitionFunnel) Held() int64 { return f.Ready + f.Delayed + f.Inflight 
 // Funnel reads a partition's funnel counters and the sizes of its ready,
 // delayed, in-flight and dead sets in one transaction.
 func (p *Pool) Funnel(ctx context.Context, q Queue) (PartitionFunnel, error) {
-	k := p.layout.Keys(q)
+	k := p.keyspace.Keys(q)
 	pipe := p.byPart[q.Part].TxPipeline()
 	stats := pipe.HGetAll(ctx, k.Stats())
 	delayed := pipe.ZCard(ctx, k.Delayed())
@@ -99,7 +101,7 @@ func (p *Pool) Funnel(ctx context.Context, q Queue) (PartitionFunnel, error) {
 		return PartitionFunnel{}, fmt.Errorf("funnel of %s: %w", q, err)
 	}
 	f := PartitionFunnel{
-		Queue: q, Stages: map[string]map[string]int64{}, Canaries: map[string]map[string]int64{},
+		Queue: q, Milestones: map[string]map[string]int64{}, Canaries: map[string]map[string]int64{},
 		Delayed: delayed.Val(), Dead: dead.Val(), ActiveGroups: active.Val(),
 	}
 	for field, v := range stats.Val() {
@@ -119,14 +121,14 @@ func (p *Pool) Funnel(ctx context.Context, q Queue) (PartitionFunnel, error) {
 			continue
 		}
 		kind, rest, ok := strings.Cut(field, ":")
-		topic, stage, ok2 := strings.Cut(rest, ":")
+		topic, milestone, ok2 := strings.Cut(rest, ":")
 		if !ok || !ok2 {
 			continue
 		}
 		var m map[string]map[string]int64
 		switch kind {
 		case "funnel":
-			m = f.Stages
+			m = f.Milestones
 		case "canary":
 			m = f.Canaries
 		default:
@@ -135,7 +137,7 @@ func (p *Pool) Funnel(ctx context.Context, q Queue) (PartitionFunnel, error) {
 		if m[topic] == nil {
 			m[topic] = map[string]int64{}
 		}
-		m[topic][stage] += n
+		m[topic][milestone] += n
 	}
 	// As in Load: with no active group nothing is ready, whatever a
 	// counter left by an older version says.

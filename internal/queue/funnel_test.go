@@ -20,9 +20,9 @@ func TestFunnelCountsEveryHandOffAndBalances(t *testing.T) {
 			t.Fatal(err)
 		}
 		var open int64
-		for _, stages := range []map[string]map[string]int64{f.Stages, f.Canaries} {
+		for _, stages := range []map[string]map[string]int64{f.Milestones, f.Canaries} {
 			for _, s := range stages {
-				open += s[StageRelayed] - s[StageCompleted] - s[StageDead] - s[StageCancelled]
+				open += s[MilestoneRelayed] - s[MilestoneCompleted] - s[MilestoneDead] - s[MilestoneCancelled]
 			}
 		}
 		if open != f.Held() {
@@ -86,13 +86,13 @@ func TestFunnelCountsEveryHandOffAndBalances(t *testing.T) {
 	f := balanced("after the cancel")
 
 	want := map[string]int64{
-		StageRelayed: 8, StageDeduplicated: 2, StageDropped: 1, StageDequeued: 7,
-		StageCompleted: 2, StageRetried: 1, StageDead: 1, StageCancelled: 2,
+		MilestoneRelayed: 8, MilestoneDeduplicated: 2, MilestoneDropped: 1, MilestoneDequeued: 7,
+		MilestoneCompleted: 2, MilestoneRetried: 1, MilestoneDead: 1, MilestoneCancelled: 2,
 	}
-	if !maps.Equal(f.Stages["jobs"], want) {
-		t.Errorf("jobs' funnel %v, want %v", f.Stages["jobs"], want)
+	if !maps.Equal(f.Milestones["jobs"], want) {
+		t.Errorf("jobs' funnel %v, want %v", f.Milestones["jobs"], want)
 	}
-	wantCanary := map[string]int64{StageRelayed: 1, StageDequeued: 1, StageCompleted: 1}
+	wantCanary := map[string]int64{MilestoneRelayed: 1, MilestoneDequeued: 1, MilestoneCompleted: 1}
 	if !maps.Equal(f.Canaries["jobs"], wantCanary) {
 		t.Errorf("canaries' funnel %v, want %v", f.Canaries["jobs"], wantCanary)
 	}
@@ -100,11 +100,11 @@ func TestFunnelCountsEveryHandOffAndBalances(t *testing.T) {
 		t.Errorf("held: in flight %d (a5), delayed %d (a3, d1), ready %d, dead %d (a4)", f.Inflight, f.Delayed, f.Ready, f.Dead)
 	}
 
-	if err := p.CountStage(ctx, "jobs", StageDeadLettered, false, 3); err != nil {
+	if err := p.CountMilestone(ctx, "jobs", MilestoneDeadLettered, false, 3); err != nil {
 		t.Fatal(err)
 	}
 	f = balanced("after counting dead letters")
-	if f.Stages["jobs"][StageDeadLettered] != 3 {
-		t.Errorf("dead-lettered %d, want 3", f.Stages["jobs"][StageDeadLettered])
+	if f.Milestones["jobs"][MilestoneDeadLettered] != 3 {
+		t.Errorf("dead-lettered %d, want 3", f.Milestones["jobs"][MilestoneDeadLettered])
 	}
 }

@@ -111,8 +111,8 @@ func (p *Pool) CancelGroupFenced(ctx context.Context, token uint64, topic, group
 }
 
 func (p *Pool) cancelGroup(ctx context.Context, token uint64, topic, group string, now time.Time) (int, error) {
-	q := p.layout.QueueOf(topic, group, "")
-	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	q := p.keyspace.QueueOf(topic, group, "")
+	k, c := p.keyspace.Keys(q), p.byPart[q.Part]
 	lane := LaneOf(group, "", "", 0)
 	keep := int64(endedKeep / time.Second)
 	total := 0
@@ -174,8 +174,8 @@ func (st GroupStatus) Progress() (float64, bool) {
 
 // GroupStatus reads a group's hash and the length of its lane.
 func (p *Pool) GroupStatus(ctx context.Context, topic, group string) (GroupStatus, error) {
-	q := p.layout.QueueOf(topic, group, "")
-	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	q := p.keyspace.QueueOf(topic, group, "")
+	k, c := p.keyspace.Keys(q), p.byPart[q.Part]
 	pipe := c.Pipeline()
 	h := pipe.HGetAll(ctx, k.Group(group))
 	ready := pipe.LLen(ctx, k.Lane(LaneOf(group, "", "", 0)))
@@ -200,7 +200,7 @@ func (p *Pool) GroupStatus(ctx context.Context, topic, group string) (GroupStatu
 // completing list and returns it; "" when there is none. The caller
 // delivers it, then calls FinishCompleted.
 func (p *Pool) TakeCompleted(ctx context.Context, q Queue) (string, error) {
-	k := p.layout.Keys(q)
+	k := p.keyspace.Keys(q)
 	g, err := p.byPart[q.Part].LMove(ctx, k.Completed(), k.Completing(), "LEFT", "RIGHT").Result()
 	if err == redis.Nil {
 		return "", nil
@@ -211,22 +211,22 @@ func (p *Pool) TakeCompleted(ctx context.Context, q Queue) (string, error) {
 // Completing lists the groups of queue partition q a watcher took and has not
 // finished: a new watcher delivers them first.
 func (p *Pool) Completing(ctx context.Context, q Queue) ([]string, error) {
-	return p.byPart[q.Part].LRange(ctx, p.layout.Keys(q).Completing(), 0, -1).Result()
+	return p.byPart[q.Part].LRange(ctx, p.keyspace.Keys(q).Completing(), 0, -1).Result()
 }
 
 // SetGroupFields records fields on a group's hash (the watcher's callback
 // state and attempts).
 func (p *Pool) SetGroupFields(ctx context.Context, topic, group string, fields map[string]any) error {
-	q := p.layout.QueueOf(topic, group, "")
-	return p.byPart[q.Part].HSet(ctx, p.layout.Keys(q).Group(group), fields).Err()
+	q := p.keyspace.QueueOf(topic, group, "")
+	return p.byPart[q.Part].HSet(ctx, p.keyspace.Keys(q).Group(group), fields).Err()
 }
 
 // FinishCompleted records a completed group's final fields, keeps the group
 // (and so its status) for keep, and takes it off the completing list, in
 // one transaction.
 func (p *Pool) FinishCompleted(ctx context.Context, topic, group string, fields map[string]any, keep time.Duration) error {
-	q := p.layout.QueueOf(topic, group, "")
-	k := p.layout.Keys(q)
+	q := p.keyspace.QueueOf(topic, group, "")
+	k := p.keyspace.Keys(q)
 	_, err := p.byPart[q.Part].TxPipelined(ctx, func(pipe redis.Pipeliner) error {
 		pipe.HSet(ctx, k.Group(group), fields)
 		pipe.Expire(ctx, k.Group(group), keep)
@@ -251,8 +251,8 @@ type JobState struct {
 // returned something, died or were cancelled): its State is "done" and
 // Attempts 0 (not recorded). Only meaningful once the group completed.
 func (p *Pool) JobStates(ctx context.Context, topic, group string, ids []string) ([]JobState, error) {
-	q := p.layout.QueueOf(topic, group, "")
-	k := p.layout.Keys(q)
+	q := p.keyspace.QueueOf(topic, group, "")
+	k := p.keyspace.Keys(q)
 	vals, err := p.byPart[q.Part].HMGet(ctx, k.Results(group), ids...).Result()
 	if err != nil && err != redis.Nil {
 		return nil, err

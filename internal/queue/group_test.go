@@ -17,7 +17,7 @@ func closeItem(group string, total int64) Item {
 func TestBulkGroupCompletesExactlyOnce(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	completed := func() []string { l, _ := r.Client().LRange(ctx, k.Completed(), 0, -1).Result(); return l }
 
 	// Closed before its jobs end: the last ack completes it.
@@ -84,7 +84,7 @@ func TestBulkGroupCompletesExactlyOnce(t *testing.T) {
 func TestIdleGroupsExpire(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	enqueueGroup(t, p, "single", 1, 1)
 	jobs, _ := p.Claim(ctx, jq(0), 1, time.Minute)
 	p.AckMany(ctx, jq(0), []Done{{Job: jobs[0]}}, now, time.Hour)
@@ -102,7 +102,7 @@ func TestIdleGroupsExpire(t *testing.T) {
 func TestCancelGroup(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	enqueueGroup(t, p, "c", 1500, 1)
 	p.Enqueue(ctx, 1, []Item{closeItem("c", 1500)}, now)
 	jobs, _ := p.Claim(ctx, jq(0), 2, time.Minute)
@@ -176,7 +176,7 @@ func TestGroupTotalFromEnvelopes(t *testing.T) {
 	p.Enqueue(ctx, 1, items, now)
 	jobs, _ := p.Claim(ctx, jq(0), 2, time.Minute)
 	p.AckMany(ctx, jq(0), []Done{{Job: jobs[0]}, {Job: jobs[1]}}, now, time.Hour)
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	if l, _ := r.Client().LRange(ctx, k.Completed(), 0, -1).Result(); len(l) != 1 || l[0] != "e" {
 		t.Fatalf("completed: %v", l)
 	}
@@ -193,7 +193,7 @@ func TestGroupTotalFromEnvelopes(t *testing.T) {
 func TestBulkItemsThatEndBeforeTheCloseKeepTheirStates(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	enqueueOK(t, p, 1, positioned(0, 0, item("b.0", "b"), item("b.1", "b"), item("b.2", "b"), item("b.3", "b")), now)
 	jobs, err := p.Claim(ctx, jq(0), 4, time.Minute)
 	if err != nil || len(jobs) != 4 {

@@ -112,7 +112,7 @@ func diffDumps(a, b map[string]string) string {
 // dedupeCounters are the counters a duplicate moves: the stats' deduped
 // and the funnel's deduplicated fields.
 func dedupeCounters(key, field string) bool {
-	return strings.HasSuffix(key, ":stats") && (field == "deduped" || strings.HasSuffix(field, ":"+StageDeduplicated))
+	return strings.HasSuffix(key, ":stats") && (field == "deduped" || strings.HasSuffix(field, ":"+MilestoneDeduplicated))
 }
 
 // jq is partition part of the tests' topic, "jobs".
@@ -127,7 +127,7 @@ func expireLeases(t testing.TB, p *Pool, q Queue, batches ...string) {
 	for i, b := range batches {
 		members[i] = redis.Z{Score: 1, Member: b}
 	}
-	if err := p.Client(q.Part).ZAddXX(context.Background(), p.Layout().Keys(q).Leases(), members...).Err(); err != nil {
+	if err := p.Client(q.Part).ZAddXX(context.Background(), p.Keyspace().Keys(q).Leases(), members...).Err(); err != nil {
 		t.Fatal(err)
 	}
 }

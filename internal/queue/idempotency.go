@@ -77,8 +77,8 @@ return 1
 `)
 
 func (p *Pool) idemKey(key string) (string, int) {
-	part := p.layout.PartitionOf(key)
-	return p.layout.PartKeys(part).Idempotency(key), part
+	part := p.keyspace.PartitionOf(key)
+	return p.keyspace.PartKeys(part).Idempotency(key), part
 }
 
 // IdempotencyBegun is what IdempotencyBegin found of a key: exactly one of
@@ -142,7 +142,7 @@ func (p *Pool) IdempotencyEnd(ctx context.Context, key, id string, attempt int, 
 }
 
 func (p *Pool) idemWaitKey(key string, part int) string {
-	return p.layout.PartKeys(part).IdempotencyWaiters(key)
+	return p.keyspace.PartKeys(part).IdempotencyWaiters(key)
 }
 
 // Deferred is a job waiting in delayed of its queue: its entry as it
@@ -194,7 +194,7 @@ func (p *Pool) WakeDeferred(ctx context.Context, jobs []Deferred, now time.Time)
 		byQueue[d.Queue] = append(byQueue[d.Queue], d.Entry)
 	}
 	for q, entries := range byQueue {
-		k, c := p.layout.Keys(q), p.byPart[q.Part]
+		k, c := p.keyspace.Keys(q), p.byPart[q.Part]
 		pipe := c.Pipeline()
 		for _, e := range entries {
 			// XX: only an entry still there. Due at the epoch, it is

@@ -15,7 +15,7 @@ func TestAReapThatSpendsTheLastAttemptMakesTheJobDead(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
 	rdb := r.Client()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	enqueueOK(t, p, 1, []Item{item("plain", ""), item("grouped", "g")}, now)
 	limits := DeadLimits{Max: 100, Keep: time.Hour}
 	// Read from the envelope, as the worker reads max_attempts.
@@ -66,7 +66,7 @@ func TestAReapThatSpendsTheLastAttemptMakesTheJobDead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f.Ready != 0 || f.Inflight != 0 || f.Dead != 2 || f.Stages["jobs"][StageDead] != 2 {
+	if f.Ready != 0 || f.Inflight != 0 || f.Dead != 2 || f.Milestones["jobs"][MilestoneDead] != 2 {
 		t.Fatalf("funnel after the deaths: %+v", f)
 	}
 	if st := rdb.HGetAll(ctx, k.Stats()).Val(); st["dead"] != "2" {
@@ -97,7 +97,7 @@ func TestLeasesGoByRedisClockNotTheWorkers(t *testing.T) {
 	ctx := context.Background()
 	ahead, behind := 5*time.Minute, -5*time.Minute
 	skewed := func(by time.Duration) *Pool {
-		s, err := NewPool(PoolConfig{Layout: p.Layout(), Addr: r.Addr(), Now: func() time.Time { return time.Now().Add(by) }})
+		s, err := NewPool(PoolConfig{Keyspace: p.Keyspace(), Addr: r.Addr(), Now: func() time.Time { return time.Now().Add(by) }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -117,7 +117,7 @@ func (p *Pool) ListJobPage(ctx context.Context, jq JobQuery) (JobPage, error) {
 // listState reads up to n jobs of q in state from pos on; next is the
 // position after them, more whether any may follow.
 func (p *Pool) listState(ctx context.Context, q Queue, state string, pos uint64, n int) (out []JobListing, next uint64, more bool, err error) {
-	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	k, c := p.keyspace.Keys(q), p.byPart[q.Part]
 	switch state {
 	case WhereRunning:
 		skip := int(pos)
@@ -203,7 +203,7 @@ func (p *Pool) listState(ctx context.Context, q Queue, state string, pos uint64,
 // the pos-th on (lanes' lengths are read first, so that a page deep in
 // the listing skips whole lanes without reading them).
 func (p *Pool) listReady(ctx context.Context, q Queue, pos uint64, n int) (out []JobListing, next uint64, more bool, err error) {
-	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	k, c := p.keyspace.Keys(q), p.byPart[q.Part]
 	lanes, err := c.ZRange(ctx, k.Lanes(), 0, -1).Result()
 	if err != nil {
 		return nil, pos, false, fmt.Errorf("lanes of %s: %w", q, err)
@@ -248,7 +248,7 @@ func (p *Pool) listReady(ctx context.Context, q Queue, pos uint64, n int) (out [
 // listRetained reads records of jobs that ended and are kept (done,
 // cancelled) by SCAN over q's job records: pos is the SCAN cursor.
 func (p *Pool) listRetained(ctx context.Context, q Queue, pos uint64, n int) (out []JobListing, next uint64, more bool, err error) {
-	k, c := p.layout.Keys(q), p.byPart[q.Part]
+	k, c := p.keyspace.Keys(q), p.byPart[q.Part]
 	prefix := k.Job("")
 	cursor := pos
 	for rounds := 0; len(out) < n && rounds < 100; rounds++ {

@@ -61,14 +61,14 @@ func TestEntryAndLaneNames(t *testing.T) {
 // are replays, which the watermark catches.
 func TestClientChosenIDResendIsADuplicateWithinTheTTL(t *testing.T) {
 	r := testenv.Redis(t)
-	p, err := NewPool(PoolConfig{Layout: Layout{Stage: "test", Partitions: 1}, Addr: r.Addr(), IDDedupeTTL: time.Hour})
+	p, err := NewPool(PoolConfig{Keyspace: Keyspace{Stage: "test", Partitions: 1}, Addr: r.Addr(), IDDedupeTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
 	ctx := context.Background()
 	rdb := r.Client()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	given := func(id string, kp int32, off int64) Item {
 		it := item(id, "")
 		it.IDGiven = true
@@ -166,13 +166,13 @@ func TestJobsWithoutAGroupShareLanesFairly(t *testing.T) {
 		enqueueOK(t, p, 1, items, now)
 		used := map[int]int{}
 		for _, it := range items {
-			part := p.Layout().PartitionOfJob("", it.ID)
-			if part != p.Layout().PartitionOf(it.ID) {
+			part := p.Keyspace().PartitionOfJob("", it.ID)
+			if part != p.Keyspace().PartitionOf(it.ID) {
 				t.Fatalf("a job without a group goes by its id")
 			}
 			used[part]++
 			lane := LaneOf("", it.Tenant, "jobs", 0)
-			if _, err := r.Client().LPos(ctx, p.Layout().Keys(jq(part)).Lane(lane), Entry(0, it.ID, lane, it.Envelope), redis.LPosArgs{}).Result(); err != nil {
+			if _, err := r.Client().LPos(ctx, p.Keyspace().Keys(jq(part)).Lane(lane), Entry(0, it.ID, lane, it.Envelope), redis.LPosArgs{}).Result(); err != nil {
 				t.Fatalf("%s not on lane %s of partition %d: %v", it.ID, lane, part, err)
 			}
 		}
@@ -180,7 +180,7 @@ func TestJobsWithoutAGroupShareLanesFairly(t *testing.T) {
 			t.Fatalf("jobs without a group spread over %d of 4 partitions: %v", len(used), used)
 		}
 		for part := range 4 {
-			lanes := r.Client().ZRange(ctx, p.Layout().Keys(jq(part)).Lanes(), 0, -1).Val()
+			lanes := r.Client().ZRange(ctx, p.Keyspace().Keys(jq(part)).Lanes(), 0, -1).Val()
 			if strings.Join(lanes, ",") != "q/jobs/0,t/jobs/0/acme" && strings.Join(lanes, ",") != "t/jobs/0/acme,q/jobs/0" {
 				t.Fatalf("partition %d's lanes %v", part, lanes)
 			}
@@ -325,7 +325,7 @@ func TestAPlainJobLeavesNoKeyBehind(t *testing.T) {
 		t.Fatalf("%d one-job group hashes, want 100", groups)
 	}
 	for part := range 4 {
-		st := r.Client().HGetAll(ctx, p.Layout().Keys(jq(part)).Stats()).Val()
+		st := r.Client().HGetAll(ctx, p.Keyspace().Keys(jq(part)).Stats()).Val()
 		if st["ready"] != "0" || st["inflight"] != "0" {
 			t.Fatalf("partition %d's stats %v", part, st)
 		}
@@ -372,7 +372,7 @@ func TestAQueuedJobCostsAboutItsEnvelope(t *testing.T) {
 				}
 			}
 			after := used()
-			lane := p.Layout().Keys(jq(0)).Lane(LaneOf(group, "", "jobs", 0))
+			lane := p.Keyspace().Keys(jq(0)).Lane(LaneOf(group, "", "jobs", 0))
 			if l := r.Client().LLen(ctx, lane).Val(); l != n+1 {
 				t.Fatalf("lane holds %d", l)
 			}

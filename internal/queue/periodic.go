@@ -14,7 +14,7 @@ func (k PartKeys) PeriodicStates() string { return k.prefix + "periodic" }
 
 // PeriodicStates reads every schedule's state.
 func (p *Pool) PeriodicStates(ctx context.Context) (map[string]string, error) {
-	states, err := p.byPart[0].HGetAll(ctx, p.layout.PartKeys(0).PeriodicStates()).Result()
+	states, err := p.byPart[0].HGetAll(ctx, p.keyspace.PartKeys(0).PeriodicStates()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("reading the periodic schedules' states: %w", err)
 	}
@@ -23,7 +23,7 @@ func (p *Pool) PeriodicStates(ctx context.Context) (map[string]string, error) {
 
 // SavePeriodicState writes one schedule's state.
 func (p *Pool) SavePeriodicState(ctx context.Context, name string, state []byte) error {
-	if err := p.byPart[0].HSet(ctx, p.layout.PartKeys(0).PeriodicStates(), name, state).Err(); err != nil {
+	if err := p.byPart[0].HSet(ctx, p.keyspace.PartKeys(0).PeriodicStates(), name, state).Err(); err != nil {
 		return fmt.Errorf("writing periodic schedule %s's state: %w", name, err)
 	}
 	return nil
@@ -31,7 +31,7 @@ func (p *Pool) SavePeriodicState(ctx context.Context, name string, state []byte)
 
 // DeletePeriodicState forgets a deleted schedule's state.
 func (p *Pool) DeletePeriodicState(ctx context.Context, name string) error {
-	if err := p.byPart[0].HDel(ctx, p.layout.PartKeys(0).PeriodicStates(), name).Err(); err != nil {
+	if err := p.byPart[0].HDel(ctx, p.keyspace.PartKeys(0).PeriodicStates(), name).Err(); err != nil {
 		return fmt.Errorf("deleting periodic schedule %s's state: %w", name, err)
 	}
 	return nil

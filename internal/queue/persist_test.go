@@ -149,7 +149,7 @@ func TestCheckEvictionRefusesAnEvictingPolicy(t *testing.T) {
 	var logged bytes.Buffer
 	log := slog.New(slog.NewTextHandler(&logged, nil))
 	pool := func(user, pw string) *Pool {
-		p, err := NewPool(PoolConfig{Layout: Layout{Stage: "test", Partitions: 2}, Addr: r.Addr(),
+		p, err := NewPool(PoolConfig{Keyspace: Keyspace{Stage: "test", Partitions: 2}, Addr: r.Addr(),
 			Connect: Connect{User: user, Password: cli.Secret{Value: pw}}})
 		if err != nil {
 			t.Fatal(err)

@@ -21,7 +21,7 @@ import (
 // on a Redis Cluster (PoolConfig.Cluster) one cluster client serves them all.
 type Pool struct {
 	cfg         PoolConfig // as given, for Fresh
-	layout      Layout
+	keyspace    Keyspace
 	idDedupeTTL time.Duration
 	batchPrefix string
 	batchSeq    atomic.Uint64
@@ -34,7 +34,7 @@ type Pool struct {
 
 // PoolConfig configures NewPool.
 type PoolConfig struct {
-	Layout Layout
+	Keyspace Keyspace
 	// Addr is the Redis of every partition not in PartitionAddrs; with
 	// Cluster, a comma-separated list of cluster nodes to discover the
 	// cluster from. Required.
@@ -69,13 +69,13 @@ type PoolConfig struct {
 
 // NewPool creates the clients; it does not connect yet.
 func NewPool(cfg PoolConfig) (*Pool, error) {
-	if err := cfg.Layout.Validate(); err != nil {
+	if err := cfg.Keyspace.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Addr == "" {
 		return nil, errors.New("queue: no Redis address")
 	}
-	p := &Pool{cfg: cfg, layout: cfg.Layout, byPart: make([]redis.UniversalClient, cfg.Layout.Partitions), idDedupeTTL: cfg.IDDedupeTTL}
+	p := &Pool{cfg: cfg, keyspace: cfg.Keyspace, byPart: make([]redis.UniversalClient, cfg.Keyspace.Partitions), idDedupeTTL: cfg.IDDedupeTTL}
 	if p.idDedupeTTL <= 0 {
 		p.idDedupeTTL = 24 * time.Hour
 	}
@@ -119,8 +119,8 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	return p, nil
 }
 
-// Layout is the pool's layout.
-func (p *Pool) Layout() Layout { return p.layout }
+// Keyspace is the pool's layout.
+func (p *Pool) Keyspace() Keyspace { return p.keyspace }
 
 // Client is the client of partition part: a *redis.Client, or on a
 // cluster the pool's one *redis.ClusterClient.

@@ -17,7 +17,7 @@ var now = time.UnixMilli(1_800_000_000_000)
 
 func newPool(t *testing.T, partitions int, addr string, partAddrs map[int]string) *Pool {
 	t.Helper()
-	p, err := NewPool(PoolConfig{Layout: Layout{Stage: "test", Partitions: partitions}, Addr: addr, PartitionAddrs: partAddrs})
+	p, err := NewPool(PoolConfig{Keyspace: Keyspace{Stage: "test", Partitions: partitions}, Addr: addr, PartitionAddrs: partAddrs})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,13 +34,13 @@ func item(id, group string) Item {
 
 func TestPartitionOfIsFNV1a32(t *testing.T) {
 	// Reference values of 32-bit FNV-1a.
-	l := Layout{Stage: "s", Partitions: 1 << 30}
+	l := Keyspace{Stage: "s", Partitions: 1 << 30}
 	for in, want := range map[string]uint32{"": 0x811c9dc5 % (1 << 30), "a": 0xe40c292c % (1 << 30), "foobar": 0xbf9cf968 % (1 << 30)} {
 		if got := l.PartitionOf(in); got != int(want) {
 			t.Errorf("PartitionOf(%q) = %d, want %d", in, got, want)
 		}
 	}
-	if k := (Layout{Stage: "prod", Partitions: 8}).Keys(jq(3)).Job("j1"); k != "sluice:{prod:jobs:p3}:job:j1" {
+	if k := (Keyspace{Stage: "prod", Partitions: 8}).Keys(jq(3)).Job("j1"); k != "sluice:{prod:jobs:p3}:job:j1" {
 		t.Errorf("key %q", k)
 	}
 }
@@ -57,8 +57,8 @@ func TestEnqueueWritesEntriesOnTheirLanes(t *testing.T) {
 		}
 	}
 	rdb := r.Client()
-	pg := p.Layout().PartitionOf("g")
-	k := p.Layout().Keys(jq(pg))
+	pg := p.Keyspace().PartitionOf("g")
+	k := p.Keyspace().Keys(jq(pg))
 	lane, _ := rdb.LRange(ctx, k.Lane("g/g"), 0, -1).Result()
 	want := []string{Entry(0, "j1", "g/g", items[0].Envelope), Entry(0, "j2", "g/g", items[1].Envelope)}
 	if !slices.Equal(lane, want) {
@@ -69,14 +69,14 @@ func TestEnqueueWritesEntriesOnTheirLanes(t *testing.T) {
 	}
 	// No key per job.
 	for _, id := range []string{"j1", "j2", "j3"} {
-		if n := rdb.Exists(ctx, p.Layout().Keys(jq(p.Layout().PartitionOfJob("g", id))).Job(id)).Val(); n != 0 {
+		if n := rdb.Exists(ctx, p.Keyspace().Keys(jq(p.Keyspace().PartitionOfJob("g", id))).Job(id)).Val(); n != 0 {
 			t.Fatalf("a plain job %s has a record", id)
 		}
 	}
 	if _, err := rdb.ZScore(ctx, k.Lanes(), "g/g").Result(); err != nil {
 		t.Fatalf("lane g/g not in the fair order: %v", err)
 	}
-	ko := p.Layout().Keys(jq(p.Layout().PartitionOf("other")))
+	ko := p.Keyspace().Keys(jq(p.Keyspace().PartitionOf("other")))
 	if total, _ := rdb.HGet(ctx, ko.Group("other"), "total").Result(); total != "10" {
 		t.Fatalf("group total %q", total)
 	}
@@ -85,7 +85,7 @@ func TestEnqueueWritesEntriesOnTheirLanes(t *testing.T) {
 	}
 	// The watermark: the highest offset applied in this partition.
 	wantWM := "1"
-	if p.Layout().PartitionOf("other") == pg {
+	if p.Keyspace().PartitionOf("other") == pg {
 		wantWM = "2"
 	}
 	if wm, _ := rdb.HGet(ctx, k.Watermark(), "0").Result(); wm != wantWM {
@@ -119,7 +119,7 @@ func TestFenceRefusesAnOlderToken(t *testing.T) {
 	if res, err := p.Enqueue(ctx, 5, []Item{item("a", "g")}, now); err != nil || res[0].Outcome != Queued {
 		t.Fatalf("token 5: %v %v", res, err)
 	}
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	before := dump(t, r.Client(), nil)
 	res, err := p.Enqueue(ctx, 3, positioned(0, 9, item("b", "g"), item("c", "")), now)
 	if err != nil || res[0].Outcome != Fenced || res[1].Outcome != Fenced {
@@ -155,7 +155,7 @@ func TestDelayedAndFairOrderEntry(t *testing.T) {
 	p := newPool(t, 1, r.Addr(), nil)
 	ctx := context.Background()
 	rdb := r.Client()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	later := item("later", "g")
 	later.RunAt = now.Add(time.Minute)
 	res, err := p.Enqueue(ctx, 1, []Item{later}, now)
@@ -203,7 +203,7 @@ func TestScriptsReloadAfterRedisForgetsThem(t *testing.T) {
 
 func TestPhysicalPartitions(t *testing.T) {
 	r0, r1 := testenv.Redis(t), testenv.Redis(t)
-	l := Layout{Stage: "test", Partitions: 2}
+	l := Keyspace{Stage: "test", Partitions: 2}
 	var g0, g1 string
 	for i := 0; g0 == "" || g1 == ""; i++ {
 		g := "g" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)
@@ -286,7 +286,7 @@ func TestEachTopicIsAQueueOfItsOwn(t *testing.T) {
 		t.Fatalf("results %+v", res)
 	}
 	emails := Queue{Topic: "emails", Part: 0}
-	if k := p.Layout().Keys(emails).Lanes(); k != "sluice:{test:emails:p0}:lanes" {
+	if k := p.Keyspace().Keys(emails).Lanes(); k != "sluice:{test:emails:p0}:lanes" {
 		t.Fatalf("lanes key %q", k)
 	}
 	for _, tc := range []struct {
@@ -301,7 +301,7 @@ func TestEachTopicIsAQueueOfItsOwn(t *testing.T) {
 			t.Fatalf("ack on %s: %v %v", tc.q, ok, err)
 		}
 		f, err := p.Funnel(ctx, tc.q)
-		if err != nil || f.Completed != 1 || f.Stages[tc.q.Topic][StageCompleted] != 1 || len(f.Stages) != 1 {
+		if err != nil || f.Completed != 1 || f.Milestones[tc.q.Topic][MilestoneCompleted] != 1 || len(f.Milestones) != 1 {
 			t.Fatalf("funnel of %s: %+v %v", tc.q, f, err)
 		}
 	}

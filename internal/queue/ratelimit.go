@@ -134,9 +134,9 @@ func (p *Pool) Reserve(ctx context.Context, r Reservation, now time.Time) (Slot,
 	if !r.NotBefore.IsZero() {
 		notBefore = r.NotBefore.UnixMicro()
 	}
-	part := p.layout.PartitionOf(r.Resource)
+	part := p.keyspace.PartitionOf(r.Resource)
 	interval := r.Interval.Microseconds()
-	res, err := runScript(ctx, p.byPart[part], reserveScript, []string{p.layout.PartKeys(part).Limit(r.Resource)},
+	res, err := runScript(ctx, p.byPart[part], reserveScript, []string{p.keyspace.PartKeys(part).Limit(r.Resource)},
 		now.UnixMicro(), r.Limit, interval, int64(r.Burst-1)*interval, r.Job,
 		r.Hold.Microseconds(), notBefore, r.Throttles, int64(LimitKeep/time.Second))
 	if err != nil {
@@ -199,8 +199,8 @@ return redis.call('ZADD', KEYS[1], 'XX', 'GT', 'CH', ARGV[2], ARGV[1])
 // is recorded, else how long to wait before asking again. member names the
 // start (unique per start): Started moves it to the actual start time.
 func (p *Pool) Admit(ctx context.Context, resource, member string, max int, window time.Duration, now time.Time) (time.Duration, error) {
-	part := p.layout.PartitionOf(resource)
-	res, err := runScript(ctx, p.byPart[part], admitScript, []string{p.layout.PartKeys(part).LimitStarts(resource)},
+	part := p.keyspace.PartitionOf(resource)
+	res, err := runScript(ctx, p.byPart[part], admitScript, []string{p.keyspace.PartKeys(part).LimitStarts(resource)},
 		now.UnixMicro(), window.Microseconds(), max, member)
 	if err != nil {
 		return 0, fmt.Errorf("rate limit of %q: %w", resource, err)
@@ -211,7 +211,7 @@ func (p *Pool) Admit(ctx context.Context, resource, member string, max int, wind
 
 // Started records when the handler of an admitted start actually began.
 func (p *Pool) Started(ctx context.Context, resource, member string, at time.Time) error {
-	part := p.layout.PartitionOf(resource)
-	_, err := runScript(ctx, p.byPart[part], startedScript, []string{p.layout.PartKeys(part).LimitStarts(resource)}, member, at.UnixMicro())
+	part := p.keyspace.PartitionOf(resource)
+	_, err := runScript(ctx, p.byPart[part], startedScript, []string{p.keyspace.PartKeys(part).LimitStarts(resource)}, member, at.UnixMicro())
 	return err
 }

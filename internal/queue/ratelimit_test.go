@@ -135,7 +135,7 @@ func TestReserveKeyLivesOnTheResourcesPartition(t *testing.T) {
 	p := newPool(t, 8, r.Addr(), nil)
 	reserve(t, p, reservation("billing-api", "a"), now)
 	reserve(t, p, reservation("billing-api", "b"), now)
-	l := p.Layout()
+	l := p.Keyspace()
 	key := l.PartKeys(l.PartitionOf("billing-api")).Limit("billing-api")
 	ctx := context.Background()
 	fields, err := r.Client().HGetAll(ctx, key).Result()
@@ -200,7 +200,7 @@ func TestAdmitHoldsEveryWindowToTheLimit(t *testing.T) {
 	if w := admit("s4", 1015*ms); w != 5*ms {
 		t.Errorf("at 1015 ms: wait %s, want 5ms (until s2 leaves at 1020 ms)", w)
 	}
-	l := p.Layout()
+	l := p.Keyspace()
 	key := l.PartKeys(l.PartitionOf("api")).LimitStarts("api")
 	if n := r.Client().ZCard(ctx, key).Val(); n != 3 {
 		t.Errorf("%s holds %d starts, want the last second's 3", key, n)

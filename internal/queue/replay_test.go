@@ -63,7 +63,7 @@ func work(t *testing.T, p *Pool) {
 	t.Helper()
 	ctx := context.Background()
 	limits := DeadLimits{Max: 100, Keep: time.Hour}
-	for part := range p.Layout().Partitions {
+	for part := range p.Keyspace().Partitions {
 		jobs, err := p.Claim(ctx, jq(part), 24, time.Minute)
 		if err != nil {
 			t.Fatal(err)
@@ -90,8 +90,8 @@ func work(t *testing.T, p *Pool) {
 func sumStat(t *testing.T, p *Pool, field string) int64 {
 	t.Helper()
 	var n int64
-	for part := range p.Layout().Partitions {
-		v, _ := p.Client(part).HGet(context.Background(), p.Layout().Keys(jq(part)).Stats(), field).Int64()
+	for part := range p.Keyspace().Partitions {
+		v, _ := p.Client(part).HGet(context.Background(), p.Keyspace().Keys(jq(part)).Stats(), field).Int64()
 		n += v
 	}
 	return n
@@ -135,10 +135,10 @@ func TestKafkaPartitionReplayAppliesNothingTwice(t *testing.T) {
 	if n := sumStat(t, p, "deduped") - deduped; n != int64(len(recs)) {
 		t.Fatalf("deduped %d, want %d", n, len(recs))
 	}
-	for part := range p.Layout().Partitions {
+	for part := range p.Keyspace().Partitions {
 		f, _ := p.Funnel(context.Background(), jq(part))
-		if f.Stages["jobs"][StageRelayed] > 0 && f.Stages["jobs"][StageDeduplicated] == 0 {
-			t.Errorf("partition %d relayed jobs and counted no duplicate: %v", part, f.Stages["jobs"])
+		if f.Milestones["jobs"][MilestoneRelayed] > 0 && f.Milestones["jobs"][MilestoneDeduplicated] == 0 {
+			t.Errorf("partition %d relayed jobs and counted no duplicate: %v", part, f.Milestones["jobs"])
 		}
 	}
 
@@ -176,16 +176,16 @@ func TestRetriedBatchAfterAPartialApplyChangesNothingTwice(t *testing.T) {
 	if _, err := p.Enqueue(ctx, 1, recs, now); err == nil || !Transient(err) {
 		t.Fatalf("with a Redis down: %v", err)
 	}
-	if n, _ := r0.Client().HGet(ctx, p.Layout().Keys(jq(0)).Stats(), "relayed").Int(); n == 0 {
+	if n, _ := r0.Client().HGet(ctx, p.Keyspace().Keys(jq(0)).Stats(), "relayed").Int(); n == 0 {
 		t.Fatal("the Redis that was up applied nothing: no partial apply to retry")
 	}
 	r1.Restart()
 	testenv.WaitFor(t, 5*time.Second, "Redis back", func() bool { return r1.Client().Ping(ctx).Err() == nil })
 	res := enqueueOK(t, p, 1, recs, now)
 	for i, it := range recs {
-		onUp := p.Layout().PartitionOfJob(it.Group, it.ID) == 0
+		onUp := p.Keyspace().PartitionOfJob(it.Group, it.ID) == 0
 		if onUp && res[i].Outcome != Duplicate || !onUp && res[i].Outcome == Duplicate {
-			t.Fatalf("record %d on partition %d: %v", i, p.Layout().PartitionOfJob(it.Group, it.ID), res[i].Outcome)
+			t.Fatalf("record %d on partition %d: %v", i, p.Keyspace().PartitionOfJob(it.Group, it.ID), res[i].Outcome)
 		}
 	}
 	for i, pair := range [][2]*testenv.RedisServer{{r0, ref0}, {r1, ref1}} {
@@ -239,7 +239,7 @@ func TestRetriedAndOutOfOrderBatchesApplyOnce(t *testing.T) {
 func TestARefusedRecordIsNotMarkedApplied(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	at := func(it Item, off int64) Item {
 		it.KafkaPartition, it.Offset, it.HasPosition = 3, off, true
 		return it
@@ -270,7 +270,7 @@ func TestARefusedRecordIsNotMarkedApplied(t *testing.T) {
 func TestARunAppliesOnlyPastTheWatermark(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	at := func(id, group string, off int64) Item {
 		it := item(id, group)
 		it.KafkaPartition, it.Offset, it.HasPosition = 0, off, true

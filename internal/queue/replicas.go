@@ -37,9 +37,9 @@ func (e *ReplicasBehindError) Error() string {
 func (p *Pool) WaitReplicas(ctx context.Context, queues []Queue, n int, timeout time.Duration) error {
 	done := map[redis.UniversalClient]bool{}
 	for _, q := range queues {
-		key := p.layout.PartKeys(q.Part).Prefix() + "wait"
+		key := p.keyspace.PartKeys(q.Part).Prefix() + "wait"
 		if p.cluster != nil {
-			key = p.layout.Keys(q).Prefix() + "wait"
+			key = p.keyspace.Keys(q).Prefix() + "wait"
 		}
 		c, err := p.MasterOf(ctx, q.Part, key)
 		if err != nil {

@@ -116,7 +116,7 @@ func TestClaimRoundsServeTheSameOrderAsTheHeap(t *testing.T) {
 // virtualTimes reads the fair order of partition 0: lane -> virtual time.
 func virtualTimes(t *testing.T, p *Pool) map[string]float64 {
 	t.Helper()
-	zs, err := p.byPart[0].ZRangeWithScores(context.Background(), p.layout.Keys(jq(0)).Lanes(), 0, -1).Result()
+	zs, err := p.byPart[0].ZRangeWithScores(context.Background(), p.keyspace.Keys(jq(0)).Lanes(), 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -34,14 +34,14 @@ type Command struct {
 // PushCommand appends c to its partition's cmd list. A consumer blocked on
 // the list applies it at once; a busy one within a maintenance tick.
 func (p *Pool) PushCommand(ctx context.Context, c Command) error {
-	if c.Partition < 0 || c.Partition >= p.layout.Partitions {
-		return fmt.Errorf("command for partition %d: out of range 0..%d", c.Partition, p.layout.Partitions-1)
+	if c.Partition < 0 || c.Partition >= p.keyspace.Partitions {
+		return fmt.Errorf("command for partition %d: out of range 0..%d", c.Partition, p.keyspace.Partitions-1)
 	}
 	raw, err := json.Marshal(c)
 	if err != nil {
 		return err
 	}
-	return p.byPart[c.Partition].RPush(ctx, p.layout.PartKeys(c.Partition).Cmd(), raw).Err()
+	return p.byPart[c.Partition].RPush(ctx, p.keyspace.PartKeys(c.Partition).Cmd(), raw).Err()
 }
 
 // heartbeatScript records a consumer's heartbeat, stamped with Redis's
@@ -64,7 +64,7 @@ return redis.call('GET', KEYS[2]) or ''
 // returns the partition's checkpointed worker count (0: none), which every
 // consumer of the partition follows.
 func (p *Pool) Heartbeat(ctx context.Context, part int, consumer string, workers int, busy time.Duration) (checkpoint int, err error) {
-	k := p.layout.PartKeys(part)
+	k := p.keyspace.PartKeys(part)
 	res, err := runScript(ctx, p.byPart[part], heartbeatScript, []string{k.Consumers(), k.WorkerCount()},
 		consumer, workers, busy.Milliseconds())
 	if err != nil {
@@ -78,7 +78,7 @@ func (p *Pool) Heartbeat(ctx context.Context, part int, consumer string, workers
 // Leave removes a stopping consumer's heartbeat: its workers no longer
 // count.
 func (p *Pool) Leave(ctx context.Context, part int, consumer string) error {
-	return p.byPart[part].HDel(ctx, p.layout.PartKeys(part).Consumers(), consumer).Err()
+	return p.byPart[part].HDel(ctx, p.keyspace.PartKeys(part).Consumers(), consumer).Err()
 }
 
 // loadScript reads what the coordinator's scaler needs of a partition
@@ -147,7 +147,7 @@ type PartitionLoad struct {
 // checkpoint and heartbeats, one script call for the partition and one per
 // topic, and forgets heartbeats older than forget.
 func (p *Pool) Load(ctx context.Context, part int, topics []string, forget time.Duration) (PartitionLoad, error) {
-	k, c := p.layout.PartKeys(part), p.byPart[part]
+	k, c := p.keyspace.PartKeys(part), p.byPart[part]
 	res, err := runScript(ctx, c, loadScript, []string{k.Consumers(), k.WorkerCount()}, forget.Milliseconds())
 	if err != nil {
 		return PartitionLoad{}, fmt.Errorf("load of partition %d: %w", part, err)
@@ -168,7 +168,7 @@ func (p *Pool) Load(ctx context.Context, part int, topics []string, forget time.
 		}
 	}
 	for _, topic := range topics {
-		qk := p.layout.Keys(Queue{Topic: topic, Part: part})
+		qk := p.keyspace.Keys(Queue{Topic: topic, Part: part})
 		res, err := runScript(ctx, c, readyScript, []string{qk.Stats(), qk.Lanes()})
 		if err != nil {
 			return PartitionLoad{}, fmt.Errorf("ready depth of %s/p%d: %w", topic, part, err)

@@ -14,7 +14,7 @@ import (
 func readyTruth(t *testing.T, p *Pool, part int) int64 {
 	t.Helper()
 	ctx := context.Background()
-	k := p.Layout().Keys(jq(part))
+	k := p.Keyspace().Keys(jq(part))
 	lanes, err := p.Client(part).ZRange(ctx, k.Lanes(), 0, -1).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func TestReadyDepthFollowsEveryMove(t *testing.T) {
 	}
 	wantReady(t, p, "replayed 1", 16)
 	ready := readyTruth(t, p, 0)
-	bLeft, _ := p.Client(0).LLen(ctx, p.Layout().Keys(jq(0)).Lane("g/b")).Result()
+	bLeft, _ := p.Client(0).LLen(ctx, p.Keyspace().Keys(jq(0)).Lane("g/b")).Result()
 	if _, err := p.CancelGroup(ctx, "jobs", "b", now); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestReadyDepthFollowsEveryMove(t *testing.T) {
 func TestReadyDepthHealsWhenNothingIsActive(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	r.Client().HSet(ctx, k.Stats(), "ready", 42)
 	wantReady(t, p, "drifted, nothing active", 0)
 	if v, _ := r.Client().HGet(ctx, k.Stats(), "ready").Result(); v != "0" {
@@ -134,7 +134,7 @@ func TestReadyDepthHealsWhenNothingIsActive(t *testing.T) {
 func TestHeartbeatsAndLoad(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	k := p.Layout().PartKeys(0)
+	k := p.Keyspace().PartKeys(0)
 	if cp, err := p.Heartbeat(ctx, 0, "w1", 4, 1500*time.Millisecond); err != nil || cp != 0 {
 		t.Fatalf("first heartbeat: %d %v", cp, err)
 	}
@@ -174,7 +174,7 @@ func TestPushCommandIsTheSeedsForm(t *testing.T) {
 	if err := p.PushCommand(ctx, c); err != nil {
 		t.Fatal(err)
 	}
-	got, _ := p.Client(2).LRange(ctx, p.Layout().PartKeys(2).Cmd(), 0, -1).Result()
+	got, _ := p.Client(2).LRange(ctx, p.Keyspace().PartKeys(2).Cmd(), 0, -1).Result()
 	want := `{"type":"SCALE_UP","partition":2,"targetWorkers":24,"reason":"PWQD threshold exceeded for 3 consecutive cycles"}`
 	if len(got) != 1 || got[0] != want {
 		t.Fatalf("cmd list %q, want %q", got, want)

@@ -223,7 +223,7 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 		rest, err := p.AckMany(ctx, q, done[MaxBatch:], now, keep)
 		return append(first, rest...), err
 	}
-	k := p.layout.Keys(q)
+	k := p.keyspace.Keys(q)
 	batches, groups := indexer{}, indexer{}
 	// Plain jobs go in one mask per batch, tagged by their group; the
 	// others are extras.
@@ -487,7 +487,7 @@ func (p *Pool) Defer(ctx context.Context, q Queue, job Claimed, at, now time.Tim
 }
 
 func (p *Pool) fail(ctx context.Context, q Queue, f Failure, next int64, now time.Time, dead DeadLimits, deferral bool) (int, error) {
-	k := p.layout.Keys(q)
+	k := p.keyspace.Keys(q)
 	flag := 0
 	if deferral {
 		flag = 1
@@ -740,7 +740,7 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', redisNow(), 'LIMIT', 0, tonu
 // its batch leaves the leases instead of coming up at every reap. Its
 // group, which it does not tell, keeps counting it as running.
 func (p *Pool) Reap(ctx context.Context, q Queue, max int, dead DeadLimits, limit AttemptLimit) (returned, died int, err error) {
-	k := p.layout.Keys(q)
+	k := p.keyspace.Keys(q)
 	c := p.byPart[q.Part]
 	res, err := runScript(ctx, c, dueLeasesScript, []string{k.Leases()}, max)
 	batches := stringsOf(res)
@@ -859,7 +859,7 @@ func (p *Pool) Release(ctx context.Context, q Queue, jobs []Claimed) (int, error
 }
 
 func (p *Pool) returnBatch(ctx context.Context, q Queue, batch, mode string, lanes []LaneInfo, places []int, last []lastAttempt, dead DeadLimits) (returned, died int, err error) {
-	k := p.layout.Keys(q)
+	k := p.keyspace.Keys(q)
 	ks := make([]string, 0, 10+3*len(lanes)+len(last))
 	ks = append(ks, k.Leases(), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Completed(), k.Shared(), k.Lease(batch), k.Settled(batch), k.Dead())
 	args := make([]any, 0, 7+3*len(lanes)+len(places)+2*len(last))
@@ -889,7 +889,7 @@ func (p *Pool) returnBatch(ctx context.Context, q Queue, batch, mode string, lan
 // Promote moves delayed jobs of partition part that are due into their
 // lanes, up to max at a time. It returns how many.
 func (p *Pool) Promote(ctx context.Context, q Queue, max int, now time.Time) (int, error) {
-	k := p.layout.Keys(q)
+	k := p.keyspace.Keys(q)
 	entries, err := p.byPart[q.Part].ZRangeArgs(ctx, dueBy(k.Delayed(), now, max)).Result()
 	if err != nil || len(entries) == 0 {
 		return 0, err

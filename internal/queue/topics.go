@@ -31,7 +31,7 @@ func (p *Pool) RegisterTopics(ctx context.Context, topics []string, now time.Tim
 		}
 		vals = append(vals, t, strconv.FormatInt(now.UnixMilli(), 10))
 	}
-	if err := p.byPart[0].HSet(ctx, p.layout.PartKeys(0).Topics(), vals...).Err(); err != nil {
+	if err := p.byPart[0].HSet(ctx, p.keyspace.PartKeys(0).Topics(), vals...).Err(); err != nil {
 		return fmt.Errorf("registering topics %v: %w", topics, err)
 	}
 	return nil
@@ -40,7 +40,7 @@ func (p *Pool) RegisterTopics(ctx context.Context, topics []string, now time.Tim
 // Topics lists the topics relayed into this stage, sorted, with those of
 // also added: what every reader of all queues should read.
 func (p *Pool) Topics(ctx context.Context, also ...string) ([]string, error) {
-	names, err := p.byPart[0].HKeys(ctx, p.layout.PartKeys(0).Topics()).Result()
+	names, err := p.byPart[0].HKeys(ctx, p.keyspace.PartKeys(0).Topics()).Result()
 	if err != nil {
 		return nil, fmt.Errorf("reading the stage's topics: %w", err)
 	}
@@ -64,7 +64,7 @@ func (k PartKeys) Paused() string { return k.prefix + "paused" }
 // PartKeys.Paused): a pause keeps the time it was first seen, a resume
 // removes the topic.
 func (p *Pool) SetTopicPaused(ctx context.Context, topic string, paused bool, now time.Time) error {
-	k := p.layout.PartKeys(0).Paused()
+	k := p.keyspace.PartKeys(0).Paused()
 	var err error
 	if paused {
 		err = p.byPart[0].HSetNX(ctx, k, topic, strconv.FormatInt(now.UnixMilli(), 10)).Err()
@@ -80,7 +80,7 @@ func (p *Pool) SetTopicPaused(ctx context.Context, topic string, paused bool, no
 // TopicPaused says since when topic's relay rate is paused; zero when it
 // is not.
 func (p *Pool) TopicPaused(ctx context.Context, topic string) (time.Time, error) {
-	v, err := p.byPart[0].HGet(ctx, p.layout.PartKeys(0).Paused(), topic).Result()
+	v, err := p.byPart[0].HGet(ctx, p.keyspace.PartKeys(0).Paused(), topic).Result()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return time.Time{}, fmt.Errorf("reading the pause of topic %s: %w", topic, err)
 	}
@@ -91,7 +91,7 @@ func (p *Pool) TopicPaused(ctx context.Context, topic string) (time.Time, error)
 // once it is deleted (sluice topics delete), so that readers of every
 // queue stop listing it; whether it was there.
 func (p *Pool) UnregisterTopic(ctx context.Context, topic string) (bool, error) {
-	n, err := p.byPart[0].HDel(ctx, p.layout.PartKeys(0).Topics(), topic).Result()
+	n, err := p.byPart[0].HDel(ctx, p.keyspace.PartKeys(0).Topics(), topic).Result()
 	if err != nil {
 		return false, fmt.Errorf("unregistering topic %s: %w", topic, err)
 	}

@@ -14,7 +14,7 @@ import (
 // does not end with ctx, only with wait: a caller that stops waits out at
 // most that long.
 func (p *Pool) WaitCompleted(ctx context.Context, q Queue, wait time.Duration) (string, error) {
-	k := p.layout.Keys(q)
+	k := p.keyspace.Keys(q)
 	wait = max((wait + time.Second - 1).Truncate(time.Second), time.Second)
 	g, err := p.byPart[q.Part].BLMove(ctx, k.Completed(), k.Completing(), "LEFT", "RIGHT", wait).Result()
 	if err == redis.Nil {
@@ -26,8 +26,8 @@ func (p *Pool) WaitCompleted(ctx context.Context, q Queue, wait time.Duration) (
 // GroupFields reads fields of a group's hash that GroupStatus does not
 // parse (topic, the watcher's own bookkeeping); absent ones are "".
 func (p *Pool) GroupFields(ctx context.Context, topic, group string, names ...string) ([]string, error) {
-	q := p.layout.QueueOf(topic, group, "")
-	vals, err := p.byPart[q.Part].HMGet(ctx, p.layout.Keys(q).Group(group), names...).Result()
+	q := p.keyspace.QueueOf(topic, group, "")
+	vals, err := p.byPart[q.Part].HMGet(ctx, p.keyspace.Keys(q).Group(group), names...).Result()
 	if err != nil {
 		return nil, err
 	}

@@ -122,9 +122,9 @@ func (p *Pool) LowerTruncated(ctx context.Context, token uint64, topic string, k
 	tok, part := strconv.FormatUint(token, 10), strconv.Itoa(int(kp))
 	// A read needs no fence: only the writes below are fenced.
 	var proofs, others []int
-	for qp := range p.layout.Partitions {
+	for qp := range p.keyspace.Partitions {
 		q := Queue{Topic: topic, Part: qp}
-		wm, err := p.byPart[qp].HGet(ctx, p.layout.Keys(q).Watermark(), part).Int64()
+		wm, err := p.byPart[qp].HGet(ctx, p.keyspace.Keys(q).Watermark(), part).Int64()
 		switch {
 		case errors.Is(err, redis.Nil):
 			continue
@@ -142,7 +142,7 @@ func (p *Pool) LowerTruncated(ctx context.Context, token uint64, topic string, k
 	var lowered []Truncation
 	for _, qp := range append(others, proofs...) {
 		q := Queue{Topic: topic, Part: qp}
-		k := p.layout.Keys(q)
+		k := p.keyspace.Keys(q)
 		res, err := runScript(ctx, p.byPart[qp], truncatedScript, []string{k.Fence(), k.Watermark(), k.Stats()}, tok, part, resume, resume)
 		if err != nil {
 			return lowered, fmt.Errorf("lowering the watermark of %s below the truncated log's end: %w", q, err)

@@ -48,7 +48,7 @@ func TestAWatermarkOfAnotherTopicIDDoesNotDedupe(t *testing.T) {
 	r := testenv.Redis(t)
 	p := newPool(t, 1, r.Addr(), nil)
 	ctx := context.Background()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	stat := func(field string) int64 {
 		v, _ := r.Client().HGet(ctx, k.Stats(), field).Int64()
 		return v
@@ -101,7 +101,7 @@ func TestAWatermarkWithoutATopicIDAdoptsOne(t *testing.T) {
 	r := testenv.Redis(t)
 	p := newPool(t, 1, r.Addr(), nil)
 	ctx := context.Background()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 
 	wantOutcomes(t, "without an id", enqueueOK(t, p, 1, newLog("old", ""), now), Queued, Delayed)
 	if id, _ := r.Client().HGet(ctx, k.Watermark(), "0:topic_id").Result(); id != "" {
@@ -123,7 +123,7 @@ func TestAChangedLogForgetsTheOldOffsetEvenWhenNothingApplies(t *testing.T) {
 	r := testenv.Redis(t)
 	p := newPool(t, 1, r.Addr(), nil)
 	ctx := context.Background()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	wantOutcomes(t, "the old log", enqueueOK(t, p, 1, newLog("old", "AAAA"), now), Queued, Delayed)
 
 	// A group whose keys hold the wrong type: Redis refuses its jobs.
@@ -150,7 +150,7 @@ func TestATruncationOneQueuePartitionShowsLowersTheOthersPastTheResume(t *testin
 	p := newPool(t, 4, r.Addr(), nil)
 	ctx := context.Background()
 	rdb := r.Client()
-	wm := func(qp int) string { return p.Layout().Keys(jq(qp)).Watermark() }
+	wm := func(qp int) string { return p.Keyspace().Keys(jq(qp)).Watermark() }
 	// Kafka partition 0: the log ends at 95 and the relay resumes at 50.
 	for qp, off := range []int64{99, 91, 40} { // proof, grown past, below resume
 		if err := rdb.HSet(ctx, wm(qp), "0", off, "1", 99).Err(); err != nil {
@@ -178,7 +178,7 @@ func TestATruncationOneQueuePartitionShowsLowersTheOthersPastTheResume(t *testin
 	}
 	var counted int64
 	for qp := range 4 {
-		v, _ := rdb.HGet(ctx, p.Layout().Keys(jq(qp)).Stats(), "wm_truncated").Int64()
+		v, _ := rdb.HGet(ctx, p.Keyspace().Keys(jq(qp)).Stats(), "wm_truncated").Int64()
 		counted += v
 	}
 	if counted != 2 {

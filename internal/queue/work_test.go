@@ -128,7 +128,7 @@ func TestAckCountsOnceAndKeepsTheResultOnlyWhenAsked(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
 	rdb := r.Client()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	enqueueGroup(t, p, "g", 2, 1)
 	jobs, err := p.Claim(ctx, jq(0), 5, time.Minute)
 	if err != nil || len(jobs) != 2 || jobs[0].Attempt != 1 || jobs[0].ID != "g-0" || jobs[0].Group != "g" || jobs[0].Lane != "g/g" {
@@ -180,7 +180,7 @@ func TestAPlainJobsResultLeavesNothing(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
 	rdb := r.Client()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	if _, err := p.Enqueue(ctx, 1, []Item{item("a", ""), item("b", "")}, now); err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestAckManyCountsEachLeasedJobOncePerGroup(t *testing.T) {
 			t.Fatalf("ack %d (%s): %v, want %v", i, d.Job.ID, ok[i], want)
 		}
 	}
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	ga := r.Client().HGetAll(ctx, k.Group("a")).Val()
 	gb := r.Client().HGetAll(ctx, k.Group("b")).Val()
 	if ga["running"] != "0" || ga["done"] != "3" || gb["running"] != "0" || gb["done"] != "" {
@@ -261,7 +261,7 @@ func TestOneLeasePerBatchReapReturnsOnlyTheUnacked(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
 	rdb := r.Client()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	enqueueGroup(t, p, "g", 5, 1)
 	enqueueOK(t, p, 1, []Item{item("s0", ""), item("s1", ""), item("s2", "")}, now)
 	// A lease of 1 ms: expired at once unless extended.
@@ -366,7 +366,7 @@ func TestJobLifecycle(t *testing.T) {
 			p, r := onePartition(t)
 			ctx := context.Background()
 			rdb := r.Client()
-			k := p.Layout().Keys(jq(0))
+			k := p.Keyspace().Keys(jq(0))
 			limits := DeadLimits{Max: 10, Keep: time.Hour}
 			it := item("x", group)
 			lane := LaneOf(group, "", "jobs", 0)
@@ -464,7 +464,7 @@ func TestJobLifecycle(t *testing.T) {
 			}
 			counters("replayed", "running=0 delayed=0 failed=2 dead=0")
 			f, _ := p.Funnel(ctx, jq(0))
-			if f.Stages["jobs"][StageReplayed] != 1 || f.Ready != 1 || f.Dead != 0 {
+			if f.Milestones["jobs"][MilestoneReplayed] != 1 || f.Ready != 1 || f.Dead != 0 {
 				t.Fatalf("funnel after the replay: %+v", f)
 			}
 			j = claim(1)
@@ -482,7 +482,7 @@ func TestJobLifecycle(t *testing.T) {
 func TestDeferDoesNotCountTheAttempt(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	enqueueGroup(t, p, "g", 1, 1)
 	jobs, _ := p.Claim(ctx, jq(0), 1, time.Minute)
 	if ok, err := p.Defer(ctx, jq(0), jobs[0], now.Add(time.Second), now); !ok || err != nil {
@@ -525,7 +525,7 @@ func TestFailRetriesThenDies(t *testing.T) {
 	if res, _ := p.Fail(ctx, jq(0), Failure{Job: again[0], Cause: "still broken"}, now, limits); res != FailDead {
 		t.Fatalf("last attempt: %d", res)
 	}
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	// The dead set is capped: the oldest goes first.
 	for range 2 {
 		js, _ := p.Claim(ctx, jq(0), 1, time.Minute)
@@ -544,7 +544,7 @@ func TestFailRetriesThenDies(t *testing.T) {
 func TestReleaseUncountsAndWakeSignals(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	enqueueGroup(t, p, "g", 2, 1)
 	if n, _ := r.Client().LLen(ctx, k.Wake()).Result(); n != 1 {
 		t.Fatalf("enqueue left %d wake tokens, want 1", n)
@@ -637,7 +637,7 @@ func TestClaimFillsFromOneJobGroups(t *testing.T) {
 func TestAForeignLaneDoesNotBlockClaims(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	enqueueGroup(t, p, "a", 4, 1)
 	r.Client().ZAdd(ctx, k.Lanes(), redis.Z{Score: -1, Member: "not-a-lane"})
 	for i := range 4 {
@@ -672,7 +672,7 @@ func TestReapBuriesAnEntryItCannotRead(t *testing.T) {
 	p, r := onePartition(t)
 	ctx := context.Background()
 	rdb := r.Client()
-	k := p.Layout().Keys(jq(0))
+	k := p.Keyspace().Keys(jq(0))
 	enqueueOK(t, p, 1, []Item{item("good", ""), item("bad", "")}, now)
 	jobs, err := p.Claim(ctx, jq(0), 2, time.Second)
 	if err != nil || len(jobs) != 2 {

@@ -55,11 +55,11 @@ func (b *batchEnqueuer) flush() error {
 // funnel's completed stage, which leaves out the canaries sluice dev sends
 // through the same topic (the stats hash's "done" counts them too, so a
 // wait for it could end with jobs still queued).
-func doneCount(ctx context.Context, pool *queue.Pool, layout queue.Layout, topic string) (int, error) {
+func doneCount(ctx context.Context, pool *queue.Pool, layout queue.Keyspace, topic string) (int, error) {
 	total := 0
 	for part := range layout.Partitions {
 		n, err := pool.Client(part).HGet(ctx, layout.Keys(queue.Queue{Topic: topic, Part: part}).Stats(),
-			queue.FunnelField(topic, queue.StageCompleted, false)).Int()
+			queue.FunnelField(topic, queue.MilestoneCompleted, false)).Int()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return 0, err
 		}

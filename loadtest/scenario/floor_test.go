@@ -94,7 +94,7 @@ func BenchmarkScriptsAgainstTheListFloor(b *testing.B) {
 // conns connections for d, through the floors' harness (measureFloor), and
 // answers Redis's CPU per job acked.
 func measureScripts(ctx context.Context, addr, stage string, d time.Duration, conns int) (float64, error) {
-	p, err := queue.NewPool(queue.PoolConfig{Layout: queue.Layout{Stage: stage, Partitions: 1}, Addr: addr})
+	p, err := queue.NewPool(queue.PoolConfig{Keyspace: queue.Keyspace{Stage: stage, Partitions: 1}, Addr: addr})
 	if err != nil {
 		return 0, err
 	}

@@ -59,8 +59,8 @@ type jobCost struct {
 // measures Redis's CPU per job and its memory per queued and per done job.
 func runJobs(tb testing.TB, srv *testenv.RedisServer, n int, sampled bool) jobCost {
 	ctx := context.Background()
-	layout := queue.Layout{Stage: "cost", Partitions: 8}
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: srv.Addr()})
+	layout := queue.Keyspace{Stage: "cost", Partitions: 8}
+	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: srv.Addr()})
 	if err != nil {
 		tb.Fatal(err)
 	}

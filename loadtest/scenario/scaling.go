@@ -141,7 +141,7 @@ func (r ScalingReport) DecisionLog() string {
 
 // ScalingGroup is the name of group g of partition part: the first name
 // "scaling-p<part>-<n>" that hashes to part.
-func ScalingGroup(layout queue.Layout, part, g int) string {
+func ScalingGroup(layout queue.Keyspace, part, g int) string {
 	found := 0
 	for n := 0; ; n++ {
 		name := "scaling-p" + strconv.Itoa(part) + "-" + strconv.Itoa(n)
@@ -172,8 +172,8 @@ func RunScaling(ctx context.Context, cfg ScalingConfig) (ScalingReport, error) {
 	if cfg.Sample <= 0 {
 		cfg.Sample = time.Second
 	}
-	layout := queue.Layout{Stage: cfg.Stage, Partitions: cfg.Partitions}
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: cfg.RedisAddr})
+	layout := queue.Keyspace{Stage: cfg.Stage, Partitions: cfg.Partitions}
+	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: cfg.RedisAddr})
 	if err != nil {
 		return ScalingReport{}, err
 	}
@@ -337,7 +337,7 @@ func slicesAll(s []int, v int) bool {
 // enqueueScaling puts job i in partition i % Partitions, in one of its
 // groups, as the relay would.
 func enqueueScaling(ctx context.Context, pool *queue.Pool, cfg ScalingConfig) error {
-	layout := pool.Layout()
+	layout := pool.Keyspace()
 	groups := make([][]string, cfg.Partitions)
 	for p := range groups {
 		for g := range scalingGroups {

@@ -25,7 +25,7 @@ import (
 // coordinator has nothing to say about it.
 func TestWorkerAndCoordinatorScaleOnlyTheLoadedPartition(t *testing.T) {
 	r, c := testenv.Redis(t), testenv.Consul(t)
-	layout := queue.Layout{Stage: "scaling-test", Partitions: 4}
+	layout := queue.Keyspace{Stage: "scaling-test", Partitions: 4}
 	ctx := context.Background()
 
 	ccfg := coordinator.DefaultConfig()
@@ -72,7 +72,7 @@ func TestWorkerAndCoordinatorScaleOnlyTheLoadedPartition(t *testing.T) {
 	}
 	w, stopW := startWorker()
 
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: r.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,8 +111,8 @@ func RunSeed(ctx context.Context, cfg SeedConfig) (SeedReport, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.New(slog.DiscardHandler)
 	}
-	layout := queue.Layout{Stage: cfg.Stage, Partitions: cfg.Partitions}
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: cfg.RedisAddr})
+	layout := queue.Keyspace{Stage: cfg.Stage, Partitions: cfg.Partitions}
+	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: cfg.RedisAddr})
 	if err != nil {
 		return SeedReport{}, err
 	}

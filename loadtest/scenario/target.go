@@ -51,7 +51,7 @@ func DevEndpoints() Endpoints {
 // partitions, Consul, and the parts' metrics.
 type target struct {
 	ep     Endpoints
-	layout queue.Layout
+	layout queue.Keyspace
 	pool   *queue.Pool
 	rdb    redis.UniversalClient // partition 0's server, for INFO
 	consul *consulapi.Client
@@ -66,8 +66,8 @@ func openTarget(ep Endpoints) (*target, error) {
 	if ep.Partitions < 1 {
 		return nil, errors.New("loadtest: the Redis partitions must be at least 1")
 	}
-	layout := queue.Layout{Stage: ep.Stage, Partitions: ep.Partitions}
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: ep.Redis})
+	layout := queue.Keyspace{Stage: ep.Stage, Partitions: ep.Partitions}
+	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: ep.Redis})
 	if err != nil {
 		return nil, err
 	}

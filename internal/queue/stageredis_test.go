@@ -8,7 +8,7 @@ import (
 )
 
 func TestLocationFlags(t *testing.T) {
-	l := DefaultLocation()
+	l := DefaultStageRedis()
 	fs := flag.NewFlagSet("t", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	l.RegisterFlags(fs)
@@ -25,7 +25,7 @@ func TestLocationFlags(t *testing.T) {
 	if err := l.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if pc := l.PoolConfig(); pc.Layout != (Layout{Stage: "s", Partitions: 4}) || pc.Addr != "127.0.0.1:6379" || pc.PartitionAddrs[3] != "b:2" || pc.PartitionAddrs[0] != "a:1" {
+	if pc := l.PoolConfig(); pc.Keyspace != (Keyspace{Stage: "s", Partitions: 4}) || pc.Addr != "127.0.0.1:6379" || pc.PartitionAddrs[3] != "b:2" || pc.PartitionAddrs[0] != "a:1" {
 		t.Errorf("PoolConfig = %+v", pc)
 	}
 	if s := fs.Lookup("redis-partition-addrs").Value.String(); s != "0=a:1,3=b:2" {
@@ -35,15 +35,15 @@ func TestLocationFlags(t *testing.T) {
 		t.Error("--redis-partition-addrs x accepted")
 	}
 	for _, c := range []struct {
-		mutate func(*Location)
+		mutate func(*StageRedis)
 		field  string
 	}{
-		{func(l *Location) { l.Stage = "a:b" }, "Stage: "},
-		{func(l *Location) { l.Partitions = 0 }, "Partitions: "},
-		{func(l *Location) { l.RedisAddr = "" }, "RedisAddr: "},
-		{func(l *Location) { l.PartitionAddrs = map[int]string{8: "x:1"} }, "PartitionAddrs: partition 8 out of range 0..7"},
+		{func(l *StageRedis) { l.Stage = "a:b" }, "Stage: "},
+		{func(l *StageRedis) { l.Partitions = 0 }, "Partitions: "},
+		{func(l *StageRedis) { l.RedisAddr = "" }, "RedisAddr: "},
+		{func(l *StageRedis) { l.PartitionAddrs = map[int]string{8: "x:1"} }, "PartitionAddrs: partition 8 out of range 0..7"},
 	} {
-		l := DefaultLocation()
+		l := DefaultStageRedis()
 		c.mutate(&l)
 		if err := l.Validate(); err == nil || !strings.HasPrefix(err.Error(), c.field) {
 			t.Errorf("Validate() = %v, want an error starting %q", err, c.field)

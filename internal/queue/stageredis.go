@@ -12,13 +12,13 @@ import (
 	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
-// Location is where a stage's Redis partitions live: the stage whose keys
+// StageRedis is where a stage's Redis partitions live: the stage whose keys
 // they hold, how many there are, and the Redis server of each. Every part
 // that reads or writes the partitions embeds one in its Config, and the
 // commands that only read them (sluice stats, sluice canary) use one too,
 // so --stage, --redis-addr, --redis-partitions and --redis-partition-addrs
 // are defined once (RegisterFlags) and mean the same everywhere.
-type Location struct {
+type StageRedis struct {
 	// Stage names the stage's keys: Redis keys under
 	// sluice:{<stage>:<topic>:p<N>}: and sluice:{<stage>:p<N>}:, Consul
 	// keys under sluice/<stage>/. Default "dev".
@@ -72,10 +72,10 @@ type Location struct {
 	RedisCluster bool
 }
 
-// DefaultLocation is the location of the dev stage's partitions: 8 of
+// DefaultStageRedis is the location of the dev stage's partitions: 8 of
 // them on 127.0.0.1:6379.
-func DefaultLocation() Location {
-	return Location{Stage: "dev", RedisAddr: "127.0.0.1:6379", Partitions: 8}
+func DefaultStageRedis() StageRedis {
+	return StageRedis{Stage: "dev", RedisAddr: "127.0.0.1:6379", Partitions: 8}
 }
 
 // RegisterFlags adds --stage, --redis-addr, --redis-partitions,
@@ -83,7 +83,7 @@ func DefaultLocation() Location {
 // --redis-password[-file]), TLS (--redis-tls*) and Sentinel
 // (--redis-sentinel-*) flags to fs, bound to l's fields, with l's values as
 // their defaults.
-func (l *Location) RegisterFlags(fs *flag.FlagSet) {
+func (l *StageRedis) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&l.Stage, "stage", l.Stage, "stage name: Redis keys under sluice:{<stage>:<topic>:p<N>}: and sluice:{<stage>:p<N>}:, Consul keys under sluice/<stage>/")
 	fs.StringVar(&l.RedisAddr, "redis-addr", l.RedisAddr, "Redis address of every partition not in --redis-partition-addrs")
 	fs.IntVar(&l.Partitions, "redis-partitions", l.Partitions, "Redis partitions in the layout (queue pool size N: partition = fnv1a32(group) % N); every part of a stage must agree")
@@ -98,12 +98,12 @@ func (l *Location) RegisterFlags(fs *flag.FlagSet) {
 	cli.SecretVar(fs, &l.SentinelPassword, "redis-sentinel-password", "the Sentinels' password")
 }
 
-// Layout is the key layout of the location's partitions.
-func (l Location) Layout() Layout { return Layout{Stage: l.Stage, Partitions: l.Partitions} }
+// Keyspace is the key layout of the location's partitions.
+func (l StageRedis) Keyspace() Keyspace { return Keyspace{Stage: l.Stage, Partitions: l.Partitions} }
 
 // PoolConfig is the configuration of a pool of the location's partitions.
-func (l Location) PoolConfig() PoolConfig {
-	return PoolConfig{Layout: l.Layout(), Addr: l.RedisAddr, PartitionAddrs: l.PartitionAddrs, Cluster: l.RedisCluster, Connect: Connect{
+func (l StageRedis) PoolConfig() PoolConfig {
+	return PoolConfig{Keyspace: l.Keyspace(), Addr: l.RedisAddr, PartitionAddrs: l.PartitionAddrs, Cluster: l.RedisCluster, Connect: Connect{
 		User: l.RedisUser, Password: l.RedisPassword, TLS: l.RedisTLS,
 		SentinelAddrs: l.SentinelAddrs, SentinelMaster: l.SentinelMaster, SentinelUser: l.SentinelUser, SentinelPassword: l.SentinelPassword,
 	}}
@@ -112,7 +112,7 @@ func (l Location) PoolConfig() PoolConfig {
 // Validate checks the location. Its errors start with the field's name
 // ("Partitions: ..."), for the part that embeds it to prefix with its
 // Config's ("relay: Config.Partitions: ...").
-func (l Location) Validate() error {
+func (l StageRedis) Validate() error {
 	switch {
 	case l.Stage == "" || strings.ContainsAny(l.Stage, "{}: \t\n"):
 		return fmt.Errorf("Stage: %q: want a non-empty name without braces, colons or spaces", l.Stage)

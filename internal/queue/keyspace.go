@@ -15,14 +15,14 @@ import (
 	"strings"
 )
 
-// Layout says how many partitions there are and which stage's keys to use.
-type Layout struct {
+// Keyspace says how many partitions there are and which stage's keys to use.
+type Keyspace struct {
 	Stage      string
 	Partitions int
 }
 
 // Validate checks the layout.
-func (l Layout) Validate() error {
+func (l Keyspace) Validate() error {
 	if l.Stage == "" || strings.ContainsAny(l.Stage, "{}: \t\n") {
 		return fmt.Errorf("stage %q: want a non-empty name without braces, colons or spaces", l.Stage)
 	}
@@ -35,7 +35,7 @@ func (l Layout) Validate() error {
 // PartitionOfJob is a job's Redis partition: its group's when it has one
 // (a group's counters and fan-in stay in one place), else its id's, so
 // single jobs spread over the partitions.
-func (l Layout) PartitionOfJob(group, id string) int {
+func (l Keyspace) PartitionOfJob(group, id string) int {
 	if group != "" {
 		return l.PartitionOf(group)
 	}
@@ -44,7 +44,7 @@ func (l Layout) PartitionOfJob(group, id string) int {
 
 // PartitionOf is the Redis partition of a name (a group, a job id, a
 // resource, an idempotency key): fnv1a32(name) % N.
-func (l Layout) PartitionOf(group string) int {
+func (l Keyspace) PartitionOf(group string) int {
 	h := fnv.New32a()
 	h.Write([]byte(group))
 	return int(h.Sum32() % uint32(l.Partitions))
@@ -60,7 +60,7 @@ type Queue struct {
 func (q Queue) String() string { return q.Topic + "/p" + strconv.Itoa(q.Part) }
 
 // QueueOf is the queue partition of a job of topic (see PartitionOfJob).
-func (l Layout) QueueOf(topic, group, id string) Queue {
+func (l Keyspace) QueueOf(topic, group, id string) Queue {
 	return Queue{Topic: topic, Part: l.PartitionOfJob(group, id)}
 }
 
@@ -76,7 +76,7 @@ func ValidTopic(topic string) error {
 }
 
 // Keys returns the key names of queue partition q.
-func (l Layout) Keys(q Queue) Keys {
+func (l Keyspace) Keys(q Queue) Keys {
 	// All of a queue partition's keys share the hash tag {stage:topic:pN},
 	// so one script can touch them together on a Redis Cluster too, and
 	// one topic's partition can live apart from another's.
@@ -86,7 +86,7 @@ func (l Layout) Keys(q Queue) Keys {
 // PartKeys returns the key names of partition p that serve every topic:
 // the workers' and the coordinator's, and those named by something other
 // than a job (a resource's rate limit, an idempotency key, canary records).
-func (l Layout) PartKeys(p int) PartKeys {
+func (l Keyspace) PartKeys(p int) PartKeys {
 	return PartKeys{prefix: "sluice:{" + l.Stage + ":p" + strconv.Itoa(p) + "}:"}
 }
 
