@@ -36,7 +36,7 @@ type bed struct {
 	gate   *gate.Gate
 	relay  *relay.Relay
 	url    string
-	layout queue.Layout
+	layout queue.Keyspace
 
 	mu       sync.Mutex
 	statuses map[int]int // answers the gate gave, by status
@@ -51,7 +51,7 @@ func newBedOn(t *testing.T, ln net.Listener, mutate func(*gate.Config)) *bed {
 	b := &bed{
 		kafka:    testenv.Kafka(t, testenv.Topic(topic, kafkaParts), testenv.Topic(topic+".dlq", 1), testenv.DataDir(t.TempDir())),
 		redis:    testenv.Redis(t),
-		layout:   queue.Layout{Stage: stage, Partitions: 2},
+		layout:   queue.Keyspace{Stage: stage, Partitions: 2},
 		statuses: map[int]int{},
 	}
 	consul := testenv.Consul(t)

@@ -28,8 +28,8 @@ import (
 // cleanly.
 func TestExampleWorkerRunsBothTypedHandlers(t *testing.T) {
 	redis := testenv.Redis(t)
-	layout := queue.Layout{Stage: "example", Partitions: 2}
-	pool, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: redis.Addr()})
+	layout := queue.Keyspace{Stage: "example", Partitions: 2}
+	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: redis.Addr()})
 	if err != nil {
 		t.Fatal(err)
 	}
