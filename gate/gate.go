@@ -64,7 +64,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 	}
 	// The envelope adds the gate's fields (id, id_given, topic, enqueued_at) to the
 	// client's body; leave room for them under Kafka's record limit.
-	producer, err := kafka.NewProducer(&cfg.Kafka, kafka.ProducerOptions{MaxMessageBytes: int(cfg.MaxBodyBytes) + 4096, Linger: cfg.ProduceLinger}, log)
+	producer, err := kafka.NewProducer(&cfg.Kafka, kafka.ProducerOptions{MaxMessageBytes: int(cfg.MaxBodyBytes) + 4096, Linger: cfg.ProduceLinger, ShortISRHold: cfg.ShortISRHold}, log)
 	if err != nil {
 		return nil, err
 	}

@@ -45,6 +45,10 @@ type Producer struct {
 	log    *slog.Logger
 	all    sarama.AsyncProducer
 	client sarama.Client // the acks=all producer's client, shared with Catalog
+	// isr refuses acks=all records for a partition short of in-sync
+	// replicas at once; nil with ShortISRHold 0.
+	isr     *shortISR
+	murmur2 sarama.Partitioner // for keyed records only: stateless then
 
 	// The leader-acks producer, created on first use. A creation that
 	// failed (Kafka down) is tried again on a later use, at most once every
@@ -76,6 +80,14 @@ type ProducerOptions struct {
 	// POSTs a second (BENCHMARKS.md).
 	Linger         time.Duration
 	LingerMessages int
+	// ShortISRHold is how long, after a partition's leader refused an
+	// acks=all write because its in-sync replicas were fewer than
+	// min.insync.replicas, new acks=all records for that partition are
+	// refused at once (ErrShortISR, which Unavailable reports) instead of
+	// queueing behind sarama's retries of the refused ones; then one record
+	// probes the partition (shortisr.go). Default 0: off, every record is
+	// sent.
+	ShortISRHold time.Duration
 }
 
 // NewProducer connects to Kafka. It fails when no broker answers.
@@ -112,8 +124,11 @@ func NewProducer(c *Config, opts ProducerOptions, log *slog.Logger) (*Producer, 
 		client.Close()
 		return nil, err
 	}
-	p := &Producer{cfg: base, addrs: c.Brokers, log: log, all: all, client: client, now: time.Now}
-	p.dispatch(all)
+	p := &Producer{cfg: base, addrs: c.Brokers, log: log, all: all, client: client, now: time.Now, murmur2: sarama.NewMurmur2Partitioner("")}
+	if opts.ShortISRHold > 0 {
+		p.isr = newShortISR(opts.ShortISRHold, time.Now, p.partitionOf)
+	}
+	p.dispatch(all, p.isr)
 	return p, nil
 }
 
@@ -146,7 +161,7 @@ func (p *Producer) leaderProducer() (sarama.AsyncProducer, error) {
 		return nil, p.leaderErr
 	}
 	p.leader, p.leaderErr = ap, nil
-	p.dispatch(ap)
+	p.dispatch(ap, nil) // acks=leader is never refused for short in-sync replicas
 	return ap, nil
 }
 
@@ -171,20 +186,48 @@ func (s *slot) finish(partition int32, offset int64, err error) {
 	}
 }
 
-func (p *Producer) dispatch(ap sarama.AsyncProducer) {
+// dispatch hands ap's answers to the records' slots, telling isr (when
+// not nil) each partition's answer first.
+func (p *Producer) dispatch(ap sarama.AsyncProducer, isr *shortISR) {
 	p.wg.Add(2)
 	go func() {
 		defer p.wg.Done()
 		for m := range ap.Successes() {
+			if isr != nil {
+				isr.answered(m.Topic, m.Partition, nil)
+			}
 			m.Metadata.(*slot).finish(m.Partition, m.Offset, nil)
 		}
 	}()
 	go func() {
 		defer p.wg.Done()
 		for e := range ap.Errors() {
+			if isr != nil {
+				isr.answered(e.Msg.Topic, e.Msg.Partition, e.Err)
+			}
 			e.Msg.Metadata.(*slot).finish(e.Msg.Partition, -1, e.Err)
 		}
 	}()
+}
+
+// partitionOf is the partition the acks=all producer's partitioner sends m
+// to, or -1 when it cannot be told beforehand (no key: a random one).
+func (p *Producer) partitionOf(m *sarama.ProducerMessage) int32 {
+	if s, ok := m.Metadata.(*slot); ok && s.explicit >= 0 {
+		return s.explicit
+	}
+	if m.Key == nil {
+		return -1
+	}
+	parts, err := p.client.Partitions(m.Topic)
+	if err != nil || len(parts) == 0 {
+		return -1
+	}
+	part, err := p.murmur2.Partition(m, int32(len(parts)))
+	if err != nil {
+		return -1
+	}
+	return part
 }
 
 // Produce writes msgs and waits until Kafka acknowledged each, or ctx ends.
@@ -221,8 +264,9 @@ func (p *Producer) handOver(ctx context.Context, acks Acks, msgs []Message) (*pe
 	if p.closed {
 		return pend, errClosed
 	}
-	ap := p.all
+	ap, isr := p.all, p.isr
 	if acks == AcksLeader {
+		isr = nil
 		var err error
 		if ap, err = p.leaderProducer(); err != nil {
 			return pend, err
@@ -244,6 +288,12 @@ func (p *Producer) handOver(ctx context.Context, acks Acks, msgs []Message) (*pe
 		}
 		pm.Headers = msgs[i].Headers
 		pm.Metadata = &slots[i]
+		if isr != nil {
+			if err := isr.admit(pm); err != nil {
+				slots[i].finish(-1, -1, err)
+				continue
+			}
+		}
 		select {
 		case ap.Input() <- pm:
 		case <-ctx.Done():
