@@ -166,7 +166,7 @@ func checkConfigFlags(t *testing.T, part string, defaults func() any, dir string
 	docs := configFieldDocs(t, dir)
 	// The fields of the embedded queue.StageRedis and consul.Config are
 	// documented there.
-	for _, embedded := range [][2]string{{"../../internal/queue", "Location"}, {"../../internal/consul", "Config"}} {
+	for _, embedded := range [][2]string{{"../../internal/queue", "StageRedis"}, {"../../internal/consul", "Config"}} {
 		for name, doc := range typeFieldDocs(t, embedded[0], embedded[1]) {
 			if _, ok := docs[name]; !ok {
 				docs[name] = doc
