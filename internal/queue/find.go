@@ -416,6 +416,6 @@ type JobListing struct {
 	Worker    string    `json:"worker,omitempty"`
 	Since     time.Time `json:"since,omitzero"`
 	Batch     string    `json:"batch,omitempty"`
-	Until     time.Time `json:"until"`
+	Until     time.Time `json:"until,omitzero"` // a running job's lease deadline, a delayed one's due time, when a dead or retained one ended; none for a ready job
 	Why       string    `json:"why,omitempty"`
 }

@@ -15,7 +15,7 @@ import { HttpApi, only503, type ClientOptions, type GroupCancelled, type GroupSt
  */
 export interface JobListing {
   id: string; state: string; partition: number; attempts: number;
-  lane?: string; last_error?: string; worker?: string; since?: string; batch?: string; until: string; why?: string;
+  lane?: string; last_error?: string; worker?: string; since?: string; batch?: string; until?: string; why?: string;
   [k: string]: unknown;
 }
 
