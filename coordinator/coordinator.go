@@ -137,7 +137,7 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 		c.scheduler = c.newScheduler()
 	}
 	if len(cfg.Canary.Topics) > 0 {
-		if c.canary, err = newCanaryMonitor(cfg.Canary, pool, reg, cfg.Holder, log); err != nil {
+		if c.canary, err = NewCanaryMonitor(cfg.Canary, pool, reg, cfg.Holder, log); err != nil {
 			pool.Close()
 			waits.Close()
 			return nil, err

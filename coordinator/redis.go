@@ -39,7 +39,7 @@ type redisSide interface {
 	// periodic schedules' states (periodic.PoolStore)
 	PeriodicStates(ctx context.Context) (map[string]string, error)
 	SavePeriodicState(ctx context.Context, name string, state []byte) error
-	// canaries
+	// canaries (the CanaryMonitor's CanaryRedis)
 	RecordCanariesSent(ctx context.Context, fields map[int][]string, sent time.Time) error
 	CanaryHashes(ctx context.Context) (map[int]map[string]string, error)
 	ForgetCanaries(ctx context.Context, part int, fields []string) error
@@ -48,7 +48,23 @@ type redisSide interface {
 	SetCanaryMonitor(ctx context.Context, value string) error
 }
 
-var _ redisSide = (*queue.Pool)(nil)
+// CanaryRedis is what a CanaryMonitor does in Redis: the coordinator hands
+// it its redisSide, `sluice canary` its own (a *queue.Pool has it).
+type CanaryRedis interface {
+	Keyspace() queue.Keyspace
+	Load(ctx context.Context, part int, topics []string, forget time.Duration) (queue.PartitionLoad, error)
+	RecordCanariesSent(ctx context.Context, fields map[int][]string, sent time.Time) error
+	CanaryHashes(ctx context.Context) (map[int]map[string]string, error)
+	ForgetCanaries(ctx context.Context, part int, fields []string) error
+	CanaryAlerting(ctx context.Context) (bool, error)
+	SetCanaryAlerting(ctx context.Context, on bool) error
+	SetCanaryMonitor(ctx context.Context, value string) error
+}
+
+var (
+	_ redisSide   = (*queue.Pool)(nil)
+	_ CanaryRedis = (*queue.Pool)(nil)
+)
 
 // openRedis is queue.NewPool held as the part's redisSide: nil on an
 // error, never a nil *queue.Pool inside a non-nil interface.
