@@ -23,7 +23,7 @@ import (
 // roleParts are the packages that talk to Redis through the queue layer;
 // each declares its Redis surface as one interface, sideName, in its
 // redis.go.
-var roleParts = []string{"gate", "relay", "worker", "coordinator", "console"}
+var roleParts = []string{"gate", "relay", "worker", "coordinator", "console", "cmd/sluice"}
 
 const (
 	sideName  = "redisSide"
@@ -92,19 +92,23 @@ func prefixed(pkgs []string) []string {
 // checkRole type-checks part's non-test files and returns what breaks the
 // rule, each as a sentence saying what to do.
 func checkRole(root, part string, imp types.Importer) []string {
-	dir := filepath.Join(root, filepath.FromSlash(part))
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, 0)
+	// The files the build uses (go list's GoFiles: build constraints
+	// applied, tests left out).
+	cmd := exec.Command("go", "list", "-f", "{{.Dir}}\n{{range .GoFiles}}{{.}}\n{{end}}", "./"+part)
+	cmd.Dir = root
+	out, err := cmd.Output()
 	if err != nil {
-		return []string{err.Error()}
+		return []string{fmt.Sprintf("go list: %v", err)}
 	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	fset := token.NewFileSet()
 	var files []*ast.File
-	for _, p := range pkgs {
-		for _, f := range p.Files {
-			files = append(files, f)
+	for _, name := range lines[1:] {
+		f, err := parser.ParseFile(fset, filepath.Join(lines[0], name), nil, 0)
+		if err != nil {
+			return []string{err.Error()}
 		}
+		files = append(files, f)
 	}
 	info := &types.Info{Uses: map[*ast.Ident]types.Object{}, Selections: map[*ast.SelectorExpr]*types.Selection{}, Types: map[ast.Expr]types.TypeAndValue{}}
 	conf := types.Config{Importer: imp}
@@ -127,30 +131,13 @@ func checkRole(root, part string, imp types.Importer) []string {
 	}
 
 	// Where the part's code names queue.Pool or calls its methods outside
-	// redis.go; an exported function may take the caller's *queue.Pool as a
-	// parameter (a constructor), storing it as the interface.
-	allowedParams := map[token.Pos]token.Pos{} // start -> end of exported funcs' parameter lists
-	for _, f := range files {
-		for _, d := range f.Decls {
-			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv == nil && fd.Name.IsExported() {
-				allowedParams[fd.Type.Params.Pos()] = fd.Type.Params.End()
-			}
-		}
-	}
-	inParams := func(p token.Pos) bool {
-		for start, end := range allowedParams {
-			if p >= start && p < end {
-				return true
-			}
-		}
-		return false
-	}
+	// redis.go.
 	isPool := func(o types.Object) bool {
 		return o != nil && o.Pkg() != nil && o.Pkg().Path() == queuePath && o.Name() == "Pool"
 	}
 	for id, o := range info.Uses {
 		pos := fset.Position(id.Pos())
-		if filepath.Base(pos.Filename) == sideFile || !isPool(o) || inParams(id.Pos()) {
+		if filepath.Base(pos.Filename) == sideFile || !isPool(o) {
 			continue
 		}
 		problems = append(problems, fmt.Sprintf("%s:%d names queue.Pool: hold the part's %s instead (only %s/%s may name queue.Pool)", filepath.Base(pos.Filename), pos.Line, sideName, part, sideFile))
