@@ -17,7 +17,6 @@ import (
 
 	"github.com/sluicehq/sluice/internal/admin"
 	"github.com/sluicehq/sluice/internal/ops"
-	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/reload"
 )
 
@@ -28,7 +27,7 @@ type Console struct {
 	// auth checks the tokens: swapped when AdminTokensFile changes
 	// (follow); nil: no tokens, every request 403.
 	auth     atomic.Pointer[admin.Auth]
-	pool     *queue.Pool
+	pool     redisSide
 	consul   *consulapi.Client
 	reg      *prometheus.Registry
 	requests *prometheus.CounterVec // route, code
@@ -63,7 +62,7 @@ func New(cfg Config, log *slog.Logger) (*Console, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	pool, err := queue.NewPool(cfg.PoolConfig())
+	pool, err := openRedis(cfg.PoolConfig())
 	if err != nil {
 		return nil, err
 	}

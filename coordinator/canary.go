@@ -107,7 +107,7 @@ func (c *CanaryConfig) check() error {
 // lock) or `sluice canary`.
 type CanaryMonitor struct {
 	cfg  CanaryConfig
-	pool *queue.Pool
+	pool CanaryRedis
 	log  *slog.Logger
 	http *http.Client // the webhook's
 	// gateHTTP calls the gate, with CanaryConfig.GateTLS.
@@ -133,7 +133,7 @@ type canaryMetrics struct {
 }
 
 // NewCanaryMonitor builds a monitor; its metrics go to reg.
-func NewCanaryMonitor(cfg CanaryConfig, pool *queue.Pool, reg prometheus.Registerer, holder string, log *slog.Logger) (*CanaryMonitor, error) {
+func NewCanaryMonitor(cfg CanaryConfig, pool CanaryRedis, reg prometheus.Registerer, holder string, log *slog.Logger) (*CanaryMonitor, error) {
 	if err := cfg.check(); err != nil {
 		return nil, fmt.Errorf("canary: CanaryConfig.%w", err)
 	}

@@ -21,7 +21,6 @@ import (
 	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/periodic"
-	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/retry"
 )
 
@@ -30,11 +29,11 @@ import (
 type Coordinator struct {
 	cfg  Config
 	log  *slog.Logger
-	pool *queue.Pool
+	pool redisSide
 	// waits serves the watchers' blocking BLMOVEs only, with a connection
 	// per WaitConns (see Config.WaitConns); waitTurns bounds the waits per
 	// Redis server to its pool size.
-	waits     *queue.Pool
+	waits     redisSide
 	waitTurns map[redis.UniversalClient]chan struct{}
 	waitsFull atomic.Bool // the watchers took turns (logged once)
 	consul    *consulapi.Client
@@ -78,7 +77,7 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 		return nil, fmt.Errorf("coordinator: Config.Stage: %w", err)
 	}
 	pcfg := cfg.PoolConfig()
-	pool, err := queue.NewPool(pcfg)
+	pool, err := openRedis(pcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -88,7 +87,7 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 	// scaler and the deliveries.
 	wcfg := pcfg
 	wcfg.Options = func(o *redis.Options) { o.PoolSize = cfg.WaitConns }
-	waits, err := queue.NewPool(wcfg)
+	waits, err := openRedis(wcfg)
 	if err != nil {
 		pool.Close()
 		return nil, err

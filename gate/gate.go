@@ -18,7 +18,6 @@ import (
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/ops"
-	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/reload"
 )
 
@@ -34,7 +33,7 @@ type Gate struct {
 	reg      *prometheus.Registry
 	now      func() time.Time
 	handler  http.Handler
-	groups   *queue.Pool // nil without Config.RedisAddr
+	groups   redisSide // nil without Config.RedisAddr
 	guard    *callback.Guard
 	tls      *tls.Config // nil without Config.TLS: plain HTTP
 }
@@ -83,7 +82,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 		g.allowed[t] = true
 	}
 	if cfg.RedisAddr != "" {
-		if g.groups, err = queue.NewPool(cfg.PoolConfig()); err != nil {
+		if g.groups, err = openRedis(cfg.PoolConfig()); err != nil {
 			producer.Close()
 			return nil, err
 		}

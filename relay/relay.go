@@ -30,7 +30,7 @@ import (
 type Relay struct {
 	cfg      Config
 	log      *slog.Logger
-	pool     *queue.Pool
+	pool     redisSide
 	consul   *consulapi.Client
 	producer *kafka.Producer // dead letters and requeues
 	reg      *prometheus.Registry
@@ -56,7 +56,7 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Relay, error) {
 	}
 	pcfg := cfg.PoolConfig()
 	pcfg.IDDedupeTTL = cfg.IDDedupeTTL
-	pool, err := queue.NewPool(pcfg)
+	pool, err := openRedis(pcfg)
 	if err != nil {
 		return nil, err
 	}

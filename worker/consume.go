@@ -586,7 +586,7 @@ func (c *consumer) ack(batch []ackRequest) {
 	}
 	q := batch[0].job.q
 	var ok []bool
-	err := c.untilRedisAnswers(c.settling, "acking", func(pool *queue.Pool) (err error) {
+	err := c.untilRedisAnswers(c.settling, "acking", func(pool redisSide) (err error) {
 		ok, err = pool.AckMany(context.Background(), q, done, w.cfg.Now(), w.cfg.ResultTTL)
 		return err
 	})
@@ -688,7 +688,7 @@ func (c *consumer) keepLeases(ctx context.Context) {
 	watchDone := make(chan struct{})
 	go func() { defer close(watchDone); c.watchLeases(ctx) }()
 	defer func() { <-watchDone }()
-	var fresh *queue.Pool // while extensions fail
+	var fresh redisSide // while extensions fail
 	defer func() {
 		if fresh != nil {
 			fresh.Close()
@@ -728,7 +728,7 @@ func (c *consumer) keepLeases(ctx context.Context) {
 // the batches found gone. It reports whether a call failed with a
 // Transient error (Redis could not serve: try again soon). warn logs a
 // failed call (the first of a run of failures).
-func (c *consumer) extendHeld(ctx context.Context, pool *queue.Pool, warn bool) (unavailable bool) {
+func (c *consumer) extendHeld(ctx context.Context, pool redisSide, warn bool) (unavailable bool) {
 	w := c.w
 	// A batch is one claim's, of one queue: its lease is there.
 	type leased struct {

@@ -11,8 +11,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicehq/sluice/internal/queue"
 )
 
@@ -126,7 +124,7 @@ func (w *Worker) SetWorkers(ctx context.Context, part, n int) error {
 	}
 	s.resizing.Lock()
 	defer s.resizing.Unlock()
-	if err := w.pool.Client(part).Set(ctx, w.pool.Keyspace().PartKeys(part).WorkerCount(), n, 0).Err(); err != nil {
+	if err := w.pool.CheckpointWorkers(ctx, part, n); err != nil {
 		return fmt.Errorf("checkpointing the worker count: %w", err)
 	}
 	s.resize(n)
@@ -147,9 +145,9 @@ func (w *Worker) Workers(part int) int {
 
 // checkpointed is the worker count stored for part, or fallback.
 func (w *Worker) checkpointed(ctx context.Context, part, fallback int) int {
-	n, err := w.pool.Client(part).Get(ctx, w.pool.Keyspace().PartKeys(part).WorkerCount()).Int()
+	n, err := w.pool.CheckpointedWorkers(ctx, part)
 	if err != nil || n < 1 || n > queue.MaxWorkers {
-		if err != nil && err != redis.Nil {
+		if err != nil {
 			w.log.Warn("reading the checkpointed worker count failed; using the configured one", "partition", part, "err", err)
 		}
 		return fallback

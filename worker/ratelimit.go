@@ -50,7 +50,7 @@ type limiter struct {
 	// pool, idle consumers' BLPOPs hold connections for up to a second,
 	// and a start or its record could queue behind them: a record that
 	// comes late lets the next start crowd a window.
-	pool *queue.Pool
+	pool redisSide
 
 	mu     sync.RWMutex
 	limits map[string]limit // by resource key
@@ -76,7 +76,7 @@ func newLimiter(w *Worker, poolCfg queue.PoolConfig) (*limiter, error) {
 	if l.consul, err = w.cfg.Config.Client("worker"); err != nil {
 		return nil, err
 	}
-	if l.pool, err = queue.NewPool(poolCfg); err != nil {
+	if l.pool, err = openRedis(poolCfg); err != nil {
 		return nil, err
 	}
 	return l, nil
@@ -211,7 +211,7 @@ func (c *consumer) admit(r *jobRun) settlement {
 		// A Redis that cannot write now (MISCONF, ...) is waited out
 		// here: the deferral could not be written either.
 		var slot queue.Slot
-		err := c.untilRedisAnswers(ctx, "reserving a rate-limit slot", func(*queue.Pool) (err error) {
+		err := c.untilRedisAnswers(ctx, "reserving a rate-limit slot", func(redisSide) (err error) {
 			slot, err = l.pool.Reserve(ctx, queue.Reservation{
 				Resource: key, Job: id, Limit: lim.String(),
 				Interval: slotInterval(lim, cfg.RateLimitMargin), Burst: lim.EffectiveBurst(),

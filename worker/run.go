@@ -182,7 +182,7 @@ func (c *consumer) gate(r *jobRun) settlement {
 	}
 	cl := r.h.claimed
 	var begun queue.IdempotencyBegun
-	err := c.untilRedisAnswers(r.ctx, "marking an idempotency key", func(pool *queue.Pool) (err error) {
+	err := c.untilRedisAnswers(r.ctx, "marking an idempotency key", func(pool redisSide) (err error) {
 		begun, err = pool.IdempotencyBegin(r.ctx, key, cl.ID, cl.Attempt, r.timeout+c.w.cfg.Lease)
 		return err
 	})
@@ -367,7 +367,7 @@ func (c *consumer) recordFailure(ctx context.Context, h *heldJob, herr error, ma
 		next = now.Add(delay)
 	}
 	var res int
-	err := c.untilRedisAnswers(c.settling, "recording a failure", func(pool *queue.Pool) (err error) {
+	err := c.untilRedisAnswers(c.settling, "recording a failure", func(pool redisSide) (err error) {
 		res, err = pool.Fail(context.WithoutCancel(ctx), h.q, queue.Failure{Job: cl, Cause: herr.Error(), NextTry: next}, now, w.cfg.deadLimits())
 		return err
 	})
@@ -393,7 +393,7 @@ func (c *consumer) deferJob(ctx context.Context, h *heldJob, at time.Time) bool 
 	w := c.w
 	ctx = context.WithoutCancel(ctx)
 	var ok bool
-	err := c.untilRedisAnswers(c.settling, "deferring a job", func(pool *queue.Pool) (err error) {
+	err := c.untilRedisAnswers(c.settling, "deferring a job", func(pool redisSide) (err error) {
 		ok, err = pool.Defer(ctx, h.q, h.claimed, at, w.cfg.Now())
 		return err
 	})
@@ -418,7 +418,7 @@ func (c *consumer) waitBehind(ctx context.Context, h *heldJob, key, mark string)
 	}
 	d := queue.DeferredEntry(h.q, cl)
 	var registered bool
-	err := c.untilRedisAnswers(c.settling, "waiting on an idempotency key", func(pool *queue.Pool) (err error) {
+	err := c.untilRedisAnswers(c.settling, "waiting on an idempotency key", func(pool redisSide) (err error) {
 		registered, err = pool.IdempotencyWait(ctx, key, mark, d, w.cfg.Lease)
 		return err
 	})
@@ -436,7 +436,7 @@ func (c *consumer) endIdempotency(ctx context.Context, key string, cl queue.Clai
 	w := c.w
 	ctx = context.WithoutCancel(ctx)
 	var waiters []queue.Deferred
-	if err := c.untilRedisAnswers(c.settling, "recording an idempotency key", func(pool *queue.Pool) (err error) {
+	if err := c.untilRedisAnswers(c.settling, "recording an idempotency key", func(pool redisSide) (err error) {
 		waiters, err = pool.IdempotencyEnd(ctx, key, cl.ID, cl.Attempt, succeeded, w.cfg.IdempotencyTTL)
 		return err
 	}); err != nil {
@@ -457,7 +457,7 @@ func (c *consumer) settleCancelled(ctx context.Context, h *heldJob) {
 	w := c.w
 	ctx = context.WithoutCancel(ctx)
 	var ok bool
-	err := c.untilRedisAnswers(c.settling, "settling a cancelled job", func(pool *queue.Pool) (err error) {
+	err := c.untilRedisAnswers(c.settling, "settling a cancelled job", func(pool redisSide) (err error) {
 		ok, err = pool.SettleCancelled(ctx, h.q, h.claimed, w.cfg.Now(), w.cfg.ResultTTL)
 		return err
 	})
@@ -485,10 +485,10 @@ func (c *consumer) settleCancelled(ctx context.Context, h *heldJob) {
 // a second of go-redis's dial backoff first, and a worker killed in that
 // second has run a job whose ack or idempotency key was never recorded
 // (the chaos suite measured 920 ms).
-func (c *consumer) untilRedisAnswers(ctx context.Context, what string, do func(*queue.Pool) error) error {
+func (c *consumer) untilRedisAnswers(ctx context.Context, what string, do func(redisSide) error) error {
 	pool := c.w.pool
 	var (
-		fresh  *queue.Pool
+		fresh  redisSide
 		waited func()
 	)
 	defer func() {
@@ -512,9 +512,11 @@ func (c *consumer) untilRedisAnswers(ctx context.Context, what string, do func(*
 		}
 		if fresh != nil {
 			fresh.Close()
+			fresh = nil
 		}
-		if fresh, err = c.w.pool.Fresh(); err == nil {
-			pool = fresh
+		pool = c.w.pool
+		if p, err := c.w.pool.Fresh(); err == nil {
+			fresh, pool = p, p
 		}
 	}
 }

@@ -27,7 +27,7 @@ const connsPerPartition = 6
 type Worker struct {
 	cfg      Config
 	log      *slog.Logger
-	pool     *queue.Pool
+	pool     redisSide
 	m        *metrics
 	mu       sync.RWMutex
 	handlers map[string]registered
@@ -77,7 +77,7 @@ func New(cfg Config, log *slog.Logger) (*Worker, error) {
 	// says who holds a job, since when.
 	host, _ := os.Hostname()
 	workerPoolCfg.Owner, workerPoolCfg.Now = host+"/"+strconv.Itoa(os.Getpid()), cfg.Now
-	pool, err := queue.NewPool(workerPoolCfg)
+	pool, err := openRedis(workerPoolCfg)
 	if err != nil {
 		return nil, err
 	}
@@ -231,8 +231,8 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 			if listening {
 				break
 			}
-			raw, err := w.pool.Client(part).LPop(ctx, w.pool.Keyspace().PartKeys(part).Cmd()).Result()
-			if err != nil {
+			raw, ok, err := w.pool.PopCommand(ctx, part)
+			if err != nil || !ok {
 				break
 			}
 			w.apply(ctx, part, raw)

@@ -496,7 +496,7 @@ func startPart[S ops.Server](name, addr string, build func() (S, error)) (done c
 func clearDevFences(ctx context.Context, cfg devConfig) error {
 	layout := queue.Keyspace{Stage: "dev", Partitions: cfg.RedisPartitions}
 	// Through the pool, as every part builds its clients.
-	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: cfg.RedisAddr})
+	pool, err := openRedis(queue.PoolConfig{Keyspace: layout, Addr: cfg.RedisAddr})
 	if err != nil {
 		return err
 	}
@@ -524,7 +524,7 @@ func clearDevFences(ctx context.Context, cfg devConfig) error {
 // this a restart would leave them unserved. A topic counts when a relay
 // registered it in Redis and Kafka still has it with its .dlq.
 func relistDevTopics(ctx context.Context, cfg devConfig, log *slog.Logger) error {
-	pool, err := queue.NewPool(queue.PoolConfig{Keyspace: queue.Keyspace{Stage: "dev", Partitions: cfg.RedisPartitions}, Addr: cfg.RedisAddr})
+	pool, err := openRedis(queue.PoolConfig{Keyspace: queue.Keyspace{Stage: "dev", Partitions: cfg.RedisPartitions}, Addr: cfg.RedisAddr})
 	if err != nil {
 		return err
 	}

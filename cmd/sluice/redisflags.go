@@ -10,7 +10,7 @@ import (
 // redisPool builds a pool of the partitions at loc (sluice canary's and
 // sluice stats', whose --stage and --redis-* flags are loc's
 // RegisterFlags); it connects to nothing yet. Its errors name the flag.
-func redisPool(loc queue.StageRedis) (*queue.Pool, error) {
+func redisPool(loc queue.StageRedis) (redisSide, error) {
 	if err := loc.Validate(); err != nil {
 		// Validate's errors start with the field: "PartitionAddrs: ...".
 		field, msg, _ := strings.Cut(err.Error(), ": ")
@@ -19,5 +19,5 @@ func redisPool(loc queue.StageRedis) (*queue.Pool, error) {
 		}
 		return nil, err
 	}
-	return queue.NewPool(loc.PoolConfig())
+	return openRedis(loc.PoolConfig())
 }

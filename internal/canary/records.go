@@ -36,9 +36,15 @@ func DecodeSettings(v string) (Settings, error) {
 	}, nil
 }
 
+// Redis is what Read does in Redis (a *queue.Pool has it): a caller lists
+// it in its own Redis surface.
+type Redis interface {
+	CanaryHashes(ctx context.Context) (map[int]map[string]string, error)
+}
+
 // Read reads the monitor's settings (ok false: no monitor has run) and
 // every path's record from Redis. Fields it cannot read are skipped.
-func Read(ctx context.Context, pool *queue.Pool) (s Settings, ok bool, records []Record, err error) {
+func Read(ctx context.Context, pool Redis) (s Settings, ok bool, records []Record, err error) {
 	hashes, err := pool.CanaryHashes(ctx)
 	if err != nil {
 		return Settings{}, false, nil, err

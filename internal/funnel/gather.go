@@ -36,12 +36,21 @@ type RedisError struct{ Err error }
 func (e *RedisError) Error() string { return "Redis: " + e.Err.Error() }
 func (e *RedisError) Unwrap() error { return e.Err }
 
+// Redis is what Gather does in Redis (a *queue.Pool has it): a caller
+// lists it in its own Redis surface.
+type Redis interface {
+	Topics(ctx context.Context, also ...string) ([]string, error)
+	Keyspace() queue.Keyspace
+	Funnel(ctx context.Context, q queue.Queue) (queue.PartitionFunnel, error)
+	canary.Redis // the canaries' records
+}
+
 // Gather reads the report's inputs: every queue partition's funnel and the
 // canaries from Redis (required: a failure is a *RedisError), the relay's
 // lag from Kafka and the gates' counters (optional: a Kafka failure is
 // said in the report; a gate that cannot be read is an error, since it was
 // named). sluice stats and the admin API's /api/v1/stats share it.
-func Gather(ctx context.Context, pool *queue.Pool, src Sources, now time.Time) (Input, error) {
+func Gather(ctx context.Context, pool Redis, src Sources, now time.Time) (Input, error) {
 	in := Input{Now: now}
 	queues, err := pool.Topics(ctx, src.Topics...)
 	if err != nil {

@@ -118,11 +118,19 @@ func (e *AmbiguousError) Error() string {
 	return fmt.Sprintf("group %q exists in topics %s", e.Group, strings.Join(e.Topics, ", "))
 }
 
+// Redis is what Find, Read and Cancel do in Redis (a *queue.Pool has it):
+// a caller lists it in its own Redis surface.
+type Redis interface {
+	Keyspace() queue.Keyspace
+	GroupStatus(ctx context.Context, topic, group string) (queue.GroupStatus, error)
+	CancelGroup(ctx context.Context, topic, group string, now time.Time) (int, error)
+}
+
 // Find looks group name up in each of topics' queues, one read per topic:
 // its queue partition and what Redis keeps of it. ErrNotFound when none
 // has it (or topics is empty), an *AmbiguousError when more than one has.
 // Other errors are Redis's.
-func Find(ctx context.Context, pool *queue.Pool, topics []string, name string) (queue.Queue, queue.GroupStatus, error) {
+func Find(ctx context.Context, pool Redis, topics []string, name string) (queue.Queue, queue.GroupStatus, error) {
 	var (
 		found []string
 		q     queue.Queue
@@ -149,7 +157,7 @@ func Find(ctx context.Context, pool *queue.Pool, topics []string, name string) (
 }
 
 // Read is the status of group name, found among topics as Find does.
-func Read(ctx context.Context, pool *queue.Pool, topics []string, name string, now time.Time) (Status, error) {
+func Read(ctx context.Context, pool Redis, topics []string, name string, now time.Time) (Status, error) {
 	q, st, err := Find(ctx, pool, topics, name)
 	if err != nil {
 		return Status{}, err
@@ -165,7 +173,7 @@ func Read(ctx context.Context, pool *queue.Pool, topics []string, name string, n
 // jobs now, its delayed ones when due, its jobs still in Kafka when the
 // relay brings them. Running jobs finish. The answer is the status read
 // after the cancel.
-func Cancel(ctx context.Context, pool *queue.Pool, topics []string, name string, now time.Time) (Cancelled, error) {
+func Cancel(ctx context.Context, pool Redis, topics []string, name string, now time.Time) (Cancelled, error) {
 	q, _, err := Find(ctx, pool, topics, name)
 	if err != nil {
 		return Cancelled{}, err

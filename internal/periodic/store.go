@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/sluicehq/sluice/internal/consul"
-	"github.com/sluicehq/sluice/internal/queue"
 )
 
 // SchedulesFolder is the Consul KV folder of a stage's schedules, a
@@ -27,7 +26,14 @@ func ScheduleKey(stage, name string) (string, error) {
 }
 
 // PoolStore keeps States in Redis (queue.Pool.PeriodicStates).
-type PoolStore struct{ Pool *queue.Pool }
+type PoolStore struct{ Pool Redis }
+
+// Redis is what PoolStore does in Redis (a *queue.Pool has it): the
+// holder of a store lists these in its own Redis surface.
+type Redis interface {
+	PeriodicStates(ctx context.Context) (map[string]string, error)
+	SavePeriodicState(ctx context.Context, name string, state []byte) error
+}
 
 // Load reads every State. A value that does not decode is left out (the
 // schedule then counts from now, as a new one does).
