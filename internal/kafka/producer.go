@@ -126,7 +126,7 @@ func NewProducer(c *Config, opts ProducerOptions, log *slog.Logger) (*Producer, 
 	}
 	p := &Producer{cfg: base, addrs: c.Brokers, log: log, all: all, client: client, now: time.Now, murmur2: sarama.NewMurmur2Partitioner("")}
 	if opts.ShortISRHold > 0 {
-		p.isr = newShortISR(opts.ShortISRHold, time.Now, p.partitionOf)
+		p.isr = newShortISR(opts.ShortISRHold, time.Now, p.partitionOf, log)
 	}
 	p.dispatch(all, p.isr)
 	return p, nil
@@ -176,7 +176,8 @@ type pending struct {
 type slot struct {
 	p        *pending
 	i        int
-	explicit int32 // partition named by the caller, or -1
+	explicit int32  // partition named by the caller, or -1
+	gen      uint64 // the short-ISR breakers' generation it was sent in
 }
 
 func (s *slot) finish(partition int32, offset int64, err error) {
@@ -193,19 +194,21 @@ func (p *Producer) dispatch(ap sarama.AsyncProducer, isr *shortISR) {
 	go func() {
 		defer p.wg.Done()
 		for m := range ap.Successes() {
+			s := m.Metadata.(*slot)
 			if isr != nil {
-				isr.answered(m.Topic, m.Partition, nil)
+				isr.answered(m.Topic, m.Partition, s.gen, nil)
 			}
-			m.Metadata.(*slot).finish(m.Partition, m.Offset, nil)
+			s.finish(m.Partition, m.Offset, nil)
 		}
 	}()
 	go func() {
 		defer p.wg.Done()
 		for e := range ap.Errors() {
+			s := e.Msg.Metadata.(*slot)
 			if isr != nil {
-				isr.answered(e.Msg.Topic, e.Msg.Partition, e.Err)
+				isr.answered(e.Msg.Topic, e.Msg.Partition, s.gen, e.Err)
 			}
-			e.Msg.Metadata.(*slot).finish(e.Msg.Partition, -1, e.Err)
+			s.finish(e.Msg.Partition, -1, e.Err)
 		}
 	}()
 }
@@ -289,6 +292,7 @@ func (p *Producer) handOver(ctx context.Context, acks Acks, msgs []Message) (*pe
 		pm.Headers = msgs[i].Headers
 		pm.Metadata = &slots[i]
 		if isr != nil {
+			slots[i].gen = isr.generation()
 			if err := isr.admit(pm); err != nil {
 				slots[i].finish(-1, -1, err)
 				continue

@@ -3,6 +3,7 @@ package kafka
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,15 +29,24 @@ import (
 // goes to Kafka as a probe while the others are still refused at once;
 // the probe's success, or any answer that is not a short in-sync set,
 // closes the breaker; another refusal opens it again. A probe that gets no
-// answer within probeLimit lets the next record probe.
+// answer within probeLimit lets the next record probe. Only the answer to
+// a record sent since the breaker last opened closes it: records sent
+// before are still answered afterwards (a success the leader took before
+// the in-sync set fell short), and one of them closing the breaker let the
+// records after it queue behind the retries again (the chaos suite, again).
 type shortISR struct {
 	hold time.Duration
 	now  func() time.Time
 	// partitionOf is the partition a record goes to (the producer's
 	// partitioner over the topic's partitions), or -1 when unknown.
 	partitionOf func(*sarama.ProducerMessage) int32
+	log         *slog.Logger
 
-	open   atomic.Int32 // len(byPart): the healthy path reads only this
+	open atomic.Int32 // len(byPart): the healthy path reads only this
+	// opened counts the breakers' openings; a record is sent in the
+	// generation it read at admit, and an answer closes a breaker only
+	// from a generation at or after its opening.
+	opened atomic.Uint64
 	mu     sync.Mutex
 	byPart map[topicPartition]*refusal
 }
@@ -48,7 +58,9 @@ type topicPartition struct {
 
 // refusal is an open breaker: the last refusal, and the probe in flight.
 type refusal struct {
-	at       time.Time
+	opened   time.Time // the first refusal
+	at       time.Time // the last
+	gen      uint64    // opened's value when it last opened
 	probing  bool
 	probedAt time.Time
 }
@@ -58,8 +70,8 @@ type refusal struct {
 // answer was a close or a shutdown must not keep the breaker open for ever.
 const probeLimit = 10 * time.Second
 
-func newShortISR(hold time.Duration, now func() time.Time, partitionOf func(*sarama.ProducerMessage) int32) *shortISR {
-	return &shortISR{hold: hold, now: now, partitionOf: partitionOf, byPart: map[topicPartition]*refusal{}}
+func newShortISR(hold time.Duration, now func() time.Time, partitionOf func(*sarama.ProducerMessage) int32, log *slog.Logger) *shortISR {
+	return &shortISR{hold: hold, now: now, partitionOf: partitionOf, log: log, byPart: map[topicPartition]*refusal{}}
 }
 
 // ErrShortISR is the refusal a record gets without being sent (so it is not
@@ -82,6 +94,9 @@ func (e *ErrShortISR) Unwrap() error { return sarama.ErrNotEnoughReplicas }
 func isShortISR(err error) bool {
 	return errors.Is(err, sarama.ErrNotEnoughReplicas) || errors.Is(err, sarama.ErrNotEnoughReplicasAfterAppend)
 }
+
+// generation is what a record admitted now carries to answered.
+func (s *shortISR) generation() uint64 { return s.opened.Load() }
 
 // admit reports whether a record may go to Kafka; when not, the error to
 // answer it with.
@@ -108,10 +123,10 @@ func (s *shortISR) admit(m *sarama.ProducerMessage) error {
 	return &ErrShortISR{Topic: tp.topic, Partition: part, Since: now.Sub(r.at)}
 }
 
-// answered records Kafka's answer for a record that was sent: a refusal
-// for a short in-sync set opens (or keeps open) its partition's breaker,
-// any other answer closes it.
-func (s *shortISR) answered(topic string, partition int32, err error) {
+// answered records Kafka's answer for a record sent in generation gen: a
+// refusal for a short in-sync set opens its partition's breaker (or keeps
+// it open), any other answer to a record sent since it opened closes it.
+func (s *shortISR) answered(topic string, partition int32, gen uint64, err error) {
 	refused := err != nil && isShortISR(err)
 	if !refused && s.open.Load() == 0 {
 		return
@@ -119,18 +134,32 @@ func (s *shortISR) answered(topic string, partition int32, err error) {
 	tp := topicPartition{topic, partition}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !refused {
-		if _, ok := s.byPart[tp]; ok {
+	r := s.byPart[tp]
+	switch {
+	case !refused:
+		if r != nil && gen >= r.gen {
 			delete(s.byPart, tp)
 			s.open.Add(-1)
+			s.log.Info("a partition short of in-sync replicas took an acks=all write again: sending its records again", "topic", topic, "partition", partition, "short_for", s.now().Sub(r.opened).Round(time.Millisecond), "answer", errString(err))
 		}
 		return
-	}
-	r := s.byPart[tp]
-	if r == nil {
-		r = &refusal{}
+	case r == nil:
+		r = &refusal{opened: s.now()}
 		s.byPart[tp] = r
 		s.open.Add(1)
+		s.log.Warn("a partition's leader refused acks=all for too few in-sync replicas: answering its acks=all records at once, without sending them, and probing it each hold", "topic", topic, "partition", partition, "hold", s.hold, "err", err)
+	case gen < r.gen:
+		// A record sent before the breaker last opened: the partition
+		// is still short, and the probe out (if one is) still counts.
+		r.at = s.now()
+		return
 	}
-	r.at, r.probing = s.now(), false
+	r.at, r.gen, r.probing = s.now(), s.opened.Add(1), false
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "success"
+	}
+	return err.Error()
 }
