@@ -135,7 +135,7 @@ type Result struct {
 // The id is compared once per Kafka partition and call, never per job.
 // The watermark moves in this same script, so an AOF that lost the
 // entries lost the watermark with them.
-var enqueueScript = newScript(luaGroupEnded + luaFunnel + luaLanes + `
+var enqueueScript = newScript("enqueue", luaGroupEnded, luaFunnel, luaLanes, `
 local now, topic, n, m, ttl, nruns, topicID = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8]
 local base = 8 + 3*m
 -- Where each run starts in ARGV.
@@ -525,7 +525,7 @@ func (p *Pool) enqueueOn(ctx context.Context, c redis.UniversalClient, token uin
 		lays := make([]enqueueLayout, len(calls))
 		for k, cl := range calls {
 			keys, args, lay := p.enqueueArgs(cl, items, tok, now)
-			cmds[k], lays[k] = enqueueScript.EvalSha(ctx, pipe, keys, args...), lay
+			cmds[k], lays[k] = enqueueScript.queueIn(ctx, pipe, keys, args...), lay
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 		var again []call
@@ -590,8 +590,8 @@ func (p *Pool) enqueueOn(ctx context.Context, c redis.UniversalClient, token uin
 		if attempt > 0 {
 			return fmt.Errorf("enqueue on %s: script still missing after loading it", p.serverOf(c))
 		}
-		if err := enqueueScript.Load(ctx, c).Err(); err != nil {
-			return fmt.Errorf("enqueue on %s: reloading the script: %w", p.serverOf(c), err)
+		if err := enqueueScript.load(ctx, c); err != nil {
+			return fmt.Errorf("enqueue on %s: %w", p.serverOf(c), err)
 		}
 	}
 	return nil

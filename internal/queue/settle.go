@@ -86,7 +86,7 @@ end
 // where recorded, 0 where the job was no longer
 // held (the reaper took the batch back, or an earlier call settled it).
 // Nothing is counted twice (see luaSettle).
-var ackScript = newScript(luaGroupEnded + luaFunnel + luaKeepRecord + luaSettle + `
+var ackScript = newScript("ack", luaGroupEnded, luaFunnel, luaKeepRecord, luaSettle, `
 local now, keep, nb, ng, nm, nx = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local topic = ARGV[7]
 local out, touched, perGroup, funnel = {}, {}, {}, {}
@@ -307,7 +307,7 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 		args = append(args, batches.index[d.Job.Batch], groups.index[d.Job.Group], rec, d.Job.ID, d.Result,
 			wholeSeconds(d.Retain), d.Job.Attempt, d.Job.Index)
 	}
-	res, err := runScript(ctx, p.byPart[q.Part], ackScript, keys, args...)
+	res, err := ackScript.run(ctx, p.byPart[q.Part], keys, args...)
 	if err != nil {
 		return nil, fmt.Errorf("ack on %s: %w", q, err)
 	}
@@ -387,7 +387,7 @@ func (x *indexer) add(name string) int {
 // batch's name   ARGV[11] the job's place in the batch
 // Returns 1 retrying (or deferred), 2 dead, 0 when the job was no longer
 // held in its batch.
-var failScript = newScript(luaNow + luaGroupEnded + luaFunnel + luaLanes + luaKeepRecord + luaSettle + luaBury + `
+var failScript = newScript("fail", luaNow, luaGroupEnded, luaFunnel, luaLanes, luaKeepRecord, luaSettle, luaBury, `
 local _, held = settle(KEYS[2], KEYS[10], tonumber(ARGV[11]), '\1')
 if held == 0 then return 0 end
 local e = redis.call('LINDEX', KEYS[2], ARGV[11])
@@ -497,7 +497,7 @@ func (p *Pool) fail(ctx context.Context, q Queue, f Failure, next int64, now tim
 	if job.Group != "" {
 		group, results = k.Group(job.Group), k.Results(job.Group)
 	}
-	res, err := runScript(ctx, p.byPart[q.Part], failScript,
+	res, err := failScript.run(ctx, p.byPart[q.Part],
 		[]string{k.Leases(), k.Lease(job.Batch), k.Job(job.ID), group, k.Delayed(), k.Dead(), k.Stats(), k.Completed(), results,
 			k.Settled(job.Batch)},
 		job.ID, f.Cause, next, now.UnixMilli(), dead.Max, max(int64(dead.Keep/time.Second), 1), flag, job.Group, q.Topic, job.Batch,
@@ -575,7 +575,7 @@ end
 // place in the batch and its most attempts (the caller names the jobs
 // whose reap would reach it; each is checked again here)
 // Returns {jobs back on their lanes, jobs dead}.
-var returnScript = newScript(luaNow + luaGroupEnded + luaFunnel + luaLanes + luaPutBack + luaKeepRecord + luaSettle + luaBury + `
+var returnScript = newScript("return", luaNow, luaGroupEnded, luaFunnel, luaLanes, luaPutBack, luaKeepRecord, luaSettle, luaBury, `
 local m, mode, keep, batch, topic = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local now = redisNow()
 local _, byName = readLanes(m, 10, 7, topic)
@@ -674,7 +674,7 @@ return {acc.moved, dead}
 // ARGV[4+3l-2..4+3l]  lane l's fields (appendLaneArgs)
 // ARGV[5+3m..]        the candidate entries
 // Returns how many went back to their lanes.
-var promoteScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaPutBack + `
+var promoteScript = newScript("promote", luaGroupEnded, luaFunnel, luaLanes, luaPutBack, `
 local now, m, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
 local _, byName = readLanes(m, 7, 4, ARGV[4])
 local acc = {moved = 0, state = {}, ended = {}, funnel = {}, cache = {}}
@@ -724,7 +724,7 @@ type AttemptLimit func(envelope string) int
 //
 // KEYS[1] leases   ARGV[1] most batches
 // Returns their names, the earliest deadlines first.
-var dueLeasesScript = newScript(luaNow + `
+var dueLeasesScript = newScript("dueLeases", luaNow, `
 return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', redisNow(), 'LIMIT', 0, tonumber(ARGV[1]))
 `)
 
@@ -742,7 +742,7 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', redisNow(), 'LIMIT', 0, tonu
 func (p *Pool) Reap(ctx context.Context, q Queue, max int, dead DeadLimits, limit AttemptLimit) (returned, died int, err error) {
 	k := p.keyspace.Keys(q)
 	c := p.byPart[q.Part]
-	res, err := runScript(ctx, c, dueLeasesScript, []string{k.Leases()}, max)
+	res, err := dueLeasesScript.run(ctx, c, []string{k.Leases()}, max)
 	batches := stringsOf(res)
 	if err != nil || len(batches) == 0 {
 		return 0, 0, err
@@ -873,7 +873,7 @@ func (p *Pool) returnBatch(ctx context.Context, q Queue, batch, mode string, lan
 		ks = append(ks, k.Job(l.id))
 		args = append(args, l.place, l.most)
 	}
-	res, err := runScript(ctx, p.byPart[q.Part], returnScript, ks, args...)
+	res, err := returnScript.run(ctx, p.byPart[q.Part], ks, args...)
 	if err != nil {
 		return 0, 0, fmt.Errorf("returning batch %s on %s: %w", batch, q, err)
 	}
@@ -907,7 +907,7 @@ func (p *Pool) Promote(ctx context.Context, q Queue, max int, now time.Time) (in
 	for _, e := range entries {
 		args = append(args, e)
 	}
-	res, err := runScript(ctx, p.byPart[q.Part], promoteScript, ks, args...)
+	res, err := promoteScript.run(ctx, p.byPart[q.Part], ks, args...)
 	if err != nil {
 		return 0, fmt.Errorf("promoting delayed jobs on %s: %w", q, err)
 	}
