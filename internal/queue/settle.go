@@ -53,6 +53,98 @@ local function batchEnd(leasesKey, leaseKey, settledKey, batch)
 end
 `
 
+// ackArgs are one call of the ack script, laid out as:
+//
+//	KEYS[1]   leases     zset: claimed batches by lease deadline
+//	KEYS[2]   stats      hash: done, inflight, and the funnel's completed
+//	                     field of each job's topic
+//	KEYS[3]   completed  list: bulk groups whose jobs have all ended
+//	then per batch (nb), 2 keys: lease:<batch>, settled:<batch>
+//	then per group (ng), 2 keys: group:<g>, results:<g>
+//	then per record (nr), its job:<id>
+//	ARGV[1]   now        Unix ms
+//	ARGV[2]   keep       seconds to keep an ended group, and a record of a
+//	                     job that did not ask for retain (at least: see
+//	                     luaKeepRecord)
+//	ARGV[3]   nb         batches
+//	ARGV[4]   ng         groups
+//	ARGV[5]   nm         masks
+//	ARGV[6]   nx         extras
+//	ARGV[7]   topic      the queue's topic (the funnel's)
+//	then per batch, its name; then per group, its name
+//	then per mask of plain jobs (nm), 3 fields: batch index, the first
+//	  place it covers, the mask (a byte per place: 0 none, 1 a job without
+//	  a group, 1+g a job of group g; so ng < 255)
+//	then per extra (nx), 8 fields: batch index, group index (0: none),
+//	  record index (0: none), id, result (may be empty), seconds to retain
+//	  (0: none), attempt, place in the batch
+//
+// The script unpacks them into named locals and records at its top.
+type ackArgs struct {
+	k               Keys
+	nowMS           int64
+	keep            int64 // seconds
+	topic           string
+	batches, groups indexer
+	masks           []*ackMask
+	extras          []int  // indexes into done
+	done            []Done // the call's
+}
+
+// ackMask is the plain jobs of one batch in an ack call.
+type ackMask struct {
+	batch      int
+	first, end int   // the places it covers, [first, end)
+	jobs       []int // indexes into done
+}
+
+func (a *ackArgs) keys() []string {
+	keys := make([]string, 0, 3+2*len(a.batches.names)+2*len(a.groups.names)+len(a.extras))
+	keys = append(keys, a.k.Leases(), a.k.Stats(), a.k.Completed())
+	for _, b := range a.batches.names {
+		keys = append(keys, a.k.Lease(b), a.k.Settled(b))
+	}
+	for _, g := range a.groups.names {
+		keys = append(keys, a.k.Group(g), a.k.Results(g))
+	}
+	for _, i := range a.extras {
+		if d := &a.done[i]; d.needsRecord() {
+			keys = append(keys, a.k.Job(d.Job.ID))
+		}
+	}
+	return keys
+}
+
+func (a *ackArgs) argv() []any {
+	args := make([]any, 0, 7+len(a.batches.names)+len(a.groups.names)+3*len(a.masks)+8*len(a.extras))
+	args = append(args, a.nowMS, a.keep, len(a.batches.names), len(a.groups.names), len(a.masks), len(a.extras), a.topic)
+	for _, b := range a.batches.names {
+		args = append(args, b)
+	}
+	for _, g := range a.groups.names {
+		args = append(args, g)
+	}
+	for _, m := range a.masks {
+		tags := make([]byte, m.end-m.first)
+		for _, i := range m.jobs {
+			tags[a.done[i].Job.Index-m.first] = byte(1 + a.groups.index[a.done[i].Job.Group]) // index 0: no group
+		}
+		args = append(args, m.batch, m.first, string(tags))
+	}
+	records := 0
+	for _, i := range a.extras {
+		d := &a.done[i]
+		rec := 0
+		if d.needsRecord() {
+			records++
+			rec = records
+		}
+		args = append(args, a.batches.index[d.Job.Batch], a.groups.index[d.Job.Group], rec, d.Job.ID, d.Result,
+			wholeSeconds(d.Retain), d.Job.Attempt, d.Job.Index)
+	}
+	return args
+}
+
 // ackScript records the success of jobs of claimed batches in one call: a
 // script call costs Redis far more than the commands inside it, so a batch
 // of acks shares one, and counters move once per batch. A job without a
@@ -63,23 +155,7 @@ end
 // with a record (retain, or an earlier failed attempt) has it marked done.
 // A bulk group whose last job this is goes on the completed list, once.
 //
-// KEYS[1] leases   KEYS[2] stats: done, inflight, and the funnel's
-// completed field of each job's topic   KEYS[3] completed
-// KEYS[3+2b-1]           lease:<batch b>   KEYS[3+2b] settled:<batch b>,
-// b = 1..nb
-// KEYS[3+2nb+2g-1]       group:<g>   KEYS[3+2nb+2g] results:<g>, g = 1..ng
-// KEYS[3+2nb+2ng+r]      job:<id> of record r, r = 1..nr
-// ARGV[1] now, Unix ms   ARGV[2] seconds to keep an ended group, and a
-// record of a job that did not ask for retain (at least: see
-// luaKeepRecord)   ARGV[3] nb   ARGV[4] ng   ARGV[5] nm, masks
-// ARGV[6] nx, extras   ARGV[7] the queue's topic (the funnel's)
-// ARGV[7+b] batch b's name   ARGV[7+nb+g] group g's name
-// then nm masks of plain jobs, 3 fields each: batch index, the first place
-// it covers, the mask (a byte per place: 0 none, 1 a job without a group,
-// 1+g a job of group g; so ng < 255)
-// then nx extras, 8 fields each: batch index, group index (0: none),
-// record index (0: none), id, result (may be empty), seconds to retain
-// (0: none), attempt, place in the batch
+// KEYS and ARGV: ackArgs.
 // Returns, per mask, the count of its jobs (all were held, now settled),
 // or, when some were not held, the range before the call (a byte per
 // place, 0 where held; empty when the batch is gone); then nx flags: 1
@@ -87,11 +163,35 @@ end
 // held (the reaper took the batch back, or an earlier call settled it).
 // Nothing is counted twice (see luaSettle).
 var ackScript = newScript("ack", luaGroupEnded, luaFunnel, luaKeepRecord, luaSettle, `
-local now, keep, nb, ng, nm, nx = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+-- KEYS and ARGV, as ackArgs lays them out.
+local leases_key, stats_key, completed_key = KEYS[1], KEYS[2], KEYS[3]
+local now = ARGV[1]
+local keep = ARGV[2]
+local nb = tonumber(ARGV[3])
+local ng = tonumber(ARGV[4])
+local nm = tonumber(ARGV[5])
+local nx = tonumber(ARGV[6])
 local topic = ARGV[7]
+local batches, groups, masks, extras, records = {}, {}, {}, {}, {}
+do
+  local k, a = 3, 7
+  for b = 1, nb do batches[b] = {name = ARGV[a+b], lease = KEYS[k+2*b-1], settled = KEYS[k+2*b]} end
+  k, a = k + 2*nb, a + nb
+  for g = 1, ng do groups[g] = {name = ARGV[a+g], meta = KEYS[k+2*g-1], results = KEYS[k+2*g]} end
+  k, a = k + 2*ng, a + ng
+  for j = 1, nm do
+    masks[j] = {b = tonumber(ARGV[a+1]), first = tonumber(ARGV[a+2]), tags = ARGV[a+3]}
+    a = a + 3
+  end
+  for j = 1, nx do
+    extras[j] = {b = tonumber(ARGV[a+1]), g = tonumber(ARGV[a+2]), rec = tonumber(ARGV[a+3]), id = ARGV[a+4],
+      result = ARGV[a+5], retain = tonumber(ARGV[a+6]), attempt = ARGV[a+7], place = tonumber(ARGV[a+8])}
+    a = a + 8
+  end
+  for r = 1, #KEYS - k do records[r] = KEYS[k+r] end
+end
 local out, touched, perGroup, funnel = {}, {}, {}, {}
 local acked = 0
-local pos = 7 + nb + ng
 local function group(g)
   local c = perGroup[g]
   if not c then c = {count = 0, results = {}}; perGroup[g] = c end
@@ -101,15 +201,15 @@ local fields = {}
 local function completed(g, n)
   local field = fields[g]
   if not field then
-    field = funnelField(g > 0 and ARGV[7+nb+g] or '', topic, 'completed')
+    field = funnelField(g > 0 and groups[g].name or '', topic, 'completed')
     fields[g] = field
   end
   funnelAdd(funnel, field, n)
 end
 for j = 1, nm do
-  local a = pos + 3*(j-1)
-  local b = tonumber(ARGV[a+1])
-  local counts, total, was = settle(KEYS[2+2*b], KEYS[3+2*b], tonumber(ARGV[a+2]), ARGV[a+3])
+  local mk = masks[j]
+  local b = mk.b
+  local counts, total, was = settle(batches[b].lease, batches[b].settled, mk.first, mk.tags)
   out[j] = was or total
   if total > 0 then
     touched[b] = true
@@ -124,16 +224,15 @@ for j = 1, nm do
     end
   end
 end
-pos = pos + 3*nm
 for j = 1, nx do
-  local a = pos + 8*(j-1)
-  local b, g, r, id = tonumber(ARGV[a+1]), tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), ARGV[a+4]
-  local _, held = settle(KEYS[2+2*b], KEYS[3+2*b], tonumber(ARGV[a+8]), '\1')
+  local x = extras[j]
+  local b, g, r, id = x.b, x.g, x.rec, x.id
+  local _, held = settle(batches[b].lease, batches[b].settled, x.place, '\1')
   out[nm+j] = held
   if held > 0 then
     acked = acked + 1
     touched[b] = true
-    local result, retain, attempt = ARGV[a+5], tonumber(ARGV[a+6]), ARGV[a+7]
+    local result, retain, attempt = x.result, x.retain, x.attempt
     if g > 0 then
       local c = group(g)
       c.count = c.count + 1
@@ -144,7 +243,7 @@ for j = 1, nx do
     end
     completed(g, 1)
     if r > 0 then
-      local rk = KEYS[3+2*nb+2*ng+r]
+      local rk = records[r]
       redis.call('HSET', rk, 'state', 'done', 'done_ms', now, 'attempts', attempt)
       if retain > 0 then
         if result ~= '' then redis.call('HSET', rk, 'result', result) end
@@ -157,22 +256,22 @@ for j = 1, nx do
 end
 if acked == 0 then return out end
 -- A batch whose every job is settled leaves the leases.
-for b in pairs(touched) do batchEnd(KEYS[1], KEYS[2+2*b], KEYS[3+2*b], ARGV[7+b]) end
+for b in pairs(touched) do batchEnd(leases_key, batches[b].lease, batches[b].settled, batches[b].name) end
 -- Per group, one read and one write of its counters, and its items'
 -- results (see luaGroupEnded).
 for g, c in pairs(perGroup) do
-  local gk = KEYS[3+2*nb+2*g-1]
+  local gk, rk = groups[g].meta, groups[g].results
   local f = redis.call('HMGET', gk, 'total', 'relayed', 'done', 'dead', 'cancelled', 'running')
   local done = tonumber(f[3] or '0') + c.count
   redis.call('HSET', gk, 'running', tonumber(f[6] or '0') - c.count, 'done', done)
   local total = tonumber(f[1] or '0')
-  if #c.results > 0 then redis.call('HSET', KEYS[3+2*nb+2*g], unpack(c.results)) end
-  groupEndedAfter(gk, KEYS[3+2*nb+2*g], ARGV[7+nb+g], KEYS[3], now, keep, total, tonumber(f[2] or '0'),
+  if #c.results > 0 then redis.call('HSET', rk, unpack(c.results)) end
+  groupEndedAfter(gk, rk, groups[g].name, completed_key, now, keep, total, tonumber(f[2] or '0'),
     done + tonumber(f[4] or '0') + tonumber(f[5] or '0'))
 end
-redis.call('HINCRBY', KEYS[2], 'done', acked)
-redis.call('HINCRBY', KEYS[2], 'inflight', -acked)
-funnelFlush(KEYS[2], funnel)
+redis.call('HINCRBY', stats_key, 'done', acked)
+redis.call('HINCRBY', stats_key, 'inflight', -acked)
+funnelFlush(stats_key, funnel)
 return out
 `)
 
@@ -223,18 +322,11 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 		rest, err := p.AckMany(ctx, q, done[MaxBatch:], now, keep)
 		return append(first, rest...), err
 	}
-	k := p.keyspace.Keys(q)
-	batches, groups := indexer{}, indexer{}
+	a := ackArgs{k: p.keyspace.Keys(q), nowMS: now.UnixMilli(), keep: max(int64(keep/time.Second), 1), topic: q.Topic, done: done}
+	batches, groups := &a.batches, &a.groups
 	// Plain jobs go in one mask per batch, tagged by their group; the
 	// others are extras.
-	type mask struct {
-		batch      int
-		first, end int   // the places it covers, [first, end)
-		jobs       []int // indexes into done
-	}
-	var masks []*mask
-	byBatch := map[string]*mask{}
-	var extras []int
+	byBatch := map[string]*ackMask{}
 	seen := make(map[[2]string]bool, len(done))
 	for i := range done {
 		d := &done[i]
@@ -250,14 +342,14 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 		// A result is kept only in a group's results (or a record): a
 		// plain job's result leaves nothing, and its ack is a mask's byte.
 		if (len(d.Result) > 0 && d.Job.Group != "") || d.needsRecord() {
-			extras = append(extras, i)
+			a.extras = append(a.extras, i)
 			continue
 		}
 		m := byBatch[d.Job.Batch]
 		if m == nil {
-			m = &mask{batch: b, first: d.Job.Index, end: d.Job.Index + 1}
+			m = &ackMask{batch: b, first: d.Job.Index, end: d.Job.Index + 1}
 			byBatch[d.Job.Batch] = m
-			masks = append(masks, m)
+			a.masks = append(a.masks, m)
 		}
 		m.first, m.end = min(m.first, d.Job.Index), max(m.end, d.Job.Index+1)
 		m.jobs = append(m.jobs, i)
@@ -272,42 +364,8 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 		rest, err := p.AckMany(ctx, q, done[half:], now, keep)
 		return append(first, rest...), err
 	}
-	keys := make([]string, 0, 3+2*len(batches.names)+2*len(groups.names)+len(extras))
-	keys = append(keys, k.Leases(), k.Stats(), k.Completed())
-	for _, b := range batches.names {
-		keys = append(keys, k.Lease(b), k.Settled(b))
-	}
-	for _, g := range groups.names {
-		keys = append(keys, k.Group(g), k.Results(g))
-	}
-	args := make([]any, 0, 7+len(batches.names)+len(groups.names)+3*len(masks)+8*len(extras))
-	args = append(args, now.UnixMilli(), max(int64(keep/time.Second), 1), len(batches.names), len(groups.names), len(masks), len(extras), q.Topic)
-	for _, b := range batches.names {
-		args = append(args, b)
-	}
-	for _, g := range groups.names {
-		args = append(args, g)
-	}
-	for _, m := range masks {
-		tags := make([]byte, m.end-m.first)
-		for _, i := range m.jobs {
-			tags[done[i].Job.Index-m.first] = byte(1 + groups.index[done[i].Job.Group]) // index 0: no group
-		}
-		args = append(args, m.batch, m.first, string(tags))
-	}
-	records := 0
-	for _, i := range extras {
-		d := &done[i]
-		rec := 0
-		if d.needsRecord() {
-			records++
-			rec = records
-			keys = append(keys, k.Job(d.Job.ID))
-		}
-		args = append(args, batches.index[d.Job.Batch], groups.index[d.Job.Group], rec, d.Job.ID, d.Result,
-			wholeSeconds(d.Retain), d.Job.Attempt, d.Job.Index)
-	}
-	res, err := ackScript.run(ctx, p.byPart[q.Part], keys, args...)
+	masks, extras := a.masks, a.extras
+	res, err := ackScript.run(ctx, p.byPart[q.Part], a.keys(), a.argv()...)
 	if err != nil {
 		return nil, fmt.Errorf("ack on %s: %w", q, err)
 	}
