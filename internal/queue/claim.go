@@ -513,28 +513,31 @@ end
 // kept batch with cancel requests, its index (1-based) and the places of
 // the jobs to cancel (" 3 7 ").
 var extendScript = newScript("extend", luaNow, `
-local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 2))
+local leases_key, cancels_key = KEYS[1], KEYS[2]
+local lease_ms = tonumber(ARGV[1])
+local batches = {unpack(ARGV, 2)}
+
+local scores = redis.call('ZMSCORE', leases_key, unpack(batches))
 local out, members = {}, {}
-local deadline = redisNow() + tonumber(ARGV[1])
-for i = 1, #ARGV - 1 do
+local deadline = redisNow() + lease_ms
+for i, batch in ipairs(batches) do
   if scores[i] then
     out[i] = 1
     members[#members+1] = deadline
-    members[#members+1] = ARGV[i+1]
+    members[#members+1] = batch
   else
     out[i] = 0
   end
 end
-if #members > 0 then redis.call('ZADD', KEYS[1], 'XX', unpack(members)) end
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  local n = #ARGV - 1
-  for i = 1, n do
-    local places = redis.call('HGET', KEYS[2], ARGV[i+1])
+if #members > 0 then redis.call('ZADD', leases_key, 'XX', unpack(members)) end
+if redis.call('EXISTS', cancels_key) == 1 then
+  for i, batch in ipairs(batches) do
+    local places = redis.call('HGET', cancels_key, batch)
     if places and out[i] == 1 then
       out[#out+1] = i
       out[#out+1] = places
     elseif places then
-      redis.call('HDEL', KEYS[2], ARGV[i+1])
+      redis.call('HDEL', cancels_key, batch)
     end
   end
 end

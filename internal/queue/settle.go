@@ -86,7 +86,7 @@ type ackArgs struct {
 	keep            int64 // seconds
 	topic           string
 	batches, groups indexer
-	masks           []*ackMask
+	masks           []ackMask
 	extras          []int  // indexes into done
 	done            []Done // the call's
 }
@@ -326,7 +326,10 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 	batches, groups := &a.batches, &a.groups
 	// Plain jobs go in one mask per batch, tagged by their group; the
 	// others are extras.
-	byBatch := map[string]*ackMask{}
+	byBatch := map[string]int{} // batch -> its mask, an index into masks
+	// By value: a mask is one allocation (masks' backing), as a pointer
+	// to one was before a.masks's backing had to leave the stack.
+	var masks []ackMask
 	seen := make(map[[2]string]bool, len(done))
 	for i := range done {
 		d := &done[i]
@@ -345,12 +348,13 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 			a.extras = append(a.extras, i)
 			continue
 		}
-		m := byBatch[d.Job.Batch]
-		if m == nil {
-			m = &ackMask{batch: b, first: d.Job.Index, end: d.Job.Index + 1}
-			byBatch[d.Job.Batch] = m
-			a.masks = append(a.masks, m)
+		mi, ok := byBatch[d.Job.Batch]
+		if !ok {
+			mi = len(masks)
+			byBatch[d.Job.Batch] = mi
+			masks = append(masks, ackMask{batch: b, first: d.Job.Index, end: d.Job.Index + 1})
 		}
+		m := &masks[mi]
 		m.first, m.end = min(m.first, d.Job.Index), max(m.end, d.Job.Index+1)
 		m.jobs = append(m.jobs, i)
 	}
@@ -364,7 +368,8 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 		rest, err := p.AckMany(ctx, q, done[half:], now, keep)
 		return append(first, rest...), err
 	}
-	masks, extras := a.masks, a.extras
+	a.masks = masks
+	extras := a.extras
 	res, err := ackScript.run(ctx, p.byPart[q.Part], a.keys(), a.argv()...)
 	if err != nil {
 		return nil, fmt.Errorf("ack on %s: %w", q, err)
@@ -607,6 +612,71 @@ local function putBackDone(acc, statsKey, wakeKey, completedKey, now, keep)
 end
 `
 
+// returnArgs are one call of the return script, laid out as:
+//
+//	KEYS[1]         leases         zset: claimed batches by lease deadline
+//	KEYS[2]         lanes          zset: active lanes by virtual time
+//	KEYS[3]         vt             string: the partition's virtual clock
+//	KEYS[4]         stats          hash: ready, inflight, dead, the funnel's
+//	                               cancelled and dead fields
+//	KEYS[5]         wake           list: wake-up token for idle consumers
+//	KEYS[6]         completed      list: bulk groups whose jobs have all ended
+//	KEYS[7]         shared         hash: shared lanes' virtual finish times
+//	KEYS[8]         lease:<batch>  list: the batch's entries
+//	KEYS[9]         settled:<batch>  string: a byte per settled place
+//	KEYS[10]        dead           zset: the dead set
+//	KEYS[11..10+3m] per lane (m of them), 3 keys: list, meta, results
+//	                (appendLaneKeys)
+//	KEYS[11+3m..]   reap: per last-attempt candidate, its job:<id>
+//	ARGV[1]         m              lanes
+//	ARGV[2]         mode           "reap" or "release"
+//	ARGV[3]         keep           seconds to keep an ended group
+//	ARGV[4]         batch          the batch's name
+//	ARGV[5]         topic          the queue's topic
+//	ARGV[6]         dead_max       most dead jobs kept
+//	ARGV[7]         dead_keep      seconds to keep a dead job's record
+//	ARGV[8..7+3m]   per lane, 3 fields: name, group, weight (appendLaneArgs)
+//	ARGV[8+3m..]    release: per job to release, its place in the batch;
+//	                reap: per last-attempt candidate, 2 fields: its place
+//	                in the batch and its most attempts (the caller names the
+//	                jobs whose reap would reach it; each is checked again)
+//
+// The script unpacks them into named locals and records at its top.
+type returnArgs struct {
+	k      Keys
+	batch  string
+	mode   string // "reap" or "release"
+	topic  string
+	dead   DeadLimits
+	lanes  []LaneInfo
+	places []int         // release
+	last   []lastAttempt // reap
+}
+
+func (a *returnArgs) keys() []string {
+	ks := make([]string, 0, 10+3*len(a.lanes)+len(a.last))
+	ks = append(ks, a.k.Leases(), a.k.Lanes(), a.k.VirtualTime(), a.k.Stats(), a.k.Wake(), a.k.Completed(), a.k.Shared(),
+		a.k.Lease(a.batch), a.k.Settled(a.batch), a.k.Dead())
+	ks = a.k.appendLaneKeys(ks, a.lanes...)
+	for _, l := range a.last {
+		ks = append(ks, a.k.Job(l.id))
+	}
+	return ks
+}
+
+func (a *returnArgs) argv() []any {
+	args := make([]any, 0, 7+3*len(a.lanes)+len(a.places)+2*len(a.last))
+	args = append(args, len(a.lanes), a.mode, int64(endedKeep/time.Second), a.batch, a.topic, a.dead.Max, max(int64(a.dead.Keep/time.Second), 1))
+	args = appendLaneArgs(args, a.lanes...)
+	for _, place := range a.places {
+		args = append(args, place)
+	}
+	for _, l := range a.last {
+		args = append(args, l.place, l.most)
+	}
+	return args
+}
+
 // returnScript takes jobs of one claimed batch back to their lanes: all
 // those still held in an expired batch (the reaper: each attempt counted,
 // since it may have run), or the given ones (a release: a stopping worker
@@ -618,46 +688,48 @@ end
 // says so; a job that kills its worker cannot loop. Entries whose lane the
 // caller did not name stay in the batch for a later call.
 //
-// KEYS[1] leases   KEYS[2] lanes   KEYS[3] vt   KEYS[4] stats: ready,
-// inflight, dead, the funnel's cancelled and dead fields   KEYS[5] wake
-// KEYS[6] completed   KEYS[7] shared   KEYS[8] lease:<batch>
-// KEYS[9] settled:<batch>   KEYS[10] dead
-// KEYS[10+3l-2..10+3l]  lane l's keys (appendLaneKeys), l = 1..m
-// KEYS[10+3m+d]         job:<id> of last-attempt candidate d (reap only)
-// ARGV[1] m   ARGV[2] "reap" or "release"   ARGV[3] seconds to keep an
-// ended group   ARGV[4] the batch's name   ARGV[5] the queue's topic
-// ARGV[6] most dead jobs kept   ARGV[7] seconds to keep a dead job's record
-// ARGV[7+3l-2..7+3l]  lane l's fields (appendLaneArgs)
-// ARGV[8+3m..]        release: the places in the batch of the jobs to
-// release; reap: the last-attempt candidates, 2 fields each: the job's
-// place in the batch and its most attempts (the caller names the jobs
-// whose reap would reach it; each is checked again here)
+// KEYS and ARGV: returnArgs.
 // Returns {jobs back on their lanes, jobs dead}.
 var returnScript = newScript("return", luaNow, luaGroupEnded, luaFunnel, luaLanes, luaPutBack, luaKeepRecord, luaSettle, luaBury, `
-local m, mode, keep, batch, topic = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local now = redisNow()
+-- KEYS and ARGV, as returnArgs lays them out.
+local leases_key, lanes_key, vt_key, stats_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local completed_key, shared_key, lease_key, settled_key, dead_key = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local m = tonumber(ARGV[1])
+local mode = ARGV[2]
+local keep = ARGV[3]
+local batch = ARGV[4]
+local topic = ARGV[5]
+local dead_max = ARGV[6]
+local dead_keep = ARGV[7]
 local _, byName = readLanes(m, 10, 7, topic)
+local release, candidates = {}, {}
+if mode == 'reap' then
+  local d = 0
+  for i = 8 + 3*m, #ARGV - 1, 2 do
+    d = d + 1
+    candidates[d] = {place = tonumber(ARGV[i]), most = tonumber(ARGV[i+1]), rk = KEYS[10+3*m+d]}
+  end
+else
+  for i = 8 + 3*m, #ARGV do release[#release+1] = tonumber(ARGV[i]) end
+end
+
+local now = redisNow()
 -- The jobs to take back: place -> entry, in the batch's order.
 local places, entries = {}, {}
 local last = {} -- place -> {most attempts, its record's key}
 if mode == 'reap' then
-  local due = redis.call('ZSCORE', KEYS[1], batch)
+  local due = redis.call('ZSCORE', leases_key, batch)
   if not due or tonumber(due) > now then return {0, 0} end
-  local all = redis.call('LRANGE', KEYS[8], 0, -1)
-  local settled = redis.call('GET', KEYS[9]) or ''
+  local all = redis.call('LRANGE', lease_key, 0, -1)
+  local settled = redis.call('GET', settled_key) or ''
   for i, e in ipairs(all) do
     if (string.byte(settled, i) or 0) == 0 then places[#places+1], entries[#entries+1] = i - 1, e end
   end
-  local d = 0
-  for i = 8 + 3*m, #ARGV - 1, 2 do
-    d = d + 1
-    last[tonumber(ARGV[i])] = {most = tonumber(ARGV[i+1]), rk = KEYS[10+3*m+d]}
-  end
+  for _, c in ipairs(candidates) do last[c.place] = c end
 else
   local seen = {}
-  for i = 8 + 3*m, #ARGV do
-    local p = tonumber(ARGV[i])
-    local e = not seen[p] and redis.call('LINDEX', KEYS[8], p)
+  for _, p in ipairs(release) do
+    local e = not seen[p] and redis.call('LINDEX', lease_key, p)
     seen[p] = true
     if e then places[#places+1], entries[#entries+1] = p, e end
   end
@@ -680,7 +752,7 @@ if #backPlaces > 0 then
   local mask = {}
   for p = first, lastPlace do mask[p-first+1] = '\0' end
   for _, p in ipairs(backPlaces) do mask[p-first+1] = '\1' end
-  local _, total, was = settle(KEYS[8], KEYS[9], first, table.concat(mask))
+  local _, total, was = settle(lease_key, settled_key, first, table.concat(mask))
   for i, p in ipairs(backPlaces) do
     held[i] = total > 0 and (was == nil or (string.byte(was, p - first + 1) or 0) == 0)
   end
@@ -704,49 +776,96 @@ for i = #back, 1, -1 do
         redis.call('HINCRBY', l.meta, 'failed', 1)
         acc.ended[l.name] = l
       end
-      bury(final.rk, KEYS[10], ARGV[6], ARGV[7], KEYS[4], id, e, n + 1, err, now, l.group, l.meta, l.results, topic)
+      bury(final.rk, dead_key, dead_max, dead_keep, stats_key, id, e, n + 1, err, now, l.group, l.meta, l.results, topic)
       dead = dead + 1
     else
-      putBack(l, e, id, 'running', KEYS[2], KEYS[3], KEYS[7], acc)
+      putBack(l, e, id, 'running', lanes_key, vt_key, shared_key, acc)
     end
   end
 end
 if taken > 0 then
-  redis.call('HINCRBY', KEYS[4], 'inflight', -taken)
-  batchEnd(KEYS[1], KEYS[8], KEYS[9], batch)
+  redis.call('HINCRBY', stats_key, 'inflight', -taken)
+  batchEnd(leases_key, lease_key, settled_key, batch)
 end
 -- A batch without its list (deleted by hand) leaves the leases.
-if redis.call('EXISTS', KEYS[8]) == 0 then redis.call('ZREM', KEYS[1], batch) end
-putBackDone(acc, KEYS[4], KEYS[5], KEYS[6], now, keep)
+if redis.call('EXISTS', lease_key) == 0 then redis.call('ZREM', leases_key, batch) end
+putBackDone(acc, stats_key, wake_key, completed_key, now, keep)
 return {acc.moved, dead}
 `)
+
+// promoteArgs are one call of the promote script, laid out as:
+//
+//	KEYS[1]        delayed    zset: entries by due time
+//	KEYS[2]        lanes      zset: active lanes by virtual time
+//	KEYS[3]        vt         string: the partition's virtual clock
+//	KEYS[4]        stats      hash: ready, the funnel's cancelled fields
+//	KEYS[5]        wake       list: wake-up token for idle consumers
+//	KEYS[6]        completed  list: bulk groups whose jobs have all ended
+//	KEYS[7]        shared     hash: shared lanes' virtual finish times
+//	KEYS[8..7+3m]  per lane (m of them), 3 keys: list, meta, results
+//	               (appendLaneKeys)
+//	ARGV[1]        now        Unix ms: only entries due at or before it move
+//	ARGV[2]        m          lanes
+//	ARGV[3]        keep       seconds to keep an ended group
+//	ARGV[4]        topic      the queue's topic
+//	ARGV[5..4+3m]  per lane, 3 fields: name, group, weight (appendLaneArgs)
+//	ARGV[5+3m..]   the candidate entries
+//
+// The script unpacks them into named locals at its top.
+type promoteArgs struct {
+	k       Keys
+	nowMS   int64
+	topic   string
+	lanes   []LaneInfo
+	entries []string
+}
+
+func (a *promoteArgs) keys() []string {
+	ks := make([]string, 0, 7+3*len(a.lanes))
+	ks = append(ks, a.k.Delayed(), a.k.Lanes(), a.k.VirtualTime(), a.k.Stats(), a.k.Wake(), a.k.Completed(), a.k.Shared())
+	return a.k.appendLaneKeys(ks, a.lanes...)
+}
+
+func (a *promoteArgs) argv() []any {
+	args := make([]any, 0, 4+3*len(a.lanes)+len(a.entries))
+	args = append(args, a.nowMS, len(a.lanes), int64(endedKeep/time.Second), a.topic)
+	args = appendLaneArgs(args, a.lanes...)
+	for _, e := range a.entries {
+		args = append(args, e)
+	}
+	return args
+}
 
 // promoteScript moves due entries of delayed back to their lanes.
 // Candidates come from a read of delayed; each is checked again here.
 //
-// KEYS[1] delayed   KEYS[2] lanes   KEYS[3] vt   KEYS[4] stats: ready, the
-// funnel's cancelled fields   KEYS[5] wake   KEYS[6] completed   KEYS[7] shared
-// KEYS[7+3l-2..7+3l]  lane l's keys (appendLaneKeys), l = 1..m
-// ARGV[1] now, Unix ms: only entries due at or before it move   ARGV[2] m
-// ARGV[3] seconds to keep an ended group   ARGV[4] the queue's topic
-// ARGV[4+3l-2..4+3l]  lane l's fields (appendLaneArgs)
-// ARGV[5+3m..]        the candidate entries
+// KEYS and ARGV: promoteArgs.
 // Returns how many went back to their lanes.
 var promoteScript = newScript("promote", luaGroupEnded, luaFunnel, luaLanes, luaPutBack, `
-local now, m, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local _, byName = readLanes(m, 7, 4, ARGV[4])
+-- KEYS and ARGV, as promoteArgs lays them out.
+local delayed_key, lanes_key, vt_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local wake_key, completed_key, shared_key = KEYS[5], KEYS[6], KEYS[7]
+local now_ms = ARGV[1]
+local m = tonumber(ARGV[2])
+local keep = ARGV[3]
+local topic = ARGV[4]
+local _, byName = readLanes(m, 7, 4, topic)
+local entries = {}
+for i = 5 + 3*m, #ARGV do entries[#entries+1] = ARGV[i] end
+
+local now = tonumber(now_ms)
 local acc = {moved = 0, state = {}, ended = {}, funnel = {}, cache = {}}
-for i = #ARGV, 5 + 3*m, -1 do
-  local e = ARGV[i]
-  local due = redis.call('ZSCORE', KEYS[1], e)
+for i = #entries, 1, -1 do
+  local e = entries[i]
+  local due = redis.call('ZSCORE', delayed_key, e)
   local _, id, lane = entryHead(e)
   local l = id and byName[lane]
   if l and due and tonumber(due) <= now then
-    redis.call('ZREM', KEYS[1], e)
-    putBack(l, e, id, 'delayed', KEYS[2], KEYS[3], KEYS[7], acc)
+    redis.call('ZREM', delayed_key, e)
+    putBack(l, e, id, 'delayed', lanes_key, vt_key, shared_key, acc)
   end
 end
-putBackDone(acc, KEYS[4], KEYS[5], KEYS[6], ARGV[1], keep)
+putBackDone(acc, stats_key, wake_key, completed_key, now_ms, keep)
 return acc.moved
 `)
 
@@ -917,21 +1036,8 @@ func (p *Pool) Release(ctx context.Context, q Queue, jobs []Claimed) (int, error
 }
 
 func (p *Pool) returnBatch(ctx context.Context, q Queue, batch, mode string, lanes []LaneInfo, places []int, last []lastAttempt, dead DeadLimits) (returned, died int, err error) {
-	k := p.keyspace.Keys(q)
-	ks := make([]string, 0, 10+3*len(lanes)+len(last))
-	ks = append(ks, k.Leases(), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Completed(), k.Shared(), k.Lease(batch), k.Settled(batch), k.Dead())
-	args := make([]any, 0, 7+3*len(lanes)+len(places)+2*len(last))
-	args = append(args, len(lanes), mode, int64(endedKeep/time.Second), batch, q.Topic, dead.Max, max(int64(dead.Keep/time.Second), 1))
-	ks = k.appendLaneKeys(ks, lanes...)
-	args = appendLaneArgs(args, lanes...)
-	for _, place := range places {
-		args = append(args, place)
-	}
-	for _, l := range last {
-		ks = append(ks, k.Job(l.id))
-		args = append(args, l.place, l.most)
-	}
-	res, err := returnScript.run(ctx, p.byPart[q.Part], ks, args...)
+	a := returnArgs{k: p.keyspace.Keys(q), batch: batch, mode: mode, topic: q.Topic, dead: dead, lanes: lanes, places: places, last: last}
+	res, err := returnScript.run(ctx, p.byPart[q.Part], a.keys(), a.argv()...)
 	if err != nil {
 		return 0, 0, fmt.Errorf("returning batch %s on %s: %w", batch, q, err)
 	}
@@ -956,16 +1062,8 @@ func (p *Pool) Promote(ctx context.Context, q Queue, max int, now time.Time) (in
 	if len(entries) == 0 {
 		return 0, nil
 	}
-	ks := make([]string, 0, 7+3*len(lanes))
-	ks = append(ks, k.Delayed(), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Completed(), k.Shared())
-	args := make([]any, 0, 4+3*len(lanes)+len(entries))
-	args = append(args, now.UnixMilli(), len(lanes), int64(endedKeep/time.Second), q.Topic)
-	ks = k.appendLaneKeys(ks, lanes...)
-	args = appendLaneArgs(args, lanes...)
-	for _, e := range entries {
-		args = append(args, e)
-	}
-	res, err := promoteScript.run(ctx, p.byPart[q.Part], ks, args...)
+	a := promoteArgs{k: k, nowMS: now.UnixMilli(), topic: q.Topic, lanes: lanes, entries: entries}
+	res, err := promoteScript.run(ctx, p.byPart[q.Part], a.keys(), a.argv()...)
 	if err != nil {
 		return 0, fmt.Errorf("promoting delayed jobs on %s: %w", q, err)
 	}
