@@ -31,7 +31,7 @@ const (
 // ARGV[1] field, "done:<topic>/<kafka partition>"
 // ARGV[2] when the canary was sent, Unix ms   ARGV[3] when it completed, Unix ms
 // Returns 1 recorded, 0 older than the record.
-var canaryDoneScript = newScript(`
+var canaryDoneScript = newScript("canaryDone", `
 local cur = redis.call('HGET', KEYS[1], ARGV[1])
 if cur then
   local sent = tonumber(string.match(cur, '^(%d+):') or '0')
@@ -45,7 +45,7 @@ return 1
 // completed on partition part at done. It reports false when a newer one
 // had been recorded already.
 func (p *Pool) RecordCanaryDone(ctx context.Context, part int, field string, sent, done time.Time) (bool, error) {
-	res, err := runScript(ctx, p.byPart[part], canaryDoneScript, []string{p.keyspace.PartKeys(part).Canary()},
+	res, err := canaryDoneScript.run(ctx, p.byPart[part], []string{p.keyspace.PartKeys(part).Canary()},
 		CanaryDonePrefix+field, sent.UnixMilli(), done.UnixMilli())
 	if err != nil {
 		return false, fmt.Errorf("recording a canary on partition %d: %w", part, err)

@@ -34,7 +34,7 @@ import (
 // ARGV[7] now, Unix ms   ARGV[8] "cancel" or "delete"   ARGV[9] seconds to
 // keep the cancelled record, and an ended group
 // Returns 1 removed, 0 no longer there (it moved on: look again).
-var removeScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaKeepRecord + `
+var removeScript = newScript("remove", luaGroupEnded, luaFunnel, luaLanes, luaKeepRecord, `
 local group, e = ARGV[5], ARGV[2]
 if ARGV[1] == 'ready' then
   if redis.call('LREM', KEYS[2], 1, e) == 0 then return 0 end
@@ -75,7 +75,7 @@ return 1
 // ARGV[5] seconds to keep the record at least
 // Returns 1 requested (or requested before), 0 the job is no longer held
 // there (it ended, or its batch was reaped: look again).
-var requestCancelScript = newScript(luaLanes + luaKeepRecord + `
+var requestCancelScript = newScript("requestCancel", luaLanes, luaKeepRecord, `
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
 local e = redis.call('LINDEX', KEYS[2], ARGV[2])
 if not e then return 0 end
@@ -105,7 +105,7 @@ return 1
 // ARGV[5] the queue's topic   ARGV[6] now, Unix ms   ARGV[7] seconds to keep
 // the record and an ended group   ARGV[8] the attempt
 // Returns 1 settled, 0 the job was no longer held in its batch.
-var settleCancelledScript = newScript(luaGroupEnded + luaFunnel + luaKeepRecord + luaSettle + `
+var settleCancelledScript = newScript("settleCancelled", luaGroupEnded, luaFunnel, luaKeepRecord, luaSettle, `
 local places = redis.call('HGET', KEYS[9], ARGV[1])
 if places then
   places = string.gsub(places, ' ' .. ARGV[2] .. ' ', ' ')
@@ -191,7 +191,7 @@ func (p *Pool) cancelAt(ctx context.Context, l JobLookup, w JobWhereabouts, del 
 		if del {
 			verb, outcome = "delete", Deleted
 		}
-		res, err := runScript(ctx, c, removeScript,
+		res, err := removeScript.run(ctx, c,
 			[]string{k.Lanes(), k.Lane(pe.Lane), k.Delayed(), k.Stats(), k.Job(l.ID), group, results, k.Completed()},
 			w.Where, w.entry, pe.Lane, l.ID, laneGroup(pe.Lane), q.Topic, now.UnixMilli(), verb, keep)
 		if err != nil {
@@ -203,7 +203,7 @@ func (p *Pool) cancelAt(ctx context.Context, l JobLookup, w JobWhereabouts, del 
 			return true, "", &JobStateError{Where: w.Where, Message: "job " + l.ID + " is running: a running job is not deleted under its worker",
 				Fix: "cancel it first (POST .../jobs/{id}/cancel, sluice jobs cancel), then delete its record once it is cancelled"}
 		}
-		res, err := runScript(ctx, c, requestCancelScript,
+		res, err := requestCancelScript.run(ctx, c,
 			[]string{k.Leases(), k.Lease(w.Batch), k.Settled(w.Batch), k.Cancels(), k.Job(l.ID)},
 			w.Batch, w.place, l.ID, now.UnixMilli(), keep)
 		if err != nil {
@@ -250,7 +250,7 @@ func (p *Pool) SettleCancelled(ctx context.Context, q Queue, job Claimed, now ti
 	if job.Group != "" {
 		group, results = k.Group(job.Group), k.Results(job.Group)
 	}
-	res, err := runScript(ctx, p.byPart[q.Part], settleCancelledScript,
+	res, err := settleCancelledScript.run(ctx, p.byPart[q.Part],
 		[]string{k.Leases(), k.Lease(job.Batch), k.Settled(job.Batch), k.Stats(), k.Job(job.ID), group, results, k.Completed(), k.Cancels()},
 		job.Batch, job.Index, job.ID, job.Group, q.Topic, now.UnixMilli(), max(wholeSeconds(keep), 1), job.Attempt)
 	if err != nil {

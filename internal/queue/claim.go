@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Claimed is a job a worker holds in a claimed batch.
@@ -24,32 +22,68 @@ type Claimed struct {
 	Envelope []byte
 }
 
+// claimArgs are one call of the claim script, laid out as:
+//
+//	KEYS[1]        lanes          zset: active lanes by virtual time
+//	KEYS[2]        vt             string: the partition's virtual clock
+//	KEYS[3]        leases         zset: claimed batches by lease deadline
+//	KEYS[4]        lease:<batch>  list: the new batch's entries in the order served
+//	KEYS[5]        stats          hash: ready goes down and inflight up by the
+//	                              jobs claimed, the funnel's dequeued fields up
+//	KEYS[6]        shared         hash: shared lanes' virtual finish times
+//	KEYS[7..6+3m]  per candidate lane (m of them), 3 keys: list, meta, results
+//	               (appendLaneKeys)
+//	ARGV[1]        max            K, the most jobs to claim
+//	ARGV[2]        lease_ms       the lease: the batch's deadline is Redis's
+//	                              clock (TIME) plus this, never a worker's clock
+//	ARGV[3]        m              candidate lanes
+//	ARGV[4]        quantum        the most jobs one lane gives a claim while
+//	                              other candidates could give theirs
+//	ARGV[5]        batch          the batch's name
+//	ARGV[6]        topic          the queue's topic (the funnel's)
+//	ARGV[7..6+3m]  per candidate lane, 3 fields: name, group, weight
+//	               (appendLaneArgs)
+//	ARGV[7+3m..]   foreign        names in the fair order that are no lane's
+//	                              (the caller cannot read them): passed over
+//
+// The script unpacks them into named locals at its top.
+type claimArgs struct {
+	k       Keys
+	batch   string
+	max     int
+	lease   time.Duration
+	topic   string
+	lanes   []LaneInfo
+	foreign []string
+}
+
+func (a *claimArgs) keys() []string {
+	ks := make([]string, 0, 6+3*len(a.lanes))
+	ks = append(ks, a.k.Lanes(), a.k.VirtualTime(), a.k.Leases(), a.k.Lease(a.batch), a.k.Stats(), a.k.Shared())
+	return a.k.appendLaneKeys(ks, a.lanes...)
+}
+
+func (a *claimArgs) argv() []any {
+	args := make([]any, 0, 6+3*len(a.lanes)+len(a.foreign))
+	args = append(args, a.max, a.lease.Milliseconds(), len(a.lanes), ClaimQuantum, a.batch, a.topic)
+	args = appendLaneArgs(args, a.lanes...)
+	for _, name := range a.foreign {
+		args = append(args, name)
+	}
+	return args
+}
+
 // claimScript leases up to K jobs of one partition in weighted fair order
 // among candidate lanes the caller read from the lanes zset (the two-phase
 // pattern of docs/redis-layout.md: every key is named in KEYS, and the
 // script re-checks each candidate), as one batch under one lease.
 //
-// KEYS[1] lanes     zset: active lanes by virtual time
-// KEYS[2] vt        string: the partition's virtual clock
-// KEYS[3] leases    zset: claimed batches by lease deadline
-// KEYS[4] lease:<batch>  list: the new batch's entries in the order served
-// KEYS[5] stats     hash: ready goes down and inflight up by the jobs
-// claimed, the funnel's dequeued fields up
-// KEYS[6] shared    hash: shared lanes' virtual finish times
-// KEYS[6+3g-2..6+3g]  candidate g's keys (appendLaneKeys), g = 1..m
-// ARGV[1] K, most jobs to claim   ARGV[2] the lease, ms: the batch's
-// deadline is Redis's clock (TIME) plus this, never a worker's clock
-// ARGV[3] m   ARGV[4] the quantum: the most jobs one lane gives a claim
-// while other candidates could give theirs   ARGV[5] the batch's name
-// ARGV[6] the queue's topic (the funnel's)
-// ARGV[6+3g-2..6+3g]  candidate g's fields (appendLaneArgs)
-// ARGV[7+3m..]      lanes in the fair order that the caller cannot read
-// (a name that is no lane's): passed over
+// KEYS and ARGV: claimArgs.
 // Returns {1, claimed, next}: claimed is a flat array, candidate index and
 // entry for each claimed job in the order served (its place in the
-// lease); next is the fair
-// order's first K lanes after the claim (and one more for each lane passed
-// over), the caller's candidates for its next claim. Or {0, lanes}: a lane the claim would read is not among the
+// lease); next is the fair order's first K lanes after the claim (and one
+// more for each lane passed over), the caller's candidates for its next
+// claim. Or {0, lanes}: a lane the claim would read is not among the
 // candidates (it became active since they were read); lanes is the fair
 // order's first K, to call again with. A lane whose list ran dry leaves
 // the fair order with its virtual finish recorded.
@@ -68,27 +102,50 @@ type Claimed struct {
 // batch): no command of its own, and Lua does not read it. Per
 // lane served it runs LLEN, LPOP and, for a group lane, one HMGET and one
 // HSET of its counters.
-var claimScript = newScript(luaNow + luaFunnel + luaLanes + claimLua)
+var claimScript = newScript("claim", claimSource(roundsOn)...)
 
-// claimLua is claimScript's own part (its tests build a variant of it).
+// claimRounds is how the claim script serves lanes of one weight whose
+// virtual times lie within one job's step: in whole rounds (rounds in
+// claimLua), or job by job through the heap. Tests compare the two.
+type claimRounds string
+
+const (
+	roundsOn    claimRounds = "on"    // whole rounds where they give the heap's order
+	roundsOff   claimRounds = "off"   // the per-job heap alone
+	roundsProbe claimRounds = "probe" // as on, and an error when a round is taken
+)
+
+// claimSource is the claim script's fragments with rounds set as given.
+func claimSource(rounds claimRounds) []string {
+	return []string{luaNow, luaFunnel, luaLanes, "local rounds_mode = '" + string(rounds) + "'", claimLua}
+}
+
+// claimLua is claimScript's own part.
 const claimLua = `
-local K, lease, m, quantum, batch, topic = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5], ARGV[6]
+-- KEYS and ARGV, as claimArgs lays them out.
+local lanes_key, vt_key, leases_key, lease_key, stats_key, shared_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+local K = tonumber(ARGV[1])
+local lease_ms = tonumber(ARGV[2])
+local m = tonumber(ARGV[3])
+local quantum = tonumber(ARGV[4])
+local batch = ARGV[5]
+local topic = ARGV[6]
 local _, byName = readLanes(m, 6, 6, topic)
+-- Lanes the caller cannot serve (names it does not know how to read) are
+-- passed over, not asked for again.
+local foreign, nforeign = {}, 0
+for i = 7 + 3*m, #ARGV do foreign[ARGV[i]] = true; nforeign = nforeign + 1 end
+
 -- The fair order's first K lanes, read here. The caller's candidates (the
 -- answer of its last claim, or a read of its own) must name every lane
 -- this claim reads; if one is missing, the caller gets the order back and
 -- calls again with their keys.
-local nforeign = #ARGV - (6 + 3*m)
-local top = redis.call('ZRANGE', KEYS[1], 0, K + nforeign - 1, 'WITHSCORES')
+local top = redis.call('ZRANGE', lanes_key, 0, K + nforeign - 1, 'WITHSCORES')
 local function names()
   local out = {}
   for i = 1, #top, 2 do out[#out+1] = top[i] end
   return out
 end
--- Lanes the caller cannot serve (names it does not know how to read) are
--- passed over, not asked for again.
-local foreign = {}
-for i = 7 + 3*m, #ARGV do foreign[ARGV[i]] = true end
 local cand, supply = {}, 0
 for t = 1, #top, 2 do
   if supply >= K then break end
@@ -140,7 +197,7 @@ local function siftDown(j)
   end
   heap[j] = c
 end
-local vt = tonumber(redis.call('GET', KEYS[2]) or '0')
+local vt = tonumber(redis.call('GET', vt_key) or '0')
 local order, n = {}, 0
 -- A lane gives at most the quantum; past it only when every candidate
 -- read is at its quantum or dry and the claim is still not full.
@@ -211,6 +268,7 @@ local function rounds()
   end
   for j = hn + 1, #heap do heap[j] = nil end
   for j = math.floor(hn / 2), 1, -1 do siftDown(j) end
+  if rounds_mode == 'probe' then error('rounds taken') end
   return true
 end
 while n < K do
@@ -220,7 +278,7 @@ while n < K do
     fill()
     if hn == 0 then break end
   end
-  if not (hn > 1 and rounds()) then
+  if not (hn > 1 and rounds_mode ~= 'off' and rounds()) then
     local best = heap[1]
     -- Alone, a lane gives what it can in one step. Its time moves by one
     -- job's step at a time all the same: the sums must not depend on how
@@ -262,8 +320,8 @@ for j, c in ipairs(order) do
   out[2*j-1] = c.l.i
   out[2*j] = e
 end
-redis.call('RPUSH', KEYS[4], unpack(entries))
-redis.call('ZADD', KEYS[3], redisNow() + lease, batch)
+redis.call('RPUSH', lease_key, unpack(entries))
+redis.call('ZADD', leases_key, redisNow() + lease_ms, batch)
 -- Each lane served gets one write of its state. Lanes that ran dry leave
 -- the fair order in one ZREM; the others move in one ZADD.
 local dry, moved, sharedVF = {}, {}, {}
@@ -285,14 +343,14 @@ for _, c in ipairs(cand) do
     moved[#moved+1] = l.name
   end
 end
-if #dry > 0 then redis.call('ZREM', KEYS[1], unpack(dry)) end
-if #moved > 0 then redis.call('ZADD', KEYS[1], 'XX', unpack(moved)) end
-if #sharedVF > 0 then redis.call('HSET', KEYS[6], unpack(sharedVF)) end
-redis.call('SET', KEYS[2], vt)
-redis.call('HINCRBY', KEYS[5], 'ready', -#order)
-redis.call('HINCRBY', KEYS[5], 'inflight', #order)
-funnelFlush(KEYS[5], funnel)
-top = redis.call('ZRANGE', KEYS[1], 0, K + nforeign - 1)
+if #dry > 0 then redis.call('ZREM', lanes_key, unpack(dry)) end
+if #moved > 0 then redis.call('ZADD', lanes_key, 'XX', unpack(moved)) end
+if #sharedVF > 0 then redis.call('HSET', shared_key, unpack(sharedVF)) end
+redis.call('SET', vt_key, vt)
+redis.call('HINCRBY', stats_key, 'ready', -#order)
+redis.call('HINCRBY', stats_key, 'inflight', #order)
+funnelFlush(stats_key, funnel)
+top = redis.call('ZRANGE', lanes_key, 0, K + nforeign - 1)
 return {1, out, top}
 `
 
@@ -335,28 +393,18 @@ func (p *Pool) Claim(ctx context.Context, q Queue, max int, lease time.Duration)
 // fair order's head to call again with, else the candidates for the next
 // claim.
 func (p *Pool) claimAmong(ctx context.Context, q Queue, max int, lease time.Duration, names []string) (out []Claimed, next []string, stale bool, err error) {
-	keys := p.keyspace.Keys(q)
-	lanes := make([]LaneInfo, 0, len(names))
-	var foreign []string
+	a := claimArgs{k: p.keyspace.Keys(q), max: max, lease: lease, topic: q.Topic, lanes: make([]LaneInfo, 0, len(names))}
 	for _, name := range names {
 		l, err := ParseLane(name)
 		if err != nil {
-			foreign = append(foreign, name) // not ours to serve; left for an operator to see
+			a.foreign = append(a.foreign, name) // not ours to serve; left for an operator to see
 			continue
 		}
-		lanes = append(lanes, l)
+		a.lanes = append(a.lanes, l)
 	}
-	batch := p.nextBatch()
-	ks := make([]string, 0, 6+3*len(lanes))
-	ks = append(ks, keys.Lanes(), keys.VirtualTime(), keys.Leases(), keys.Lease(batch), keys.Stats(), keys.Shared())
-	args := make([]any, 0, 6+3*len(lanes))
-	args = append(args, max, lease.Milliseconds(), len(lanes), ClaimQuantum, batch, q.Topic)
-	ks = keys.appendLaneKeys(ks, lanes...)
-	args = appendLaneArgs(args, lanes...)
-	for _, name := range foreign {
-		args = append(args, name)
-	}
-	res, err := runScript(ctx, p.byPart[q.Part], claimScript, ks, args...)
+	a.batch = p.nextBatch()
+	lanes, batch := a.lanes, a.batch
+	res, err := claimScript.run(ctx, p.byPart[q.Part], a.keys(), a.argv()...)
 	if err != nil {
 		return nil, nil, false, fmt.Errorf("claim on %s: %w", q, err)
 	}
@@ -452,18 +500,6 @@ local function redisNow()
 end
 `
 
-// runScript runs a script with EVALSHA, loading it first if Redis lost it.
-func runScript(ctx context.Context, c redis.UniversalClient, s *redis.Script, keys []string, args ...any) (any, error) {
-	res, err := s.EvalSha(ctx, c, keys, args...).Result()
-	if isNoScript(err) {
-		res, err = s.Eval(ctx, c, keys, args...).Result()
-	}
-	if err == redis.Nil {
-		return nil, nil
-	}
-	return res, err
-}
-
 // extendScript moves the leases of claimed batches to a new deadline,
 // Redis's clock (TIME) plus the lease, and reports which were lost, and
 // the cancel requests (CancelJob) for jobs of the batches kept: read in the
@@ -476,29 +512,32 @@ func runScript(ctx context.Context, c redis.UniversalClient, s *redis.Script, ke
 // leased (every job settled, or taken back by the reaper); then, for each
 // kept batch with cancel requests, its index (1-based) and the places of
 // the jobs to cancel (" 3 7 ").
-var extendScript = newScript(luaNow + `
-local scores = redis.call('ZMSCORE', KEYS[1], unpack(ARGV, 2))
+var extendScript = newScript("extend", luaNow, `
+local leases_key, cancels_key = KEYS[1], KEYS[2]
+local lease_ms = tonumber(ARGV[1])
+local batches = {unpack(ARGV, 2)}
+
+local scores = redis.call('ZMSCORE', leases_key, unpack(batches))
 local out, members = {}, {}
-local deadline = redisNow() + tonumber(ARGV[1])
-for i = 1, #ARGV - 1 do
+local deadline = redisNow() + lease_ms
+for i, batch in ipairs(batches) do
   if scores[i] then
     out[i] = 1
     members[#members+1] = deadline
-    members[#members+1] = ARGV[i+1]
+    members[#members+1] = batch
   else
     out[i] = 0
   end
 end
-if #members > 0 then redis.call('ZADD', KEYS[1], 'XX', unpack(members)) end
-if redis.call('EXISTS', KEYS[2]) == 1 then
-  local n = #ARGV - 1
-  for i = 1, n do
-    local places = redis.call('HGET', KEYS[2], ARGV[i+1])
+if #members > 0 then redis.call('ZADD', leases_key, 'XX', unpack(members)) end
+if redis.call('EXISTS', cancels_key) == 1 then
+  for i, batch in ipairs(batches) do
+    local places = redis.call('HGET', cancels_key, batch)
     if places and out[i] == 1 then
       out[#out+1] = i
       out[#out+1] = places
     elseif places then
-      redis.call('HDEL', KEYS[2], ARGV[i+1])
+      redis.call('HDEL', cancels_key, batch)
     end
   end
 end
@@ -528,7 +567,7 @@ func (p *Pool) ExtendLeases(ctx context.Context, q Queue, batches []string, leas
 		for _, b := range chunk {
 			args = append(args, b)
 		}
-		res, err := runScript(ctx, p.byPart[q.Part], extendScript, []string{k.Leases(), k.Cancels()}, args...)
+		res, err := extendScript.run(ctx, p.byPart[q.Part], []string{k.Leases(), k.Cancels()}, args...)
 		if err != nil {
 			return nil, nil, fmt.Errorf("extending leases on %s: %w", q, err)
 		}

@@ -111,7 +111,7 @@ func TestClusterEndsAsOneRedisDoes(t *testing.T) {
 		}
 		work(t, pool)
 		if pool == p {
-			flushScripts(t, c) // runScript falls back to EVAL
+			flushScripts(t, c) // script.run falls back to EVAL
 		}
 		for part := range parts {
 			if _, err := pool.Promote(ctx, jq(part), 100, now.Add(time.Second)); err != nil {

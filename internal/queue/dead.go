@@ -49,7 +49,7 @@ const (
 // A bulk group that had completed stays completed: its completed_ms is set
 // (HSETNX), so the job's end does not queue the group a second time, and
 // its hash keeps the expiry the watcher gave it (--keep).
-var replayScript = newScript(luaFunnel + luaLanes + `
+var replayScript = newScript("replay", luaFunnel, luaLanes, `
 if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
 local e = redis.call('HGET', KEYS[2], 'env')
 if not e or e == '' then
@@ -90,7 +90,7 @@ return 1
 // KEYS[1] dead   KEYS[2] job:<id>
 // ARGV[1] id
 // Returns 1 purged, 0 not in the dead set.
-var purgeScript = newScript(`
+var purgeScript = newScript("purge", `
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then return 0 end
 redis.call('DEL', KEYS[2])
 return 1
@@ -225,7 +225,7 @@ func (p *Pool) ReplayDead(ctx context.Context, q Queue, id string, now time.Time
 	}
 	keys := k.appendLaneKeys([]string{k.Dead(), k.Job(id), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Shared()}, l)
 	args := append(appendLaneArgs([]any{id}, l), now.UnixMilli(), q.Topic)
-	res, err := runScript(ctx, c, replayScript, keys, args...)
+	res, err := replayScript.run(ctx, c, keys, args...)
 	if err != nil {
 		return 0, fmt.Errorf("replaying dead job %s on %s: %w", id, q, err)
 	}
@@ -237,7 +237,7 @@ func (p *Pool) ReplayDead(ctx context.Context, q Queue, id string, now time.Time
 // was not in the dead set.
 func (p *Pool) PurgeDead(ctx context.Context, q Queue, id string) (bool, error) {
 	k := p.keyspace.Keys(q)
-	res, err := runScript(ctx, p.byPart[q.Part], purgeScript, []string{k.Dead(), k.Job(id)}, id)
+	res, err := purgeScript.run(ctx, p.byPart[q.Part], []string{k.Dead(), k.Job(id)}, id)
 	if err != nil {
 		return false, fmt.Errorf("purging dead job %s on %s: %w", id, q, err)
 	}

@@ -85,33 +85,7 @@ type Result struct {
 // batch is what lets a relay approach Redis's limit. A plain job costs one
 // entry in one RPUSH per lane; nothing per job but its bytes.
 //
-// KEYS[1] fence:<topic>   string: newest lock token seen for the topic
-// KEYS[2] stats           hash: partition counters; ready counts the
-// entries on the lanes in the fair order
-// KEYS[3] lanes           zset: active lanes by virtual time
-// KEYS[4] vt              string: the partition's virtual clock
-// KEYS[5] delayed         zset: entries by due time
-// KEYS[6] wake            list: wake-up token for idle consumers
-// KEYS[7] completed       list: bulk groups whose jobs have all ended
-// KEYS[8] wm:<topic>      hash: Kafka partition -> highest offset applied,
-// and <Kafka partition>:topic_id -> the topic id that offset belongs to
-// KEYS[9] shared          hash: shared lanes' virtual finish times
-// KEYS[9+3l-2..9+3l]      lane l's keys (appendLaneKeys), l = 1..m
-// KEYS[9+3m+r]            job:<id> of record r, r = 1..q (client-chosen ids)
-// ARGV[1] lock token   ARGV[2] now, Unix ms   ARGV[3] topic   ARGV[4] n
-// ARGV[5] m   ARGV[6] seconds a client-chosen id is deduped   ARGV[7] r
-// ARGV[8] the Kafka topic id of every positioned item (empty: unknown)
-// ARGV[8+3l-2..8+3l]      lane l's fields (appendLaneArgs)
-// ARGV[8+3m+8(i-1)+1..8]  item i: Kafka partition, offset (-1: none),
-// lane index, due time Unix ms (0: now), record index (0: none), group
-// total (0: unknown), callback URL (may be empty), entry. An item with an
-// empty entry closes its bulk group (the lane's) instead.
-// then r runs, each: Kafka partition, first offset, last offset, lane
-// index, count c, the c offsets joined by commas (read only when the
-// watermark falls inside the run), then c entries. A run is plain jobs
-// (ready now, no record, total or callback) of one Kafka partition and one
-// lane, in offset order: the common case, with no work per job in Lua but
-// copying its entry.
+// KEYS and ARGV: enqueueArgs.
 // Returns -1 when fenced (nothing written), else n codes, then two per
 // run: how many of its first jobs were duplicates, and one code for the
 // rest, then three per Kafka partition whose watermark was stored under
@@ -127,38 +101,57 @@ type Result struct {
 // records in offset order and never a later batch before an earlier one is
 // confirmed, so a record at or below the watermark was applied already,
 // however old, as long as it is the same log: a watermark stored under
-// another topic id than ARGV[8] belongs to a deleted topic, so it is taken
+// another topic id than topic_id (ARGV[8]) belongs to a deleted topic, so it is taken
 // as -1 (nothing of this log applied), the new id stored with the new
 // offset, and the change counted (stats wm_log_changed) and returned. A
 // watermark without an id (written before ids, or by a relay that could
-// not learn one) adopts ARGV[8]; an empty ARGV[8] compares offsets only.
+// not learn one) adopts topic_id; an empty topic_id compares offsets only.
 // The id is compared once per Kafka partition and call, never per job.
 // The watermark moves in this same script, so an AOF that lost the
 // entries lost the watermark with them.
-var enqueueScript = newScript(luaGroupEnded + luaFunnel + luaLanes + `
-local now, topic, n, m, ttl, nruns, topicID = ARGV[2], ARGV[3], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], tonumber(ARGV[7]), ARGV[8]
-local base = 8 + 3*m
--- Where each run starts in ARGV.
-local runAt, jobs = {}, n
+var enqueueScript = newScript("enqueue", luaGroupEnded, luaFunnel, luaLanes, `
+-- KEYS and ARGV, as enqueueArgs lays them out.
+local fence_key, stats_key, lanes_key, vt_key, delayed_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local wake_key, completed_key, wm_key, shared_key = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local token = ARGV[1]
+local now = ARGV[2]
+local topic = ARGV[3]
+local n = tonumber(ARGV[4])
+local m = tonumber(ARGV[5])
+local ttl = ARGV[6]
+local nruns = tonumber(ARGV[7])
+local topicID = ARGV[8]
+local lanes = readLanes(m, 9, 8, topic)
+local items, runs, records = {}, {}, {}
+local jobs = n
 do
-  local a = base + 8*n
-  for r = 1, nruns do
-    runAt[r] = a
-    jobs = jobs + tonumber(ARGV[a+5])
-    a = a + 6 + tonumber(ARGV[a+5])
+  local a = 8 + 3*m
+  for i = 1, n do
+    items[i] = {kp = ARGV[a+1], off = tonumber(ARGV[a+2]), lane = tonumber(ARGV[a+3]), due = ARGV[a+4],
+      rec = tonumber(ARGV[a+5]), total = ARGV[a+6], callback = ARGV[a+7], entry = ARGV[a+8]}
+    a = a + 8
   end
+  -- A run's entries stay in ARGV, from..to: a plain job costs Lua no
+  -- work but copying its entry.
+  for r = 1, nruns do
+    local cnt = tonumber(ARGV[a+5])
+    runs[r] = {kp = ARGV[a+1], first = tonumber(ARGV[a+2]), last = tonumber(ARGV[a+3]), lane = tonumber(ARGV[a+4]),
+      count = cnt, offsets = ARGV[a+6], from = a + 7, to = a + 6 + cnt}
+    jobs = jobs + cnt
+    a = a + 6 + cnt
+  end
+  for r = 1, #KEYS - 9 - 3*m do records[r] = KEYS[9+3*m+r] end
 end
-local token = tonumber(ARGV[1])
-local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
-if token < fence then
-  redis.call('HINCRBY', KEYS[2], 'fenced', jobs)
+
+local fence = tonumber(redis.call('GET', fence_key) or '0')
+if tonumber(token) < fence then
+  redis.call('HINCRBY', stats_key, 'fenced', jobs)
   return -1
 end
-if token > fence then
-  redis.call('SET', KEYS[1], ARGV[1])
+if tonumber(token) > fence then
+  redis.call('SET', fence_key, token)
 end
 local nowN = tonumber(now)
-local lanes = readLanes(m, 9, 8, topic)
 -- A pcall's refusal about the job's own keys (the wrong type) refuses its
 -- jobs. Redis unable to write now (MISCONF: it cannot persist; OOM,
 -- READONLY, NOREPLICAS, MASTERDOWN) fails the whole call instead, as
@@ -176,18 +169,18 @@ end
 -- the topic id it belongs to.
 local parts, wm, order = {}, {}, {}
 local relog, changed = {}, {}
-for a = base, base + 8*(n-1), 8 do
-  local kp = ARGV[a+1]
-  if not parts[kp] and ARGV[a+2] ~= '-1' then parts[kp] = true; order[#order+1] = kp end
+for _, it in ipairs(items) do
+  local kp = it.kp
+  if not parts[kp] and it.off ~= -1 then parts[kp] = true; order[#order+1] = kp end
 end
 for r = 1, nruns do
-  local kp = ARGV[runAt[r]+1]
+  local kp = runs[r].kp
   if not parts[kp] then parts[kp] = true; order[#order+1] = kp end
 end
 if #order > 0 then
   local fields = {}
   for j, kp in ipairs(order) do fields[2*j-1], fields[2*j] = kp, kp .. ':topic_id' end
-  local got = redis.call('HMGET', KEYS[8], unpack(fields))
+  local got = redis.call('HMGET', wm_key, unpack(fields))
   for j, kp in ipairs(order) do
     local w, id = tonumber(got[2*j-1] or '-1'), got[2*j]
     if topicID ~= '' and id ~= topicID then
@@ -210,7 +203,7 @@ local high, refusedAt = {}, {}
 -- come only from keys of the wrong type.
 local function refuse(i)
   codes[i] = 3
-  local kp, off = ARGV[base+8*(i-1)+1], tonumber(ARGV[base+8*(i-1)+2])
+  local kp, off = items[i].kp, items[i].off
   if off >= 0 and (refusedAt[kp] == nil or off < refusedAt[kp]) then refusedAt[kp] = off end
 end
 
@@ -231,20 +224,20 @@ end
 -- job's due time, record, total and callback are '0', '0', '0' and ''),
 -- and appends by counters (Lua's # is a search).
 for i = 1, n do
-  local a = base + 8*(i-1)
-  local kp, off = ARGV[a+1], tonumber(ARGV[a+2])
+  local it = items[i]
+  local kp, off = it.kp, it.off
   if off >= 0 and off <= wm[kp] then
     -- Applied before: a replay after a failover or a retried batch.
     codes[i] = 0
     deduped = deduped + 1
-    funnelAdd(funnel, funnelField(lanes[tonumber(ARGV[a+3])].group, topic, 'deduplicated'), 1)
+    funnelAdd(funnel, funnelField(lanes[it.lane].group, topic, 'deduplicated'), 1)
   else
     if off >= 0 and (high[kp] or -1) < off then high[kp] = off end
-    local li, entry = tonumber(ARGV[a+3]), ARGV[a+8]
+    local li, entry = it.lane, it.entry
     if entry == '' then
       local c = per[li] or lane(li)
-      c.close, c.total = true, tonumber(ARGV[a+6])
-      if ARGV[a+7] ~= '' then c.callback = ARGV[a+7] end
+      c.close, c.total = true, tonumber(it.total)
+      if it.callback ~= '' then c.callback = it.callback end
       codes[i] = 5
     elseif cancelled[li] then
       local c = per[li] or lane(li)
@@ -252,10 +245,10 @@ for i = 1, n do
       codes[i] = 4
     else
       local fresh = 1
-      if ARGV[a+5] ~= '0' then
+      if it.rec > 0 then
         -- A client-chosen id: its resends are new Kafka records, deduped
         -- by the id's record for the TTL.
-        local rk = KEYS[9+3*m+tonumber(ARGV[a+5])]
+        local rk = records[it.rec]
         fresh = redis.pcall('HSETNX', rk, 'relayed_ms', now)
         if not failed(fresh) and fresh == 1 then redis.call('EXPIRE', rk, ttl) end
       end
@@ -269,12 +262,12 @@ for i = 1, n do
         local c = per[li] or lane(li)
         local nj = c.nj + 1
         c.nj, c.jobs[nj] = nj, i
-        if ARGV[a+6] ~= '0' then
-          local total = tonumber(ARGV[a+6])
+        if it.total ~= '0' then
+          local total = tonumber(it.total)
           if total > 0 then c.total = total end
         end
-        if ARGV[a+7] ~= '' then c.callback = ARGV[a+7] end
-        local due = ARGV[a+4]
+        if it.callback ~= '' then c.callback = it.callback end
+        local due = it.due
         if due ~= '0' and tonumber(due) > nowN then
           c.delayed[#c.delayed+1] = tonumber(due)
           c.delayed[#c.delayed+1] = entry
@@ -294,13 +287,13 @@ end
 -- within a run); the rest go to their lane whole.
 local runSkip, runCode, runFrom = {}, {}, {}
 for r = 1, nruns do
-  local a = runAt[r]
-  local kp, first, last, li, cnt = ARGV[a+1], tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), tonumber(ARGV[a+4]), tonumber(ARGV[a+5])
+  local run = runs[r]
+  local kp, first, last, li, cnt = run.kp, run.first, run.last, run.lane, run.count
   local w, skip, from = wm[kp], 0, first
   if last <= w then
     skip = cnt
   elseif first <= w then
-    for o in string.gmatch(ARGV[a+6], '%d+') do
+    for o in string.gmatch(run.offsets, '%d+') do
       from = tonumber(o)
       if from > w then break end
       skip = skip + 1
@@ -315,13 +308,13 @@ for r = 1, nruns do
     if (high[kp] or -1) < last then high[kp] = last end
     local c = per[li] or lane(li)
     if cancelled[li] then
-      for k = a + 7 + skip, a + 6 + cnt do c.dropped[#c.dropped+1] = ARGV[k] end
+      for k = run.from + skip, run.to do c.dropped[#c.dropped+1] = ARGV[k] end
       runCode[r] = 4
     else
       c.runs[#c.runs+1] = r
       c.nj = c.nj + cnt - skip
       local ready, nr = c.ready, c.nr
-      for k = a + 7 + skip, a + 6 + cnt do nr = nr + 1; ready[nr] = ARGV[k] end
+      for k = run.from + skip, run.to do nr = nr + 1; ready[nr] = ARGV[k] end
       c.nr = nr
       relayed = relayed + cnt - skip
       runCode[r] = 1
@@ -348,13 +341,13 @@ for li, c in pairs(per) do
   end
   if not ok then
     for _, i in ipairs(c.jobs) do
-      local rec = tonumber(ARGV[base+8*(i-1)+5])
-      if rec > 0 then redis.call('DEL', KEYS[9+3*m+rec]) end
+      local rec = items[i].rec
+      if rec > 0 then redis.call('DEL', records[rec]) end
       refuse(i)
     end
     for _, r in ipairs(c.runs) do
       runCode[r] = 3
-      local kp = ARGV[runAt[r]+1]
+      local kp = runs[r].kp
       if refusedAt[kp] == nil or runFrom[r] < refusedAt[kp] then refusedAt[kp] = runFrom[r] end
     end
     relayed = relayed - c.nj
@@ -390,11 +383,11 @@ for li, c in pairs(per) do
       if c.callback then redis.call('HSET', l.meta, 'callback_url', c.callback) end
       if c.close or #c.dropped > 0 then
         -- Its jobs may all have ended before the total arrived.
-        groupEnded(l.meta, l.results, l.group, KEYS[7], now, 86400)
+        groupEnded(l.meta, l.results, l.group, completed_key, now, 86400)
       end
     end
-    if #c.delayed > 0 then redis.call('ZADD', KEYS[5], unpack(c.delayed)) end
-    if #c.ready > 0 then activate(l, KEYS[3], KEYS[4], KEYS[9], cache) end
+    if #c.delayed > 0 then redis.call('ZADD', delayed_key, unpack(c.delayed)) end
+    if #c.ready > 0 then activate(l, lanes_key, vt_key, shared_key, cache) end
     readied = readied + #c.ready
   end
 end
@@ -408,17 +401,17 @@ for kp in pairs(relog) do
   -- A changed log's old offset must go even if nothing was applied.
   if not moved[kp] then marks[#marks+1] = kp; marks[#marks+1] = wm[kp] end
 end
-if #marks > 0 then redis.call('HSET', KEYS[8], unpack(marks)) end
-if #changed > 0 then redis.call('HINCRBY', KEYS[2], 'wm_log_changed', #changed / 3) end
-if relayed > 0 then redis.call('HINCRBY', KEYS[2], 'relayed', relayed) end
-if deduped > 0 then redis.call('HINCRBY', KEYS[2], 'deduped', deduped) end
-if readied > 0 then redis.call('HINCRBY', KEYS[2], 'ready', readied) end
-funnelFlush(KEYS[2], funnel)
+if #marks > 0 then redis.call('HSET', wm_key, unpack(marks)) end
+if #changed > 0 then redis.call('HINCRBY', stats_key, 'wm_log_changed', #changed / 3) end
+if relayed > 0 then redis.call('HINCRBY', stats_key, 'relayed', relayed) end
+if deduped > 0 then redis.call('HINCRBY', stats_key, 'deduped', deduped) end
+if readied > 0 then redis.call('HINCRBY', stats_key, 'ready', readied) end
+funnelFlush(stats_key, funnel)
 if readied > 0 then
   -- One token is enough: a consumer that finds more work than it can take
   -- wakes the next one.
-  redis.call('RPUSH', KEYS[6], 1)
-  redis.call('LTRIM', KEYS[6], -1, -1)
+  redis.call('RPUSH', wake_key, 1)
+  redis.call('LTRIM', wake_key, -1, -1)
 end
 for r = 1, nruns do
   codes[n+2*r-1], codes[n+2*r] = runSkip[r], runCode[r]
@@ -524,8 +517,8 @@ func (p *Pool) enqueueOn(ctx context.Context, c redis.UniversalClient, token uin
 		cmds := make([]*redis.Cmd, len(calls))
 		lays := make([]enqueueLayout, len(calls))
 		for k, cl := range calls {
-			keys, args, lay := p.enqueueArgs(cl, items, tok, now)
-			cmds[k], lays[k] = enqueueScript.EvalSha(ctx, pipe, keys, args...), lay
+			a := p.newEnqueueArgs(cl, items, tok, now)
+			cmds[k], lays[k] = enqueueScript.queueIn(ctx, pipe, a.keys(), a.argv()...), a.lay
 		}
 		_, _ = pipe.Exec(ctx) // each command carries its own error
 		var again []call
@@ -590,8 +583,8 @@ func (p *Pool) enqueueOn(ctx context.Context, c redis.UniversalClient, token uin
 		if attempt > 0 {
 			return fmt.Errorf("enqueue on %s: script still missing after loading it", p.serverOf(c))
 		}
-		if err := enqueueScript.Load(ctx, c).Err(); err != nil {
-			return fmt.Errorf("enqueue on %s: reloading the script: %w", p.serverOf(c), err)
+		if err := enqueueScript.load(ctx, c); err != nil {
+			return fmt.Errorf("enqueue on %s: %w", p.serverOf(c), err)
 		}
 	}
 	return nil
@@ -617,50 +610,116 @@ func enqueueResult(code int64, it *Item) Result {
 // lane is the item's lane (see LaneOf).
 func (it *Item) lane() string { return LaneOf(it.Group, it.Tenant, it.Topic, max(it.Weight, 1)-1) }
 
-// enqueueArgs lays out one call's KEYS and ARGV as enqueueScript documents:
-// plain jobs in runs, the others one by one (see enqueueLayout).
-func (p *Pool) enqueueArgs(cl call, items []Item, tok string, now time.Time) ([]string, []any, enqueueLayout) {
-	keys := p.keyspace.Keys(cl.q)
+// enqueueArgs are one call of the enqueue script, laid out as:
+//
+//	KEYS[1]         fence:<topic>  string: newest lock token seen for the topic
+//	KEYS[2]         stats          hash: partition counters; ready counts the
+//	                               entries on the lanes in the fair order
+//	KEYS[3]         lanes          zset: active lanes by virtual time
+//	KEYS[4]         vt             string: the partition's virtual clock
+//	KEYS[5]         delayed        zset: entries by due time
+//	KEYS[6]         wake           list: wake-up token for idle consumers
+//	KEYS[7]         completed      list: bulk groups whose jobs have all ended
+//	KEYS[8]         wm:<topic>     hash: Kafka partition -> highest offset
+//	                               applied, and <Kafka partition>:topic_id ->
+//	                               the topic id that offset belongs to
+//	KEYS[9]         shared         hash: shared lanes' virtual finish times
+//	KEYS[10..9+3m]  per lane (m of them), 3 keys: list, meta, results
+//	                (appendLaneKeys)
+//	KEYS[10+3m..]   per record (client-chosen id), its job:<id>
+//	ARGV[1]         token          the writer's lock token
+//	ARGV[2]         now            Unix ms
+//	ARGV[3]         topic          the queue's topic
+//	ARGV[4]         n              single items
+//	ARGV[5]         m              lanes
+//	ARGV[6]         ttl            seconds a client-chosen id is deduped
+//	ARGV[7]         nruns          runs
+//	ARGV[8]         topic_id       the Kafka topic id of every positioned
+//	                               item (empty: unknown)
+//	ARGV[9..8+3m]   per lane, 3 fields: name, group, weight (appendLaneArgs)
+//	then per single item (n), 8 fields: Kafka partition, offset (-1: none),
+//	  lane index, due time Unix ms (0: now), record index (0: none), group
+//	  total (0: unknown), callback URL (may be empty), entry; an empty entry
+//	  closes its bulk group (the lane's) instead
+//	then per run (nruns), 6 fields and its entries: Kafka partition, first
+//	  offset, last offset, lane index, count c, the c offsets joined by
+//	  commas (read only when the watermark falls inside the run), then the
+//	  c entries
+//
+// A run is plain jobs (ready now, no record, total or callback) of one
+// Kafka partition and one lane, in offset order (layOut): the common case,
+// with no work per job in Lua but copying its entry. The script unpacks
+// the slots into named locals and its items and runs into records at its
+// top.
+type enqueueArgs struct {
+	k        Keys
+	token    string
+	nowMS    int64
+	topic    string
+	ttl      int64 // seconds
+	topicID  string
+	lanes    []LaneInfo
+	items    []Item // the caller's
+	call     []int  // the call's items, indexes into items
+	itemLane []int  // the lane index of each of the call's items
+	records  int    // single items with a client-chosen id
+	lay      enqueueLayout
+}
+
+// newEnqueueArgs lays out one call: its lanes, plain jobs in runs, the
+// others one by one (see enqueueLayout).
+func (p *Pool) newEnqueueArgs(cl call, items []Item, tok string, now time.Time) enqueueArgs {
+	a := enqueueArgs{k: p.keyspace.Keys(cl.q), token: tok, nowMS: now.UnixMilli(), topic: cl.q.Topic,
+		ttl: max(int64(p.idDedupeTTL/time.Second), 1), topicID: cl.topicID, items: items, call: cl.items,
+		itemLane: make([]int, len(cl.items))}
 	laneIndex := map[string]int{}
-	var lanes []LaneInfo
-	itemLane := make([]int, len(cl.items))
-	records := 0
 	for j, i := range cl.items {
 		name := items[i].lane()
 		li, ok := laneIndex[name]
 		if !ok {
-			lanes = append(lanes, LaneInfo{Name: name, Group: items[i].Group, Weight: max(items[i].Weight, 1)})
-			li = len(lanes)
+			a.lanes = append(a.lanes, LaneInfo{Name: name, Group: items[i].Group, Weight: max(items[i].Weight, 1)})
+			li = len(a.lanes)
 			laneIndex[name] = li
 		}
-		if w := items[i].Weight; w > lanes[li-1].Weight {
-			lanes[li-1].Weight = w
+		if w := items[i].Weight; w > a.lanes[li-1].Weight {
+			a.lanes[li-1].Weight = w
 		}
-		itemLane[j] = li
+		a.itemLane[j] = li
 		if items[i].IDGiven && !items[i].Close {
-			records++
+			a.records++
 		}
 	}
-	nowMS := now.UnixMilli()
-	lay := layOut(cl.items, items, itemLane, nowMS)
-	n, m := len(lay.single), len(lanes)
-	topic := cl.q.Topic
-	ks := make([]string, 0, 9+3*m+records)
-	ks = append(ks, keys.Fence(), keys.Stats(), keys.Lanes(), keys.VirtualTime(), keys.Delayed(), keys.Wake(),
-		keys.Completed(), keys.Watermark(), keys.Shared())
-	ks = keys.appendLaneKeys(ks, lanes...)
-	args := make([]any, 0, 8+3*m+8*n+6*len(lay.runs)+len(cl.items)-n)
-	args = append(args, tok, strconv.FormatInt(nowMS, 10), topic, n, m, max(int64(p.idDedupeTTL/time.Second), 1), len(lay.runs), cl.topicID)
-	args = appendLaneArgs(args, lanes...)
+	a.lay = layOut(cl.items, items, a.itemLane, a.nowMS)
+	return a
+}
+
+func (a *enqueueArgs) keys() []string {
+	ks := make([]string, 0, 9+3*len(a.lanes)+a.records)
+	ks = append(ks, a.k.Fence(), a.k.Stats(), a.k.Lanes(), a.k.VirtualTime(), a.k.Delayed(), a.k.Wake(),
+		a.k.Completed(), a.k.Watermark(), a.k.Shared())
+	ks = a.k.appendLaneKeys(ks, a.lanes...)
+	for _, j := range a.lay.single {
+		if it := &a.items[a.call[j]]; it.IDGiven && !it.Close {
+			ks = append(ks, a.k.Job(it.ID))
+		}
+	}
+	return ks
+}
+
+func (a *enqueueArgs) argv() []any {
+	n, m := len(a.lay.single), len(a.lanes)
+	args := make([]any, 0, 8+3*m+8*n+6*len(a.lay.runs)+len(a.call)-n)
+	args = append(args, a.token, strconv.FormatInt(a.nowMS, 10), a.topic, n, m, a.ttl, len(a.lay.runs), a.topicID)
+	args = appendLaneArgs(args, a.lanes...)
 	rec := 0
-	for _, j := range lay.single {
-		it := &items[cl.items[j]]
+	for _, j := range a.lay.single {
+		it := &a.items[a.call[j]]
 		offset := it.Offset
 		if !it.HasPosition {
 			offset = -1
 		}
 		if it.Close {
-			args = append(args, it.KafkaPartition, offset, itemLane[j], 0, 0, it.GroupTotal, it.CallbackURL, "")
+			args = append(args, it.KafkaPartition, offset, a.itemLane[j], 0, 0, it.GroupTotal, it.CallbackURL, "")
 			continue
 		}
 		due := int64(0)
@@ -671,29 +730,28 @@ func (p *Pool) enqueueArgs(cl call, items []Item, tok string, now time.Time) ([]
 		if it.IDGiven {
 			rec++
 			r = rec
-			ks = append(ks, keys.Job(it.ID))
 		}
-		args = append(args, it.KafkaPartition, offset, itemLane[j], due, r, it.GroupTotal, it.CallbackURL,
-			Entry(0, it.ID, lanes[itemLane[j]-1].Name, it.Envelope))
+		args = append(args, it.KafkaPartition, offset, a.itemLane[j], due, r, it.GroupTotal, it.CallbackURL,
+			Entry(0, it.ID, a.lanes[a.itemLane[j]-1].Name, it.Envelope))
 	}
 	var offsets []byte
-	for _, run := range lay.runs {
-		first, last := &items[cl.items[run[0]]], &items[cl.items[run[len(run)-1]]]
+	for _, run := range a.lay.runs {
+		first, last := &a.items[a.call[run[0]]], &a.items[a.call[run[len(run)-1]]]
 		offsets = offsets[:0]
 		for k, j := range run {
 			if k > 0 {
 				offsets = append(offsets, ',')
 			}
-			offsets = strconv.AppendInt(offsets, items[cl.items[j]].Offset, 10)
+			offsets = strconv.AppendInt(offsets, a.items[a.call[j]].Offset, 10)
 		}
-		li := itemLane[run[0]]
+		li := a.itemLane[run[0]]
 		args = append(args, first.KafkaPartition, first.Offset, last.Offset, li, len(run), string(offsets))
 		for _, j := range run {
-			it := &items[cl.items[j]]
-			args = append(args, Entry(0, it.ID, lanes[li-1].Name, it.Envelope))
+			it := &a.items[a.call[j]]
+			args = append(args, Entry(0, it.ID, a.lanes[li-1].Name, it.Envelope))
 		}
 	}
-	return ks, args, lay
+	return args
 }
 
 // enqueueLayout is how one call's items are laid out in the script's

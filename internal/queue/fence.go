@@ -18,7 +18,7 @@ import (
 // Returns the fence after the call, as a string: ARGV[1] when it was raised
 // or already there, a larger token when a newer holder raised it (the
 // caller is deposed).
-var raiseFenceScript = newScript(`
+var raiseFenceScript = newScript("raiseFence", `
 local fence = redis.call('GET', KEYS[1])
 if fence and tonumber(fence) >= tonumber(ARGV[1]) then
   return fence
@@ -35,7 +35,7 @@ return ARGV[1]
 // KEYS[1] fence:<topic>   KEYS[2] stats
 // ARGV[1] lock token   ARGV[2] the funnel's field   ARGV[3] n
 // Returns 0 when fenced (nothing counted), 1 when counted.
-var countMilestoneFencedScript = newScript(`
+var countMilestoneFencedScript = newScript("countMilestoneFenced", `
 if tonumber(ARGV[1]) < tonumber(redis.call('GET', KEYS[1]) or '0') then
   return 0
 end
@@ -84,7 +84,7 @@ func (p *Pool) CheckFence(ctx context.Context, topic string, token uint64) error
 
 func (p *Pool) raiseFenceIn(ctx context.Context, q Queue, token uint64) error {
 	tok := strconv.FormatUint(token, 10)
-	res, err := runScript(ctx, p.byPart[q.Part], raiseFenceScript, []string{p.keyspace.Keys(q).Fence()}, tok)
+	res, err := raiseFenceScript.run(ctx, p.byPart[q.Part], []string{p.keyspace.Keys(q).Fence()}, tok)
 	if err != nil {
 		return fmt.Errorf("raising the fence of %s on %s: %w", q, p.serverOf(p.byPart[q.Part]), err)
 	}
@@ -100,7 +100,7 @@ func (p *Pool) raiseFenceIn(ctx context.Context, q Queue, token uint64) error {
 func (p *Pool) CountMilestoneFenced(ctx context.Context, token uint64, topic, milestone string, n int64) error {
 	q := Queue{Topic: topic, Part: p.keyspace.PartitionOf(topic)}
 	k := p.keyspace.Keys(q)
-	res, err := runScript(ctx, p.byPart[q.Part], countMilestoneFencedScript, []string{k.Fence(), k.Stats()},
+	res, err := countMilestoneFencedScript.run(ctx, p.byPart[q.Part], []string{k.Fence(), k.Stats()},
 		strconv.FormatUint(token, 10), funnelName(topic, milestone, false), n)
 	if err != nil {
 		return fmt.Errorf("counting %s of %s: %w", milestone, topic, err)

@@ -64,7 +64,7 @@ const endedKeep = 24 * time.Hour
 // lock (the admin API's)   ARGV[7..] entries
 // Returns how many jobs it removed, or -1 when the token is older than the
 // fence (a deposed relay's cancel: nothing changed).
-var cancelScript = newScript(luaGroupEnded + luaFunnel + luaLanes + `
+var cancelScript = newScript("cancel", luaGroupEnded, luaFunnel, luaLanes, `
 if ARGV[6] ~= '0' and tonumber(ARGV[6]) < tonumber(redis.call('GET', KEYS[7]) or '0') then
   return -1
 end
@@ -132,7 +132,7 @@ func (p *Pool) cancelGroup(ctx context.Context, token uint64, topic, group strin
 		for _, e := range entries {
 			args = append(args, e)
 		}
-		res, err := runScript(ctx, c, cancelScript, keys, args...)
+		res, err := cancelScript.run(ctx, c, keys, args...)
 		if err != nil {
 			return total, fmt.Errorf("cancelling group %s: %w", group, err)
 		}

@@ -21,7 +21,7 @@ import (
 // ARGV[1] "running:<id>:<attempt>"   ARGV[2] how long the mark holds, ms
 // Returns "" when the caller may run (marked, or already this attempt's),
 // else the mark in force: "done:<id>" or "running:<id>:<attempt>".
-var idemBeginScript = newScript(`
+var idemBeginScript = newScript("idemBegin", `
 local v = redis.call('GET', KEYS[1])
 if not v or v == ARGV[1] then
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
@@ -44,7 +44,7 @@ return v
 // ARGV[1] "running:<id>:<attempt>"   ARGV[2] "done:<id>", or "" after a failure   ARGV[3] TTL, ms
 // Returns {1, waiters...} when the mark was the job's (or none was left),
 // else {0}.
-var idemEndScript = newScript(`
+var idemEndScript = newScript("idemEnd", `
 local v = redis.call('GET', KEYS[1])
 if v ~= ARGV[1] and (v or ARGV[2] == '') then return {0} end
 if ARGV[2] == '' then
@@ -69,7 +69,7 @@ return out
 // ("<topic> <partition> <entry>", its deferred entry)   ARGV[3] how long the
 // registration may be needed, ms: the mark's own hold at most
 // Returns 1 registered, 0 the mark is no longer in force.
-var idemWaitScript = newScript(`
+var idemWaitScript = newScript("idemWait", `
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
 redis.call('SADD', KEYS[2], ARGV[2])
 if redis.call('PTTL', KEYS[2]) < tonumber(ARGV[3]) then redis.call('PEXPIRE', KEYS[2], ARGV[3]) end
@@ -101,7 +101,7 @@ type IdempotencyBegun struct {
 // another attempt's run.
 func (p *Pool) IdempotencyBegin(ctx context.Context, key, id string, attempt int, hold time.Duration) (IdempotencyBegun, error) {
 	k, part := p.idemKey(key)
-	res, err := runScript(ctx, p.byPart[part], idemBeginScript, []string{k}, runningMark(id, attempt), hold.Milliseconds())
+	res, err := idemBeginScript.run(ctx, p.byPart[part], []string{k}, runningMark(id, attempt), hold.Milliseconds())
 	if err != nil {
 		return IdempotencyBegun{}, fmt.Errorf("idempotency key %q: %w", key, err)
 	}
@@ -126,7 +126,7 @@ func (p *Pool) IdempotencyEnd(ctx context.Context, key, id string, attempt int, 
 	if succeeded {
 		done = "done:" + id
 	}
-	res, err := runScript(ctx, p.byPart[part], idemEndScript, []string{k, p.idemWaitKey(key, part)}, runningMark(id, attempt), done, ttl.Milliseconds())
+	res, err := idemEndScript.run(ctx, p.byPart[part], []string{k, p.idemWaitKey(key, part)}, runningMark(id, attempt), done, ttl.Milliseconds())
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +178,7 @@ func DeferredEntry(q Queue, job Claimed) Deferred {
 // run ended before d was registered, and the caller wakes d itself.
 func (p *Pool) IdempotencyWait(ctx context.Context, key, mark string, d Deferred, hold time.Duration) (bool, error) {
 	k, part := p.idemKey(key)
-	res, err := runScript(ctx, p.byPart[part], idemWaitScript, []string{k, p.idemWaitKey(key, part)}, mark, d.String(), hold.Milliseconds())
+	res, err := idemWaitScript.run(ctx, p.byPart[part], []string{k, p.idemWaitKey(key, part)}, mark, d.String(), hold.Milliseconds())
 	if err != nil {
 		return false, fmt.Errorf("idempotency key %q: %w", key, err)
 	}

@@ -176,7 +176,7 @@ func (p *Pool) eachServer(ctx context.Context, fn func(ctx context.Context, m *r
 	return nil
 }
 
-// LoadScripts loads the scripts into every Redis, so pipelines can use
+// LoadScripts loads the scripts (script.go) into every Redis, so pipelines can use
 // EVALSHA (inside a pipeline go-redis cannot fall back to EVAL by itself).
 // On a cluster go-redis's SCRIPT LOAD goes to every master and replica.
 // Callers also reload on NOSCRIPT: a restarted Redis has an empty cache,
@@ -184,24 +184,13 @@ func (p *Pool) eachServer(ctx context.Context, fn func(ctx context.Context, m *r
 func (p *Pool) LoadScripts(ctx context.Context) error {
 	for i, c := range p.distinct {
 		for _, s := range scripts {
-			if err := s.Load(ctx, c).Err(); err != nil {
+			if err := s.rs.Load(ctx, c).Err(); err != nil {
 				return fmt.Errorf("loading scripts: %w", explain(p.addrs[i], err))
 			}
 		}
 	}
 	return nil
 }
-
-// scripts are every script the pool runs, for LoadScripts.
-var scripts []*redis.Script
-
-func newScript(src string) *redis.Script {
-	s := redis.NewScript(src)
-	scripts = append(scripts, s)
-	return s
-}
-
-func isNoScript(err error) bool { return err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") }
 
 // Transient reports whether err says Redis cannot serve, or cannot write,
 // now (down, loading, out of memory, read-only replica, unable to persist:

@@ -38,7 +38,7 @@ import (
 // Returns {slot µs, throttles, deferred, recorded}: the job starts at slot,
 // not before; deferred=1 when the caller should put it in delayed until
 // then; recorded=1 when slot is the one recorded for the job earlier.
-var reserveScript = newScript(`
+var reserveScript = newScript("reserve", `
 local now, def, T, tau = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local field, hold, notBefore = 'r:' .. ARGV[5], tonumber(ARGV[6]), tonumber(ARGV[7])
 local throttles, keep = tonumber(ARGV[8]), tonumber(ARGV[9])
@@ -136,7 +136,7 @@ func (p *Pool) Reserve(ctx context.Context, r Reservation, now time.Time) (Slot,
 	}
 	part := p.keyspace.PartitionOf(r.Resource)
 	interval := r.Interval.Microseconds()
-	res, err := runScript(ctx, p.byPart[part], reserveScript, []string{p.keyspace.PartKeys(part).Limit(r.Resource)},
+	res, err := reserveScript.run(ctx, p.byPart[part], []string{p.keyspace.PartKeys(part).Limit(r.Resource)},
 		now.UnixMicro(), r.Limit, interval, int64(r.Burst-1)*interval, r.Job,
 		r.Hold.Microseconds(), notBefore, r.Throttles, int64(LimitKeep/time.Second))
 	if err != nil {
@@ -166,7 +166,7 @@ func (p *Pool) Reserve(ctx context.Context, r Reservation, now time.Time) (Slot,
 // ARGV[4] the start's member name
 // Returns 0 when the job may start now (recorded at now), else the µs to
 // wait before asking again.
-var admitScript = newScript(`
+var admitScript = newScript("admit", `
 local now, W, cap = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 -- A start at or before now-W shares no window with one at now.
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now - W))
@@ -190,7 +190,7 @@ return math.max(tonumber(e[2]) + W - now, 1)
 // KEYS[1] starts:<resource>
 // ARGV[1] the start's member name   ARGV[2] the handler's start, Unix µs
 // Returns 1 when moved, 0 when the entry was gone or already later.
-var startedScript = newScript(`
+var startedScript = newScript("started", `
 return redis.call('ZADD', KEYS[1], 'XX', 'GT', 'CH', ARGV[2], ARGV[1])
 `)
 
@@ -200,7 +200,7 @@ return redis.call('ZADD', KEYS[1], 'XX', 'GT', 'CH', ARGV[2], ARGV[1])
 // start (unique per start): Started moves it to the actual start time.
 func (p *Pool) Admit(ctx context.Context, resource, member string, max int, window time.Duration, now time.Time) (time.Duration, error) {
 	part := p.keyspace.PartitionOf(resource)
-	res, err := runScript(ctx, p.byPart[part], admitScript, []string{p.keyspace.PartKeys(part).LimitStarts(resource)},
+	res, err := admitScript.run(ctx, p.byPart[part], []string{p.keyspace.PartKeys(part).LimitStarts(resource)},
 		now.UnixMicro(), window.Microseconds(), max, member)
 	if err != nil {
 		return 0, fmt.Errorf("rate limit of %q: %w", resource, err)
@@ -212,6 +212,6 @@ func (p *Pool) Admit(ctx context.Context, resource, member string, max int, wind
 // Started records when the handler of an admitted start actually began.
 func (p *Pool) Started(ctx context.Context, resource, member string, at time.Time) error {
 	part := p.keyspace.PartitionOf(resource)
-	_, err := runScript(ctx, p.byPart[part], startedScript, []string{p.keyspace.PartKeys(part).LimitStarts(resource)}, member, at.UnixMicro())
+	_, err := startedScript.run(ctx, p.byPart[part], []string{p.keyspace.PartKeys(part).LimitStarts(resource)}, member, at.UnixMicro())
 	return err
 }

@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -20,11 +18,7 @@ import (
 // script serves exactly the jobs, in exactly the order, that the per-job
 // heap serves, and leaves the same virtual times behind.
 func TestClaimRoundsServeTheSameOrderAsTheHeap(t *testing.T) {
-	const perJob = "if true then -- no rounds"
-	if !strings.Contains(claimLua, "if not (hn > 1 and rounds()) then") {
-		t.Fatal("the claim script no longer has the rounds shortcut this test turns off")
-	}
-	heapOnly := redis.NewScript(luaNow + luaFunnel + luaLanes + strings.Replace(claimLua, "if not (hn > 1 and rounds()) then", perJob, 1))
+	heapOnly := buildScript("claim/rounds=off", claimSource(roundsOff)...)
 	withRounds := claimScript
 	t.Cleanup(func() { claimScript = withRounds })
 
@@ -99,11 +93,7 @@ func TestClaimRoundsServeTheSameOrderAsTheHeap(t *testing.T) {
 		t.Fatalf("only %d claims interleaved lanes: the test hardly exercised rounds", interleaved)
 	}
 	// And rounds are taken where they should be: four groups of one weight.
-	const taken = "  return true\nend\n"
-	if !strings.Contains(claimLua, taken) {
-		t.Fatal("rounds no longer ends as this test expects")
-	}
-	claimScript = redis.NewScript(luaNow + luaFunnel + luaLanes + strings.Replace(claimLua, taken, "  error('rounds taken')\nend\n", 1))
+	claimScript = buildScript("claim/rounds=probe", claimSource(roundsProbe)...)
 	p := newPool(t, 1, testenv.Redis(t).Addr(), nil)
 	for g := range 4 {
 		enqueueGroup(t, p, "even"+strconv.Itoa(g), 50, 1)

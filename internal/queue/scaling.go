@@ -52,7 +52,7 @@ func (p *Pool) PushCommand(ctx context.Context, c Command) error {
 // KEYS[2] workers    string: the partition's checkpointed worker count
 // ARGV[1] consumer id   ARGV[2] its pool size   ARGV[3] its busy time, ms
 // Returns the checkpointed count, or "" when there is none.
-var heartbeatScript = newScript(`
+var heartbeatScript = newScript("heartbeat", `
 local t = redis.call('TIME')
 local ms = t[1] .. string.format('%03d', math.floor(tonumber(t[2]) / 1000))
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ':' .. ms .. ':' .. ARGV[3])
@@ -65,7 +65,7 @@ return redis.call('GET', KEYS[2]) or ''
 // consumer of the partition follows.
 func (p *Pool) Heartbeat(ctx context.Context, part int, consumer string, workers int, busy time.Duration) (checkpoint int, err error) {
 	k := p.keyspace.PartKeys(part)
-	res, err := runScript(ctx, p.byPart[part], heartbeatScript, []string{k.Consumers(), k.WorkerCount()},
+	res, err := heartbeatScript.run(ctx, p.byPart[part], []string{k.Consumers(), k.WorkerCount()},
 		consumer, workers, busy.Milliseconds())
 	if err != nil {
 		return 0, fmt.Errorf("heartbeat on partition %d: %w", part, err)
@@ -89,7 +89,7 @@ func (p *Pool) Leave(ctx context.Context, part int, consumer string) error {
 // KEYS[1] consumers  KEYS[2] workers
 // ARGV[1] forget heartbeats older than this many ms
 // Returns {now (Unix ms), checkpoint or "", id 1, heartbeat 1, ...}.
-var loadScript = newScript(`
+var loadScript = newScript("load", `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local out = {now, redis.call('GET', KEYS[2]) or ''}
@@ -114,7 +114,7 @@ return out
 //
 // KEYS[1] stats  KEYS[2] lanes
 // Returns the ready depth.
-var readyScript = newScript(`
+var readyScript = newScript("ready", `
 local ready = tonumber(redis.call('HGET', KEYS[1], 'ready') or '0')
 if ready ~= 0 and redis.call('ZCARD', KEYS[2]) == 0 then
   redis.call('HSET', KEYS[1], 'ready', 0)
@@ -148,7 +148,7 @@ type PartitionLoad struct {
 // topic, and forgets heartbeats older than forget.
 func (p *Pool) Load(ctx context.Context, part int, topics []string, forget time.Duration) (PartitionLoad, error) {
 	k, c := p.keyspace.PartKeys(part), p.byPart[part]
-	res, err := runScript(ctx, c, loadScript, []string{k.Consumers(), k.WorkerCount()}, forget.Milliseconds())
+	res, err := loadScript.run(ctx, c, []string{k.Consumers(), k.WorkerCount()}, forget.Milliseconds())
 	if err != nil {
 		return PartitionLoad{}, fmt.Errorf("load of partition %d: %w", part, err)
 	}
@@ -169,7 +169,7 @@ func (p *Pool) Load(ctx context.Context, part int, topics []string, forget time.
 	}
 	for _, topic := range topics {
 		qk := p.keyspace.Keys(Queue{Topic: topic, Part: part})
-		res, err := runScript(ctx, c, readyScript, []string{qk.Stats(), qk.Lanes()})
+		res, err := readyScript.run(ctx, c, []string{qk.Stats(), qk.Lanes()})
 		if err != nil {
 			return PartitionLoad{}, fmt.Errorf("ready depth of %s/p%d: %w", topic, part, err)
 		}

@@ -53,6 +53,98 @@ local function batchEnd(leasesKey, leaseKey, settledKey, batch)
 end
 `
 
+// ackArgs are one call of the ack script, laid out as:
+//
+//	KEYS[1]   leases     zset: claimed batches by lease deadline
+//	KEYS[2]   stats      hash: done, inflight, and the funnel's completed
+//	                     field of each job's topic
+//	KEYS[3]   completed  list: bulk groups whose jobs have all ended
+//	then per batch (nb), 2 keys: lease:<batch>, settled:<batch>
+//	then per group (ng), 2 keys: group:<g>, results:<g>
+//	then per record (nr), its job:<id>
+//	ARGV[1]   now        Unix ms
+//	ARGV[2]   keep       seconds to keep an ended group, and a record of a
+//	                     job that did not ask for retain (at least: see
+//	                     luaKeepRecord)
+//	ARGV[3]   nb         batches
+//	ARGV[4]   ng         groups
+//	ARGV[5]   nm         masks
+//	ARGV[6]   nx         extras
+//	ARGV[7]   topic      the queue's topic (the funnel's)
+//	then per batch, its name; then per group, its name
+//	then per mask of plain jobs (nm), 3 fields: batch index, the first
+//	  place it covers, the mask (a byte per place: 0 none, 1 a job without
+//	  a group, 1+g a job of group g; so ng < 255)
+//	then per extra (nx), 8 fields: batch index, group index (0: none),
+//	  record index (0: none), id, result (may be empty), seconds to retain
+//	  (0: none), attempt, place in the batch
+//
+// The script unpacks them into named locals and records at its top.
+type ackArgs struct {
+	k               Keys
+	nowMS           int64
+	keep            int64 // seconds
+	topic           string
+	batches, groups indexer
+	masks           []ackMask
+	extras          []int  // indexes into done
+	done            []Done // the call's
+}
+
+// ackMask is the plain jobs of one batch in an ack call.
+type ackMask struct {
+	batch      int
+	first, end int   // the places it covers, [first, end)
+	jobs       []int // indexes into done
+}
+
+func (a *ackArgs) keys() []string {
+	keys := make([]string, 0, 3+2*len(a.batches.names)+2*len(a.groups.names)+len(a.extras))
+	keys = append(keys, a.k.Leases(), a.k.Stats(), a.k.Completed())
+	for _, b := range a.batches.names {
+		keys = append(keys, a.k.Lease(b), a.k.Settled(b))
+	}
+	for _, g := range a.groups.names {
+		keys = append(keys, a.k.Group(g), a.k.Results(g))
+	}
+	for _, i := range a.extras {
+		if d := &a.done[i]; d.needsRecord() {
+			keys = append(keys, a.k.Job(d.Job.ID))
+		}
+	}
+	return keys
+}
+
+func (a *ackArgs) argv() []any {
+	args := make([]any, 0, 7+len(a.batches.names)+len(a.groups.names)+3*len(a.masks)+8*len(a.extras))
+	args = append(args, a.nowMS, a.keep, len(a.batches.names), len(a.groups.names), len(a.masks), len(a.extras), a.topic)
+	for _, b := range a.batches.names {
+		args = append(args, b)
+	}
+	for _, g := range a.groups.names {
+		args = append(args, g)
+	}
+	for _, m := range a.masks {
+		tags := make([]byte, m.end-m.first)
+		for _, i := range m.jobs {
+			tags[a.done[i].Job.Index-m.first] = byte(1 + a.groups.index[a.done[i].Job.Group]) // index 0: no group
+		}
+		args = append(args, m.batch, m.first, string(tags))
+	}
+	records := 0
+	for _, i := range a.extras {
+		d := &a.done[i]
+		rec := 0
+		if d.needsRecord() {
+			records++
+			rec = records
+		}
+		args = append(args, a.batches.index[d.Job.Batch], a.groups.index[d.Job.Group], rec, d.Job.ID, d.Result,
+			wholeSeconds(d.Retain), d.Job.Attempt, d.Job.Index)
+	}
+	return args
+}
+
 // ackScript records the success of jobs of claimed batches in one call: a
 // script call costs Redis far more than the commands inside it, so a batch
 // of acks shares one, and counters move once per batch. A job without a
@@ -63,35 +155,43 @@ end
 // with a record (retain, or an earlier failed attempt) has it marked done.
 // A bulk group whose last job this is goes on the completed list, once.
 //
-// KEYS[1] leases   KEYS[2] stats: done, inflight, and the funnel's
-// completed field of each job's topic   KEYS[3] completed
-// KEYS[3+2b-1]           lease:<batch b>   KEYS[3+2b] settled:<batch b>,
-// b = 1..nb
-// KEYS[3+2nb+2g-1]       group:<g>   KEYS[3+2nb+2g] results:<g>, g = 1..ng
-// KEYS[3+2nb+2ng+r]      job:<id> of record r, r = 1..nr
-// ARGV[1] now, Unix ms   ARGV[2] seconds to keep an ended group, and a
-// record of a job that did not ask for retain (at least: see
-// luaKeepRecord)   ARGV[3] nb   ARGV[4] ng   ARGV[5] nm, masks
-// ARGV[6] nx, extras   ARGV[7] the queue's topic (the funnel's)
-// ARGV[7+b] batch b's name   ARGV[7+nb+g] group g's name
-// then nm masks of plain jobs, 3 fields each: batch index, the first place
-// it covers, the mask (a byte per place: 0 none, 1 a job without a group,
-// 1+g a job of group g; so ng < 255)
-// then nx extras, 8 fields each: batch index, group index (0: none),
-// record index (0: none), id, result (may be empty), seconds to retain
-// (0: none), attempt, place in the batch
+// KEYS and ARGV: ackArgs.
 // Returns, per mask, the count of its jobs (all were held, now settled),
 // or, when some were not held, the range before the call (a byte per
 // place, 0 where held; empty when the batch is gone); then nx flags: 1
 // where recorded, 0 where the job was no longer
 // held (the reaper took the batch back, or an earlier call settled it).
 // Nothing is counted twice (see luaSettle).
-var ackScript = newScript(luaGroupEnded + luaFunnel + luaKeepRecord + luaSettle + `
-local now, keep, nb, ng, nm, nx = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+var ackScript = newScript("ack", luaGroupEnded, luaFunnel, luaKeepRecord, luaSettle, `
+-- KEYS and ARGV, as ackArgs lays them out.
+local leases_key, stats_key, completed_key = KEYS[1], KEYS[2], KEYS[3]
+local now = ARGV[1]
+local keep = ARGV[2]
+local nb = tonumber(ARGV[3])
+local ng = tonumber(ARGV[4])
+local nm = tonumber(ARGV[5])
+local nx = tonumber(ARGV[6])
 local topic = ARGV[7]
+local batches, groups, masks, extras, records = {}, {}, {}, {}, {}
+do
+  local k, a = 3, 7
+  for b = 1, nb do batches[b] = {name = ARGV[a+b], lease = KEYS[k+2*b-1], settled = KEYS[k+2*b]} end
+  k, a = k + 2*nb, a + nb
+  for g = 1, ng do groups[g] = {name = ARGV[a+g], meta = KEYS[k+2*g-1], results = KEYS[k+2*g]} end
+  k, a = k + 2*ng, a + ng
+  for j = 1, nm do
+    masks[j] = {b = tonumber(ARGV[a+1]), first = tonumber(ARGV[a+2]), tags = ARGV[a+3]}
+    a = a + 3
+  end
+  for j = 1, nx do
+    extras[j] = {b = tonumber(ARGV[a+1]), g = tonumber(ARGV[a+2]), rec = tonumber(ARGV[a+3]), id = ARGV[a+4],
+      result = ARGV[a+5], retain = tonumber(ARGV[a+6]), attempt = ARGV[a+7], place = tonumber(ARGV[a+8])}
+    a = a + 8
+  end
+  for r = 1, #KEYS - k do records[r] = KEYS[k+r] end
+end
 local out, touched, perGroup, funnel = {}, {}, {}, {}
 local acked = 0
-local pos = 7 + nb + ng
 local function group(g)
   local c = perGroup[g]
   if not c then c = {count = 0, results = {}}; perGroup[g] = c end
@@ -101,15 +201,15 @@ local fields = {}
 local function completed(g, n)
   local field = fields[g]
   if not field then
-    field = funnelField(g > 0 and ARGV[7+nb+g] or '', topic, 'completed')
+    field = funnelField(g > 0 and groups[g].name or '', topic, 'completed')
     fields[g] = field
   end
   funnelAdd(funnel, field, n)
 end
 for j = 1, nm do
-  local a = pos + 3*(j-1)
-  local b = tonumber(ARGV[a+1])
-  local counts, total, was = settle(KEYS[2+2*b], KEYS[3+2*b], tonumber(ARGV[a+2]), ARGV[a+3])
+  local mk = masks[j]
+  local b = mk.b
+  local counts, total, was = settle(batches[b].lease, batches[b].settled, mk.first, mk.tags)
   out[j] = was or total
   if total > 0 then
     touched[b] = true
@@ -124,16 +224,15 @@ for j = 1, nm do
     end
   end
 end
-pos = pos + 3*nm
 for j = 1, nx do
-  local a = pos + 8*(j-1)
-  local b, g, r, id = tonumber(ARGV[a+1]), tonumber(ARGV[a+2]), tonumber(ARGV[a+3]), ARGV[a+4]
-  local _, held = settle(KEYS[2+2*b], KEYS[3+2*b], tonumber(ARGV[a+8]), '\1')
+  local x = extras[j]
+  local b, g, r, id = x.b, x.g, x.rec, x.id
+  local _, held = settle(batches[b].lease, batches[b].settled, x.place, '\1')
   out[nm+j] = held
   if held > 0 then
     acked = acked + 1
     touched[b] = true
-    local result, retain, attempt = ARGV[a+5], tonumber(ARGV[a+6]), ARGV[a+7]
+    local result, retain, attempt = x.result, x.retain, x.attempt
     if g > 0 then
       local c = group(g)
       c.count = c.count + 1
@@ -144,7 +243,7 @@ for j = 1, nx do
     end
     completed(g, 1)
     if r > 0 then
-      local rk = KEYS[3+2*nb+2*ng+r]
+      local rk = records[r]
       redis.call('HSET', rk, 'state', 'done', 'done_ms', now, 'attempts', attempt)
       if retain > 0 then
         if result ~= '' then redis.call('HSET', rk, 'result', result) end
@@ -157,22 +256,22 @@ for j = 1, nx do
 end
 if acked == 0 then return out end
 -- A batch whose every job is settled leaves the leases.
-for b in pairs(touched) do batchEnd(KEYS[1], KEYS[2+2*b], KEYS[3+2*b], ARGV[7+b]) end
+for b in pairs(touched) do batchEnd(leases_key, batches[b].lease, batches[b].settled, batches[b].name) end
 -- Per group, one read and one write of its counters, and its items'
 -- results (see luaGroupEnded).
 for g, c in pairs(perGroup) do
-  local gk = KEYS[3+2*nb+2*g-1]
+  local gk, rk = groups[g].meta, groups[g].results
   local f = redis.call('HMGET', gk, 'total', 'relayed', 'done', 'dead', 'cancelled', 'running')
   local done = tonumber(f[3] or '0') + c.count
   redis.call('HSET', gk, 'running', tonumber(f[6] or '0') - c.count, 'done', done)
   local total = tonumber(f[1] or '0')
-  if #c.results > 0 then redis.call('HSET', KEYS[3+2*nb+2*g], unpack(c.results)) end
-  groupEndedAfter(gk, KEYS[3+2*nb+2*g], ARGV[7+nb+g], KEYS[3], now, keep, total, tonumber(f[2] or '0'),
+  if #c.results > 0 then redis.call('HSET', rk, unpack(c.results)) end
+  groupEndedAfter(gk, rk, groups[g].name, completed_key, now, keep, total, tonumber(f[2] or '0'),
     done + tonumber(f[4] or '0') + tonumber(f[5] or '0'))
 end
-redis.call('HINCRBY', KEYS[2], 'done', acked)
-redis.call('HINCRBY', KEYS[2], 'inflight', -acked)
-funnelFlush(KEYS[2], funnel)
+redis.call('HINCRBY', stats_key, 'done', acked)
+redis.call('HINCRBY', stats_key, 'inflight', -acked)
+funnelFlush(stats_key, funnel)
 return out
 `)
 
@@ -223,18 +322,14 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 		rest, err := p.AckMany(ctx, q, done[MaxBatch:], now, keep)
 		return append(first, rest...), err
 	}
-	k := p.keyspace.Keys(q)
-	batches, groups := indexer{}, indexer{}
+	a := ackArgs{k: p.keyspace.Keys(q), nowMS: now.UnixMilli(), keep: max(int64(keep/time.Second), 1), topic: q.Topic, done: done}
+	batches, groups := &a.batches, &a.groups
 	// Plain jobs go in one mask per batch, tagged by their group; the
 	// others are extras.
-	type mask struct {
-		batch      int
-		first, end int   // the places it covers, [first, end)
-		jobs       []int // indexes into done
-	}
-	var masks []*mask
-	byBatch := map[string]*mask{}
-	var extras []int
+	byBatch := map[string]int{} // batch -> its mask, an index into masks
+	// By value: a mask is one allocation (masks' backing), as a pointer
+	// to one was before a.masks's backing had to leave the stack.
+	var masks []ackMask
 	seen := make(map[[2]string]bool, len(done))
 	for i := range done {
 		d := &done[i]
@@ -250,15 +345,16 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 		// A result is kept only in a group's results (or a record): a
 		// plain job's result leaves nothing, and its ack is a mask's byte.
 		if (len(d.Result) > 0 && d.Job.Group != "") || d.needsRecord() {
-			extras = append(extras, i)
+			a.extras = append(a.extras, i)
 			continue
 		}
-		m := byBatch[d.Job.Batch]
-		if m == nil {
-			m = &mask{batch: b, first: d.Job.Index, end: d.Job.Index + 1}
-			byBatch[d.Job.Batch] = m
-			masks = append(masks, m)
+		mi, ok := byBatch[d.Job.Batch]
+		if !ok {
+			mi = len(masks)
+			byBatch[d.Job.Batch] = mi
+			masks = append(masks, ackMask{batch: b, first: d.Job.Index, end: d.Job.Index + 1})
 		}
+		m := &masks[mi]
 		m.first, m.end = min(m.first, d.Job.Index), max(m.end, d.Job.Index+1)
 		m.jobs = append(m.jobs, i)
 	}
@@ -272,42 +368,9 @@ func (p *Pool) AckMany(ctx context.Context, q Queue, done []Done, now time.Time,
 		rest, err := p.AckMany(ctx, q, done[half:], now, keep)
 		return append(first, rest...), err
 	}
-	keys := make([]string, 0, 3+2*len(batches.names)+2*len(groups.names)+len(extras))
-	keys = append(keys, k.Leases(), k.Stats(), k.Completed())
-	for _, b := range batches.names {
-		keys = append(keys, k.Lease(b), k.Settled(b))
-	}
-	for _, g := range groups.names {
-		keys = append(keys, k.Group(g), k.Results(g))
-	}
-	args := make([]any, 0, 7+len(batches.names)+len(groups.names)+3*len(masks)+8*len(extras))
-	args = append(args, now.UnixMilli(), max(int64(keep/time.Second), 1), len(batches.names), len(groups.names), len(masks), len(extras), q.Topic)
-	for _, b := range batches.names {
-		args = append(args, b)
-	}
-	for _, g := range groups.names {
-		args = append(args, g)
-	}
-	for _, m := range masks {
-		tags := make([]byte, m.end-m.first)
-		for _, i := range m.jobs {
-			tags[done[i].Job.Index-m.first] = byte(1 + groups.index[done[i].Job.Group]) // index 0: no group
-		}
-		args = append(args, m.batch, m.first, string(tags))
-	}
-	records := 0
-	for _, i := range extras {
-		d := &done[i]
-		rec := 0
-		if d.needsRecord() {
-			records++
-			rec = records
-			keys = append(keys, k.Job(d.Job.ID))
-		}
-		args = append(args, batches.index[d.Job.Batch], groups.index[d.Job.Group], rec, d.Job.ID, d.Result,
-			wholeSeconds(d.Retain), d.Job.Attempt, d.Job.Index)
-	}
-	res, err := runScript(ctx, p.byPart[q.Part], ackScript, keys, args...)
+	a.masks = masks
+	extras := a.extras
+	res, err := ackScript.run(ctx, p.byPart[q.Part], a.keys(), a.argv()...)
 	if err != nil {
 		return nil, fmt.Errorf("ack on %s: %w", q, err)
 	}
@@ -387,7 +450,7 @@ func (x *indexer) add(name string) int {
 // batch's name   ARGV[11] the job's place in the batch
 // Returns 1 retrying (or deferred), 2 dead, 0 when the job was no longer
 // held in its batch.
-var failScript = newScript(luaNow + luaGroupEnded + luaFunnel + luaLanes + luaKeepRecord + luaSettle + luaBury + `
+var failScript = newScript("fail", luaNow, luaGroupEnded, luaFunnel, luaLanes, luaKeepRecord, luaSettle, luaBury, `
 local _, held = settle(KEYS[2], KEYS[10], tonumber(ARGV[11]), '\1')
 if held == 0 then return 0 end
 local e = redis.call('LINDEX', KEYS[2], ARGV[11])
@@ -497,7 +560,7 @@ func (p *Pool) fail(ctx context.Context, q Queue, f Failure, next int64, now tim
 	if job.Group != "" {
 		group, results = k.Group(job.Group), k.Results(job.Group)
 	}
-	res, err := runScript(ctx, p.byPart[q.Part], failScript,
+	res, err := failScript.run(ctx, p.byPart[q.Part],
 		[]string{k.Leases(), k.Lease(job.Batch), k.Job(job.ID), group, k.Delayed(), k.Dead(), k.Stats(), k.Completed(), results,
 			k.Settled(job.Batch)},
 		job.ID, f.Cause, next, now.UnixMilli(), dead.Max, max(int64(dead.Keep/time.Second), 1), flag, job.Group, q.Topic, job.Batch,
@@ -549,6 +612,71 @@ local function putBackDone(acc, statsKey, wakeKey, completedKey, now, keep)
 end
 `
 
+// returnArgs are one call of the return script, laid out as:
+//
+//	KEYS[1]         leases         zset: claimed batches by lease deadline
+//	KEYS[2]         lanes          zset: active lanes by virtual time
+//	KEYS[3]         vt             string: the partition's virtual clock
+//	KEYS[4]         stats          hash: ready, inflight, dead, the funnel's
+//	                               cancelled and dead fields
+//	KEYS[5]         wake           list: wake-up token for idle consumers
+//	KEYS[6]         completed      list: bulk groups whose jobs have all ended
+//	KEYS[7]         shared         hash: shared lanes' virtual finish times
+//	KEYS[8]         lease:<batch>  list: the batch's entries
+//	KEYS[9]         settled:<batch>  string: a byte per settled place
+//	KEYS[10]        dead           zset: the dead set
+//	KEYS[11..10+3m] per lane (m of them), 3 keys: list, meta, results
+//	                (appendLaneKeys)
+//	KEYS[11+3m..]   reap: per last-attempt candidate, its job:<id>
+//	ARGV[1]         m              lanes
+//	ARGV[2]         mode           "reap" or "release"
+//	ARGV[3]         keep           seconds to keep an ended group
+//	ARGV[4]         batch          the batch's name
+//	ARGV[5]         topic          the queue's topic
+//	ARGV[6]         dead_max       most dead jobs kept
+//	ARGV[7]         dead_keep      seconds to keep a dead job's record
+//	ARGV[8..7+3m]   per lane, 3 fields: name, group, weight (appendLaneArgs)
+//	ARGV[8+3m..]    release: per job to release, its place in the batch;
+//	                reap: per last-attempt candidate, 2 fields: its place
+//	                in the batch and its most attempts (the caller names the
+//	                jobs whose reap would reach it; each is checked again)
+//
+// The script unpacks them into named locals and records at its top.
+type returnArgs struct {
+	k      Keys
+	batch  string
+	mode   string // "reap" or "release"
+	topic  string
+	dead   DeadLimits
+	lanes  []LaneInfo
+	places []int         // release
+	last   []lastAttempt // reap
+}
+
+func (a *returnArgs) keys() []string {
+	ks := make([]string, 0, 10+3*len(a.lanes)+len(a.last))
+	ks = append(ks, a.k.Leases(), a.k.Lanes(), a.k.VirtualTime(), a.k.Stats(), a.k.Wake(), a.k.Completed(), a.k.Shared(),
+		a.k.Lease(a.batch), a.k.Settled(a.batch), a.k.Dead())
+	ks = a.k.appendLaneKeys(ks, a.lanes...)
+	for _, l := range a.last {
+		ks = append(ks, a.k.Job(l.id))
+	}
+	return ks
+}
+
+func (a *returnArgs) argv() []any {
+	args := make([]any, 0, 7+3*len(a.lanes)+len(a.places)+2*len(a.last))
+	args = append(args, len(a.lanes), a.mode, int64(endedKeep/time.Second), a.batch, a.topic, a.dead.Max, max(int64(a.dead.Keep/time.Second), 1))
+	args = appendLaneArgs(args, a.lanes...)
+	for _, place := range a.places {
+		args = append(args, place)
+	}
+	for _, l := range a.last {
+		args = append(args, l.place, l.most)
+	}
+	return args
+}
+
 // returnScript takes jobs of one claimed batch back to their lanes: all
 // those still held in an expired batch (the reaper: each attempt counted,
 // since it may have run), or the given ones (a release: a stopping worker
@@ -560,46 +688,48 @@ end
 // says so; a job that kills its worker cannot loop. Entries whose lane the
 // caller did not name stay in the batch for a later call.
 //
-// KEYS[1] leases   KEYS[2] lanes   KEYS[3] vt   KEYS[4] stats: ready,
-// inflight, dead, the funnel's cancelled and dead fields   KEYS[5] wake
-// KEYS[6] completed   KEYS[7] shared   KEYS[8] lease:<batch>
-// KEYS[9] settled:<batch>   KEYS[10] dead
-// KEYS[10+3l-2..10+3l]  lane l's keys (appendLaneKeys), l = 1..m
-// KEYS[10+3m+d]         job:<id> of last-attempt candidate d (reap only)
-// ARGV[1] m   ARGV[2] "reap" or "release"   ARGV[3] seconds to keep an
-// ended group   ARGV[4] the batch's name   ARGV[5] the queue's topic
-// ARGV[6] most dead jobs kept   ARGV[7] seconds to keep a dead job's record
-// ARGV[7+3l-2..7+3l]  lane l's fields (appendLaneArgs)
-// ARGV[8+3m..]        release: the places in the batch of the jobs to
-// release; reap: the last-attempt candidates, 2 fields each: the job's
-// place in the batch and its most attempts (the caller names the jobs
-// whose reap would reach it; each is checked again here)
+// KEYS and ARGV: returnArgs.
 // Returns {jobs back on their lanes, jobs dead}.
-var returnScript = newScript(luaNow + luaGroupEnded + luaFunnel + luaLanes + luaPutBack + luaKeepRecord + luaSettle + luaBury + `
-local m, mode, keep, batch, topic = tonumber(ARGV[1]), ARGV[2], ARGV[3], ARGV[4], ARGV[5]
-local now = redisNow()
+var returnScript = newScript("return", luaNow, luaGroupEnded, luaFunnel, luaLanes, luaPutBack, luaKeepRecord, luaSettle, luaBury, `
+-- KEYS and ARGV, as returnArgs lays them out.
+local leases_key, lanes_key, vt_key, stats_key, wake_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local completed_key, shared_key, lease_key, settled_key, dead_key = KEYS[6], KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local m = tonumber(ARGV[1])
+local mode = ARGV[2]
+local keep = ARGV[3]
+local batch = ARGV[4]
+local topic = ARGV[5]
+local dead_max = ARGV[6]
+local dead_keep = ARGV[7]
 local _, byName = readLanes(m, 10, 7, topic)
+local release, candidates = {}, {}
+if mode == 'reap' then
+  local d = 0
+  for i = 8 + 3*m, #ARGV - 1, 2 do
+    d = d + 1
+    candidates[d] = {place = tonumber(ARGV[i]), most = tonumber(ARGV[i+1]), rk = KEYS[10+3*m+d]}
+  end
+else
+  for i = 8 + 3*m, #ARGV do release[#release+1] = tonumber(ARGV[i]) end
+end
+
+local now = redisNow()
 -- The jobs to take back: place -> entry, in the batch's order.
 local places, entries = {}, {}
 local last = {} -- place -> {most attempts, its record's key}
 if mode == 'reap' then
-  local due = redis.call('ZSCORE', KEYS[1], batch)
+  local due = redis.call('ZSCORE', leases_key, batch)
   if not due or tonumber(due) > now then return {0, 0} end
-  local all = redis.call('LRANGE', KEYS[8], 0, -1)
-  local settled = redis.call('GET', KEYS[9]) or ''
+  local all = redis.call('LRANGE', lease_key, 0, -1)
+  local settled = redis.call('GET', settled_key) or ''
   for i, e in ipairs(all) do
     if (string.byte(settled, i) or 0) == 0 then places[#places+1], entries[#entries+1] = i - 1, e end
   end
-  local d = 0
-  for i = 8 + 3*m, #ARGV - 1, 2 do
-    d = d + 1
-    last[tonumber(ARGV[i])] = {most = tonumber(ARGV[i+1]), rk = KEYS[10+3*m+d]}
-  end
+  for _, c in ipairs(candidates) do last[c.place] = c end
 else
   local seen = {}
-  for i = 8 + 3*m, #ARGV do
-    local p = tonumber(ARGV[i])
-    local e = not seen[p] and redis.call('LINDEX', KEYS[8], p)
+  for _, p in ipairs(release) do
+    local e = not seen[p] and redis.call('LINDEX', lease_key, p)
     seen[p] = true
     if e then places[#places+1], entries[#entries+1] = p, e end
   end
@@ -622,7 +752,7 @@ if #backPlaces > 0 then
   local mask = {}
   for p = first, lastPlace do mask[p-first+1] = '\0' end
   for _, p in ipairs(backPlaces) do mask[p-first+1] = '\1' end
-  local _, total, was = settle(KEYS[8], KEYS[9], first, table.concat(mask))
+  local _, total, was = settle(lease_key, settled_key, first, table.concat(mask))
   for i, p in ipairs(backPlaces) do
     held[i] = total > 0 and (was == nil or (string.byte(was, p - first + 1) or 0) == 0)
   end
@@ -646,49 +776,96 @@ for i = #back, 1, -1 do
         redis.call('HINCRBY', l.meta, 'failed', 1)
         acc.ended[l.name] = l
       end
-      bury(final.rk, KEYS[10], ARGV[6], ARGV[7], KEYS[4], id, e, n + 1, err, now, l.group, l.meta, l.results, topic)
+      bury(final.rk, dead_key, dead_max, dead_keep, stats_key, id, e, n + 1, err, now, l.group, l.meta, l.results, topic)
       dead = dead + 1
     else
-      putBack(l, e, id, 'running', KEYS[2], KEYS[3], KEYS[7], acc)
+      putBack(l, e, id, 'running', lanes_key, vt_key, shared_key, acc)
     end
   end
 end
 if taken > 0 then
-  redis.call('HINCRBY', KEYS[4], 'inflight', -taken)
-  batchEnd(KEYS[1], KEYS[8], KEYS[9], batch)
+  redis.call('HINCRBY', stats_key, 'inflight', -taken)
+  batchEnd(leases_key, lease_key, settled_key, batch)
 end
 -- A batch without its list (deleted by hand) leaves the leases.
-if redis.call('EXISTS', KEYS[8]) == 0 then redis.call('ZREM', KEYS[1], batch) end
-putBackDone(acc, KEYS[4], KEYS[5], KEYS[6], now, keep)
+if redis.call('EXISTS', lease_key) == 0 then redis.call('ZREM', leases_key, batch) end
+putBackDone(acc, stats_key, wake_key, completed_key, now, keep)
 return {acc.moved, dead}
 `)
+
+// promoteArgs are one call of the promote script, laid out as:
+//
+//	KEYS[1]        delayed    zset: entries by due time
+//	KEYS[2]        lanes      zset: active lanes by virtual time
+//	KEYS[3]        vt         string: the partition's virtual clock
+//	KEYS[4]        stats      hash: ready, the funnel's cancelled fields
+//	KEYS[5]        wake       list: wake-up token for idle consumers
+//	KEYS[6]        completed  list: bulk groups whose jobs have all ended
+//	KEYS[7]        shared     hash: shared lanes' virtual finish times
+//	KEYS[8..7+3m]  per lane (m of them), 3 keys: list, meta, results
+//	               (appendLaneKeys)
+//	ARGV[1]        now        Unix ms: only entries due at or before it move
+//	ARGV[2]        m          lanes
+//	ARGV[3]        keep       seconds to keep an ended group
+//	ARGV[4]        topic      the queue's topic
+//	ARGV[5..4+3m]  per lane, 3 fields: name, group, weight (appendLaneArgs)
+//	ARGV[5+3m..]   the candidate entries
+//
+// The script unpacks them into named locals at its top.
+type promoteArgs struct {
+	k       Keys
+	nowMS   int64
+	topic   string
+	lanes   []LaneInfo
+	entries []string
+}
+
+func (a *promoteArgs) keys() []string {
+	ks := make([]string, 0, 7+3*len(a.lanes))
+	ks = append(ks, a.k.Delayed(), a.k.Lanes(), a.k.VirtualTime(), a.k.Stats(), a.k.Wake(), a.k.Completed(), a.k.Shared())
+	return a.k.appendLaneKeys(ks, a.lanes...)
+}
+
+func (a *promoteArgs) argv() []any {
+	args := make([]any, 0, 4+3*len(a.lanes)+len(a.entries))
+	args = append(args, a.nowMS, len(a.lanes), int64(endedKeep/time.Second), a.topic)
+	args = appendLaneArgs(args, a.lanes...)
+	for _, e := range a.entries {
+		args = append(args, e)
+	}
+	return args
+}
 
 // promoteScript moves due entries of delayed back to their lanes.
 // Candidates come from a read of delayed; each is checked again here.
 //
-// KEYS[1] delayed   KEYS[2] lanes   KEYS[3] vt   KEYS[4] stats: ready, the
-// funnel's cancelled fields   KEYS[5] wake   KEYS[6] completed   KEYS[7] shared
-// KEYS[7+3l-2..7+3l]  lane l's keys (appendLaneKeys), l = 1..m
-// ARGV[1] now, Unix ms: only entries due at or before it move   ARGV[2] m
-// ARGV[3] seconds to keep an ended group   ARGV[4] the queue's topic
-// ARGV[4+3l-2..4+3l]  lane l's fields (appendLaneArgs)
-// ARGV[5+3m..]        the candidate entries
+// KEYS and ARGV: promoteArgs.
 // Returns how many went back to their lanes.
-var promoteScript = newScript(luaGroupEnded + luaFunnel + luaLanes + luaPutBack + `
-local now, m, keep = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3]
-local _, byName = readLanes(m, 7, 4, ARGV[4])
+var promoteScript = newScript("promote", luaGroupEnded, luaFunnel, luaLanes, luaPutBack, `
+-- KEYS and ARGV, as promoteArgs lays them out.
+local delayed_key, lanes_key, vt_key, stats_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local wake_key, completed_key, shared_key = KEYS[5], KEYS[6], KEYS[7]
+local now_ms = ARGV[1]
+local m = tonumber(ARGV[2])
+local keep = ARGV[3]
+local topic = ARGV[4]
+local _, byName = readLanes(m, 7, 4, topic)
+local entries = {}
+for i = 5 + 3*m, #ARGV do entries[#entries+1] = ARGV[i] end
+
+local now = tonumber(now_ms)
 local acc = {moved = 0, state = {}, ended = {}, funnel = {}, cache = {}}
-for i = #ARGV, 5 + 3*m, -1 do
-  local e = ARGV[i]
-  local due = redis.call('ZSCORE', KEYS[1], e)
+for i = #entries, 1, -1 do
+  local e = entries[i]
+  local due = redis.call('ZSCORE', delayed_key, e)
   local _, id, lane = entryHead(e)
   local l = id and byName[lane]
   if l and due and tonumber(due) <= now then
-    redis.call('ZREM', KEYS[1], e)
-    putBack(l, e, id, 'delayed', KEYS[2], KEYS[3], KEYS[7], acc)
+    redis.call('ZREM', delayed_key, e)
+    putBack(l, e, id, 'delayed', lanes_key, vt_key, shared_key, acc)
   end
 end
-putBackDone(acc, KEYS[4], KEYS[5], KEYS[6], ARGV[1], keep)
+putBackDone(acc, stats_key, wake_key, completed_key, now_ms, keep)
 return acc.moved
 `)
 
@@ -724,7 +901,7 @@ type AttemptLimit func(envelope string) int
 //
 // KEYS[1] leases   ARGV[1] most batches
 // Returns their names, the earliest deadlines first.
-var dueLeasesScript = newScript(luaNow + `
+var dueLeasesScript = newScript("dueLeases", luaNow, `
 return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', redisNow(), 'LIMIT', 0, tonumber(ARGV[1]))
 `)
 
@@ -742,7 +919,7 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', redisNow(), 'LIMIT', 0, tonu
 func (p *Pool) Reap(ctx context.Context, q Queue, max int, dead DeadLimits, limit AttemptLimit) (returned, died int, err error) {
 	k := p.keyspace.Keys(q)
 	c := p.byPart[q.Part]
-	res, err := runScript(ctx, c, dueLeasesScript, []string{k.Leases()}, max)
+	res, err := dueLeasesScript.run(ctx, c, []string{k.Leases()}, max)
 	batches := stringsOf(res)
 	if err != nil || len(batches) == 0 {
 		return 0, 0, err
@@ -859,21 +1036,8 @@ func (p *Pool) Release(ctx context.Context, q Queue, jobs []Claimed) (int, error
 }
 
 func (p *Pool) returnBatch(ctx context.Context, q Queue, batch, mode string, lanes []LaneInfo, places []int, last []lastAttempt, dead DeadLimits) (returned, died int, err error) {
-	k := p.keyspace.Keys(q)
-	ks := make([]string, 0, 10+3*len(lanes)+len(last))
-	ks = append(ks, k.Leases(), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Completed(), k.Shared(), k.Lease(batch), k.Settled(batch), k.Dead())
-	args := make([]any, 0, 7+3*len(lanes)+len(places)+2*len(last))
-	args = append(args, len(lanes), mode, int64(endedKeep/time.Second), batch, q.Topic, dead.Max, max(int64(dead.Keep/time.Second), 1))
-	ks = k.appendLaneKeys(ks, lanes...)
-	args = appendLaneArgs(args, lanes...)
-	for _, place := range places {
-		args = append(args, place)
-	}
-	for _, l := range last {
-		ks = append(ks, k.Job(l.id))
-		args = append(args, l.place, l.most)
-	}
-	res, err := runScript(ctx, p.byPart[q.Part], returnScript, ks, args...)
+	a := returnArgs{k: p.keyspace.Keys(q), batch: batch, mode: mode, topic: q.Topic, dead: dead, lanes: lanes, places: places, last: last}
+	res, err := returnScript.run(ctx, p.byPart[q.Part], a.keys(), a.argv()...)
 	if err != nil {
 		return 0, 0, fmt.Errorf("returning batch %s on %s: %w", batch, q, err)
 	}
@@ -898,16 +1062,8 @@ func (p *Pool) Promote(ctx context.Context, q Queue, max int, now time.Time) (in
 	if len(entries) == 0 {
 		return 0, nil
 	}
-	ks := make([]string, 0, 7+3*len(lanes))
-	ks = append(ks, k.Delayed(), k.Lanes(), k.VirtualTime(), k.Stats(), k.Wake(), k.Completed(), k.Shared())
-	args := make([]any, 0, 4+3*len(lanes)+len(entries))
-	args = append(args, now.UnixMilli(), len(lanes), int64(endedKeep/time.Second), q.Topic)
-	ks = k.appendLaneKeys(ks, lanes...)
-	args = appendLaneArgs(args, lanes...)
-	for _, e := range entries {
-		args = append(args, e)
-	}
-	res, err := runScript(ctx, p.byPart[q.Part], promoteScript, ks, args...)
+	a := promoteArgs{k: k, nowMS: now.UnixMilli(), topic: q.Topic, lanes: lanes, entries: entries}
+	res, err := promoteScript.run(ctx, p.byPart[q.Part], a.keys(), a.argv()...)
 	if err != nil {
 		return 0, fmt.Errorf("promoting delayed jobs on %s: %w", q, err)
 	}

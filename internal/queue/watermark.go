@@ -73,7 +73,7 @@ func enqueueCodes(val any, want int) ([]int64, []LogChange, error) {
 // resumes at, at most the log's end
 // Returns -2 when fenced (nothing written), -1 when the watermark lies
 // below ARGV[3] (nothing written), else the watermark it lowered.
-var truncatedScript = newScript(`
+var truncatedScript = newScript("truncated", `
 if tonumber(ARGV[1]) < tonumber(redis.call('GET', KEYS[1]) or '0') then
   return -2
 end
@@ -143,7 +143,7 @@ func (p *Pool) LowerTruncated(ctx context.Context, token uint64, topic string, k
 	for _, qp := range append(others, proofs...) {
 		q := Queue{Topic: topic, Part: qp}
 		k := p.keyspace.Keys(q)
-		res, err := runScript(ctx, p.byPart[qp], truncatedScript, []string{k.Fence(), k.Watermark(), k.Stats()}, tok, part, resume, resume)
+		res, err := truncatedScript.run(ctx, p.byPart[qp], []string{k.Fence(), k.Watermark(), k.Stats()}, tok, part, resume, resume)
 		if err != nil {
 			return lowered, fmt.Errorf("lowering the watermark of %s below the truncated log's end: %w", q, err)
 		}
