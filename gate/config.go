@@ -90,12 +90,13 @@ type Config struct {
 	// Kafka produce request (64 records go at once); 0: each request's
 	// records at once. See kafka.ProducerOptions.Linger. Default 1ms.
 	ProduceLinger time.Duration
-	// ShortISRHold is how long a partition whose leader refused an
-	// acks=all write for too few in-sync replicas has its acks=all jobs
-	// answered 503 at once, without a trip to Kafka; then one job probes
-	// it. 0: every job goes to Kafka and waits its turn behind the
-	// client's retries of the refused ones (up to the produce timeout: a
-	// 504). See kafka.ProducerOptions.ShortISRHold. Default 1s.
+	// ShortISRHold is how often the gate asks Kafka whether a partition
+	// whose leader refused an acks=all write for too few in-sync replicas
+	// is whole again; until then its acks=all jobs are answered 503 at
+	// once, without a trip to Kafka. 0: every job goes to Kafka and waits
+	// its turn behind the client's retries of the refused ones (up to the
+	// produce timeout: a 504). See kafka.ProducerOptions.ShortISRHold.
+	// Default 1s.
 	ShortISRHold time.Duration
 	// RetryAfter is the Retry-After sent with 503 while Kafka is
 	// unreachable. Default 1s.
@@ -190,7 +191,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Lookup("redis-partitions").Usage = "Redis partitions in the layout (as the relay's)"
 	cli.DurationVar(fs, &c.ProduceTimeout, "produce-timeout", c.ProduceTimeout, "longest wait for Kafka's acknowledgement before answering 504")
 	cli.DurationVar(fs, &c.ProduceLinger, "produce-linger", c.ProduceLinger, "how long a record may wait for others to share its Kafka produce request (64 records go at once); 0: each request's records at once")
-	cli.DurationVar(fs, &c.ShortISRHold, "short-isr-hold", c.ShortISRHold, "after a partition's leader refused acks=all for too few in-sync replicas, how long its acks=all jobs are answered 503 at once before one probes it again (0: always sent, waiting behind the retries)")
+	cli.DurationVar(fs, &c.ShortISRHold, "short-isr-hold", c.ShortISRHold, "after a partition's leader refused acks=all for too few in-sync replicas, its acks=all jobs are answered 503 at once, and Kafka is asked this often whether it is whole again (0: always sent, waiting behind the retries)")
 	cli.DurationVar(fs, &c.RetryAfter, "retry-after", c.RetryAfter, "Retry-After sent with 503 while Kafka is unreachable")
 	cli.DurationVar(fs, &c.DrainTimeout, "drain-timeout", c.DrainTimeout, "on SIGTERM, how long in-flight requests may take to finish")
 	cli.DurationVar(fs, &c.MetadataRefresh, "metadata-refresh", c.MetadataRefresh, "how often to re-read Kafka's topic list")

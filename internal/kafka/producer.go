@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,12 @@ type Producer struct {
 	// replicas at once; nil with ShortISRHold 0.
 	isr     *shortISR
 	murmur2 sarama.Partitioner // for keyed records only: stateless then
+	// The short-ISR watcher's context, ended by Close, and the admin
+	// client it reads topic configs with, made on first use.
+	watchCtx  context.Context
+	stopWatch context.CancelFunc
+	adminMu   sync.Mutex
+	admin     sarama.ClusterAdmin
 
 	// The leader-acks producer, created on first use. A creation that
 	// failed (Kafka down) is tried again on a later use, at most once every
@@ -80,13 +87,13 @@ type ProducerOptions struct {
 	// POSTs a second (BENCHMARKS.md).
 	Linger         time.Duration
 	LingerMessages int
-	// ShortISRHold is how long, after a partition's leader refused an
-	// acks=all write because its in-sync replicas were fewer than
-	// min.insync.replicas, new acks=all records for that partition are
-	// refused at once (ErrShortISR, which Unavailable reports) instead of
-	// queueing behind sarama's retries of the refused ones; then one record
-	// probes the partition (shortisr.go). Default 0: off, every record is
-	// sent.
+	// ShortISRHold turns on the short-ISR breakers (shortisr.go): after a
+	// partition's leader refused an acks=all write because its in-sync
+	// replicas were fewer than min.insync.replicas, new acks=all records
+	// for it are refused at once (ErrShortISR, which Unavailable reports)
+	// instead of queueing behind sarama's retries of the refused ones, and
+	// Kafka is asked this often whether the partition is whole again.
+	// Default 0: off, every record is sent.
 	ShortISRHold time.Duration
 }
 
@@ -125,8 +132,9 @@ func NewProducer(c *Config, opts ProducerOptions, log *slog.Logger) (*Producer, 
 		return nil, err
 	}
 	p := &Producer{cfg: base, addrs: c.Brokers, log: log, all: all, client: client, now: time.Now, murmur2: sarama.NewMurmur2Partitioner("")}
+	p.watchCtx, p.stopWatch = context.WithCancel(context.Background())
 	if opts.ShortISRHold > 0 {
-		p.isr = newShortISR(opts.ShortISRHold, time.Now, p.partitionOf, log)
+		p.isr = newShortISR(p.watchCtx, &p.wg, opts.ShortISRHold, time.Now, p.partitionOf, p.inSyncEnough, log)
 	}
 	p.dispatch(all, p.isr)
 	return p, nil
@@ -176,8 +184,7 @@ type pending struct {
 type slot struct {
 	p        *pending
 	i        int
-	explicit int32  // partition named by the caller, or -1
-	gen      uint64 // the short-ISR breakers' generation it was sent in
+	explicit int32 // partition named by the caller, or -1
 }
 
 func (s *slot) finish(partition int32, offset int64, err error) {
@@ -188,29 +195,71 @@ func (s *slot) finish(partition int32, offset int64, err error) {
 }
 
 // dispatch hands ap's answers to the records' slots, telling isr (when
-// not nil) each partition's answer first.
+// not nil) of each refusal first.
 func (p *Producer) dispatch(ap sarama.AsyncProducer, isr *shortISR) {
 	p.wg.Add(2)
 	go func() {
 		defer p.wg.Done()
 		for m := range ap.Successes() {
-			s := m.Metadata.(*slot)
-			if isr != nil {
-				isr.answered(m.Topic, m.Partition, s.gen, nil)
-			}
-			s.finish(m.Partition, m.Offset, nil)
+			m.Metadata.(*slot).finish(m.Partition, m.Offset, nil)
 		}
 	}()
 	go func() {
 		defer p.wg.Done()
 		for e := range ap.Errors() {
-			s := e.Msg.Metadata.(*slot)
 			if isr != nil {
-				isr.answered(e.Msg.Topic, e.Msg.Partition, s.gen, e.Err)
+				isr.refused(e.Msg.Topic, e.Msg.Partition, e.Err)
 			}
-			s.finish(e.Msg.Partition, -1, e.Err)
+			e.Msg.Metadata.(*slot).finish(e.Msg.Partition, -1, e.Err)
 		}
 	}()
+}
+
+// inSyncEnough reports whether a partition's in-sync replicas, in fresh
+// metadata, meet the topic's min.insync.replicas as the broker applies it:
+// at most the partition's replica count.
+func (p *Producer) inSyncEnough(ctx context.Context, topic string, partition int32) (bool, error) {
+	if err := p.client.RefreshMetadata(topic); err != nil {
+		return false, err
+	}
+	isr, err := p.client.InSyncReplicas(topic, partition)
+	if err != nil {
+		return false, err
+	}
+	replicas, err := p.client.Replicas(topic, partition)
+	if err != nil {
+		return false, err
+	}
+	want, err := p.minInSync(topic)
+	if err != nil {
+		return false, err
+	}
+	return len(isr) >= max(1, min(want, len(replicas))), ctx.Err()
+}
+
+// minInSync reads a topic's min.insync.replicas (its own, or the broker's
+// default: DescribeConfigs answers the value in force).
+func (p *Producer) minInSync(topic string) (int, error) {
+	p.adminMu.Lock()
+	defer p.adminMu.Unlock()
+	if p.admin == nil {
+		cfg := *p.cfg
+		admin, err := sarama.NewClusterAdmin(p.addrs, &cfg)
+		if err != nil {
+			return 0, err
+		}
+		p.admin = admin
+	}
+	entries, err := p.admin.DescribeConfig(sarama.ConfigResource{Type: sarama.TopicResource, Name: topic, ConfigNames: []string{"min.insync.replicas"}})
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		if e.Name == "min.insync.replicas" {
+			return strconv.Atoi(e.Value)
+		}
+	}
+	return 1, nil // Kafka's default
 }
 
 // partitionOf is the partition the acks=all producer's partitioner sends m
@@ -292,7 +341,6 @@ func (p *Producer) handOver(ctx context.Context, acks Acks, msgs []Message) (*pe
 		pm.Headers = msgs[i].Headers
 		pm.Metadata = &slots[i]
 		if isr != nil {
-			slots[i].gen = isr.generation()
 			if err := isr.admit(pm); err != nil {
 				slots[i].finish(-1, -1, err)
 				continue
@@ -331,11 +379,17 @@ func (p *Producer) Close() error {
 		return nil
 	}
 	p.closed = true
+	p.stopWatch()
 	errs := []error{p.all.Close()}
 	if leader != nil {
 		errs = append(errs, leader.Close())
 	}
 	p.wg.Wait()
+	p.adminMu.Lock()
+	if p.admin != nil {
+		errs = append(errs, p.admin.Close())
+	}
+	p.adminMu.Unlock()
 	if !p.client.Closed() {
 		errs = append(errs, p.client.Close())
 	}

@@ -1,29 +1,47 @@
 package kafka
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
 )
 
-// TestShortISRRefusesAtOnceThenProbes walks a partition's breaker through
-// its states on an injected clock: closed, opened by a refusal for short
-// in-sync replicas, refusing at once for the hold, one probe after it while
-// the others are still refused, reopened by the probe's refusal, closed by
-// a success; other errors never open it and close it when it is open;
-// answers to records sent before it opened never close it.
-func TestShortISRRefusesAtOnceThenProbes(t *testing.T) {
+// TestShortISRRefusesAtOnceUntilKafkaShowsItWhole walks a partition's
+// breaker through its states: closed; opened by a refusal for short in-sync
+// replicas (and by no other error); refusing that partition's records at
+// once, and only that partition's; kept open by answers that arrive after
+// (records sent before it opened) and by checks that find the partition
+// short or cannot ask; closed by a check that finds it whole, without a
+// record sent. The watcher's ticks are replaced by calls to check.
+func TestShortISRRefusesAtOnceUntilKafkaShowsItWhole(t *testing.T) {
 	now := time.Unix(1_000, 0)
-	s := newShortISR(time.Second, func() time.Time { return now }, func(m *sarama.ProducerMessage) int32 {
+	var (
+		mu     sync.Mutex
+		whole  = map[int32]bool{}
+		askErr error
+		asked  []int32
+	)
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	s := newShortISR(ctx, &wg, time.Hour, func() time.Time { return now }, func(m *sarama.ProducerMessage) int32 {
 		if m.Key == nil {
 			return -1
 		}
 		return int32(m.Key.Length()) // the test's partitioner: the key's length
+	}, func(_ context.Context, topic string, p int32) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		asked = append(asked, p)
+		return whole[p], askErr
 	}, slog.New(slog.DiscardHandler))
+	defer func() { cancel(); wg.Wait() }()
+
 	rec := func(key string) *sarama.ProducerMessage {
 		m := &sarama.ProducerMessage{Topic: "jobs"}
 		if key != "" {
@@ -31,10 +49,8 @@ func TestShortISRRefusesAtOnceThenProbes(t *testing.T) {
 		}
 		return m
 	}
-	var gen uint64 // the generation of the last record admitted
 	admitted := func(what string, m *sarama.ProducerMessage, want bool) {
 		t.Helper()
-		gen = s.generation()
 		err := s.admit(m)
 		if (err == nil) != want {
 			t.Fatalf("%s: admit = %v, want admitted %v", what, err, want)
@@ -45,40 +61,46 @@ func TestShortISRRefusesAtOnceThenProbes(t *testing.T) {
 	}
 
 	admitted("closed", rec("ab"), true)
-	before := gen // sent before the breaker opens, answered after
-	s.answered("jobs", 2, before, sarama.ErrNotEnoughReplicas)
+	s.refused("jobs", 2, sarama.ErrNotLeaderForPartition)
+	s.refused("jobs", 2, sarama.ErrRequestTimedOut)
+	admitted("a leader change or a timeout opens nothing", rec("ab"), true)
+	if s.check(ctx) {
+		t.Fatal("check reports a breaker open with none opened")
+	}
+
+	s.refused("jobs", 2, fmt.Errorf("wrapped: %w", sarama.ErrNotEnoughReplicasAfterAppend))
 	admitted("just refused", rec("ab"), false)
 	admitted("another partition", rec("abc"), true)
 	admitted("another topic", &sarama.ProducerMessage{Topic: "other", Key: sarama.StringEncoder("ab")}, true)
 	admitted("no key: its partition unknown", rec(""), true)
-	now = now.Add(999 * time.Millisecond)
-	admitted("within the hold", rec("xy"), false)
-	s.answered("jobs", 2, before, nil)
-	admitted("a success for a record sent before it opened closes nothing", rec("xy"), false)
-	s.answered("jobs", 2, before, sarama.ErrNotLeaderForPartition)
-	admitted("nor does another answer to one", rec("xy"), false)
+	s.refused("jobs", 2, sarama.ErrNotEnoughReplicas) // a record sent before it opened
+	now = now.Add(time.Minute)
+	admitted("a minute on, not yet checked", rec("xy"), false)
 
-	now = now.Add(time.Millisecond)
-	admitted("the probe, after the hold", rec("ab"), true)
-	admitted("while the probe is out", rec("ab"), false)
-	s.answered("jobs", 2, gen, fmt.Errorf("wrapped: %w", sarama.ErrNotEnoughReplicasAfterAppend))
-	admitted("the probe refused: open again", rec("ab"), false)
-	now = now.Add(time.Second)
-	admitted("the next probe", rec("ab"), true)
-	now = now.Add(probeLimit)
-	admitted("a probe unanswered for probeLimit: another may go", rec("ab"), true)
-	s.answered("jobs", 2, gen, nil)
-	admitted("the probe succeeded: closed", rec("ab"), true)
-	admitted("closed stays closed", rec("ab"), true)
-	if n := s.open.Load(); n != 0 {
-		t.Fatalf("%d breakers open after the success, want 0", n)
+	if !s.check(ctx) {
+		t.Fatal("check closed a breaker whose partition Kafka shows short")
 	}
-
-	s.answered("jobs", 2, gen, sarama.ErrNotLeaderForPartition)
-	admitted("a leader change opens nothing", rec("ab"), true)
-	s.answered("jobs", 2, gen, sarama.ErrNotEnoughReplicas)
-	now = now.Add(time.Second)
-	admitted("a probe", rec("ab"), true)
-	s.answered("jobs", 2, gen, sarama.ErrRequestTimedOut)
-	admitted("any answer but a short in-sync set closes it", rec("ab"), true)
+	admitted("checked: still short", rec("ab"), false)
+	mu.Lock()
+	whole[2], askErr = true, errors.New("no broker answered")
+	mu.Unlock()
+	if !s.check(ctx) {
+		t.Fatal("check closed a breaker though asking Kafka failed")
+	}
+	admitted("the check could not ask", rec("ab"), false)
+	mu.Lock()
+	askErr = nil
+	mu.Unlock()
+	if s.check(ctx) {
+		t.Fatal("check left the breaker open though Kafka shows the partition whole")
+	}
+	admitted("whole again: closed", rec("ab"), true)
+	if n := s.open.Load(); n != 0 {
+		t.Fatalf("%d breakers open after the check, want 0", n)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(asked) != 3 || asked[0] != 2 {
+		t.Fatalf("asked Kafka about partitions %v, want partition 2 three times", asked)
+	}
 }
