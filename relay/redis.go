@@ -40,12 +40,5 @@ type redisSide interface {
 
 var _ redisSide = (*queue.Pool)(nil)
 
-// openRedis is queue.NewPool held as the part's redisSide: nil on an
-// error, never a nil *queue.Pool inside a non-nil interface.
-func openRedis(cfg queue.PoolConfig) (redisSide, error) {
-	p, err := queue.NewPool(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return p, nil
-}
+// openRedis is queue.NewPool held as the part's redisSide.
+func openRedis(cfg queue.PoolConfig) (redisSide, error) { return queue.OpenAs[redisSide](cfg) }

@@ -119,6 +119,23 @@ func NewPool(cfg PoolConfig) (*Pool, error) {
 	return p, nil
 }
 
+// OpenAs is NewPool held as R, a part's own interface listing the Redis
+// operations it uses (its redis.go, enforced by internal/arch): a nil R on
+// an error, never a nil *Pool inside a non-nil interface.
+func OpenAs[R any](cfg PoolConfig) (R, error) {
+	var none R
+	p, err := NewPool(cfg)
+	if err != nil {
+		return none, err
+	}
+	r, ok := any(p).(R)
+	if !ok {
+		p.Close()
+		return none, fmt.Errorf("queue.OpenAs: *Pool does not implement %T", &none)
+	}
+	return r, nil
+}
+
 // Keyspace is the pool's layout.
 func (p *Pool) Keyspace() Keyspace { return p.keyspace }
 
