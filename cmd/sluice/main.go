@@ -14,7 +14,9 @@ import (
 
 	"github.com/sluicehq/sluice/gate"
 	"github.com/sluicehq/sluice/internal/cli"
+	"github.com/sluicehq/sluice/internal/kafka"
 	"github.com/sluicehq/sluice/internal/ops"
+	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/relay"
 )
 
@@ -147,6 +149,8 @@ func start(ctx context.Context, fs *flag.FlagSet, part string, logging *cli.Logg
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	kafka.RouteLogs(log)
+	queue.RouteLogs(log)
 	stopTracing := func() {}
 	if part != "dev" { // sluice dev starts tracing once its Jaeger runs (dev_tracing.go)
 		if stopTracing, err = logging.StartTracing(ctx, part, log); err != nil {
