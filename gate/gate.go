@@ -63,7 +63,8 @@ func New(ctx context.Context, cfg Config, log *slog.Logger) (*Gate, error) {
 	}
 	// The envelope adds the gate's fields (id, id_given, topic, enqueued_at) to the
 	// client's body; leave room for them under Kafka's record limit.
-	producer, err := kafka.NewProducer(&cfg.Kafka, kafka.ProducerOptions{MaxMessageBytes: int(cfg.MaxBodyBytes) + 4096, Linger: cfg.ProduceLinger, ShortISRHold: cfg.ShortISRHold}, log)
+	producer, err := kafka.NewProducer(&cfg.Kafka, kafka.ProducerOptions{MaxMessageBytes: int(cfg.MaxBodyBytes) + 4096, Linger: cfg.ProduceLinger, ShortISRHold: cfg.ShortISRHold,
+		AckTimeout: ackTimeout(cfg.ProduceTimeout)}, log)
 	if err != nil {
 		return nil, err
 	}
@@ -273,4 +274,13 @@ func (g *Gate) followTokens(ctx context.Context) {
 			return a, err
 		},
 		func(a *Auth) { g.auth.Store(a) })
+}
+
+// ackTimeout is how long a Kafka leader may hold an acks=all produce request
+// waiting for its in-sync replicas (kafka.ProducerOptions.AckTimeout): half
+// the produce timeout, so that a request stuck behind a stopped follower is
+// answered and retried (idempotently) while its client still waits, rather
+// than holding every record for that broker past the deadline.
+func ackTimeout(produce time.Duration) time.Duration {
+	return max(produce/2, 250*time.Millisecond)
 }

@@ -95,6 +95,17 @@ type ProducerOptions struct {
 	// Kafka is asked this often whether the partition is whole again.
 	// Default 0: off, every record is sent.
 	ShortISRHold time.Duration
+	// AckTimeout is how long a partition's leader waits for its in-sync
+	// replicas to take an acks=all record before it answers
+	// REQUEST_TIMED_OUT, which sarama retries (sarama's Producer.Timeout).
+	// The idempotent producer has one request in flight per broker, so a
+	// request that waits at the leader holds back every record for that
+	// broker meanwhile: when a follower stops, the records the leader
+	// appended while it was still in the in-sync set waited the whole
+	// 10 s (sarama's default) in the chaos suite, though the set shrank at
+	// once, and everything behind them was answered 504. Keep it well under
+	// the caller's own deadline. Default 0: sarama's, 10s.
+	AckTimeout time.Duration
 }
 
 // NewProducer connects to Kafka. It fails when no broker answers.
@@ -115,6 +126,9 @@ func NewProducer(c *Config, opts ProducerOptions, log *slog.Logger) (*Producer, 
 	}
 	allCfg := *base
 	allCfg.Producer.RequiredAcks = sarama.WaitForAll
+	if opts.AckTimeout > 0 {
+		allCfg.Producer.Timeout = opts.AckTimeout
+	}
 	allCfg.Producer.Idempotent = true
 	allCfg.Net.MaxOpenRequests = 1 // sarama requires it for idempotence
 	if allCfg.Producer.Retry.Max < 1 {
