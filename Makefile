@@ -146,7 +146,8 @@ sdk/typescript/node_modules/.package-lock.json: sdk/typescript/package-lock.json
 run: run-deps build
 	./bin/sluice dev $(DEV_FLAGS)
 
-## test: vet, then every test, with the race detector, against real Redis,
+## test: vet (the asynq comparison module too: it builds against sluice's packages),
+## then every test, with the race detector, against real Redis,
 ## Consul and Kafka (kfake, and the Apache broker where its behaviour matters).
 #
 # Only the tests named *InJaeger need bin/jaeger, whose first build is most of
@@ -162,6 +163,7 @@ test:
 	@nice -n 19 $(MAKE) --no-print-directory jaeger >.sluice/jaeger-build.log 2>&1 & jaeger=$$!; \
 	$(MAKE) --no-print-directory test-deps && \
 	$(GO) vet ./... && \
+	(cd loadtest/asynqbench && $(GO) vet ./...) && \
 	$(GO) test -count=1 -race -p $(TEST_P) -timeout $(TEST_TIMEOUT) -skip '$(JAEGER_TESTS)' ./...; status=$$?; \
 	echo "waiting for the Jaeger build (.sluice/jaeger-build.log)"; \
 	wait $$jaeger || { cat .sluice/jaeger-build.log; exit 1; }; \

@@ -135,8 +135,8 @@ func runAsynq(b *testing.B, r *testenv.RedisServer) (float64, cpuPerJob) {
 // every one is done. Plain jobs: no retain, so nothing is kept once done.
 func runSluice(b *testing.B, r *testenv.RedisServer, groups int) (float64, cpuPerJob) {
 	ctx := context.Background()
-	layout := queue.Layout{Stage: "bench", Partitions: 8}
-	p, err := queue.NewPool(queue.PoolConfig{Layout: layout, Addr: r.Addr()})
+	layout := queue.Keyspace{Stage: "bench", Partitions: 8}
+	p, err := queue.NewPool(queue.PoolConfig{Keyspace: layout, Addr: r.Addr()})
 	if err != nil {
 		b.Fatal(err)
 	}
