@@ -88,7 +88,12 @@ type Config struct {
 	ProduceTimeout time.Duration
 	// ProduceLinger is how long a record may wait for others to share its
 	// Kafka produce request (64 records go at once); 0: each request's
-	// records at once. See kafka.ProducerOptions.Linger. Default 1ms.
+	// records at once. See kafka.ProducerOptions.Linger. Default 5ms: at a
+	// tenth of the maximum rate a request then carries about six records
+	// instead of one, which takes a quarter off the pipeline's CPU per
+	// job (Kafka's and the relay's halve: they pay per request and per
+	// fetched batch), for about 4 ms more from POST to start
+	// (BENCHMARKS.md, "Steady loads").
 	ProduceLinger time.Duration
 	// ShortISRHold is how often the gate asks Kafka whether a partition
 	// whose leader refused an acks=all write for too few in-sync replicas
@@ -139,7 +144,7 @@ func DefaultConfig() Config {
 		MaxGroupItems:          10_000_000,
 		StageRedis:             loc,
 		ProduceTimeout:         5 * time.Second,
-		ProduceLinger:          time.Millisecond,
+		ProduceLinger:          5 * time.Millisecond,
 		ShortISRHold:           time.Second,
 		RetryAfter:             time.Second,
 		DrainTimeout:           15 * time.Second,
