@@ -1,19 +1,18 @@
 package kafka
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/IBM/sarama"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // TestRouteLogsSendsSaramasLinesToTheLog: sarama's own lines reach the
 // part's log at debug, marked from=sarama, one record each.
 func TestRouteLogsSendsSaramasLinesToTheLog(t *testing.T) {
-	var buf syncBuffer
+	var buf testenv.LogBuffer
 	RouteLogs(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	defer RouteLogs(slog.New(slog.DiscardHandler))
 	sarama.Logger.Printf("producer/broker/%d state change to [retrying] on %s/%d because %v\n", 3, "jobs", 0, sarama.ErrNotEnoughReplicas)
@@ -24,15 +23,3 @@ func TestRouteLogsSendsSaramasLinesToTheLog(t *testing.T) {
 		t.Fatalf("sarama's lines in the log:\n%s", got)
 	}
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }

@@ -1,15 +1,14 @@
 package queue
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // TestRouteLogsSendsGoRedisLinesToTheLog: go-redis's own line about a
@@ -22,7 +21,7 @@ func TestRouteLogsSendsGoRedisLinesToTheLog(t *testing.T) {
 	}
 	addr := ln.Addr().String()
 	ln.Close()
-	var buf syncBuffer
+	var buf testenv.LogBuffer
 	RouteLogs(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	defer RouteLogs(slog.New(slog.DiscardHandler))
 	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1})
@@ -35,15 +34,3 @@ func TestRouteLogsSendsGoRedisLinesToTheLog(t *testing.T) {
 		t.Fatalf("go-redis's line about the failed dial, in the log:\n%s", got)
 	}
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
