@@ -32,37 +32,22 @@ func TestApacheKafkaThreeBrokers(t *testing.T) {
 	t.Run("leader killed under load", func(t *testing.T) {
 		leader := k.Partition("jobs", 0).Leader
 		var (
-			mu       sync.Mutex
-			acked    []accepted
-			refused  = map[int]int{}
-			stop     = make(chan struct{})
-			wg       sync.WaitGroup
-			postings = 4
+			mu      sync.Mutex
+			acked   []accepted
+			refused = map[int]int{}
 		)
-		for w := range postings {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					a := postNoFail(g.url+"/v1/topics/jobs/jobs?acks=all", fmt.Sprintf(`{"type":"t","id":"w%d-%d"}`, w, i))
-					mu.Lock()
-					if a.status == http.StatusAccepted {
-						var acc accepted
-						if err := json.Unmarshal(a.body, &acc); err == nil {
-							acked = append(acked, acc)
-						}
-					} else {
-						refused[a.status]++
-					}
-					mu.Unlock()
+		stop := postUntilStopped(g, 4, "w", func(a answer, _ time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			if a.status == http.StatusAccepted {
+				var acc accepted
+				if err := json.Unmarshal(a.body, &acc); err == nil {
+					acked = append(acked, acc)
 				}
-			}()
-		}
+			} else {
+				refused[a.status]++
+			}
+		})
 		count := func() int { mu.Lock(); defer mu.Unlock(); return len(acked) }
 		testenv.WaitFor(t, 10*time.Second, "jobs flowing", func() bool { return count() >= 200 })
 		k.KillBroker(leader)
@@ -73,8 +58,7 @@ func TestApacheKafkaThreeBrokers(t *testing.T) {
 		})
 		before := count()
 		testenv.WaitFor(t, 30*time.Second, "jobs flowing again after the failover", func() bool { return count() >= before+200 })
-		close(stop)
-		wg.Wait()
+		stop()
 		t.Logf("%d jobs acknowledged, refused %v; failover %s after the kill", len(acked), refused, time.Since(killed).Round(100*time.Millisecond))
 		for status := range refused {
 			if status != http.StatusServiceUnavailable && status != http.StatusGatewayTimeout {
@@ -191,28 +175,13 @@ func TestApacheKafkaThreeBrokers(t *testing.T) {
 			mu      sync.Mutex
 			answers = map[int]int{}
 			slowest time.Duration
-			stop    = make(chan struct{})
-			wg      sync.WaitGroup
 		)
-		for w := range 8 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					start := time.Now()
-					a := postNoFail(g.url+"/v1/topics/jobs/jobs?acks=all", fmt.Sprintf(`{"type":"t","id":"f%d-%d"}`, w, i))
-					mu.Lock()
-					answers[a.status]++
-					slowest = max(slowest, time.Since(start))
-					mu.Unlock()
-				}
-			}()
-		}
+		stop := postUntilStopped(g, 8, "f", func(a answer, took time.Duration) {
+			mu.Lock()
+			defer mu.Unlock()
+			answers[a.status]++
+			slowest = max(slowest, took)
+		})
 		count := func() int { mu.Lock(); defer mu.Unlock(); return answers[http.StatusAccepted] }
 		testenv.WaitFor(t, 10*time.Second, "jobs flowing", func() bool { return count() >= 200 })
 		k.StopBroker(follower)
@@ -222,8 +191,7 @@ func TestApacheKafkaThreeBrokers(t *testing.T) {
 		for time.Since(stopped) < 12*time.Second { // past sarama's default 10 s
 			time.Sleep(100 * time.Millisecond)
 		}
-		close(stop)
-		wg.Wait()
+		stop()
 		t.Logf("follower %d stopped under load: answers by status %v, the slowest %s", follower, answers, slowest.Round(time.Millisecond))
 		if n := sum(answers) - answers[http.StatusAccepted]; n > 0 {
 			t.Errorf("%d of %d answers were not 202 with a follower stopped and the in-sync sets still at min.insync.replicas: %v", n, sum(answers), answers)
@@ -322,6 +290,34 @@ func sum(m map[int]int) (n int) {
 
 // postNoFail is post for a goroutine that is not the test's: a transport
 // error is status 0.
+// postUntilStopped posts acks=all jobs to g from n goroutines, ids
+// prefix<goroutine>-<i>, until the stop it returns is called (stop waits
+// for them); record takes every answer and how long it took, from any of
+// the goroutines.
+func postUntilStopped(g *testGate, n int, prefix string, record func(a answer, took time.Duration)) (stop func()) {
+	var (
+		done = make(chan struct{})
+		wg   sync.WaitGroup
+	)
+	for w := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				start := time.Now()
+				a := postNoFail(g.url+"/v1/topics/jobs/jobs?acks=all", fmt.Sprintf(`{"type":"t","id":"%s%d-%d"}`, prefix, w, i))
+				record(a, time.Since(start))
+			}
+		}()
+	}
+	return func() { close(done); wg.Wait() }
+}
+
 func postNoFail(url, body string) answer {
 	resp, err := http.Post(url, "application/json", strings.NewReader(body))
 	if err != nil {
