@@ -37,15 +37,7 @@ func TestAnIdleWorkerDoesNotPollItsLists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls := func(cmd string) int {
-		for _, l := range strings.Split(stats, "\r\n") {
-			if rest, ok := strings.CutPrefix(l, "cmdstat_"+cmd+":calls="); ok {
-				n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-				return n
-			}
-		}
-		return 0
-	}
+	calls := func(cmd string) int { return commandCalls(stats, cmd) }
 	parts := b.layout.Partitions
 	if n := calls("lpop"); n > 0 {
 		t.Errorf("%d LPOPs in 3 s of an idle worker over %d partitions; want none while its consumers block on the command lists", n, parts)
@@ -55,4 +47,47 @@ func TestAnIdleWorkerDoesNotPollItsLists(t *testing.T) {
 	if n := calls("blpop"); n > parts {
 		t.Errorf("%d BLPOPs in 3 s over %d partitions; want at most one each (IdleRecheck 5s)", n, parts)
 	}
+}
+
+// An idle consumer claims once per IdleRecheck, when its BLPOP runs out:
+// the probe for topics with work again (topics.go) is for a consumer that
+// others keep busy, and must not add a second claim while all are empty.
+// The maintainer, which also reads with ZRANGE (due delayed jobs), ticks
+// past the window here, so every ZRANGE is a claim's read of its lanes.
+func TestAnIdleConsumerClaimsOncePerRecheck(t *testing.T) {
+	b := newBed(t)
+	b.start(t, func(c *worker.Config) { c.IdleRecheck, c.Maintain = time.Second, time.Minute },
+		func(w *worker.Worker) { w.Handle("t", worker.Noop) })
+	rdb := b.redis.Client()
+	ctx := context.Background()
+	testenv.WaitFor(t, 5*time.Second, "the consumers to block on their wake lists", func() bool {
+		info, err := rdb.Info(ctx, "clients").Result()
+		return err == nil && strings.Contains(info, "blocked_clients:"+strconv.Itoa(b.layout.Partitions)+"\r")
+	})
+	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // the window measured, as above
+	stats, err := rdb.Info(ctx, "commandstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	blpops, zranges := commandCalls(stats, "blpop"), commandCalls(stats, "zrange")
+	if blpops == 0 {
+		t.Fatalf("no BLPOP ran out in 3 s with IdleRecheck 1s: %s", stats)
+	}
+	if zranges > blpops {
+		t.Errorf("%d lane reads (ZRANGE) for %d BLPOPs in 3 s of idle consumers; want at most one per BLPOP", zranges, blpops)
+	}
+}
+
+// commandCalls is cmd's calls in an INFO commandstats answer.
+func commandCalls(stats, cmd string) int {
+	for _, l := range strings.Split(stats, "\r\n") {
+		if rest, ok := strings.CutPrefix(l, "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			return n
+		}
+	}
+	return 0
 }

@@ -222,7 +222,10 @@ func (c *consumer) probe(ctx context.Context, now time.Time) {
 		return
 	}
 	empty := ch.emptyTopics()
-	if len(empty) == 0 {
+	if len(empty) == 0 || len(empty) == len(ch.queues) && !c.hasWaiting() {
+		// Every topic empty and nothing claimed waits: the consumer
+		// goes idle next, and its BLPOP looks for work (a probe here
+		// made an idle partition claim twice per IdleRecheck).
 		return
 	}
 	ch.probed = now
