@@ -112,10 +112,8 @@ type Config struct {
 	// promotions, reaps and retries push a wake token, so this only bounds
 	// how long a lost token (a Redis restarted without its AOF) can leave
 	// ready jobs waiting; each recheck costs an idle partition a BLPOP and
-	// a claim. It also bounds how long a SIGTERM waits for an idle
-	// consumer: go-redis cannot interrupt a blocking read, so the drain
-	// waits for the BLPOP to end. Default 1s; 5s halves the idle cost of
-	// the worker and its Redis where a slower stop is fine.
+	// a claim. A stop does not wait for it: the consumer's BLPOP also
+	// waits on its own stop list, which the stop pushes to. Default 5s.
 	IdleRecheck time.Duration
 	// Consul's KV holds the execution rate limits
 	// (sluice/<stage>/limits/<resource>); an empty ConsulAddr means no
@@ -158,7 +156,7 @@ func DefaultConfig() Config {
 		Lease:      30 * time.Second, ClaimBatch: 256, Prefetch: 512, PrefetchWait: 50 * time.Millisecond, AckLinger: time.Millisecond, MaxAttempts: 5, Timeout: time.Minute,
 		Backoff: time.Second, MaxBackoff: 16 * time.Second, ResultTTL: 24 * time.Hour, IdempotencyTTL: 24 * time.Hour,
 		DeadMax: 100000, DeadTTL: 7 * 24 * time.Hour,
-		Drain: 30 * time.Second, Maintain: 500 * time.Millisecond, IdleRecheck: time.Second,
+		Drain: 30 * time.Second, Maintain: 500 * time.Millisecond, IdleRecheck: 5 * time.Second,
 		RateLimitLead: 25 * time.Millisecond, RateLimitMargin: 5 * time.Millisecond,
 	}
 }
@@ -191,7 +189,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.DeadTTL, "dead-ttl", c.DeadTTL, "how long a dead job is kept")
 	cli.DurationVar(fs, &c.Drain, "drain-timeout", c.Drain, "on SIGTERM, how long running jobs may take; the rest go back to ready")
 	cli.DurationVar(fs, &c.Maintain, "maintain-every", c.Maintain, "how often expired leases are reaped and due retries promoted")
-	cli.DurationVar(fs, &c.IdleRecheck, "idle-recheck", c.IdleRecheck, "how long an idle consumer waits for a wake token (pushed by every enqueue, promotion and reap) before it claims again anyway; a SIGTERM waits as long for an idle consumer")
+	cli.DurationVar(fs, &c.IdleRecheck, "idle-recheck", c.IdleRecheck, "how long an idle consumer waits for a wake token (pushed by every enqueue, promotion and reap) before it claims again anyway")
 	c.Config.RegisterFlags(fs)
 	fs.Lookup("consul-addr").Usage = "Consul HTTP address whose KV holds the execution rate limits, sluice/<stage>/limits/<resource>; empty: no limits"
 	cli.DurationVar(fs, &c.RateLimitLead, "rate-limit-lead", c.RateLimitLead, "how long before its slot a throttled job comes back from delayed, to wait the rest in process")

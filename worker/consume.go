@@ -245,7 +245,7 @@ func (c *consumer) waitForWork(ctx context.Context, max time.Duration) {
 	w := c.w
 	layout := w.pool.Keyspace()
 	cmd := layout.PartKeys(c.part).Cmd()
-	keys := make([]string, 0, 1+len(c.topics.queues))
+	keys := make([]string, 0, 2+len(c.topics.queues))
 	keys = append(keys, cmd)
 	for _, t := range c.topics.queues {
 		keys = append(keys, layout.Keys(t.q).Wake())
@@ -256,8 +256,23 @@ func (c *consumer) waitForWork(ctx context.Context, max time.Duration) {
 		c.pollForWork(ctx, max, cmd, keys)
 		return
 	}
+	// A stop ends the wait at once, through a token on this consumer's
+	// own stop list: go-redis leaves a blocked BLPOP to its timeout when
+	// ctx ends, and SIGTERM would wait out IdleRecheck.
+	stop := layout.PartKeys(c.part).Stop(c.slots.id)
+	keys = append(keys, stop)
+	stopWaiting := context.AfterFunc(ctx, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		if err := w.pool.StopWaiting(sctx, c.part, c.slots.id); err != nil {
+			c.log.Debug("ending an idle wait early failed; the stop waits it out", "partition", c.part, "err", err)
+		}
+	})
+	defer stopWaiting()
 	kv, err := w.pool.Client(c.part).BLPop(ctx, max, keys...).Result()
 	switch {
+	case err == nil && len(kv) == 2 && kv[0] == stop:
+		return // stopping (or a token left by a stop that came as the last wait ended)
 	case err == nil && len(kv) == 2 && kv[0] == cmd:
 		w.apply(ctx, c.part, kv[1])
 		return

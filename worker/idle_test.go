@@ -91,3 +91,28 @@ func commandCalls(stats, cmd string) int {
 	}
 	return 0
 }
+
+// A stop does not wait out an idle consumer's BLPOP (IdleRecheck): go-redis
+// leaves a blocked command to its timeout when its context ends, so each
+// consumer also waits on a stop list of its own, which the stop pushes to.
+// Before it, Run returned only when every BLPOP had run out.
+func TestAnIdleWorkerStopsAtOnce(t *testing.T) {
+	b := newBed(t)
+	stop := b.start(t, func(c *worker.Config) { c.IdleRecheck = time.Minute }, func(w *worker.Worker) { w.Handle("t", worker.Noop) })
+	rdb := b.redis.Client()
+	ctx := context.Background()
+	testenv.WaitFor(t, 5*time.Second, "the consumers to block on their wake lists", func() bool {
+		info, err := rdb.Info(ctx, "clients").Result()
+		return err == nil && strings.Contains(info, "blocked_clients:"+strconv.Itoa(b.layout.Partitions)+"\r")
+	})
+	start := time.Now()
+	stop()
+	// Well under the minute a BLPOP would hold the stop, and far above
+	// what a stop takes, however slow the machine.
+	if took := time.Since(start); took > 20*time.Second {
+		t.Fatalf("an idle worker took %s to stop with IdleRecheck 1m; want no wait for its BLPOPs", took.Round(time.Millisecond))
+	}
+	if info := rdb.Info(ctx, "clients").Val(); !strings.Contains(info, "blocked_clients:0\r") {
+		t.Fatalf("clients still blocked after the stop: %s", info)
+	}
+}

@@ -162,13 +162,21 @@ func (w *Worker) checkpointed(ctx context.Context, part, fallback int) int {
 // pick it up here, within a maintenance tick. A failed heartbeat is left
 // for the next tick: the consumer logs Redis trouble already.
 func (w *Worker) heartbeat(ctx context.Context, part int) {
+	w.beat(part, func(b queue.ConsumerBeat) (int, error) {
+		return w.pool.Heartbeat(ctx, part, b.Consumer, b.Workers, b.Busy)
+	})
+}
+
+// beat is heartbeat with the round trip send: the maintenance round sends
+// the heartbeat with its reads (queue.Pool.ReadMaintenance).
+func (w *Worker) beat(part int, send func(queue.ConsumerBeat) (checkpoint int, err error)) {
 	w.mu.RLock()
 	s := w.pools[part]
 	w.mu.RUnlock()
 	s.resizing.Lock()
 	defer s.resizing.Unlock()
 	size := s.size()
-	cp, err := w.pool.Heartbeat(ctx, part, s.id, size, s.busyTime())
+	cp, err := send(queue.ConsumerBeat{Consumer: s.id, Workers: size, Busy: s.busyTime()})
 	if err != nil || cp < 1 || cp > queue.MaxWorkers || cp == size {
 		return
 	}

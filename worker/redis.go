@@ -29,7 +29,8 @@ type redisSide interface {
 	Claim(ctx context.Context, q queue.Queue, max int, lease time.Duration) ([]queue.Claimed, error)
 	ExtendLeases(ctx context.Context, q queue.Queue, batches []string, lease time.Duration) (kept []bool, cancels map[string][]int, err error)
 	Release(ctx context.Context, q queue.Queue, jobs []queue.Claimed) (int, error)
-	Reap(ctx context.Context, q queue.Queue, max int, dead queue.DeadLimits, limit queue.AttemptLimit) (returned, died int, err error)
+	ReadMaintenance(ctx context.Context, part int, beat queue.ConsumerBeat, queues []queue.Queue, now time.Time) (queue.MaintenanceRound, error)
+	Maintain(ctx context.Context, due queue.DueWork, dead queue.DeadLimits, limit queue.AttemptLimit, now time.Time) (returned, died, promoted int, err error)
 	Promote(ctx context.Context, q queue.Queue, max int, now time.Time) (int, error)
 	// settle
 	AckMany(ctx context.Context, q queue.Queue, done []queue.Done, now time.Time, keep time.Duration) (ok []bool, err error)
@@ -49,6 +50,7 @@ type redisSide interface {
 	// scaling: heartbeats, the coordinator's commands, the worker-count checkpoint
 	Heartbeat(ctx context.Context, part int, consumer string, workers int, busy time.Duration) (checkpoint int, err error)
 	Leave(ctx context.Context, part int, consumer string) error
+	StopWaiting(ctx context.Context, part int, consumer string) error
 	PopCommand(ctx context.Context, part int) (raw string, ok bool, err error)
 	CheckpointWorkers(ctx context.Context, part, n int) error
 	CheckpointedWorkers(ctx context.Context, part int) (int, error)

@@ -237,21 +237,40 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 			}
 			w.apply(ctx, part, raw)
 		}
-		w.heartbeat(ctx, part)
+		// The heartbeat and the looks for expired leases and due delayed
+		// jobs go in one round trip; acting on them costs round trips
+		// only when something is due.
 		now := w.cfg.Now()
+		var queues []queue.Queue
 		for _, t := range w.servedTopics() {
-			q := queue.Queue{Topic: t.Topic, Part: part}
+			queues = append(queues, queue.Queue{Topic: t.Topic, Part: part})
+		}
+		var round queue.MaintenanceRound
+		var err error
+		w.beat(part, func(b queue.ConsumerBeat) (int, error) {
 			// Leases expire by Redis's clock, not this worker's.
-			back, died, err := w.pool.Reap(ctx, q, 100, w.cfg.deadLimits(), w.attemptsOf)
-			if err == nil && back > 0 {
+			round, err = w.pool.ReadMaintenance(ctx, part, b, queues, now)
+			return round.Checkpoint, err
+		})
+		if err != nil {
+			continue // the next round tries again; the consumer logs Redis trouble
+		}
+		for _, due := range round.Due {
+			if due.Empty() {
+				continue
+			}
+			back, died, _, err := w.pool.Maintain(ctx, due, w.cfg.deadLimits(), w.attemptsOf, now)
+			if back > 0 {
 				w.count("reaped", "", back)
-				w.log.Warn("expired leases returned to ready", "queue", q.String(), "jobs", back)
+				w.log.Warn("expired leases returned to ready", "queue", due.Queue.String(), "jobs", back)
 			}
-			if err == nil && died > 0 {
+			if died > 0 {
 				w.count("dead", "", died)
-				w.log.Warn("expired leases spent the last attempt of jobs: dead (their worker died or stopped running them)", "queue", q.String(), "jobs", died)
+				w.log.Warn("expired leases spent the last attempt of jobs: dead (their worker died or stopped running them)", "queue", due.Queue.String(), "jobs", died)
 			}
-			w.pool.Promote(ctx, q, 500, now)
+			if err != nil {
+				break // Redis trouble: the next round
+			}
 		}
 	}
 }

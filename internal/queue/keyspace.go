@@ -217,6 +217,11 @@ func (k PartKeys) WorkerCount() string { return k.prefix + "workers" }
 // Cmd is the partition's list of coordinator commands.
 func (k PartKeys) Cmd() string { return k.prefix + "cmd" }
 
+// Stop is a list a consumer's idle BLPOP also waits on, so that its stop
+// can end the wait at once (Pool.StopWaiting): go-redis does not interrupt
+// a blocked command when its context ends.
+func (k PartKeys) Stop(consumer string) string { return k.prefix + "stop:" + consumer }
+
 // Consumers is the partition's hash of consumer heartbeats: consumer id ->
 // "<workers>:<unix ms>:<busy ms>", refreshed by each worker consumer every
 // maintenance tick (see Heartbeat). The coordinator sums the live ones.

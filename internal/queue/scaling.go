@@ -75,6 +75,19 @@ func (p *Pool) Heartbeat(ctx context.Context, part int, consumer string, workers
 	return n, nil
 }
 
+// StopWaiting ends consumer's idle BLPOP on partition part, which also
+// waits on its Stop list: a token pushed there, kept a few seconds should
+// the consumer have stopped waiting already (its next wait takes it and
+// returns at once, which a stopping consumer does not mind).
+func (p *Pool) StopWaiting(ctx context.Context, part int, consumer string) error {
+	key := p.keyspace.PartKeys(part).Stop(consumer)
+	pipe := p.byPart[part].TxPipeline()
+	pipe.RPush(ctx, key, 1)
+	pipe.Expire(ctx, key, 5*time.Second)
+	_, err := pipe.Exec(ctx)
+	return err
+}
+
 // Leave removes a stopping consumer's heartbeat: its workers no longer
 // count.
 func (p *Pool) Leave(ctx context.Context, part int, consumer string) error {

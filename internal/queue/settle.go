@@ -917,13 +917,20 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', redisNow(), 'LIMIT', 0, tonu
 // its batch leaves the leases instead of coming up at every reap. Its
 // group, which it does not tell, keeps counting it as running.
 func (p *Pool) Reap(ctx context.Context, q Queue, max int, dead DeadLimits, limit AttemptLimit) (returned, died int, err error) {
-	k := p.keyspace.Keys(q)
-	c := p.byPart[q.Part]
-	res, err := dueLeasesScript.run(ctx, c, []string{k.Leases()}, max)
-	batches := stringsOf(res)
-	if err != nil || len(batches) == 0 {
+	res, err := dueLeasesScript.run(ctx, p.byPart[q.Part], []string{p.keyspace.Keys(q).Leases()}, max)
+	if err != nil {
 		return 0, 0, err
 	}
+	return p.reapBatches(ctx, q, stringsOf(res), dead, limit)
+}
+
+// reapBatches is Reap of the expired batches named.
+func (p *Pool) reapBatches(ctx context.Context, q Queue, batches []string, dead DeadLimits, limit AttemptLimit) (returned, died int, err error) {
+	if len(batches) == 0 {
+		return 0, 0, nil
+	}
+	k := p.keyspace.Keys(q)
+	c := p.byPart[q.Part]
 	pipe := c.Pipeline()
 	leased := make([]*redis.StringSliceCmd, len(batches))
 	for i, b := range batches {
@@ -1053,11 +1060,19 @@ func (p *Pool) returnBatch(ctx context.Context, q Queue, batch, mode string, lan
 // Promote moves delayed jobs of partition part that are due into their
 // lanes, up to max at a time. It returns how many.
 func (p *Pool) Promote(ctx context.Context, q Queue, max int, now time.Time) (int, error) {
-	k := p.keyspace.Keys(q)
-	entries, err := p.byPart[q.Part].ZRangeArgs(ctx, dueBy(k.Delayed(), now, max)).Result()
-	if err != nil || len(entries) == 0 {
+	entries, err := p.byPart[q.Part].ZRangeArgs(ctx, dueBy(p.keyspace.Keys(q).Delayed(), now, max)).Result()
+	if err != nil {
 		return 0, err
 	}
+	return p.promoteEntries(ctx, q, entries, now)
+}
+
+// promoteEntries is Promote of the due delayed entries named.
+func (p *Pool) promoteEntries(ctx context.Context, q Queue, entries []string, now time.Time) (int, error) {
+	if len(entries) == 0 {
+		return 0, nil
+	}
+	k := p.keyspace.Keys(q)
 	lanes, entries := lanesOf(entries)
 	if len(entries) == 0 {
 		return 0, nil
