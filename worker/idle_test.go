@@ -23,10 +23,7 @@ func TestAnIdleWorkerDoesNotPollItsLists(t *testing.T) {
 	b.start(t, func(c *worker.Config) { c.IdleRecheck = 5 * time.Second }, func(w *worker.Worker) { w.Handle("t", worker.Noop) })
 	rdb := b.redis.Client()
 	ctx := context.Background()
-	testenv.WaitFor(t, 5*time.Second, "the consumers to block on their wake lists", func() bool {
-		info, err := rdb.Info(ctx, "clients").Result()
-		return err == nil && strings.Contains(info, "blocked_clients:"+strconv.Itoa(b.layout.Partitions)+"\r")
-	})
+	waitAllBlocked(t, b)
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -60,10 +57,7 @@ func TestAnIdleConsumerClaimsOncePerRecheck(t *testing.T) {
 		func(w *worker.Worker) { w.Handle("t", worker.Noop) })
 	rdb := b.redis.Client()
 	ctx := context.Background()
-	testenv.WaitFor(t, 5*time.Second, "the consumers to block on their wake lists", func() bool {
-		info, err := rdb.Info(ctx, "clients").Result()
-		return err == nil && strings.Contains(info, "blocked_clients:"+strconv.Itoa(b.layout.Partitions)+"\r")
-	})
+	waitAllBlocked(t, b)
 	if err := rdb.ConfigResetStat(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -101,10 +95,7 @@ func TestAnIdleWorkerStopsAtOnce(t *testing.T) {
 	stop := b.start(t, func(c *worker.Config) { c.IdleRecheck = time.Minute }, func(w *worker.Worker) { w.Handle("t", worker.Noop) })
 	rdb := b.redis.Client()
 	ctx := context.Background()
-	testenv.WaitFor(t, 5*time.Second, "the consumers to block on their wake lists", func() bool {
-		info, err := rdb.Info(ctx, "clients").Result()
-		return err == nil && strings.Contains(info, "blocked_clients:"+strconv.Itoa(b.layout.Partitions)+"\r")
-	})
+	waitAllBlocked(t, b)
 	start := time.Now()
 	stop()
 	// Well under the minute a BLPOP would hold the stop, and far above
@@ -115,4 +106,15 @@ func TestAnIdleWorkerStopsAtOnce(t *testing.T) {
 	if info := rdb.Info(ctx, "clients").Val(); !strings.Contains(info, "blocked_clients:0\r") {
 		t.Fatalf("clients still blocked after the stop: %s", info)
 	}
+}
+
+// waitAllBlocked waits until every consumer of the bed's worker blocks on
+// its lists: idle.
+func waitAllBlocked(t *testing.T, b *bed) {
+	t.Helper()
+	rdb := b.redis.Client()
+	testenv.WaitFor(t, 5*time.Second, "the consumers to block on their wake lists", func() bool {
+		info, err := rdb.Info(context.Background(), "clients").Result()
+		return err == nil && strings.Contains(info, "blocked_clients:"+strconv.Itoa(b.layout.Partitions)+"\r")
+	})
 }
