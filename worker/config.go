@@ -104,9 +104,18 @@ type Config struct {
 	// Drain is how long running jobs may take to finish on shutdown; the
 	// rest go back to ready, not counted as failed. Default 30s.
 	Drain time.Duration
-	// Maintain is how often expired leases are reaped and due delayed jobs
-	// promoted. Default 500ms.
+	// Maintain is how often due delayed jobs (retries, deferrals, run_at)
+	// are promoted and, under load, coordinator commands applied: a
+	// maintenance round. Default 500ms.
 	Maintain time.Duration
+	// Liveness is how often a maintenance round also sends the consumer's
+	// heartbeat (for the coordinator's scaler, answered with the
+	// partition's checkpointed worker count) and looks for expired leases:
+	// at most a quarter of Lease, at least every round. A heartbeat counts
+	// for the coordinator's --consumer-ttl (15s) and a lease lasts Lease,
+	// so neither needs the delayed jobs' half second, and each look costs
+	// an idle partition two scripts. Default 2s.
+	Liveness time.Duration
 	// IdleRecheck is how long an idle consumer blocks on its partition's
 	// wake and command lists before it claims again anyway. Enqueues,
 	// promotions, reaps and retries push a wake token, so this only bounds
@@ -156,7 +165,7 @@ func DefaultConfig() Config {
 		Lease:      30 * time.Second, ClaimBatch: 256, Prefetch: 512, PrefetchWait: 50 * time.Millisecond, AckLinger: time.Millisecond, MaxAttempts: 5, Timeout: time.Minute,
 		Backoff: time.Second, MaxBackoff: 16 * time.Second, ResultTTL: 24 * time.Hour, IdempotencyTTL: 24 * time.Hour,
 		DeadMax: 100000, DeadTTL: 7 * 24 * time.Hour,
-		Drain: 30 * time.Second, Maintain: 500 * time.Millisecond, IdleRecheck: 5 * time.Second,
+		Drain: 30 * time.Second, Maintain: 500 * time.Millisecond, Liveness: 2 * time.Second, IdleRecheck: 5 * time.Second,
 		RateLimitLead: 25 * time.Millisecond, RateLimitMargin: 5 * time.Millisecond,
 	}
 }
@@ -188,7 +197,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.DeadMax, "dead-max", c.DeadMax, "most jobs kept in a queue's dead set, per topic and partition (oldest go first)")
 	cli.DurationVar(fs, &c.DeadTTL, "dead-ttl", c.DeadTTL, "how long a dead job is kept")
 	cli.DurationVar(fs, &c.Drain, "drain-timeout", c.Drain, "on SIGTERM, how long running jobs may take; the rest go back to ready")
-	cli.DurationVar(fs, &c.Maintain, "maintain-every", c.Maintain, "how often expired leases are reaped and due retries promoted")
+	cli.DurationVar(fs, &c.Maintain, "maintain-every", c.Maintain, "how often due retries, deferrals and run_at jobs are promoted")
+	cli.DurationVar(fs, &c.Liveness, "liveness-every", c.Liveness, "how often each consumer sends its heartbeat to the coordinator and looks for expired leases (at most a quarter of --lease, at least every --maintain-every)")
 	cli.DurationVar(fs, &c.IdleRecheck, "idle-recheck", c.IdleRecheck, "how long an idle consumer waits for a wake token (pushed by every enqueue, promotion and reap) before it claims again anyway")
 	c.Config.RegisterFlags(fs)
 	fs.Lookup("consul-addr").Usage = "Consul HTTP address whose KV holds the execution rate limits, sluice/<stage>/limits/<resource>; empty: no limits"
@@ -214,6 +224,8 @@ func (c *Config) validate() error {
 		return errors.New("worker: Config.PrefetchWait: must not be negative")
 	case c.AckLinger < 0:
 		return errors.New("worker: Config.AckLinger: must not be negative")
+	case c.Liveness <= 0:
+		return errors.New("worker: Config.Liveness: must be positive")
 	case c.IdleRecheck < time.Second:
 		return fmt.Errorf("worker: Config.IdleRecheck: %s, want at least 1s (--idle-recheck; BLPOP waits whole seconds)", c.IdleRecheck)
 	case c.Lease < time.Second:

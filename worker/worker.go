@@ -206,15 +206,17 @@ func (w *Worker) Run(ctx context.Context) error {
 	return nil
 }
 
-// maintain returns expired leases and promotes due retries on each served
-// topic's queue of part, applies the partition's coordinator commands and
-// sends the consumer's heartbeat, every Maintain.
+// maintain promotes due delayed jobs on each served topic's queue of part
+// and applies the partition's coordinator commands, every Maintain, and
+// sends the consumer's heartbeat and returns expired leases every
+// Liveness.
 func (w *Worker) maintain(ctx context.Context, part int) {
 	t := time.NewTicker(w.cfg.Maintain)
 	defer t.Stop()
 	defer w.leave(part)
 	w.heartbeat(ctx, part)
-	for {
+	liveEvery := max(1, int(min(w.cfg.Liveness, w.cfg.Lease/4)/w.cfg.Maintain))
+	for n := 0; ; {
 		select {
 		case <-ctx.Done():
 			return
@@ -237,9 +239,10 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 			}
 			w.apply(ctx, part, raw)
 		}
-		// The heartbeat and the looks for expired leases and due delayed
-		// jobs go in one round trip; acting on them costs round trips
-		// only when something is due.
+		// The look for due delayed jobs, and every liveEvery rounds the
+		// heartbeat and the look for expired leases, go in one round
+		// trip; acting on them costs round trips only when something is
+		// due.
 		now := w.cfg.Now()
 		var queues []queue.Queue
 		for _, t := range w.servedTopics() {
@@ -247,11 +250,15 @@ func (w *Worker) maintain(ctx context.Context, part int) {
 		}
 		var round queue.MaintenanceRound
 		var err error
-		w.beat(part, func(b queue.ConsumerBeat) (int, error) {
-			// Leases expire by Redis's clock, not this worker's.
-			round, err = w.pool.ReadMaintenance(ctx, part, b, queues, now)
-			return round.Checkpoint, err
-		})
+		if n++; n%liveEvery == 0 {
+			w.beat(part, func(b queue.ConsumerBeat) (int, error) {
+				// Leases expire by Redis's clock, not this worker's.
+				round, err = w.pool.ReadMaintenance(ctx, part, &b, queues, now)
+				return round.Checkpoint, err
+			})
+		} else {
+			round, err = w.pool.ReadMaintenance(ctx, part, nil, queues, now)
+		}
 		if err != nil {
 			continue // the next round tries again; the consumer logs Redis trouble
 		}

@@ -92,6 +92,7 @@ func (b *bed) config(mutate func(*worker.Config)) worker.Config {
 	cfg.Workers = 4
 	cfg.Backoff, cfg.MaxBackoff = 20*time.Millisecond, 100*time.Millisecond
 	cfg.Maintain = 20 * time.Millisecond
+	cfg.Liveness = cfg.Maintain // reaps at once, as the tests expect of a short lease
 	cfg.Lease = 3 * time.Second
 	cfg.Drain = 200 * time.Millisecond
 	// The bed's topic keeps a record of each done job, so that tests can

@@ -10,10 +10,10 @@ import (
 )
 
 // A worker's maintenance round on a partition, every --maintain-every
-// (500 ms): its consumer's heartbeat, then on each queue the leases that
-// expired and the delayed jobs that came due. Read one after another that
-// was three round trips a queue and a round, most of them finding nothing:
-// the reads of an idle worker, a third of its idle CPU and Redis's.
+// (500 ms): on each queue the delayed jobs that came due and, every
+// --liveness-every (2 s), its consumer's heartbeat and the leases that
+// expired. Read one after another that was three round trips a queue and
+// a round, most of them finding nothing: an idle worker's main work.
 // ReadMaintenance makes them one round trip; what they found is acted on
 // by Maintain, which makes none when nothing is due.
 
@@ -49,10 +49,10 @@ const (
 	PromoteEntries = 500
 )
 
-// ReadMaintenance sends beat as the heartbeat of partition part and reads
-// the expired leases (by Redis's clock) and the delayed jobs due by now of
-// each queue of the partition, in one pipeline.
-func (p *Pool) ReadMaintenance(ctx context.Context, part int, beat ConsumerBeat, queues []Queue, now time.Time) (MaintenanceRound, error) {
+// ReadMaintenance reads the delayed jobs due by now of each queue of
+// partition part and, with a beat, sends it as the consumer's heartbeat
+// and reads the expired leases (by Redis's clock) too, in one pipeline.
+func (p *Pool) ReadMaintenance(ctx context.Context, part int, beat *ConsumerBeat, queues []Queue, now time.Time) (MaintenanceRound, error) {
 	for try := 0; ; try++ {
 		round, err := p.readMaintenance(ctx, part, beat, queues, now)
 		if !isNoScript(err) || try > 0 {
@@ -70,11 +70,14 @@ func (p *Pool) ReadMaintenance(ctx context.Context, part int, beat ConsumerBeat,
 	}
 }
 
-func (p *Pool) readMaintenance(ctx context.Context, part int, beat ConsumerBeat, queues []Queue, now time.Time) (MaintenanceRound, error) {
+func (p *Pool) readMaintenance(ctx context.Context, part int, beat *ConsumerBeat, queues []Queue, now time.Time) (MaintenanceRound, error) {
 	pk := p.keyspace.PartKeys(part)
 	pipe := p.byPart[part].Pipeline()
-	hb := heartbeatScript.queueIn(ctx, pipe, []string{pk.Consumers(), pk.WorkerCount()},
-		beat.Consumer, beat.Workers, beat.Busy.Milliseconds())
+	var hb *redis.Cmd
+	if beat != nil {
+		hb = heartbeatScript.queueIn(ctx, pipe, []string{pk.Consumers(), pk.WorkerCount()},
+			beat.Consumer, beat.Workers, beat.Busy.Milliseconds())
+	}
 	leases := make([]*redis.Cmd, len(queues))
 	delayed := make([]*redis.StringSliceCmd, len(queues))
 	for i, q := range queues {
@@ -82,7 +85,9 @@ func (p *Pool) readMaintenance(ctx context.Context, part int, beat ConsumerBeat,
 			return MaintenanceRound{}, fmt.Errorf("maintenance of partition %d: queue %s is another's", part, q)
 		}
 		k := p.keyspace.Keys(q)
-		leases[i] = dueLeasesScript.queueIn(ctx, pipe, []string{k.Leases()}, ReapBatches)
+		if beat != nil {
+			leases[i] = dueLeasesScript.queueIn(ctx, pipe, []string{k.Leases()}, ReapBatches)
+		}
 		delayed[i] = pipe.ZRangeArgs(ctx, dueBy(k.Delayed(), now, PromoteEntries))
 	}
 	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
@@ -92,10 +97,15 @@ func (p *Pool) readMaintenance(ctx context.Context, part int, beat ConsumerBeat,
 		return MaintenanceRound{}, fmt.Errorf("maintenance of partition %d: %w", part, err)
 	}
 	round := MaintenanceRound{Due: make([]DueWork, len(queues))}
-	s, _ := hb.Val().(string)
-	round.Checkpoint, _ = strconv.Atoi(s)
+	if hb != nil {
+		s, _ := hb.Val().(string)
+		round.Checkpoint, _ = strconv.Atoi(s)
+	}
 	for i, q := range queues {
-		round.Due[i] = DueWork{Queue: q, leases: stringsOf(leases[i].Val()), delayed: delayed[i].Val()}
+		round.Due[i] = DueWork{Queue: q, delayed: delayed[i].Val()}
+		if leases[i] != nil {
+			round.Due[i].leases = stringsOf(leases[i].Val())
+		}
 	}
 	return round, nil
 }
