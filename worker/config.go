@@ -112,7 +112,8 @@ type Config struct {
 	// heartbeat (for the coordinator's scaler, answered with the
 	// partition's checkpointed worker count) and looks for expired leases:
 	// at most a quarter of Lease, at least every round. A heartbeat counts
-	// for the coordinator's --consumer-ttl (15s) and a lease lasts Lease,
+	// for the coordinator's --consumer-ttl (15s: keep it several times
+	// this, or consumers drop out of its count) and a lease lasts Lease,
 	// so neither needs the delayed jobs' half second, and each look costs
 	// an idle partition two scripts. Default 2s.
 	Liveness time.Duration

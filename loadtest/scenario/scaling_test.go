@@ -50,6 +50,7 @@ func TestWorkerAndCoordinatorScaleOnlyTheLoadedPartition(t *testing.T) {
 		wcfg := worker.DefaultConfig()
 		wcfg.Stage, wcfg.Partitions, wcfg.RedisAddr, wcfg.Workers = layout.Stage, layout.Partitions, r.Addr(), 2
 		wcfg.Maintain, wcfg.Drain = 20*time.Millisecond, 100*time.Millisecond
+		wcfg.Liveness = 20 * time.Millisecond // heartbeats well inside the coordinator's 1 s ConsumerTTL
 		w, err := worker.New(wcfg, slog.New(slog.DiscardHandler))
 		if err != nil {
 			t.Fatal(err)
