@@ -90,6 +90,10 @@ type bed struct {
 	// records of the log deleted with it (read just before).
 	deletedAt time.Time
 	oldLog    map[string]logRecord
+	// servedAgainAt is when every gate served the recreated topic again:
+	// until then a gate answers 404 for it, and the coordinator skips a
+	// periodic slot fired meanwhile (a 404 is a refusal for good).
+	servedAgainAt time.Time
 	// bgErrs are errors of restarts done in the background (a worker
 	// killed by the job it ran).
 	bgErrs []error
@@ -115,6 +119,14 @@ func (b *bed) begin(who, explains string) (end func()) {
 		b.events[i].to = time.Now()
 		b.mu.Unlock()
 	}
+}
+
+// topicGone is when the job topic was deleted and when every gate served
+// it again (zeros if never deleted).
+func (b *bed) topicGone() (from, to time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.deletedAt, b.servedAgainAt
 }
 
 // topicDeletion is when the job topic was deleted (zero if never) and

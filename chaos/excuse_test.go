@@ -4,10 +4,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/periodic"
 	"github.com/sluicehq/sluice/internal/testenv"
 )
 
@@ -140,5 +143,39 @@ func TestARerunIsExcusedByAnAOFLossOnlyInsideIt(t *testing.T) {
 	b.outages[0].loss = aofLoss{}
 	if rerunAfterAOFLoss(b, []execution{run(up.Add(time.Second)), run(kill.Add(-200 * time.Millisecond))}) {
 		t.Error("excused by an outage that lost nothing")
+	}
+}
+
+// A periodic slot fired while the job topic was gone (deleted, and until
+// every gate served it again) is answered 404, and the coordinator skips
+// it: no run is owed for it. A slot missing outside that window still
+// fails the verdict. (The Apache run of 2026-11-28 04:49 failed on a slot
+// fired 1 s after the deletion.)
+func TestAPeriodicSlotIsOwedOnlyWhileTheTopicExists(t *testing.T) {
+	start := time.Date(2026, 11, 28, 4, 49, 30, 0, time.UTC)
+	slot := func(i int) time.Time { return start.Add(time.Duration(i) * time.Second) }
+	newBed := func(missing ...int) *bed {
+		b := &bed{t: t, ledger: &ledger{}}
+		for i := 0; i < 20; i++ {
+			if slices.Contains(missing, i) {
+				continue
+			}
+			b.ledger.execs = append(b.ledger.execs, execution{JobID: periodic.JobID(periodicName, slot(i)), Attempt: 1, Who: "worker0.1", OK: true, At: slot(i)})
+		}
+		return b
+	}
+	// The topic gone from slot 9.5 to slot 12.2: slots 9 to 13 may be skipped.
+	gone := func(b *bed) *bed {
+		b.deletedAt, b.servedAgainAt = slot(9).Add(500*time.Millisecond), slot(12).Add(200*time.Millisecond)
+		return b
+	}
+	if f, _ := periodicFailures(gone(newBed(10, 11)), slot(0), slot(19)); len(f) != 0 {
+		t.Errorf("slots skipped while the topic was gone failed the verdict: %v", f)
+	}
+	if f, _ := periodicFailures(gone(newBed(10, 16)), slot(0), slot(19)); len(f) != 1 || !strings.Contains(f[0], "1 slots") || !strings.Contains(f[0], "04:49:46") {
+		t.Errorf("a slot missing after the topic was back: failures %v, want the one slot 04:49:46", f)
+	}
+	if f, _ := periodicFailures(newBed(10), slot(0), slot(19)); len(f) != 1 {
+		t.Errorf("a slot missing with no topic deleted: failures %v, want one", f)
 	}
 }

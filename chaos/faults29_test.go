@@ -294,6 +294,9 @@ var (
 				return "", 0, err
 			}
 		}
+		b.mu.Lock()
+		b.servedAgainAt = time.Now()
+		b.mu.Unlock()
 		resume()
 		ranAfter := b.ranAckedAfter(at)
 		took, err := waitUntil(failoverTimeout, "jobs acknowledged after the recreation to run", ranAfter)
