@@ -159,8 +159,8 @@ func (w *Worker) checkpointed(ctx context.Context, part, fallback int) int {
 // consumer of part for the coordinator's scaler, and follows the
 // partition's checkpointed worker count: a command reaches one consumer of
 // the partition, which checkpoints it, and the others (in other processes)
-// pick it up here, within a maintenance tick. A failed heartbeat is left
-// for the next tick: the consumer logs Redis trouble already.
+// pick it up here, within a Liveness. A failed heartbeat is left for the
+// next: the consumer logs Redis trouble already.
 func (w *Worker) heartbeat(ctx context.Context, part int) {
 	w.beat(part, func(b queue.ConsumerBeat) (int, error) {
 		return w.pool.Heartbeat(ctx, part, b.Consumer, b.Workers, b.Busy)

@@ -224,7 +224,7 @@ func (k PartKeys) Stop(consumer string) string { return k.prefix + "stop:" + con
 
 // Consumers is the partition's hash of consumer heartbeats: consumer id ->
 // "<workers>:<unix ms>:<busy ms>", refreshed by each worker consumer every
-// maintenance tick (see Heartbeat). The coordinator sums the live ones.
+// --liveness-every (see Heartbeat). The coordinator sums the live ones.
 func (k PartKeys) Consumers() string { return k.prefix + "consumers" }
 
 // Canary is the partition's hash of heartbeat canary records, one set of
