@@ -168,21 +168,34 @@ func (w *Worker) heartbeat(ctx context.Context, part int) {
 }
 
 // beat is heartbeat with the round trip send: the maintenance round sends
-// the heartbeat with its reads (queue.Pool.ReadMaintenance).
+// the heartbeats with its reads (queue.Pool.ReadMaintenance).
 func (w *Worker) beat(part int, send func(queue.ConsumerBeat) (checkpoint int, err error)) {
+	s, b := w.beginBeat(part)
+	cp, err := send(b)
+	w.endBeat(part, s, b, cp, err)
+}
+
+// beginBeat is the heartbeat of this process's consumer of part, its
+// resizing held until endBeat: a command's resize cannot fall between the
+// size sent and the checkpoint followed.
+func (w *Worker) beginBeat(part int) (*slots, queue.ConsumerBeat) {
 	w.mu.RLock()
 	s := w.pools[part]
 	w.mu.RUnlock()
 	s.resizing.Lock()
+	return s, queue.ConsumerBeat{Consumer: s.id, Workers: s.size(), Busy: s.busyTime()}
+}
+
+// endBeat follows the checkpoint cp that the heartbeat b answered, and
+// lets resizes go on.
+func (w *Worker) endBeat(part int, s *slots, b queue.ConsumerBeat, cp int, err error) {
 	defer s.resizing.Unlock()
-	size := s.size()
-	cp, err := send(queue.ConsumerBeat{Consumer: s.id, Workers: size, Busy: s.busyTime()})
-	if err != nil || cp < 1 || cp > queue.MaxWorkers || cp == size {
+	if err != nil || cp < 1 || cp > queue.MaxWorkers || cp == b.Workers {
 		return
 	}
 	s.resize(cp)
 	w.m.workers.WithLabelValues(strconv.Itoa(part)).Set(float64(cp))
-	w.log.Info("worker count follows the partition's checkpoint", "partition", part, "workers", cp, "was", size)
+	w.log.Info("worker count follows the partition's checkpoint", "partition", part, "workers", cp, "was", b.Workers)
 }
 
 // leave takes the heartbeat of this process's consumer of part away, so

@@ -29,7 +29,7 @@ type redisSide interface {
 	Claim(ctx context.Context, q queue.Queue, max int, lease time.Duration) ([]queue.Claimed, error)
 	ExtendLeases(ctx context.Context, q queue.Queue, batches []string, lease time.Duration) (kept []bool, cancels map[string][]int, err error)
 	Release(ctx context.Context, q queue.Queue, jobs []queue.Claimed) (int, error)
-	ReadMaintenance(ctx context.Context, part int, beat *queue.ConsumerBeat, queues []queue.Queue, now time.Time) (queue.MaintenanceRound, error)
+	ReadMaintenance(ctx context.Context, asks []queue.PartMaintenance, now time.Time) []queue.MaintenanceRound
 	Maintain(ctx context.Context, due queue.DueWork, dead queue.DeadLimits, limit queue.AttemptLimit, now time.Time) (returned, died, promoted int, err error)
 	Promote(ctx context.Context, q queue.Queue, max int, now time.Time) (int, error)
 	// settle

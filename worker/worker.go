@@ -198,86 +198,133 @@ func (w *Worker) Run(ctx context.Context) error {
 		s := w.pools[p]
 		w.mu.RUnlock()
 		s.resize(w.checkpointed(ctx, p, s.size()))
-		wg.Add(2)
+		wg.Add(1)
 		go func() { defer wg.Done(); w.newConsumer(p).run(ctx) }()
-		go func() { defer wg.Done(); w.maintain(ctx, p) }()
+	}
+	for _, parts := range w.partsByServer() {
+		wg.Add(1)
+		go func() { defer wg.Done(); w.maintain(ctx, parts) }()
 	}
 	wg.Wait()
 	return nil
 }
 
-// maintain promotes due delayed jobs on each served topic's queue of part
-// and applies the partition's coordinator commands, every Maintain, and
-// sends the consumer's heartbeat and returns expired leases every
-// Liveness.
-func (w *Worker) maintain(ctx context.Context, part int) {
+// partsByServer groups the served partitions by the Redis server that
+// holds them: each group is maintained in one round trip a round, and a
+// server that does not answer delays no other's rounds.
+func (w *Worker) partsByServer() [][]int {
+	var groups [][]int
+	at := map[redis.UniversalClient]int{}
+	for _, p := range w.cfg.Serve {
+		c := w.pool.Client(p)
+		i, ok := at[c]
+		if !ok {
+			i = len(groups)
+			at[c] = i
+			groups = append(groups, nil)
+		}
+		groups[i] = append(groups[i], p)
+	}
+	return groups
+}
+
+// maintain promotes due delayed jobs on each served topic's queue of
+// parts (partitions of one Redis server) and applies their coordinator
+// commands, every Maintain, and sends their consumers' heartbeats and
+// returns expired leases every Liveness: a round is one round trip for
+// all of parts, so that an idle worker wakes twice a second, not twice a
+// second per partition.
+func (w *Worker) maintain(ctx context.Context, parts []int) {
 	t := time.NewTicker(w.cfg.Maintain)
 	defer t.Stop()
-	defer w.leave(part)
-	w.heartbeat(ctx, part)
+	for _, part := range parts {
+		w.heartbeat(ctx, part)
+		defer w.leave(part)
+	}
 	liveEvery := max(1, int(min(w.cfg.Liveness, w.cfg.Lease/4)/w.cfg.Maintain))
+	asks := make([]queue.PartMaintenance, len(parts))
+	held := make([]*slots, len(parts))
 	for n := 0; ; {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		// Commands, also under load, when the consumer never waits on
-		// its lists: applied within a maintenance tick. While it waits on
-		// them (idle) its BLPOP takes them at once: popping here too would
-		// be a round trip per tick for nothing.
-		w.mu.RLock()
-		listening := w.pools[part].listening.Load()
-		w.mu.RUnlock()
-		for range 10 {
-			if listening {
-				break
-			}
-			raw, ok, err := w.pool.PopCommand(ctx, part)
-			if err != nil || !ok {
-				break
-			}
-			w.apply(ctx, part, raw)
+		for _, part := range parts {
+			w.popCommands(ctx, part)
 		}
 		// The look for due delayed jobs, and every liveEvery rounds the
-		// heartbeat and the look for expired leases, go in one round
+		// heartbeats and the look for expired leases, go in one round
 		// trip; acting on them costs round trips only when something is
 		// due.
 		now := w.cfg.Now()
-		var queues []queue.Queue
-		for _, t := range w.servedTopics() {
-			queues = append(queues, queue.Queue{Topic: t.Topic, Part: part})
-		}
-		var round queue.MaintenanceRound
-		var err error
-		if n++; n%liveEvery == 0 {
-			w.beat(part, func(b queue.ConsumerBeat) (int, error) {
+		topics := w.servedTopics()
+		n++
+		live := n%liveEvery == 0
+		for i, part := range parts {
+			asks[i] = queue.PartMaintenance{Part: part}
+			for _, t := range topics {
+				asks[i].Queues = append(asks[i].Queues, queue.Queue{Topic: t.Topic, Part: part})
+			}
+			if live {
 				// Leases expire by Redis's clock, not this worker's.
-				round, err = w.pool.ReadMaintenance(ctx, part, &b, queues, now)
-				return round.Checkpoint, err
-			})
-		} else {
-			round, err = w.pool.ReadMaintenance(ctx, part, nil, queues, now)
+				s, b := w.beginBeat(part)
+				held[i], asks[i].Beat = s, &b
+			}
+		}
+		rounds := w.pool.ReadMaintenance(ctx, asks, now)
+		if live {
+			for i, part := range parts {
+				w.endBeat(part, held[i], *asks[i].Beat, rounds[i].Checkpoint, rounds[i].Err)
+			}
+		}
+		for _, round := range rounds {
+			if round.Err != nil {
+				continue // the next round tries again; the consumer logs Redis trouble
+			}
+			w.act(ctx, round, now)
+		}
+	}
+}
+
+// popCommands applies part's coordinator commands, when its consumer
+// never waits on its lists (under load): within a maintenance tick. While
+// it waits on them (idle) its BLPOP takes them at once: popping here too
+// would be a round trip per tick for nothing.
+func (w *Worker) popCommands(ctx context.Context, part int) {
+	w.mu.RLock()
+	listening := w.pools[part].listening.Load()
+	w.mu.RUnlock()
+	for range 10 {
+		if listening {
+			return
+		}
+		raw, ok, err := w.pool.PopCommand(ctx, part)
+		if err != nil || !ok {
+			return
+		}
+		w.apply(ctx, part, raw)
+	}
+}
+
+// act returns the expired leases and promotes the due delayed jobs that a
+// round found on a partition's queues.
+func (w *Worker) act(ctx context.Context, round queue.MaintenanceRound, now time.Time) {
+	for _, due := range round.Due {
+		if due.Empty() {
+			continue
+		}
+		back, died, _, err := w.pool.Maintain(ctx, due, w.cfg.deadLimits(), w.attemptsOf, now)
+		if back > 0 {
+			w.count("reaped", "", back)
+			w.log.Warn("expired leases returned to ready", "queue", due.Queue.String(), "jobs", back)
+		}
+		if died > 0 {
+			w.count("dead", "", died)
+			w.log.Warn("expired leases spent the last attempt of jobs: dead (their worker died or stopped running them)", "queue", due.Queue.String(), "jobs", died)
 		}
 		if err != nil {
-			continue // the next round tries again; the consumer logs Redis trouble
-		}
-		for _, due := range round.Due {
-			if due.Empty() {
-				continue
-			}
-			back, died, _, err := w.pool.Maintain(ctx, due, w.cfg.deadLimits(), w.attemptsOf, now)
-			if back > 0 {
-				w.count("reaped", "", back)
-				w.log.Warn("expired leases returned to ready", "queue", due.Queue.String(), "jobs", back)
-			}
-			if died > 0 {
-				w.count("dead", "", died)
-				w.log.Warn("expired leases spent the last attempt of jobs: dead (their worker died or stopped running them)", "queue", due.Queue.String(), "jobs", died)
-			}
-			if err != nil {
-				break // Redis trouble: the next round
-			}
+			return // Redis trouble: the next round
 		}
 	}
 }

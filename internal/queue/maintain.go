@@ -4,18 +4,21 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// A worker's maintenance round on a partition, every --maintain-every
-// (500 ms): on each queue the delayed jobs that came due and, every
-// --liveness-every (2 s), its consumer's heartbeat and the leases that
-// expired. Read one after another that was three round trips a queue and
-// a round, most of them finding nothing: an idle worker's main work.
-// ReadMaintenance makes them one round trip; what they found is acted on
-// by Maintain, which makes none when nothing is due.
+// A worker's maintenance round, every --maintain-every (500 ms): on each
+// queue of each partition it serves, the delayed jobs that came due and,
+// every --liveness-every (2 s), its consumer's heartbeat and the leases
+// that expired. Read one after another that was three round trips a queue
+// and a round, most of them finding nothing: an idle worker's main work.
+// ReadMaintenance makes them one round trip per Redis server, whatever
+// the number of partitions on it (an idle worker's wake-ups are its cost);
+// what they found is acted on by Maintain, which makes none when nothing
+// is due.
 
 // ConsumerBeat is what a consumer publishes in its heartbeat (Heartbeat's arguments).
 type ConsumerBeat struct {
@@ -34,12 +37,25 @@ type DueWork struct {
 // Empty says nothing was due.
 func (d DueWork) Empty() bool { return len(d.leases) == 0 && len(d.delayed) == 0 }
 
+// PartMaintenance is what a maintenance round asks of one partition.
+type PartMaintenance struct {
+	Part int
+	// Beat, when set, is sent as the partition's consumer heartbeat, and
+	// the queues' expired leases (by Redis's clock) are read too.
+	Beat   *ConsumerBeat
+	Queues []Queue // the partition's queues, one per served topic
+}
+
 // MaintenanceRound is what ReadMaintenance found on a partition.
 type MaintenanceRound struct {
+	Part int
 	// Checkpoint is the partition's checkpointed worker count, as
-	// Heartbeat answers it (0: none).
+	// Heartbeat answers it (0: none, or no Beat).
 	Checkpoint int
 	Due        []DueWork // per queue, in the order asked
+	// Err: the partition's round failed (its server did not answer):
+	// Due and Checkpoint are empty, and the next round tries again.
+	Err error
 }
 
 // The most expired batches and due delayed entries a round takes on a
@@ -49,65 +65,127 @@ const (
 	PromoteEntries = 500
 )
 
-// ReadMaintenance reads the delayed jobs due by now of each queue of
-// partition part and, with a beat, sends it as the consumer's heartbeat
-// and reads the expired leases (by Redis's clock) too, in one pipeline.
-func (p *Pool) ReadMaintenance(ctx context.Context, part int, beat *ConsumerBeat, queues []Queue, now time.Time) (MaintenanceRound, error) {
+// ReadMaintenance reads, for each partition asked, the delayed jobs due by
+// now of its queues and, with a Beat, sends the heartbeat and reads the
+// expired leases too: one pipeline per Redis server, the servers' in
+// parallel. It answers a round per ask, in their order.
+func (p *Pool) ReadMaintenance(ctx context.Context, asks []PartMaintenance, now time.Time) []MaintenanceRound {
+	rounds := make([]MaintenanceRound, len(asks))
+	byServer := map[redis.UniversalClient][]int{} // indexes into asks
+	var servers []redis.UniversalClient
+	for i, a := range asks {
+		rounds[i].Part = a.Part
+		if a.Part < 0 || a.Part >= len(p.byPart) {
+			rounds[i].Err = fmt.Errorf("maintenance: no partition %d", a.Part)
+			continue
+		}
+		c := p.byPart[a.Part]
+		if _, ok := byServer[c]; !ok {
+			servers = append(servers, c)
+		}
+		byServer[c] = append(byServer[c], i)
+	}
+	var wg sync.WaitGroup
+	for _, c := range servers {
+		wg.Go(func() { p.readServerMaintenance(ctx, c, asks, byServer[c], rounds, now) })
+	}
+	wg.Wait()
+	return rounds
+}
+
+// readServerMaintenance is ReadMaintenance's pipeline to one server, for
+// asks[at...], answered into rounds[at...].
+func (p *Pool) readServerMaintenance(ctx context.Context, c redis.UniversalClient, asks []PartMaintenance, at []int, rounds []MaintenanceRound, now time.Time) {
 	for try := 0; ; try++ {
-		round, err := p.readMaintenance(ctx, part, beat, queues, now)
-		if !isNoScript(err) || try > 0 {
-			return round, err
+		noScript := p.readMaintenance(ctx, c, asks, at, rounds, now)
+		if !noScript || try > 0 {
+			return
 		}
 		// Redis lost its scripts (a restart, SCRIPT FLUSH): a pipeline
 		// does not fall back from EVALSHA, so load them and go again.
-		c := p.byPart[part]
-		if err := heartbeatScript.load(ctx, c); err != nil {
-			return MaintenanceRound{}, err
-		}
-		if err := dueLeasesScript.load(ctx, c); err != nil {
-			return MaintenanceRound{}, err
+		for _, s := range []*script{heartbeatScript, dueLeasesScript} {
+			if err := s.load(ctx, c); err != nil {
+				for _, i := range at {
+					rounds[i] = MaintenanceRound{Part: asks[i].Part, Err: err}
+				}
+				return
+			}
 		}
 	}
 }
 
-func (p *Pool) readMaintenance(ctx context.Context, part int, beat *ConsumerBeat, queues []Queue, now time.Time) (MaintenanceRound, error) {
-	pk := p.keyspace.PartKeys(part)
-	pipe := p.byPart[part].Pipeline()
-	var hb *redis.Cmd
-	if beat != nil {
-		hb = heartbeatScript.queueIn(ctx, pipe, []string{pk.Consumers(), pk.WorkerCount()},
-			beat.Consumer, beat.Workers, beat.Busy.Milliseconds())
+// readMaintenance sends one pipeline for asks[at...] and answers each
+// partition's round from its own commands; it reports whether a script
+// was missing (NOSCRIPT), to be loaded and the pipeline sent again.
+func (p *Pool) readMaintenance(ctx context.Context, c redis.UniversalClient, asks []PartMaintenance, at []int, rounds []MaintenanceRound, now time.Time) (noScript bool) {
+	type sent struct {
+		hb      *redis.Cmd
+		leases  []*redis.Cmd
+		delayed []*redis.StringSliceCmd
 	}
-	leases := make([]*redis.Cmd, len(queues))
-	delayed := make([]*redis.StringSliceCmd, len(queues))
-	for i, q := range queues {
-		if q.Part != part {
-			return MaintenanceRound{}, fmt.Errorf("maintenance of partition %d: queue %s is another's", part, q)
+	pipe := c.Pipeline()
+	cmds := make([]sent, len(at))
+	for n, i := range at {
+		a := asks[i]
+		rounds[i] = MaintenanceRound{Part: a.Part}
+		pk := p.keyspace.PartKeys(a.Part)
+		if a.Beat != nil {
+			cmds[n].hb = heartbeatScript.queueIn(ctx, pipe, []string{pk.Consumers(), pk.WorkerCount()},
+				a.Beat.Consumer, a.Beat.Workers, a.Beat.Busy.Milliseconds())
 		}
-		k := p.keyspace.Keys(q)
-		if beat != nil {
-			leases[i] = dueLeasesScript.queueIn(ctx, pipe, []string{k.Leases()}, ReapBatches)
-		}
-		delayed[i] = pipe.ZRangeArgs(ctx, dueBy(k.Delayed(), now, PromoteEntries))
-	}
-	if _, err := pipe.Exec(ctx); err != nil && err != redis.Nil {
-		if isNoScript(err) {
-			return MaintenanceRound{}, err // ReadMaintenance loads the scripts
-		}
-		return MaintenanceRound{}, fmt.Errorf("maintenance of partition %d: %w", part, err)
-	}
-	round := MaintenanceRound{Due: make([]DueWork, len(queues))}
-	if hb != nil {
-		s, _ := hb.Val().(string)
-		round.Checkpoint, _ = strconv.Atoi(s)
-	}
-	for i, q := range queues {
-		round.Due[i] = DueWork{Queue: q, delayed: delayed[i].Val()}
-		if leases[i] != nil {
-			round.Due[i].leases = stringsOf(leases[i].Val())
+		cmds[n].leases = make([]*redis.Cmd, len(a.Queues))
+		cmds[n].delayed = make([]*redis.StringSliceCmd, len(a.Queues))
+		for j, q := range a.Queues {
+			if q.Part != a.Part {
+				rounds[i].Err = fmt.Errorf("maintenance of partition %d: queue %s is another's", a.Part, q)
+				break
+			}
+			k := p.keyspace.Keys(q)
+			if a.Beat != nil {
+				cmds[n].leases[j] = dueLeasesScript.queueIn(ctx, pipe, []string{k.Leases()}, ReapBatches)
+			}
+			cmds[n].delayed[j] = pipe.ZRangeArgs(ctx, dueBy(k.Delayed(), now, PromoteEntries))
 		}
 	}
-	return round, nil
+	_, _ = pipe.Exec(ctx) // each command carries its own error, read below
+	for n, i := range at {
+		a, round := asks[i], &rounds[i]
+		if round.Err != nil {
+			continue
+		}
+		var all []redis.Cmder
+		if cmds[n].hb != nil {
+			all = append(all, cmds[n].hb)
+		}
+		for j := range a.Queues {
+			if cmds[n].leases[j] != nil {
+				all = append(all, cmds[n].leases[j])
+			}
+			all = append(all, cmds[n].delayed[j])
+		}
+		for _, cmd := range all {
+			if err := cmd.Err(); err != nil && err != redis.Nil {
+				noScript = noScript || isNoScript(err)
+				round.Err = fmt.Errorf("maintenance of partition %d: %w", a.Part, err)
+				break
+			}
+		}
+		if round.Err != nil {
+			continue
+		}
+		if cmds[n].hb != nil {
+			s, _ := cmds[n].hb.Val().(string)
+			round.Checkpoint, _ = strconv.Atoi(s)
+		}
+		round.Due = make([]DueWork, len(a.Queues))
+		for j, q := range a.Queues {
+			round.Due[j] = DueWork{Queue: q, delayed: cmds[n].delayed[j].Val()}
+			if cmds[n].leases[j] != nil {
+				round.Due[j].leases = stringsOf(cmds[n].leases[j].Val())
+			}
+		}
+	}
+	return noScript
 }
 
 // Maintain acts on what a round found due on a queue: it returns the

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // A maintenance round reads the heartbeat's answer, the expired leases and
@@ -25,11 +27,11 @@ func TestAMaintenanceRoundIsOneRoundTrip(t *testing.T) {
 	p.byPart[0].AddHook(trips)
 	round := func(at time.Time) MaintenanceRound {
 		t.Helper()
-		m, err := p.ReadMaintenance(ctx, 0, &beat, []Queue{jq(0)}, at)
-		if err != nil || len(m.Due) != 1 || m.Due[0].Queue != jq(0) {
-			t.Fatalf("round: %+v %v", m, err)
+		rs := p.ReadMaintenance(ctx, []PartMaintenance{{Part: 0, Beat: &beat, Queues: []Queue{jq(0)}}}, at)
+		if len(rs) != 1 || rs[0].Err != nil || len(rs[0].Due) != 1 || rs[0].Due[0].Queue != jq(0) {
+			t.Fatalf("round: %+v", rs)
 		}
-		return m
+		return rs[0]
 	}
 
 	// Nothing due: the heartbeat lands, and acting on the round is free.
@@ -64,9 +66,9 @@ func TestAMaintenanceRoundIsOneRoundTrip(t *testing.T) {
 	expireLeases(t, p, jq(0), jobs[1].Batch)
 	trips.n.Store(0)
 	// A light round (no heartbeat) looks at the delayed jobs alone.
-	light, err := p.ReadMaintenance(ctx, 0, nil, []Queue{jq(0)}, now.Add(time.Second))
-	if err != nil || light.Checkpoint != 0 {
-		t.Fatalf("light round: %+v %v", light, err)
+	light := p.ReadMaintenance(ctx, []PartMaintenance{{Part: 0, Queues: []Queue{jq(0)}}}, now.Add(time.Second))[0]
+	if light.Err != nil || light.Checkpoint != 0 {
+		t.Fatalf("light round: %+v", light)
 	}
 	back, died, promoted, err := p.Maintain(ctx, light.Due[0], DeadLimits{Max: 10, Keep: time.Hour}, nil, now.Add(time.Second))
 	if back != 0 || died != 0 || promoted != 1 || err != nil {
@@ -94,8 +96,60 @@ func TestAMaintenanceRoundIsOneRoundTrip(t *testing.T) {
 		t.Fatalf("claimed %d after the round, want both jobs back", len(again))
 	}
 
-	if _, err := p.ReadMaintenance(ctx, 0, &beat, []Queue{{Topic: "jobs", Part: 1}}, now); err == nil {
+	if r := p.ReadMaintenance(ctx, []PartMaintenance{{Part: 0, Beat: &beat, Queues: []Queue{{Topic: "jobs", Part: 1}}}}, now)[0]; r.Err == nil {
 		t.Fatal("a round on partition 0 took another partition's queue")
+	}
+}
+
+// A round over several partitions is one round trip per Redis server that
+// holds them, however many partitions it holds; each partition's answer is
+// its own, and one whose server does not answer fails alone.
+func TestAMaintenanceRoundIsOneRoundTripPerServer(t *testing.T) {
+	r0, r1 := testenv.Redis(t), testenv.Redis(t)
+	// Partitions 0, 1 and 3 on r0; 2 on r1.
+	p := newPool(t, 4, r0.Addr(), map[int]string{2: r1.Addr()})
+	ctx := context.Background()
+	trips0, trips1 := &roundTrips{}, &roundTrips{}
+	p.Client(0).AddHook(trips0)
+	p.Client(2).AddHook(trips1)
+	if p.Client(0) != p.Client(1) || p.Client(0) != p.Client(3) || p.Client(0) == p.Client(2) {
+		t.Fatal("the pool does not share one client per server")
+	}
+	for part := range 4 {
+		if err := p.CheckpointWorkers(ctx, part, 10+part); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A due retry on partition 3 only.
+	q3 := Queue{Topic: "jobs", Part: 3}
+	if err := p.Client(3).ZAdd(ctx, p.Keyspace().Keys(q3).Delayed(), redis.Z{Score: float64(now.UnixMilli() - 1), Member: "entry"}).Err(); err != nil {
+		t.Fatal(err)
+	}
+	asks := make([]PartMaintenance, 4)
+	for part := range 4 {
+		asks[part] = PartMaintenance{Part: part, Beat: &ConsumerBeat{Consumer: "c", Workers: 1}, Queues: []Queue{{Topic: "jobs", Part: part}, {Topic: "mail", Part: part}}}
+	}
+	p.ReadMaintenance(ctx, asks, now) // connections made (HELLO), not counted below
+	trips0.n.Store(0)
+	trips1.n.Store(0)
+	rounds := p.ReadMaintenance(ctx, asks, now)
+	if a, b := trips0.n.Load(), trips1.n.Load(); a != 1 || b != 1 {
+		t.Errorf("round trips: %d to the server of three partitions, %d to the other's; want 1 and 1", a, b)
+	}
+	for part, r := range rounds {
+		if r.Part != part || r.Err != nil || r.Checkpoint != 10+part || len(r.Due) != 2 {
+			t.Fatalf("partition %d's round: %+v", part, r)
+		}
+		if due := !r.Due[0].Empty(); due != (part == 3) || !r.Due[1].Empty() {
+			t.Errorf("partition %d: jobs due %v, mail due %v; want only partition 3's jobs", part, due, !r.Due[1].Empty())
+		}
+	}
+	r1.Stop()
+	rounds = p.ReadMaintenance(ctx, asks, now)
+	for part, r := range rounds {
+		if failed := r.Err != nil; failed != (part == 2) {
+			t.Errorf("partition %d with its server stopped=%v: err %v", part, part == 2, r.Err)
+		}
 	}
 }
 
