@@ -66,6 +66,12 @@ type Config struct {
 	// BatchSize is the most jobs per Redis pipeline and per rate-limit
 	// wait. Default 1024.
 	BatchSize int
+	// FetchWait is the longest a Kafka fetch waits at the broker while no
+	// record arrives: a record ends it at once, so it costs no latency,
+	// but the partitions handed to the relay (or taken from it) wait for
+	// the fetch in flight. Default 2s (sarama's 500 ms made an idle relay
+	// and its broker fetch 4 times a second: issue 34).
+	FetchWait time.Duration
 	// CommitEvery is how often Kafka offsets are committed (only of jobs
 	// Redis accepted). Default 1s.
 	CommitEvery time.Duration
@@ -133,6 +139,7 @@ func DefaultConfig() Config {
 		LockTTL:       10 * time.Second,
 		LockDelay:     5 * time.Second,
 		BatchSize:     1024,
+		FetchWait:     2 * time.Second,
 		CommitEvery:   time.Second,
 		IDDedupeTTL:   24 * time.Hour,
 		DurableAfter:  3 * time.Second,
@@ -166,6 +173,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	cli.DurationVar(fs, &c.LockTTL, "lock-ttl", c.LockTTL, "TTL of the relay's Consul session (Consul's minimum is 10s): a dead holder is replaced after TTL (up to 2x: Consul's timer) + lock-delay")
 	cli.DurationVar(fs, &c.LockDelay, "lock-delay", c.LockDelay, "Consul lock-delay after a holder's session expires; 0 for none")
 	fs.IntVar(&c.BatchSize, "batch-size", c.BatchSize, "most jobs per Redis pipeline and per rate-limit wait")
+	cli.DurationVar(fs, &c.FetchWait, "fetch-wait", c.FetchWait, "longest a Kafka fetch waits at the broker while no record arrives (a record ends it at once); partitions handed to the relay or taken from it wait for the fetch in flight")
 	cli.DurationVar(fs, &c.CommitEvery, "commit-every", c.CommitEvery, "how often to commit Kafka offsets (only of jobs Redis accepted)")
 	cli.DurationVar(fs, &c.IDDedupeTTL, "id-dedupe-ttl", c.IDDedupeTTL, "how long a job id the client chose is remembered: a resend of it within this time is dropped (replays of Kafka records are deduped by their position, whatever their age)")
 	fs.Var(durableValue{&c.DurableAfter, &c.DurableReplicas}, "durable-after", "commit a Kafka offset only once Redis has kept the writes before it this long without restarting (its AOF fsync, every second with appendfsync everysec, has run); a Redis restart under younger writes makes the relay go on from the committed offsets. 0: commit as soon as Redis answers (appendfsync always). replicas:N (Sentinel): commit only once N replicas acknowledged the writes (WAIT); fewer, and the batch is written again")
@@ -224,6 +232,8 @@ func (c *Config) validate() error {
 		return errors.New("relay: Config.BatchSize: must be at least 1")
 	case c.LagEvery <= 0:
 		return errors.New("relay: Config.LagEvery: must be positive")
+	case c.FetchWait < time.Millisecond || c.FetchWait > 10*time.Second:
+		return fmt.Errorf("relay: Config.FetchWait: %s: want 1ms to 10s", c.FetchWait)
 	case c.DurableReplicas < 0:
 		return fmt.Errorf("relay: Config.DurableReplicas: %d: want 0 (off) or the replicas to wait for", c.DurableReplicas)
 	case c.LowWatermark <= 0 || c.HighWatermark > 1 || c.LowWatermark >= c.HighWatermark:

@@ -384,6 +384,7 @@ func (r *Relay) saramaConfig() (*sarama.Config, error) {
 	sc.Consumer.Offsets.AutoCommit.Enable = false
 	sc.Consumer.Return.Errors = true
 	sc.Consumer.Fetch.Default = 4 << 20
+	sc.Consumer.MaxWaitTime = r.cfg.FetchWait
 	sc.ChannelBufferSize = max(r.cfg.BatchSize, 256)
 	return sc, nil
 }
