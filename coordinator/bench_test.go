@@ -70,7 +70,12 @@ func BenchmarkAggregate(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer c.Close()
-	w := c.newGroupWatcher(q, func() bool { return true })
+	waits, err := c.openWaits()
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer waits.pool.Close()
+	w := c.newGroupWatcher(q, waits, func() bool { return true })
 	st, err := pool.GroupStatus(ctx, "jobs", "big")
 	if err != nil || st.CompletedAt.IsZero() {
 		b.Fatalf("group not complete: %+v %v", st, err)

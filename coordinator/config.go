@@ -71,9 +71,11 @@ type Config struct {
 	Holder string
 
 	// GroupWait is how long a watcher blocks on its queue partition's
-	// completed list (BLMOVE) before it looks around; whole seconds. It
-	// also bounds how long a stopping watcher takes to notice, and is how
-	// often the topic registry is read for new topics to watch. Default 1s.
+	// completed list (BLMOVE) before it looks around; whole seconds. A
+	// group that completes ends the wait at once, and so does a stop (the
+	// term's wait clients are closed). It is also how often the topic
+	// registry is read for new topics to watch. Default 5s (1s until issue
+	// 34: 8 BLMOVEs a second on 8 idle partitions).
 	GroupWait time.Duration
 	// RescanEvery is how often a watcher looks for groups left on its
 	// queue partition's completing list by an earlier holder. Default 1m.
@@ -211,7 +213,7 @@ func DefaultConfig() Config {
 		Config:              consul.DefaultConfig(),
 		LockTTL:             10 * time.Second,
 		LockDelay:           5 * time.Second,
-		GroupWait:           time.Second,
+		GroupWait:           5 * time.Second,
 		RescanEvery:         time.Minute,
 		Deliveries:          8,
 		WaitConns:           256,
@@ -259,7 +261,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	c.Config.RegisterFlags(fs)
 	cli.DurationVar(fs, &c.LockTTL, "lock-ttl", c.LockTTL, "TTL of the coordinator's Consul session (Consul's minimum is 10s)")
 	cli.DurationVar(fs, &c.LockDelay, "lock-delay", c.LockDelay, "Consul lock-delay after a holder's session expires; 0 for none")
-	cli.DurationVar(fs, &c.GroupWait, "group-wait", c.GroupWait, "how long a queue partition's watcher blocks for a completed group (whole seconds); also bounds how long stopping takes, and is how often the registered topics are read for new ones to watch")
+	cli.DurationVar(fs, &c.GroupWait, "group-wait", c.GroupWait, "how long a queue partition's watcher blocks for a completed group (whole seconds; a group that completes, or a stop, ends the wait at once); also how often the registered topics are read for new ones to watch")
 	cli.DurationVar(fs, &c.RescanEvery, "rescan-every", c.RescanEvery, "how often to look for groups an earlier coordinator left mid-delivery")
 	fs.IntVar(&c.Deliveries, "deliveries", c.Deliveries, "groups aggregated or POSTed at once per queue partition (a callback waiting for its retry holds none)")
 	fs.IntVar(&c.WaitConns, "wait-conns", c.WaitConns, "Redis connections per Redis server for the watchers' blocking waits, one per queue partition (topics x partitions) waiting; beyond that they take turns")

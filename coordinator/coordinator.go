@@ -2,7 +2,6 @@ package coordinator
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -21,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/internal/consul"
 	"github.com/sluicehq/sluice/internal/ops"
 	"github.com/sluicehq/sluice/internal/periodic"
+	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/retry"
 )
 
@@ -30,24 +30,23 @@ type Coordinator struct {
 	cfg  Config
 	log  *slog.Logger
 	pool redisSide
-	// waits serves the watchers' blocking BLMOVEs only, with a connection
-	// per WaitConns (see Config.WaitConns); waitTurns bounds the waits per
-	// Redis server to its pool size.
-	waits     redisSide
-	waitTurns map[redis.UniversalClient]chan struct{}
-	waitsFull atomic.Bool // the watchers took turns (logged once)
-	consul    *consulapi.Client
-	guard     *callback.Guard       // where callbacks may go
-	http      *http.Client          // the callbacks'
-	secrets   *callback.SecretsFile // nil: callbacks unsigned
-	hosts     *hostSlots            // POSTs in flight per receiver host
-	reg       *prometheus.Registry
-	m         *metrics
-	held      atomic.Bool
-	close     sync.Once
-	params    atomic.Pointer[Params] // in force: Consul's, else cfg.Scaling
-	canary    *CanaryMonitor         // nil: no canaries
-	scheduler *periodic.Scheduler    // nil: Config.Periodic.Enable is off
+	// waitsConfig is the pool configuration of the watchers' blocking
+	// BLMOVEs: clients of their own, a connection per WaitConns, opened
+	// for each lock term (openWaits).
+	waitsConfig queue.PoolConfig
+	waitsFull   atomic.Bool // the watchers took turns (logged once)
+	consul      *consulapi.Client
+	guard       *callback.Guard       // where callbacks may go
+	http        *http.Client          // the callbacks'
+	secrets     *callback.SecretsFile // nil: callbacks unsigned
+	hosts       *hostSlots            // POSTs in flight per receiver host
+	reg         *prometheus.Registry
+	m           *metrics
+	held        atomic.Bool
+	close       sync.Once
+	params      atomic.Pointer[Params] // in force: Consul's, else cfg.Scaling
+	canary      *CanaryMonitor         // nil: no canaries
+	scheduler   *periodic.Scheduler    // nil: Config.Periodic.Enable is off
 	// pins are the operators' scale pins in force (pins.go); targets, the
 	// scaler's target per partition while this process holds the lock (0:
 	// unknown), for a console in this process (Target).
@@ -87,27 +86,14 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 	// scaler and the deliveries.
 	wcfg := pcfg
 	wcfg.Options = func(o *redis.Options) { o.PoolSize = cfg.WaitConns }
-	waits, err := openRedis(wcfg)
-	if err != nil {
-		pool.Close()
-		return nil, err
-	}
-	turns := map[redis.UniversalClient]chan struct{}{}
-	for part := range cfg.Partitions {
-		if cl := waits.Client(part); turns[cl] == nil {
-			turns[cl] = make(chan struct{}, cfg.WaitConns)
-		}
-	}
 	guard, err := callback.NewGuard(cfg.CallbackAllow, cfg.CallbackResolver)
 	if err != nil {
 		pool.Close()
-		waits.Close()
 		return nil, fmt.Errorf("coordinator: Config.CallbackAllow: %w", err)
 	}
 	for _, addr := range cfg.CallbackRefuse {
 		if err := guard.RefuseListener(addr); err != nil {
 			pool.Close()
-			waits.Close()
 			return nil, fmt.Errorf("coordinator: Config.CallbackRefuse: %w", err)
 		}
 	}
@@ -115,19 +101,17 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 	if cfg.CallbackSecretFile != "" {
 		if secrets, err = callback.OpenSecrets(cfg.CallbackSecretFile, log); err != nil {
 			pool.Close()
-			waits.Close()
 			return nil, fmt.Errorf("coordinator: Config.CallbackSecretFile: %w", err)
 		}
 	}
 	cc, err := cfg.Config.Client("coordinator")
 	if err != nil {
 		pool.Close()
-		waits.Close()
 		return nil, err
 	}
 	reg := ops.NewRegistry()
 	c := &Coordinator{
-		cfg: cfg, log: log, pool: pool, waits: waits, waitTurns: turns, consul: cc, guard: guard, http: newCallbackClient(cfg, guard),
+		cfg: cfg, log: log, pool: pool, waitsConfig: wcfg, consul: cc, guard: guard, http: newCallbackClient(cfg, guard),
 		secrets: secrets, hosts: newHostSlots(cfg.CallbackHostDeliveries),
 		reg: reg, m: newMetrics(reg), targets: make([]atomic.Int64, cfg.Partitions),
 	}
@@ -139,7 +123,6 @@ func New(cfg Config, log *slog.Logger) (*Coordinator, error) {
 	if len(cfg.Canary.Topics) > 0 {
 		if c.canary, err = NewCanaryMonitor(cfg.Canary, pool, reg, cfg.Holder, log); err != nil {
 			pool.Close()
-			waits.Close()
 			return nil, err
 		}
 	}
@@ -166,7 +149,7 @@ func (c *Coordinator) Target(part int) int {
 // Close closes the Redis clients. Serve calls it when it returns.
 func (c *Coordinator) Close() error {
 	var err error
-	c.close.Do(func() { err = errors.Join(c.pool.Close(), c.waits.Close()) })
+	c.close.Do(func() { err = c.pool.Close() })
 	return err
 }
 

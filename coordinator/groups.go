@@ -9,6 +9,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/sluicehq/sluice/internal/groups"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/queue"
@@ -46,6 +48,16 @@ func (c *Coordinator) topics(ctx context.Context) ([]string, error) {
 // lock goes, even if it leaves the registry: its groups may still complete.
 // It returns once every watcher has stopped.
 func (c *Coordinator) watchGroups(ctx context.Context, valid func() bool) {
+	waits, err := c.openWaits()
+	if err != nil {
+		c.log.Error("group watcher: opening the Redis clients of the watchers' waits failed; no group is delivered this term", "err", err)
+		return
+	}
+	// Closing the waits' clients as the term ends ends the blocked
+	// BLMOVEs at once: go-redis cannot interrupt one on its context. A
+	// group moved to completing as its reply is cut off stays there for
+	// the next holder.
+	defer context.AfterFunc(ctx, func() { waits.pool.Close() })()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	watched := map[string]bool{}
@@ -80,7 +92,7 @@ func (c *Coordinator) watchGroups(ctx context.Context, valid func() bool) {
 				watched[topic] = true
 				c.log.Info("group watcher: watching a topic's queues", "topic", topic, "partitions", c.cfg.Partitions)
 				for part := range c.cfg.Partitions {
-					w := c.newGroupWatcher(queue.Queue{Topic: topic, Part: part}, valid)
+					w := c.newGroupWatcher(queue.Queue{Topic: topic, Part: part}, waits, valid)
 					wg.Go(func() { w.run(ctx) })
 				}
 				c.m.watchedQueues.Add(float64(c.cfg.Partitions))
@@ -105,6 +117,7 @@ type groupWatcher struct {
 	valid func() bool // the lock's lease is still valid
 	log   *slog.Logger
 	slots chan struct{}
+	waits *groupWaits
 	turns chan struct{} // the waits on q's Redis server (Config.WaitConns)
 	wg    sync.WaitGroup
 
@@ -112,11 +125,33 @@ type groupWatcher struct {
 	active map[string]bool
 }
 
-func (c *Coordinator) newGroupWatcher(q queue.Queue, valid func() bool) *groupWatcher {
+func (c *Coordinator) newGroupWatcher(q queue.Queue, waits *groupWaits, valid func() bool) *groupWatcher {
 	return &groupWatcher{
 		c: c, q: q, valid: valid, log: c.log.With("topic", q.Topic, "partition", q.Part),
-		slots: make(chan struct{}, c.cfg.Deliveries), turns: c.waitTurns[c.waits.Client(q.Part)], active: map[string]bool{},
+		slots: make(chan struct{}, c.cfg.Deliveries), waits: waits, turns: waits.turns[waits.pool.Client(q.Part)], active: map[string]bool{},
 	}
+}
+
+// groupWaits are a lock term's clients for the watchers' blocking BLMOVEs,
+// and turns, a channel per Redis server bounding its waits to its
+// clients' pool size (Config.WaitConns).
+type groupWaits struct {
+	pool  redisSide
+	turns map[redis.UniversalClient]chan struct{}
+}
+
+func (c *Coordinator) openWaits() (*groupWaits, error) {
+	pool, err := openRedis(c.waitsConfig)
+	if err != nil {
+		return nil, err
+	}
+	turns := map[redis.UniversalClient]chan struct{}{}
+	for part := range c.cfg.Partitions {
+		if cl := pool.Client(part); turns[cl] == nil {
+			turns[cl] = make(chan struct{}, c.cfg.WaitConns)
+		}
+	}
+	return &groupWaits{pool: pool, turns: turns}, nil
 }
 
 // run delivers groups until ctx ends, then waits for the deliveries in
@@ -236,7 +271,7 @@ func (w *groupWatcher) wait(ctx context.Context) (string, error) {
 		}
 	}
 	defer func() { <-w.turns }()
-	return w.c.waits.WaitCompleted(ctx, w.q, w.c.cfg.GroupWait)
+	return w.waits.pool.WaitCompleted(ctx, w.q, w.c.cfg.GroupWait)
 }
 
 // orphans adds to pending the groups of left that are neither being

@@ -474,3 +474,32 @@ func waitCallbacks(t *testing.T, reg prometheus.Gatherer, outcome string, n int)
 		return testenv.Metric(t, reg, "sluice_coordinator_callbacks_total", "outcome", outcome) == float64(n)
 	})
 }
+
+// A stop does not wait out the watchers' blocked BLMOVEs: the term's wait
+// clients are closed as it ends (go-redis cannot interrupt a blocked call
+// on its context). With a 30 s --group-wait, the stop and the standby's
+// delivery of a group completed meanwhile each take a fraction of it;
+// before, the stop waited out the BLMOVE.
+func TestAStopEndsTheWatchersBlockedWaits(t *testing.T) {
+	b := newBed(t, 4)
+	rc := newReceiver(t, nil)
+	long := func(c *coordinator.Config) { c.GroupWait = 30 * time.Second }
+	first := b.start(t, "first", long)
+	first.waitHolding(t)
+	rdb := b.redis.Client()
+	testenv.WaitFor(t, 15*time.Second, "the 4 watchers to block", func() bool {
+		info, err := rdb.Info(context.Background(), "clients").Result()
+		return err == nil && strings.Contains(info, "blocked_clients:4\r")
+	})
+	second := b.start(t, "second", long)
+	began := time.Now()
+	first.stop(t)
+	if took := time.Since(began); took > 10*time.Second {
+		t.Errorf("the stop took %v with watchers blocked for up to 30 s; want it not to wait them out", took)
+	}
+	second.waitHolding(t)
+	b.completeGroup(t, "g", rc.URL, allDone(2))
+	if st := b.finished(t, "g"); st.CallbackState != coordinator.CallbackDelivered || len(rc.callsFor("g")) != 1 {
+		t.Fatalf("after the handover: %+v, %d calls", st, len(rc.callsFor("g")))
+	}
+}
