@@ -530,7 +530,7 @@ const maxAckBatch = 256
 func (c *consumer) acker() {
 	for first := range c.acks {
 		batch := c.gatherAcks([]ackRequest{first})
-		for _, same := range byQueue(batch, func(r ackRequest) queue.Queue { return r.job.q }) {
+		for _, same := range groupBy(batch, func(r ackRequest) queue.Queue { return r.job.q }) {
 			c.ack(same)
 		}
 		c.mu.Lock()
@@ -627,16 +627,17 @@ func (c *consumer) ack(batch []ackRequest) {
 	}
 }
 
-// byQueue splits items by their queue: each part keeps the order given,
-// the parts come in the order of their first item. Items of one queue
-// (a worker serving one topic) are the slice itself.
-func byQueue[T any](items []T, queueOf func(T) queue.Queue) [][]T {
+// groupBy splits items by their key (their queue; a partition's Redis
+// client): each part keeps the order given, the parts come in the order of
+// their first item. Items of one key (a worker serving one topic) are the
+// slice itself.
+func groupBy[T any, K comparable](items []T, keyOf func(T) K) [][]T {
 	if len(items) == 0 {
 		return nil
 	}
-	first, same := queueOf(items[0]), true
+	first, same := keyOf(items[0]), true
 	for _, it := range items[1:] {
-		if queueOf(it) != first {
+		if keyOf(it) != first {
 			same = false
 			break
 		}
@@ -644,14 +645,14 @@ func byQueue[T any](items []T, queueOf func(T) queue.Queue) [][]T {
 	if same {
 		return [][]T{items}
 	}
-	index := map[queue.Queue]int{}
+	index := map[K]int{}
 	var out [][]T
 	for _, it := range items {
-		q := queueOf(it)
-		i, ok := index[q]
+		k := keyOf(it)
+		i, ok := index[k]
 		if !ok {
 			i = len(out)
-			index[q] = i
+			index[k] = i
 			out = append(out, nil)
 		}
 		out[i] = append(out[i], it)
@@ -770,7 +771,7 @@ func (c *consumer) extendHeld(ctx context.Context, pool redisSide, warn bool) (u
 	}
 	c.mu.Unlock()
 	gone := map[string]bool{}
-	for _, same := range byQueue(batches, func(l leased) queue.Queue { return l.q }) {
+	for _, same := range groupBy(batches, func(l leased) queue.Queue { return l.q }) {
 		names := make([]string, len(same))
 		for i, l := range same {
 			names[i] = l.batch
@@ -937,7 +938,7 @@ func (c *consumer) shutdown(runCtx context.Context, stopRuns context.CancelFunc,
 
 // release hands jobs back to the front of their lanes, each to its queue.
 func (c *consumer) release(jobs []*heldJob, msg string) {
-	for _, same := range byQueue(jobs, func(h *heldJob) queue.Queue { return h.q }) {
+	for _, same := range groupBy(jobs, func(h *heldJob) queue.Queue { return h.q }) {
 		claimed := make([]queue.Claimed, len(same))
 		for i, h := range same {
 			claimed[i] = h.claimed

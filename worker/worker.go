@@ -213,19 +213,7 @@ func (w *Worker) Run(ctx context.Context) error {
 // holds them: each group is maintained in one round trip a round, and a
 // server that does not answer delays no other's rounds.
 func (w *Worker) partsByServer() [][]int {
-	var groups [][]int
-	at := map[redis.UniversalClient]int{}
-	for _, p := range w.cfg.Serve {
-		c := w.pool.Client(p)
-		i, ok := at[c]
-		if !ok {
-			i = len(groups)
-			at[c] = i
-			groups = append(groups, nil)
-		}
-		groups[i] = append(groups[i], p)
-	}
-	return groups
+	return groupBy(w.cfg.Serve, w.pool.Client)
 }
 
 // maintain promotes due delayed jobs on each served topic's queue of
