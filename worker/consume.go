@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/queue"
 	"github.com/sluicehq/sluice/internal/retry"
 )
@@ -86,8 +87,12 @@ func (h *heldJob) key() heldKey { return heldKey{h.q, h.claimed.ID, h.claimed.Ba
 type heldJob struct {
 	q       queue.Queue // the queue it was claimed from: its settlement goes there
 	claimed queue.Claimed
-	env     []byte
-	cancel  context.CancelCauseFunc // set while its handler runs; under consumer.mu
+	// j is the job its envelope holds, read as it was claimed; nil when
+	// the envelope is missing or unreadable (unreadable says why), and
+	// then its run settles it dead at once.
+	j          *job.Job
+	unreadable error
+	cancel     context.CancelCauseFunc // set while its handler runs; under consumer.mu
 	// lost: the lease is gone (reaped), or given up because it could not
 	// be extended (why says which); this worker does not settle the job.
 	// Under consumer.mu.
@@ -98,12 +103,29 @@ type heldJob struct {
 	// so); its handler's context is cancelled, and the job settled
 	// cancelled unless it succeeded all the same. Under consumer.mu.
 	cancelled bool
-	jobType   string // once its envelope is read
+	jobType   string // from its envelope, when readable
 	// trace is the job's trace context from its envelope; invalid
 	// unless tracing is on and the envelope carries one (tracing.go).
 	trace      trace.SpanContext
-	retain     time.Duration // once its envelope is read
-	enqueuedAt time.Time     // the gate's accept time, once its envelope is read
+	retain     time.Duration // once its run resolved it
+	enqueuedAt time.Time     // the gate's accept time, from its envelope when readable
+}
+
+// holdClaimed holds a claimed job with its envelope read: a job's run
+// starts from the job, as the claim's batch is read (outside the consumer's
+// lock). An envelope missing or unreadable is no error of the claim: the
+// job's run settles it dead (no later attempt would read it better).
+func holdClaimed(q queue.Queue, cl queue.Claimed) *heldJob {
+	h := &heldJob{q: q, claimed: cl}
+	switch j, err := job.Decode(cl.Envelope); {
+	case cl.Envelope == nil:
+		h.unreadable = fmt.Errorf("job %s has no envelope in Redis", cl.ID)
+	case err != nil:
+		h.unreadable = fmt.Errorf("envelope: %w", err)
+	default:
+		h.j, h.jobType, h.enqueuedAt = j, j.Type, j.EnqueuedAt
+	}
+	return h
 }
 
 func (w *Worker) newConsumer(part int) *consumer {
@@ -219,9 +241,13 @@ func (c *consumer) run(ctx context.Context) {
 		if len(jobs) == 0 {
 			continue // the next topic, or the wait for work
 		}
+		held := make([]*heldJob, len(jobs))
+		for i, j := range jobs {
+			held[i] = holdClaimed(t.q, j)
+		}
 		c.mu.Lock()
-		for _, j := range jobs {
-			h := &heldJob{q: t.q, claimed: j, env: j.Envelope}
+		for _, h := range held {
+			j := h.claimed
 			c.held[h.key()] = h
 			c.waiting = append(c.waiting, h)
 			if c.leases[j.Batch] == nil {

@@ -15,7 +15,7 @@ import (
 )
 
 // The run of a claimed job, as steps (docs/worker.md, "How a job runs"):
-// decode its envelope, set a heartbeat canary apart, resolve its handler
+// pass its envelope, read as it was claimed, set a heartbeat canary apart, resolve its handler
 // and limits, pass its idempotency key's gate, be admitted by its
 // resource's rate limit, run the handler. Each step either passes the job
 // on or decides how the attempt ends (a settlement); execute runs the
@@ -30,7 +30,7 @@ type jobRun struct {
 	// carry their ids). It lives as long as the attempt.
 	ctx         context.Context
 	h           *heldJob
-	j           *job.Job // once decoded
+	j           *job.Job // as claimed (heldJob.j); nil when unreadable
 	handler     Handler  // once resolved; wrapped by admit to record its start
 	maxAttempts int      // 1 until resolved: an envelope that cannot be read is dead at once
 	timeout     time.Duration
@@ -94,7 +94,7 @@ func deferred(at, throttled time.Time) settlement {
 // runSteps are the steps of a job's run, in order. admit is in
 // ratelimit.go, beside the limiter it asks.
 var runSteps = [...]func(*consumer, *jobRun) settlement{
-	(*consumer).decode,
+	(*consumer).readable,
 	(*consumer).setCanaryApart,
 	(*consumer).resolve,
 	(*consumer).gate,
@@ -105,7 +105,7 @@ var runSteps = [...]func(*consumer, *jobRun) settlement{
 // execute runs one claimed job's steps until one decides how its attempt
 // ends, and settles it.
 func (c *consumer) execute(ctx context.Context, h *heldJob) {
-	r := &jobRun{ctx: ctx, h: h, maxAttempts: 1}
+	r := &jobRun{ctx: ctx, h: h, j: h.j, maxAttempts: 1}
 	var s settlement
 	for _, step := range runSteps {
 		if s = step(c, r); s.end != goOn {
@@ -115,20 +115,13 @@ func (c *consumer) execute(ctx context.Context, h *heldJob) {
 	c.settle(r, s)
 }
 
-// decode reads the job's envelope. One missing or unreadable is dead at
-// once: no later attempt would read it better.
-func (c *consumer) decode(r *jobRun) settlement {
-	h := r.h
-	if h.env == nil {
-		return failed(Permanent(fmt.Errorf("job %s has no envelope in Redis", h.claimed.ID)))
+// readable passes a job whose envelope was read as it was claimed
+// (holdClaimed). One missing or unreadable is dead at once: no later
+// attempt would read it better.
+func (c *consumer) readable(r *jobRun) settlement {
+	if r.h.unreadable != nil {
+		return failed(Permanent(r.h.unreadable))
 	}
-	j, err := job.Decode(h.env)
-	if err != nil {
-		return failed(Permanent(fmt.Errorf("envelope: %w", err)))
-	}
-	r.j = j
-	h.jobType = j.Type // read by settle and the acker, after this
-	h.enqueuedAt = j.EnqueuedAt
 	return passed
 }
 

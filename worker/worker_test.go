@@ -233,6 +233,32 @@ func TestPermanentPanicNoHandlerAndMaxAttempts(t *testing.T) {
 	}
 }
 
+// An envelope that cannot be read (it came to Redis another way than the
+// relay, or was damaged there) is read as the job is claimed; the job is
+// dead at its first attempt with the reason as its last error, and the
+// worker goes on with the next job: no later attempt would read it better.
+func TestAnUnreadableEnvelopeIsDeadAtOnce(t *testing.T) {
+	b := newBed(t)
+	ran := make(chan string, 1)
+	b.start(t, nil, func(w *worker.Worker) {
+		w.Handle("fine", worker.HandlerFunc(func(_ context.Context, j *worker.Job) ([]byte, error) {
+			ran <- j.ID
+			return nil, nil
+		}))
+	})
+	bad := queue.Item{ID: "garbled", Group: "garbled", Topic: "jobs", Weight: 1, Envelope: []byte(`{"id":"garbled","type":`)}
+	if _, err := b.pool.Enqueue(context.Background(), 1, []queue.Item{bad}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	b.enqueue(t, job.Job{ID: "after", Type: "fine"})
+	if h := b.waitState(t, "garbled", "garbled", "dead"); h["attempts"] != "1" || !strings.Contains(h["last_error"], "envelope") {
+		t.Fatalf("an unreadable envelope: %v", h)
+	}
+	if id := <-ran; id != "after" {
+		t.Fatalf("ran %q", id)
+	}
+}
+
 func TestGracefulShutdownHandsBackWithoutFailing(t *testing.T) {
 	b := newBed(t)
 	started := make(chan struct{}, 1)
