@@ -716,8 +716,8 @@ func leaseMargin(lease time.Duration) time.Duration { return lease / 10 }
 // extended in time.
 //
 // After a round that Redis could not serve (down, restarting, loading),
-// the next comes within retryCap, not a third of a lease later, and goes
-// through fresh clients (as untilRedisAnswers does: the worker's own wait
+// the next comes within queue.TakenRetryCap, not a third of a lease later, and goes
+// through fresh clients (as queue.UntilTaken does: the worker's own wait
 // out go-redis's second of dial backoff): so the leases are extended about
 // as soon as Redis answers again. Waiting for the next tick instead let
 // watchLeases give up a lease that Redis would have extended: after a 2 s
@@ -751,13 +751,13 @@ func (c *consumer) keepLeases(ctx context.Context) {
 			fresh = nil
 		}
 		if failures > 0 {
-			if p, err := w.pool.Fresh(); err == nil {
+			if p, err := w.freshRedis(); err == nil {
 				fresh, pool = p, p
 			}
 		}
 		if c.extendHeld(ctx, pool, failures == 0) {
 			failures++
-			t.Reset(min(retry.Backoff(20*time.Millisecond, retryCap, failures), w.cfg.Lease/3))
+			t.Reset(min(retry.Backoff(20*time.Millisecond, queue.TakenRetryCap, failures), w.cfg.Lease/3))
 			continue
 		}
 		failures = 0

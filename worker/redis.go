@@ -60,3 +60,14 @@ var _ redisSide = (*queue.Pool)(nil)
 
 // openRedis is queue.NewPool held as the part's redisSide.
 func openRedis(cfg queue.PoolConfig) (redisSide, error) { return queue.OpenAs[redisSide](cfg) }
+
+// freshRedis opens a side of its own on the worker's Redis, for the retries
+// of a write through an outage (queue.UntilTaken) and of the leases'
+// extensions; the caller closes it.
+func (w *Worker) freshRedis() (redisSide, error) {
+	p, err := w.pool.Fresh()
+	if err != nil {
+		return nil, err // not a nil *queue.Pool in a redisSide
+	}
+	return p, nil
+}

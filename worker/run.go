@@ -10,7 +10,6 @@ import (
 	"github.com/sluicehq/sluice/internal/canary"
 	"github.com/sluicehq/sluice/internal/job"
 	"github.com/sluicehq/sluice/internal/queue"
-	"github.com/sluicehq/sluice/internal/retry"
 	"github.com/sluicehq/sluice/internal/tracing"
 )
 
@@ -463,61 +462,14 @@ func (c *consumer) settleCancelled(ctx context.Context, h *heldJob) {
 	}
 }
 
-// untilRedisAnswers runs do again, with backoff, while Redis cannot serve
-// (restarting, loading its AOF, unreachable, unable to persist: MISCONF),
-// until ctx ends: for a write that must not be dropped, c.settling. The
-// job stays held meanwhile, so the lease keeper keeps its lease once Redis
-// is back. Dropping the write instead would let the lease expire and the
-// job run again: an ack or an idempotency key lost to a Redis restart is
-// a job run twice with one key (found by the chaos suite). The wait joins
-// the worker's outage: one Warn per outage, its time counted.
-//
-// The retries go through fresh clients (queue.Pool.Fresh), at most
-// retryCap apart, so the write lands within about retryCap of Redis
-// answering again: the worker's own clients, after failed dials, wait out
-// a second of go-redis's dial backoff first, and a worker killed in that
-// second has run a job whose ack or idempotency key was never recorded
-// (the chaos suite measured 920 ms).
+// untilRedisAnswers runs do until Redis takes it, waiting out a Redis
+// that cannot serve (queue.UntilTaken) until ctx ends: for a write that
+// must not be dropped, c.settling. The job stays held meanwhile, so the
+// lease keeper keeps its lease once Redis is back. The wait joins the
+// worker's outage; its retries go through fresh clients.
 func (c *consumer) untilRedisAnswers(ctx context.Context, what string, do func(redisSide) error) error {
-	pool := c.w.pool
-	var (
-		fresh  redisSide
-		waited func()
-	)
-	defer func() {
-		if fresh != nil {
-			fresh.Close()
-		}
-		if waited != nil {
-			waited()
-		}
-	}()
-	for attempt := 1; ; attempt++ {
-		err := do(pool)
-		if err == nil || !queue.Transient(err) || ctx.Err() != nil {
-			return err
-		}
-		if waited == nil {
-			waited = c.w.outage.Wait(what, err)
-		}
-		if retry.Sleep(ctx, retry.Backoff(20*time.Millisecond, retryCap, attempt)) != nil {
-			return err
-		}
-		if fresh != nil {
-			fresh.Close()
-			fresh = nil
-		}
-		pool = c.w.pool
-		if p, err := c.w.pool.Fresh(); err == nil {
-			fresh, pool = p, p
-		}
-	}
+	return queue.UntilTaken(ctx, c.w.outage, what, c.w.pool, c.w.freshRedis, do)
 }
-
-// retryCap bounds the wait between retries of an ack or an idempotency
-// key's record while Redis is away: how late after Redis answers again
-// they land, at most (plus the write itself).
-const retryCap = 100 * time.Millisecond
 
 // canaryKeep is how long a completed canary's job hash is kept: long enough
 // for the relay's dedupe of a redelivery, short enough that canaries sent

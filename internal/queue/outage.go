@@ -1,9 +1,13 @@
 package queue
 
 import (
+	"context"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/retry"
 )
 
 // Outage follows one part's waits on a Redis that cannot serve or cannot
@@ -85,3 +89,62 @@ func (o *Outage) Seconds() float64 {
 	}
 	return t.Seconds()
 }
+
+// UntilTaken runs write on side, then again while it fails with a
+// Transient error (Redis restarting, loading its AOF, unreachable, unable
+// to persist: MISCONF), with backoff, until ctx ends: for a write that
+// must not be dropped, such as a job's settlement (a failure, an ack or an
+// idempotency key dropped by a Redis restart would let a lease expire and
+// the job run again: the chaos suite found a job run twice with one key).
+// It returns write's last error: nil, one not Transient, or the one ctx
+// cut short. The wait joins the outage o as what: one Warn per outage, its
+// time counted.
+//
+// Each retry goes through a fresh side (fresh, closed after it), at most
+// TakenRetryCap apart, so the write lands within about that of Redis
+// answering again: a side's own clients, after failed dials, wait out a
+// second of go-redis's dial backoff first, and a worker killed in that
+// second has run a job whose ack or key was never recorded (the chaos
+// suite measured 920 ms). Should fresh fail, the retry goes through side.
+func UntilTaken[S io.Closer](ctx context.Context, o *Outage, what string, side S, fresh func() (S, error), write func(S) error) error {
+	var (
+		retrying S
+		opened   bool
+		waited   func()
+	)
+	closeRetrying := func() {
+		if opened {
+			retrying.Close()
+			opened = false
+		}
+	}
+	defer func() {
+		closeRetrying()
+		if waited != nil {
+			waited()
+		}
+	}()
+	on := side
+	for attempt := 1; ; attempt++ {
+		err := write(on)
+		if err == nil || !Transient(err) || ctx.Err() != nil {
+			return err
+		}
+		if waited == nil {
+			waited = o.Wait(what, err)
+		}
+		if retry.Sleep(ctx, retry.Backoff(20*time.Millisecond, TakenRetryCap, attempt)) != nil {
+			return err
+		}
+		closeRetrying()
+		on = side
+		if s, err := fresh(); err == nil {
+			retrying, opened, on = s, true, s
+		}
+	}
+}
+
+// TakenRetryCap bounds the wait between UntilTaken's retries while Redis
+// is away (and a worker's lease keeper's): how late after Redis answers again a write lands, at most (plus
+// the write itself).
+const TakenRetryCap = 100 * time.Millisecond
