@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // One job's cancel and delete (docs/admin.md#cancel-and-delete-a-job). A
@@ -104,8 +106,16 @@ return 1
 // ARGV[1] batch   ARGV[2] the job's place   ARGV[3] id   ARGV[4] group ("" none)
 // ARGV[5] the queue's topic   ARGV[6] now, Unix ms   ARGV[7] seconds to keep
 // the record and an ended group   ARGV[8] the attempt
-// Returns 1 settled, 0 the job was no longer held in its batch.
-var settleCancelledScript = newScript("settleCancelled", luaGroupEnded, luaFunnel, luaKeepRecord, luaSettle, `
+// ARGV[9] "expired": only if the batch's lease expired by Redis's clock (the
+// reaper's call: a lease its holder extended meanwhile is left to it); ""
+// the holder's call
+// Returns 1 settled, 0 the job was no longer held in its batch (or, for
+// "expired", its lease was not expired).
+var settleCancelledScript = newScript("settleCancelled", luaNow, luaGroupEnded, luaFunnel, luaKeepRecord, luaSettle, `
+if ARGV[9] == 'expired' then
+  local due = redis.call('ZSCORE', KEYS[1], ARGV[1])
+  if not due or tonumber(due) > redisNow() then return 0 end
+end
 local places = redis.call('HGET', KEYS[9], ARGV[1])
 if places then
   places = string.gsub(places, ' ' .. ARGV[2] .. ' ', ' ')
@@ -245,6 +255,12 @@ func laneGroup(lane string) string {
 // request (CancelJob): cancelled, its record kept for keep. It reports
 // false when the job was no longer held in its batch.
 func (p *Pool) SettleCancelled(ctx context.Context, q Queue, job Claimed, now time.Time, keep time.Duration) (bool, error) {
+	return p.settleCancelled(ctx, q, job, now, keep, "")
+}
+
+// settleCancelled is SettleCancelled; only "expired": only if the job's
+// batch expired by Redis's clock.
+func (p *Pool) settleCancelled(ctx context.Context, q Queue, job Claimed, now time.Time, keep time.Duration, only string) (bool, error) {
 	k := p.keyspace.Keys(q)
 	group, results := k.Stats(), k.Stats()
 	if job.Group != "" {
@@ -252,11 +268,93 @@ func (p *Pool) SettleCancelled(ctx context.Context, q Queue, job Claimed, now ti
 	}
 	res, err := settleCancelledScript.run(ctx, p.byPart[q.Part],
 		[]string{k.Leases(), k.Lease(job.Batch), k.Settled(job.Batch), k.Stats(), k.Job(job.ID), group, results, k.Completed(), k.Cancels()},
-		job.Batch, job.Index, job.ID, job.Group, q.Topic, now.UnixMilli(), max(wholeSeconds(keep), 1), job.Attempt)
+		job.Batch, job.Index, job.ID, job.Group, q.Topic, now.UnixMilli(), max(wholeSeconds(keep), 1), job.Attempt, only)
 	if err != nil {
 		return false, fmt.Errorf("settle cancelled job %s on %s: %w", job.ID, q, err)
 	}
 	return res == int64(1), nil
+}
+
+// Cancels still pending when a batch goes back. A running job's cancel is
+// a request its worker reads at its next lease extension; should the
+// worker die, be cut off from Redis, or stop before that, the job would go
+// back to its lane (reaped, or released) and run again. So the reaper and
+// a release settle cancelled, first, the jobs of the batch whose cancel is
+// pending: the request outlives its worker.
+
+// reapCancels settles the pending cancels of an expired batch; entries is
+// the batch's list, requested the reply to HMGET of its cancels field.
+func (p *Pool) reapCancels(ctx context.Context, q Queue, batch string, entries []string, requested []any) (map[int]bool, error) {
+	field, _ := firstString(requested)
+	var jobs []Claimed
+	for _, place := range parseCancels(field) {
+		if place >= len(entries) {
+			continue
+		}
+		pe, err := ParseEntry(entries[place])
+		if err != nil {
+			continue // the reaper buries what cannot be read
+		}
+		l, err := ParseLane(pe.Lane)
+		if err != nil {
+			continue
+		}
+		jobs = append(jobs, Claimed{ID: pe.ID, Group: l.Group, Lane: pe.Lane, Batch: batch, Index: place, Attempt: pe.Attempts + 1})
+	}
+	return p.settlePendingCancels(ctx, q, jobs, "expired")
+}
+
+// releaseCancels settles the pending cancels among jobs, which a stopping
+// worker hands back from one batch.
+func (p *Pool) releaseCancels(ctx context.Context, q Queue, batch string, jobs []Claimed) (map[int]bool, error) {
+	field, err := p.byPart[q.Part].HGet(ctx, p.keyspace.Keys(q).Cancels(), batch).Result()
+	if errors.Is(err, redis.Nil) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the cancel requests of batch %s on %s: %w", batch, q, err)
+	}
+	requested := map[int]bool{}
+	for _, place := range parseCancels(field) {
+		requested[place] = true
+	}
+	var pending []Claimed
+	for _, j := range jobs {
+		if requested[j.Index] {
+			pending = append(pending, j)
+		}
+	}
+	return p.settlePendingCancels(ctx, q, pending, "")
+}
+
+// settlePendingCancels settles jobs cancelled (only: as settleCancelled's),
+// their records kept for CancelKeep, and returns the places it settled. A place settled meanwhile
+// (its worker's own settlement raced it) is not among them; the return
+// script leaves it alone too.
+func (p *Pool) settlePendingCancels(ctx context.Context, q Queue, jobs []Claimed, only string) (map[int]bool, error) {
+	var settled map[int]bool
+	for _, j := range jobs {
+		ok, err := p.settleCancelled(ctx, q, j, time.Now(), CancelKeep, only)
+		if err != nil {
+			return settled, err
+		}
+		if ok {
+			if settled == nil {
+				settled = map[int]bool{}
+			}
+			settled[j.Index] = true
+		}
+	}
+	return settled, nil
+}
+
+// firstString is the first value of an HMGET reply, when it is a string.
+func firstString(reply []any) (string, bool) {
+	if len(reply) == 0 {
+		return "", false
+	}
+	s, ok := reply[0].(string)
+	return s, ok
 }
 
 // parseCancels reads a batch's field of the cancels hash: the places of

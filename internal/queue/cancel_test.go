@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/job"
+	"github.com/sluicehq/sluice/internal/testenv"
 )
 
 // One job's cancel and delete: a ready or delayed job leaves its queue at
@@ -123,5 +124,105 @@ func TestCancelAndDeleteOneJob(t *testing.T) {
 	}
 	if _, err := cancel("no-such-job", "", false); !errors.Is(err, ErrJobNotFound) {
 		t.Fatalf("cancel of an unknown job: %v", err)
+	}
+}
+
+// A running job's cancel outlives its worker: a worker that dies (or is cut
+// off from Redis) before its lease extension reads the request leaves the
+// job to the reaper, which settles it cancelled rather than take it back to
+// run again; a stopping worker's release does the same. A lease its holder
+// still keeps is not the reaper's: a pending cancel there waits for the
+// holder's extension.
+func TestAPendingCancelOutlivesItsWorker(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	k := p.keyspace.Keys(jq(0))
+	requestCancel := func(j Claimed) {
+		t.Helper()
+		if out, _, err := p.CancelJob(ctx, JobLookup{Topic: "jobs", ID: j.ID, Group: j.Group}, false, now); err != nil || out != CancelRequested {
+			t.Fatalf("cancel of %s: %q %v", j.ID, out, err)
+		}
+	}
+	where := func(j Claimed) string {
+		t.Helper()
+		w, err := p.FindJob(ctx, JobLookup{Topic: "jobs", ID: j.ID, Group: j.Group})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w.Where
+	}
+	claim := func(n int, lease time.Duration) map[string]Claimed {
+		t.Helper()
+		jobs, err := p.Claim(ctx, jq(0), n, lease)
+		if err != nil || len(jobs) != n {
+			t.Fatalf("claim %d: %v %v", n, jobs, err)
+		}
+		byID := map[string]Claimed{}
+		for _, j := range jobs {
+			byID[j.ID] = j
+		}
+		return byID
+	}
+
+	// The reaper: two of three jobs of an expired batch had a cancel
+	// pending.
+	enqueueOK(t, p, 1, positioned(0, 0, item("plain", ""), item("grouped", "grp"), item("kept", "")), now)
+	held := claim(3, 50*time.Millisecond)
+	requestCancel(held["plain"])
+	requestCancel(held["grouped"])
+	var returned int
+	testenv.WaitFor(t, 5*time.Second, "the batch to expire and be reaped", func() bool {
+		n, _, err := p.Reap(ctx, jq(0), 10, DeadLimits{}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		returned += n
+		return returned > 0
+	})
+	if returned != 1 {
+		t.Fatalf("the reap took %d jobs back, want 1 (kept)", returned)
+	}
+	for _, id := range []string{"plain", "grouped"} {
+		if w := where(held[id]); w != WhereCancelled {
+			t.Fatalf("%s, its cancel pending when its batch expired: %s, want %s", id, w, WhereCancelled)
+		}
+	}
+	if st, err := p.GroupStatus(ctx, "jobs", "grp"); err != nil || st.Cancelled != 1 || st.Running != 0 {
+		t.Fatalf("the group of the cancelled job: %+v %v", st, err)
+	}
+	if n, _ := r.Client().Exists(ctx, k.Cancels()).Result(); n != 0 {
+		t.Fatal("the cancel requests outlived the reap")
+	}
+	again := claim(1, time.Minute)
+	if j, ok := again["kept"]; !ok || j.Attempt != 2 {
+		t.Fatalf("claimed after the reap: %+v, want kept at attempt 2", again)
+	}
+	if inflight, _ := r.Client().HGet(ctx, k.Stats(), "inflight").Int(); inflight != 1 {
+		t.Fatalf("inflight %d, want 1 (kept, claimed again)", inflight)
+	}
+
+	// A lease still kept: the reaper leaves its pending cancel alone, even
+	// when asked to reap the batch.
+	requestCancel(again["kept"])
+	if n, _, err := p.reapBatches(ctx, jq(0), []string{again["kept"].Batch}, DeadLimits{}, nil); err != nil || n != 0 {
+		t.Fatalf("a reap of a kept lease: %d %v", n, err)
+	}
+	if w := where(again["kept"]); w != WhereRunning {
+		t.Fatalf("a job whose lease is kept, its cancel pending: %s, want %s", w, WhereRunning)
+	}
+
+	// A release: the job with a pending cancel is settled cancelled, the
+	// other goes back.
+	enqueueOK(t, p, 1, positioned(0, 3, item("left", "")), now)
+	left := claim(1, time.Minute)["left"]
+	n, err := p.Release(ctx, jq(0), []Claimed{again["kept"], left})
+	if err != nil || n != 1 {
+		t.Fatalf("release: %d %v, want 1 back", n, err)
+	}
+	if w := where(again["kept"]); w != WhereCancelled {
+		t.Fatalf("released with its cancel pending: %s, want %s", w, WhereCancelled)
+	}
+	if w := where(left); w != WhereReady {
+		t.Fatalf("released without a cancel: %s, want %s", w, WhereReady)
 	}
 }

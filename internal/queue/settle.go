@@ -915,7 +915,8 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', redisNow(), 'LIMIT', 0, tonu
 // foreign write, never sluice's own) has no lane to go back to: it dies at
 // once with the reason as its last error (within dead's limits), so that
 // its batch leaves the leases instead of coming up at every reap. Its
-// group, which it does not tell, keeps counting it as running.
+// group, which it does not tell, keeps counting it as running. A job whose
+// cancel is pending (reapCancels) is settled cancelled, not taken back.
 func (p *Pool) Reap(ctx context.Context, q Queue, max int, dead DeadLimits, limit AttemptLimit) (returned, died int, err error) {
 	res, err := dueLeasesScript.run(ctx, p.byPart[q.Part], []string{p.keyspace.Keys(q).Leases()}, max)
 	if err != nil {
@@ -933,16 +934,25 @@ func (p *Pool) reapBatches(ctx context.Context, q Queue, batches []string, dead 
 	c := p.byPart[q.Part]
 	pipe := c.Pipeline()
 	leased := make([]*redis.StringSliceCmd, len(batches))
+	requested := make([]*redis.SliceCmd, len(batches))
 	for i, b := range batches {
 		leased[i] = pipe.LRange(ctx, k.Lease(b), 0, -1)
+		requested[i] = pipe.HMGet(ctx, k.Cancels(), b)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return 0, 0, err
 	}
 	for i, b := range batches {
+		cancelled, err := p.reapCancels(ctx, q, b, leased[i].Val(), requested[i].Val())
+		if err != nil {
+			return returned, died, err
+		}
 		entries := make([]string, 0, len(leased[i].Val()))
 		var last []lastAttempt
 		for place, e := range leased[i].Val() {
+			if cancelled[place] {
+				continue
+			}
 			if reason := unreadable(e); reason != "" {
 				// Its id may be what cannot be read: its record is named
 				// after its place.
@@ -1008,7 +1018,9 @@ func truncate(s string, n int) string {
 }
 
 // Release hands claimed jobs back to the front of their lanes without
-// counting the attempt: a stopping worker did not run them to the end.
+// counting the attempt: a stopping worker did not run them to the end. A
+// job whose cancel is pending (releaseCancels) is settled cancelled
+// instead. It returns how many went back.
 func (p *Pool) Release(ctx context.Context, q Queue, jobs []Claimed) (int, error) {
 	byBatch := map[string][]Claimed{}
 	var order []string
@@ -1020,10 +1032,17 @@ func (p *Pool) Release(ctx context.Context, q Queue, jobs []Claimed) (int, error
 	}
 	total := 0
 	for _, b := range order {
+		cancelled, err := p.releaseCancels(ctx, q, b, byBatch[b])
+		if err != nil {
+			return total, err
+		}
 		seen := map[string]bool{}
 		var lanes []LaneInfo
 		var places []int
 		for _, j := range byBatch[b] {
+			if cancelled[j.Index] {
+				continue
+			}
 			places = append(places, j.Index)
 			if seen[j.Lane] {
 				continue
