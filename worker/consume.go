@@ -212,7 +212,7 @@ func (c *consumer) run(ctx context.Context) {
 		// The lease starts when Redis runs the claim, by its clock: after
 		// this moment by ours (the watchdog counts from it).
 		sent := time.Now()
-		jobs, err := w.pool.Claim(ctx, t.q, min(room, w.cfg.ClaimBatch), w.cfg.Lease)
+		jobs, drained, err := w.pool.ClaimDrained(ctx, t.q, min(room, w.cfg.ClaimBatch), w.cfg.Lease)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -237,7 +237,7 @@ func (c *consumer) run(ctx context.Context) {
 			c.log.Info("claiming from Redis works again")
 			failing = false
 		}
-		c.topics.claimed(t, len(jobs))
+		c.topics.claimed(t, len(jobs), drained)
 		if len(jobs) == 0 {
 			continue // the next topic, or the wait for work
 		}

@@ -26,7 +26,7 @@ type redisSide interface {
 	Cluster() bool
 	Client(part int) redis.UniversalClient
 	// claim and keep
-	Claim(ctx context.Context, q queue.Queue, max int, lease time.Duration) ([]queue.Claimed, error)
+	ClaimDrained(ctx context.Context, q queue.Queue, max int, lease time.Duration) (jobs []queue.Claimed, drained bool, err error)
 	ExtendLeases(ctx context.Context, q queue.Queue, batches []string, lease time.Duration) (kept []bool, cancels map[string][]int, err error)
 	Release(ctx context.Context, q queue.Queue, jobs []queue.Claimed) (int, error)
 	ReadMaintenance(ctx context.Context, asks []queue.PartMaintenance, now time.Time) []queue.MaintenanceRound

@@ -171,14 +171,17 @@ func (ch *topicChooser) next() *topicQueue {
 	return best
 }
 
-// claimed records a claim of n jobs from t; n == 0 marks it empty.
-func (ch *topicChooser) claimed(t *topicQueue, n int) {
-	if n == 0 {
-		t.empty = true
-		return
+// claimed records a claim of n jobs from t; n == 0, or a claim that
+// drained t (queue.Pool.ClaimDrained), marks it empty: its wake list says
+// when it has work again.
+func (ch *topicChooser) claimed(t *topicQueue, n int, drained bool) {
+	if n > 0 {
+		ch.clock = max(ch.clock, t.vt)
+		t.vt += float64(n) / t.weight
 	}
-	ch.clock = max(ch.clock, t.vt)
-	t.vt += float64(n) / t.weight
+	if n == 0 || drained {
+		t.empty = true
+	}
 }
 
 // maybeWork marks t as possibly having work again, its virtual time

@@ -75,7 +75,7 @@ func claimAll(ch *topicChooser, backlog map[string]int, batch, total int) map[st
 		backlog[q.q.Topic] -= k
 		served[q.q.Topic] += k
 		n += k
-		ch.claimed(q, k)
+		ch.claimed(q, k, false)
 	}
 	return served
 }
@@ -122,7 +122,7 @@ func TestTopicChooserStrictOrder(t *testing.T) {
 		q := ch.next()
 		k := min(8, backlog[q.q.Topic])
 		backlog[q.q.Topic] -= k
-		ch.claimed(q, k)
+		ch.claimed(q, k, false)
 		if k > 0 {
 			order = append(order, q.q.Topic)
 		}

@@ -361,31 +361,41 @@ return {1, out, top}
 // round trip), else a read of the fair order (two), and the script asks
 // again when a lane it would serve is not among them.
 func (p *Pool) Claim(ctx context.Context, q Queue, max int, lease time.Duration) ([]Claimed, error) {
+	out, _, err := p.ClaimDrained(ctx, q, max, lease)
+	return out, err
+}
+
+// ClaimDrained is Claim that also says whether the fair order was empty
+// once the claim was made (drained): no job is ready on the queue
+// partition until a write readies one, and every such write leaves a token
+// on its wake list (Keys.Wake). A consumer told so need not claim again to
+// find the partition empty, a round trip per wake-up at low load; it waits
+// on the wake list instead.
+func (p *Pool) ClaimDrained(ctx context.Context, q Queue, max int, lease time.Duration) (jobs []Claimed, drained bool, err error) {
 	max = min(max, MaxBatch)
 	names := p.candidates.take(q)
 	if names == nil {
-		var err error
 		// As many candidates as jobs asked for: a job each at the least
 		// (small groups). The script reads only those it needs.
 		// A few more, for names that are no lane's (passed over).
 		if names, err = p.byPart[q.Part].ZRange(ctx, p.keyspace.Keys(q).Lanes(), 0, int64(max-1+8)).Result(); err != nil || len(names) == 0 {
-			return nil, err
+			return nil, err == nil, err
 		}
 	}
 	for range 3 {
 		out, next, stale, err := p.claimAmong(ctx, q, max, lease, names)
 		if err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if !stale {
 			p.candidates.keep(q, next)
-			return out, nil
+			return out, len(next) == 0, nil
 		}
 		if names = next; len(names) == 0 {
-			return nil, nil
+			return nil, true, nil
 		}
 	}
-	return nil, nil // the fair order kept changing under us: the next claim reads it again
+	return nil, false, nil // the fair order kept changing under us: the next claim reads it again
 }
 
 // claimAmong runs the claim script with the keys of the lanes named. stale

@@ -665,6 +665,36 @@ func TestClaimSeesALaneActivatedAfterItsCandidates(t *testing.T) {
 	}
 }
 
+// A claim says when it drained the queue partition (nothing ready once it
+// was made), so that a consumer need not claim again to find out; a job
+// readied after that leaves a token on the wake list, where the consumer
+// waits next.
+func TestClaimSaysWhenItDrainedThePartition(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	k := p.Keyspace().Keys(jq(0))
+	enqueueGroup(t, p, "g", 3, 1)
+	enqueueOK(t, p, 1, positioned(1, 0, item("plain", "")), now)
+	r.Client().Del(ctx, k.Wake())
+	for _, c := range []struct {
+		max, want int
+		drained   bool
+	}{{2, 2, false}, {2, 2, true}, {2, 0, true}} {
+		jobs, drained, err := p.ClaimDrained(ctx, jq(0), c.max, time.Minute)
+		if err != nil || len(jobs) != c.want || drained != c.drained {
+			t.Fatalf("claim of %d: %d jobs, drained %v, %v; want %d, %v", c.max, len(jobs), drained, err, c.want, c.drained)
+		}
+	}
+	enqueueOK(t, p, 1, positioned(1, 1, item("later", "")), now)
+	if n, _ := r.Client().LLen(ctx, k.Wake()).Result(); n != 1 {
+		t.Fatalf("a job readied after the drain left %d wake tokens, want 1", n)
+	}
+	jobs, drained, err := p.ClaimDrained(ctx, jq(0), 2, time.Minute)
+	if err != nil || len(jobs) != 1 || jobs[0].ID != "later" || !drained {
+		t.Fatalf("the claim after the wake-up: %+v, drained %v, %v", jobs, drained, err)
+	}
+}
+
 // An entry the reaper cannot read (a foreign write into a lease) dies with
 // the reason instead of holding its batch in the leases, where it came up
 // at every reap; the readable jobs of its batch go back to their lanes.
