@@ -716,10 +716,10 @@ func leaseMargin(lease time.Duration) time.Duration { return lease / 10 }
 // extended in time.
 //
 // After a round that Redis could not serve (down, restarting, loading),
-// the next comes within queue.TakenRetryCap, not a third of a lease later, and goes
-// through fresh clients (as queue.UntilTaken does: the worker's own wait
-// out go-redis's second of dial backoff): so the leases are extended about
-// as soon as Redis answers again. Waiting for the next tick instead let
+// the next comes within queue.TakenRetryCap, not a third of a lease
+// later, and goes through fresh clients (as queue.UntilTaken does: the
+// worker's own wait out go-redis's second of dial backoff): so the leases
+// are extended about as soon as Redis answers again. Waiting for the next tick instead let
 // watchLeases give up a lease that Redis would have extended: after a 2 s
 // Redis stop with the chaos suite's 3 s lease, no tick fell between
 // Redis's return and the give-up, the handler of a keyed job that had just

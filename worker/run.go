@@ -14,9 +14,9 @@ import (
 )
 
 // The run of a claimed job, as steps (docs/worker.md, "How a job runs"):
-// pass its envelope, read as it was claimed, set a heartbeat canary apart, resolve its handler
-// and limits, pass its idempotency key's gate, be admitted by its
-// resource's rate limit, run the handler. Each step either passes the job
+// pass its envelope (read as it was claimed), set a heartbeat canary
+// apart, resolve its handler and limits, pass its idempotency key's gate,
+// be admitted by its resource's rate limit, run the handler. Each step either passes the job
 // on or decides how the attempt ends (a settlement); execute runs the
 // steps until one decides, and settle records that decision: the one
 // place where an attempt's end is written to Redis.

@@ -145,6 +145,6 @@ func UntilTaken[S io.Closer](ctx context.Context, o *Outage, what string, side S
 }
 
 // TakenRetryCap bounds the wait between UntilTaken's retries while Redis
-// is away (and a worker's lease keeper's): how late after Redis answers again a write lands, at most (plus
-// the write itself).
+// is away (and a worker's lease keeper's): how late after Redis answers
+// again a write lands, at most (plus the write itself).
 const TakenRetryCap = 100 * time.Millisecond
