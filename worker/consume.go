@@ -303,7 +303,9 @@ func (c *consumer) waitForWork(ctx context.Context, max time.Duration) {
 		w.apply(ctx, c.part, kv[1])
 		return
 	case err == nil && len(kv) == 2:
-		c.topics.woken(layout.Keys, kv[0])
+		if t := c.topics.woken(layout.Keys, kv[0]); t != nil {
+			w.pool.Woken(t.q, kv[1]) // the next claim's candidates
+		}
 		return
 	case errors.Is(err, redis.Nil):
 		c.topics.woken(layout.Keys, "")

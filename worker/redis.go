@@ -27,6 +27,7 @@ type redisSide interface {
 	Client(part int) redis.UniversalClient
 	// claim and keep
 	ClaimDrained(ctx context.Context, q queue.Queue, max int, lease time.Duration) (jobs []queue.Claimed, drained bool, err error)
+	Woken(q queue.Queue, token string)
 	ExtendLeases(ctx context.Context, q queue.Queue, batches []string, lease time.Duration) (kept []bool, cancels map[string][]int, err error)
 	Release(ctx context.Context, q queue.Queue, jobs []queue.Claimed) (int, error)
 	ReadMaintenance(ctx context.Context, asks []queue.PartMaintenance, now time.Time) []queue.MaintenanceRound

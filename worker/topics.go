@@ -193,14 +193,19 @@ func (ch *topicChooser) maybeWork(t *topicQueue) {
 	}
 }
 
-// woken marks the topic whose wake key is key as possibly having work;
-// all of them when key is "" (an idle spell ran out without a token).
-func (ch *topicChooser) woken(keys func(queue.Queue) queue.Keys, key string) {
+// woken marks the topic whose wake key is key as possibly having work,
+// and returns it; all of them when key is "" (an idle spell ran out
+// without a token), and then returns nil.
+func (ch *topicChooser) woken(keys func(queue.Queue) queue.Keys, key string) (woke *topicQueue) {
 	for _, t := range ch.queues {
 		if key == "" || keys(t.q).Wake() == key {
 			ch.maybeWork(t)
+			if key != "" {
+				woke = t
+			}
 		}
 	}
+	return woke
 }
 
 // emptyTopics are the topics found empty.

@@ -2,7 +2,9 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 )
@@ -473,6 +475,45 @@ func (c *candidateCache) take(q Queue) []string {
 	names := c.names[q]
 	delete(c.names, q)
 	return names
+}
+
+// offer keeps names as partition q's candidates when none are kept: a
+// kept answer of this pool's own last claim is never older than a wake-up
+// token, which may have waited on its list since before that claim.
+func (c *candidateCache) offer(q Queue, names []string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(names) == 0 || len(c.names[q]) > 0 {
+		return
+	}
+	if c.names == nil {
+		c.names = map[Queue][]string{}
+	}
+	c.names[q] = names
+}
+
+// wakeHead is how many lanes of the fair order a wake-up token names
+// (enqueueScript): enough for a claim at low load, where a token wakes a
+// consumer per job or per few; a claim that needs more lanes than the
+// token names asks the script again, as with any stale candidates.
+const wakeHead = 16
+
+// Woken takes the token that woke a consumer waiting on queue partition
+// q's wake list (Keys.Wake): the enqueue script's token names the fair
+// order's head as it made jobs ready, and the next claim on q takes them
+// as its candidates, one round trip instead of two (a read of the order,
+// then the claim). The claim script checks candidates against the order,
+// so a stale token costs that round trip back, never a wrong claim. Other
+// tokens (the promote, return and replay scripts' "1") name nothing.
+func (p *Pool) Woken(q Queue, token string) {
+	if !strings.HasPrefix(token, "[") {
+		return
+	}
+	var names []string
+	if json.Unmarshal([]byte(token), &names) != nil {
+		return
+	}
+	p.candidates.offer(q, names)
 }
 
 func (c *candidateCache) keep(q Queue, names []string) {

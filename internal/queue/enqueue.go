@@ -109,7 +109,7 @@ type Result struct {
 // The id is compared once per Kafka partition and call, never per job.
 // The watermark moves in this same script, so an AOF that lost the
 // entries lost the watermark with them.
-var enqueueScript = newScript("enqueue", luaGroupEnded, luaFunnel, luaLanes, `
+var enqueueScript = newScript("enqueue", luaGroupEnded, luaFunnel, luaLanes, "local wakeHead = "+strconv.Itoa(wakeHead), `
 -- KEYS and ARGV, as enqueueArgs lays them out.
 local fence_key, stats_key, lanes_key, vt_key, delayed_key = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
 local wake_key, completed_key, wm_key, shared_key = KEYS[6], KEYS[7], KEYS[8], KEYS[9]
@@ -409,8 +409,10 @@ if readied > 0 then redis.call('HINCRBY', stats_key, 'ready', readied) end
 funnelFlush(stats_key, funnel)
 if readied > 0 then
   -- One token is enough: a consumer that finds more work than it can take
-  -- wakes the next one.
-  redis.call('RPUSH', wake_key, 1)
+  -- wakes the next one. The token is the fair order's head (a JSON
+  -- array), which the woken consumer's claim takes as its candidates
+  -- (Pool.Woken) instead of reading the order first.
+  redis.call('RPUSH', wake_key, cjson.encode(redis.call('ZRANGE', lanes_key, 0, wakeHead - 1)))
   redis.call('LTRIM', wake_key, -1, -1)
 end
 for r = 1, nruns do
@@ -618,7 +620,8 @@ func (it *Item) lane() string { return LaneOf(it.Group, it.Tenant, it.Topic, max
 //	KEYS[3]         lanes          zset: active lanes by virtual time
 //	KEYS[4]         vt             string: the partition's virtual clock
 //	KEYS[5]         delayed        zset: entries by due time
-//	KEYS[6]         wake           list: wake-up token for idle consumers
+//	KEYS[6]         wake           list: wake-up token for idle consumers, the
+//	                               fair order's first wakeHead lanes as a JSON array
 //	KEYS[7]         completed      list: bulk groups whose jobs have all ended
 //	KEYS[8]         wm:<topic>     hash: Kafka partition -> highest offset
 //	                               applied, and <Kafka partition>:topic_id ->

@@ -2,6 +2,7 @@ package queue
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strconv"
@@ -692,6 +693,63 @@ func TestClaimSaysWhenItDrainedThePartition(t *testing.T) {
 	jobs, drained, err := p.ClaimDrained(ctx, jq(0), 2, time.Minute)
 	if err != nil || len(jobs) != 1 || jobs[0].ID != "later" || !drained {
 		t.Fatalf("the claim after the wake-up: %+v, drained %v, %v", jobs, drained, err)
+	}
+}
+
+// The wake-up token an enqueue leaves names the fair order's head, and a
+// consumer that hands it to the pool (Woken) claims in one round trip, not
+// a read of the order and then the claim. A stale token (the order moved
+// on since) still claims what the order says, and a token naming nothing
+// ("1", the other scripts') changes nothing.
+func TestAWakeUpTokenNamesTheClaimsCandidates(t *testing.T) {
+	p, r := onePartition(t)
+	ctx := context.Background()
+	k := p.Keyspace().Keys(jq(0))
+	trips := &roundTrips{}
+	p.Client(0).AddHook(trips)
+	claim := func(token string) ([]Claimed, int64) {
+		t.Helper()
+		p.Woken(jq(0), token)
+		before := trips.n.Load()
+		jobs, err := p.Claim(ctx, jq(0), 8, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return jobs, trips.n.Load() - before
+	}
+	wakeToken := func() string {
+		t.Helper()
+		token, err := r.Client().LPop(ctx, k.Wake()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return token
+	}
+
+	enqueueGroup(t, p, "a", 2, 1)
+	token := wakeToken()
+	var names []string
+	if err := json.Unmarshal([]byte(token), &names); err != nil || !slices.Equal(names, []string{"g/a"}) {
+		t.Fatalf("the wake-up token: %q (%v), want the fair order's head as a JSON array", token, err)
+	}
+	if jobs, n := claim(token); len(jobs) != 2 || n != 1 {
+		t.Fatalf("a claim after a wake-up: %d jobs in %d round trips, want 2 in 1", len(jobs), n)
+	}
+
+	// Stale: the token names a, whose lane has gone; b's is the order now.
+	enqueueGroup(t, p, "a", 1, 1)
+	stale := wakeToken()
+	if jobs, _ := claim(""); len(jobs) != 1 {
+		t.Fatalf("claim of a's last job: %+v", jobs)
+	}
+	enqueueGroup(t, p, "b", 1, 1)
+	if jobs, n := claim(stale); len(jobs) != 1 || jobs[0].Group != "b" || n != 2 {
+		t.Fatalf("a claim after a stale token: %+v in %d round trips, want b's job in 2", jobs, n)
+	}
+
+	enqueueGroup(t, p, "c", 1, 1)
+	if jobs, n := claim("1"); len(jobs) != 1 || n != 2 {
+		t.Fatalf("a claim after a token naming nothing: %+v in %d round trips, want c's job in 2 (the order read first)", jobs, n)
 	}
 }
 
