@@ -648,7 +648,7 @@ func (c *consumer) ack(batch []ackRequest) {
 			continue
 		}
 		w.count("lost", r.job.jobType, 1)
-		c.log.Warn("lease lost before the ack; the job runs again", "job", r.job.claimed.ID)
+		c.log.Warn("lease lost before the ack; its next holder settles the job (it runs again, or the reaper settled a pending cancel)", "job", r.job.claimed.ID)
 	}
 	for t, n := range acked {
 		w.count("done", t, n)

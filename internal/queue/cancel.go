@@ -255,12 +255,16 @@ func laneGroup(lane string) string {
 // request (CancelJob): cancelled, its record kept for keep. It reports
 // false when the job was no longer held in its batch.
 func (p *Pool) SettleCancelled(ctx context.Context, q Queue, job Claimed, now time.Time, keep time.Duration) (bool, error) {
-	return p.settleCancelled(ctx, q, job, now, keep, "")
+	return p.settleCancelled(ctx, q, job, now, keep, false)
 }
 
-// settleCancelled is SettleCancelled; only "expired": only if the job's
-// batch expired by Redis's clock.
-func (p *Pool) settleCancelled(ctx context.Context, q Queue, job Claimed, now time.Time, keep time.Duration, only string) (bool, error) {
+// settleCancelled is SettleCancelled; onlyExpired: only if the job's batch
+// expired by Redis's clock (the reaper's call).
+func (p *Pool) settleCancelled(ctx context.Context, q Queue, job Claimed, now time.Time, keep time.Duration, onlyExpired bool) (bool, error) {
+	only := ""
+	if onlyExpired {
+		only = "expired"
+	}
 	k := p.keyspace.Keys(q)
 	group, results := k.Stats(), k.Stats()
 	if job.Group != "" {
@@ -285,7 +289,7 @@ func (p *Pool) settleCancelled(ctx context.Context, q Queue, job Claimed, now ti
 // reapCancels settles the pending cancels of an expired batch; entries is
 // the batch's list, requested the reply to HMGET of its cancels field.
 func (p *Pool) reapCancels(ctx context.Context, q Queue, batch string, entries []string, requested []any) (map[int]bool, error) {
-	field, _ := firstString(requested)
+	field := firstString(requested)
 	var jobs []Claimed
 	for _, place := range parseCancels(field) {
 		if place >= len(entries) {
@@ -301,7 +305,7 @@ func (p *Pool) reapCancels(ctx context.Context, q Queue, batch string, entries [
 		}
 		jobs = append(jobs, Claimed{ID: pe.ID, Group: l.Group, Lane: pe.Lane, Batch: batch, Index: place, Attempt: pe.Attempts + 1})
 	}
-	return p.settlePendingCancels(ctx, q, jobs, "expired")
+	return p.settlePendingCancels(ctx, q, jobs, true)
 }
 
 // releaseCancels settles the pending cancels among jobs, which a stopping
@@ -324,17 +328,18 @@ func (p *Pool) releaseCancels(ctx context.Context, q Queue, batch string, jobs [
 			pending = append(pending, j)
 		}
 	}
-	return p.settlePendingCancels(ctx, q, pending, "")
+	return p.settlePendingCancels(ctx, q, pending, false)
 }
 
-// settlePendingCancels settles jobs cancelled (only: as settleCancelled's),
-// their records kept for CancelKeep, and returns the places it settled. A place settled meanwhile
-// (its worker's own settlement raced it) is not among them; the return
-// script leaves it alone too.
-func (p *Pool) settlePendingCancels(ctx context.Context, q Queue, jobs []Claimed, only string) (map[int]bool, error) {
+// settlePendingCancels settles jobs cancelled (onlyExpired: as
+// settleCancelled's), their records kept for CancelKeep, and returns the
+// places it settled. A place settled meanwhile (its worker's own
+// settlement raced it) is not among them; the return script leaves it
+// alone too.
+func (p *Pool) settlePendingCancels(ctx context.Context, q Queue, jobs []Claimed, onlyExpired bool) (map[int]bool, error) {
 	var settled map[int]bool
 	for _, j := range jobs {
-		ok, err := p.settleCancelled(ctx, q, j, time.Now(), CancelKeep, only)
+		ok, err := p.settleCancelled(ctx, q, j, time.Now(), CancelKeep, onlyExpired)
 		if err != nil {
 			return settled, err
 		}
@@ -348,13 +353,13 @@ func (p *Pool) settlePendingCancels(ctx context.Context, q Queue, jobs []Claimed
 	return settled, nil
 }
 
-// firstString is the first value of an HMGET reply, when it is a string.
-func firstString(reply []any) (string, bool) {
+// firstString is the first value of an HMGET reply; "" when it is nil.
+func firstString(reply []any) string {
 	if len(reply) == 0 {
-		return "", false
+		return ""
 	}
-	s, ok := reply[0].(string)
-	return s, ok
+	s, _ := reply[0].(string)
+	return s
 }
 
 // parseCancels reads a batch's field of the cancels hash: the places of
